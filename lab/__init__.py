@@ -1,0 +1,1 @@
+"""The lab: measured experiments that make the bottleneck move, plus the inspector and run log."""

@@ -1,0 +1,193 @@
+"""The kitchen inspector: from one run's measurements to a diagnosis and a fix.
+
+The supervisor's handbook in code. Two questions, answered only from measured numbers:
+
+1. Which pot made the guest wait? TTFT is the wok (prefill); everything after the first token is
+   the soup pot (decode). If TTFT is at least half of E2E, the wok is the bottleneck.
+2. If the pot is slow, what slows it? Each decode step is one of:
+   - "overhead": most of the step is neither moving bytes nor doing FLOPs, it is Python, allocation,
+     sampling, launches. Seen as (a) a large share of the step outside the model's forward pass, or
+     (b) with a roofline, the roof explains under a quarter of the step time.
+   - "bandwidth": the step sits left of the ridge (FLOP/byte below the machine's ridge), so its
+     speed limit is reading weights + KV cache.
+   - "compute": the step sits right of the ridge (large batches), so FLOP/s is the limit.
+   Without a measured roofline we cannot honestly tell bandwidth from compute, so unless overhead
+   is obvious the answer is None and the evidence says to measure the roofline.
+
+Worked example: TTFT 0.040 s, E2E 0.400 s, 60 decode steps of 6 ms each, forward 2 ms of each.
+TTFT is 10 % of the wait, so the pot is slow; 67 % of each step is outside the forward pass, so
+the pot is overhead-bound: the fix is the portioning station (CUDA graphs, fewer per-step chores).
+
+Pure function, no engine, no Streamlit: the kitchen page and the lab pages both call it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from statistics import median
+from typing import TYPE_CHECKING, Literal
+
+from engine.trace import Metrics, StepRecord, Trace
+
+if TYPE_CHECKING:  # the roofline module is optional at import time; we only read its fields
+    from engine.roofline import Roofline
+
+# Thresholds, stated once so the page can show them.
+OUTSIDE_FORWARD_OVERHEAD = 0.5  # >= half the step outside forward() -> overhead-bound
+ROOF_EXPLAINS_AT_LEAST = 0.25  # roof time < 25 % of the step -> the rest is overhead
+PADDING_WORTH_FIXING = 0.10  # > 10 % of prefill slots were padding -> suggest packing
+
+
+@dataclass(frozen=True)
+class Verdict:
+    headline: str  # one line for the page
+    slow_phase: Literal["prefill", "decode"]
+    decode_bound: Literal["bandwidth", "compute", "overhead"] | None
+    fixes: list[str] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)  # the measured numbers the verdict used
+
+
+@dataclass(frozen=True)
+class DecodeProfile:
+    """Medians over the decode steps: what a typical ladle of soup cost."""
+
+    steps: int
+    step_s: float
+    forward_s: float
+    outside_share: float  # fraction of the step spent outside the forward pass
+    intensity: float  # analytic FLOP/byte
+    tokens_per_seq: float  # tokens fed per sequence per step: 1 with a KV cache, the history without
+    kv_mb: float
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms"
+
+
+def profile_decode(steps: list[StepRecord]) -> DecodeProfile | None:
+    if not steps:
+        return None
+    return DecodeProfile(
+        steps=len(steps),
+        step_s=median(s.seconds for s in steps),
+        forward_s=median(s.forward_s for s in steps),
+        outside_share=median(max(0.0, 1 - s.forward_s / s.seconds) if s.seconds > 0 else 0.0 for s in steps),
+        intensity=median(s.intensity for s in steps),
+        tokens_per_seq=median(s.tokens / max(1, s.batch) for s in steps),
+        kv_mb=max(s.kv_bytes for s in steps) / 1e6,
+    )
+
+
+def roof_time_s(step: StepRecord, roof: Roofline) -> float:
+    """The least time this step could take on this machine: the slower of its bytes and its FLOPs."""
+    return max(step.bytes_moved / roof.bandwidth_bytes_per_s, step.flops / roof.flops_per_s)
+
+
+def classify_decode(
+    steps: list[StepRecord], prof: DecodeProfile, roof: Roofline | None, evidence: list[str]
+) -> Literal["bandwidth", "compute", "overhead"] | None:
+    """Overhead first (it hides the other two), then the side of the ridge the step sits on."""
+    evidence.append(
+        f"decode step median {ms(prof.step_s)}, forward pass {ms(prof.forward_s)} "
+        f"({prof.outside_share:.0%} outside the forward pass)"
+    )
+    if prof.outside_share >= OUTSIDE_FORWARD_OVERHEAD:
+        return "overhead"
+    if roof is None:
+        evidence.append("no roofline measured: cannot tell bandwidth- from compute-bound")
+        return None
+    explained = median(roof_time_s(s, roof) / s.seconds for s in steps if s.seconds > 0)
+    evidence.append(
+        f"decode intensity {prof.intensity:.2f} FLOP/byte vs ridge {roof.ridge:.1f} FLOP/byte; "
+        f"the roof explains {explained:.0%} of the step time"
+    )
+    if explained < ROOF_EXPLAINS_AT_LEAST:
+        return "overhead"
+    return "bandwidth" if prof.intensity < roof.ridge else "compute"
+
+
+def prefill_fixes(pre: StepRecord, evidence: list[str]) -> list[str]:
+    fixes = [
+        f"Shorten the prompt: the wok tossed {pre.tokens} prompt tokens; its work grows with length, "
+        "and attention's share grows with length squared.",
+        f"Split the banquet: {pre.batch} sequence(s) went into one pass; smaller batches give each guest "
+        "an earlier first dish (at some cost in throughput).",
+    ]
+    padding = 1 - pre.tokens / pre.slots if pre.slots else 0.0
+    evidence.append(
+        f"prefill computed {pre.slots} slots for {pre.tokens} real tokens ({padding:.0%} padding)"
+    )
+    if padding > PADDING_WORTH_FIXING:
+        fixes.append(
+            f"Pack instead of pad: {padding:.0%} of the wok's slots were padding (batching='packed')."
+        )
+    fixes.append("Raise prefill parallelism: more cores or a GPU; chunk very long prompts.")
+    return fixes
+
+
+def decode_fixes(bound: str | None, prof: DecodeProfile) -> list[str]:
+    fixes: list[str] = []
+    if prof.tokens_per_seq > 1.5:
+        fixes.append(
+            f"Use a KV cache: each step re-fed {prof.tokens_per_seq:.0f} tokens per sequence "
+            "(cache='none' recooks the whole soup every ladle)."
+        )
+    if bound == "overhead":
+        fixes += [
+            f"Cut per-step overhead: the model's compute is only part of each {ms(prof.step_s)} step "
+            "(Python, allocation, sampling, sync).",
+            "On GPU, replay the step as a CUDA graph (cuda_graph=True); keep cache='static' to avoid "
+            "per-step allocation.",
+        ]
+    elif bound == "bandwidth":
+        fixes += [
+            "Read fewer bytes per step: a smaller dtype (bfloat16 halves weight reads) or quantized weights.",
+            f"Share each weight read across more sequences (batch more); KV cache now {prof.kv_mb:.1f} MB.",
+            "Try speculative decoding: verify several tokens per pass over the weights.",
+        ]
+    elif bound == "compute":
+        fixes += [
+            "The pot is compute-bound at this batch: fewer sequences per step lower each step's latency.",
+            "More FLOP/s helps here (GPU, bfloat16 matmuls); bandwidth tricks will not.",
+        ]
+    else:
+        fixes.append("Measure the roofline to see whether the pot waits on bytes or on FLOPs.")
+    return fixes
+
+
+def diagnose(metrics: Metrics, trace: Trace, roof: Roofline | None = None) -> Verdict:
+    """Which pot is slow, why, and what to try, from one run's metrics and trace."""
+    e2e = metrics.e2e_s
+    ttft_share = metrics.ttft_s / e2e if e2e > 0 else 1.0
+    decode_s = max(0.0, e2e - metrics.ttft_s)
+    evidence = [
+        f"TTFT {ms(metrics.ttft_s)} of E2E {ms(e2e)} ({ttft_share:.0%}); decode {ms(decode_s)}",
+        f"prefill {metrics.prefill_tokens} tokens at {metrics.prefill_tps:.0f} tok/s; "
+        f"decode {metrics.decode_tps:.1f} tok/s, TPOT {ms(metrics.tpot_s)}",
+    ]
+    steps = trace.decode_steps
+    prof = profile_decode(steps)
+    bound = classify_decode(steps, prof, roof, evidence) if prof else None
+    slow_phase = "prefill" if ttft_share >= 0.5 or prof is None else "decode"
+    if slow_phase == "prefill":
+        pre = trace.prefill
+        fixes = prefill_fixes(pre, evidence) if pre is not None else []
+        headline = (
+            f"TTFT is {ttft_share:.0%} of the wait: the wok is the bottleneck; "
+            "shorter prompts or smaller batches help"
+        )
+    else:
+        fixes = decode_fixes(bound, prof)
+        why = {
+            "overhead": "each step is mostly per-step overhead; trim the portioning",
+            "bandwidth": "each step waits on reading weights and KV cache",
+            "compute": "each step is compute-bound at this batch",
+            None: "measure the roofline to see why",
+        }[bound]
+        headline = (
+            f"Decode is {1 - ttft_share:.0%} of the wait ({prof.steps} steps, "
+            f"{ms(prof.step_s)} each): the soup pot is the bottleneck; {why}"
+        )
+    return Verdict(
+        headline=headline, slow_phase=slow_phase, decode_bound=bound, fixes=fixes, evidence=evidence
+    )

@@ -1,0 +1,113 @@
+"""The inspector on constructed measurement sets, one per verdict.
+
+Each set is a real `Trace` built step by step with the numbers a run of that kind produces, then
+turned into `Metrics` by the project's own `compute_metrics`, so the inspector sees exactly what it
+sees after a real run.
+"""
+
+from engine.roofline import Roofline
+from engine.trace import StepRecord, Trace, compute_metrics
+from lab.inspector import diagnose
+
+# A machine with 20 GB/s and 100 GFLOP/s: ridge at 5 FLOP/byte.
+ROOF = Roofline(bandwidth_bytes_per_s=20e9, flops_per_s=100e9, device="cpu", dtype="float32")
+
+
+def build_trace(
+    *,
+    prefill_s: float,
+    steps: int,
+    step_s: float,
+    forward_share: float,
+    batch: int = 1,
+    prompt: int = 32,
+    slots: int | None = None,
+    decode_flops: float = 2e6,
+    decode_bytes: float = 4e6,
+    decode_tokens_per_seq: int = 1,
+) -> tuple[Trace, list[int]]:
+    """A prefill pass then `steps` equal decode steps; returns the trace and tokens per sequence."""
+    trace = Trace()
+    slots = slots if slots is not None else prompt * batch
+    pre = StepRecord("prefill", 0, 0.0, prefill_s, prefill_s * 0.95, batch, prompt * batch, slots,
+                     prompt * batch, 1000, 1e9, 1e7)  # fmt: skip
+    trace.steps.append(pre)
+    trace.t_first_token = prefill_s
+    t = prefill_s
+    for i in range(1, steps + 1):
+        trace.steps.append(
+            StepRecord("decode", i, t, t + step_s, step_s * forward_share, batch, batch * decode_tokens_per_seq,
+                       batch * decode_tokens_per_seq, batch * (prompt + i), 1000 + i, decode_flops, decode_bytes)
+        )  # fmt: skip
+        t += step_s
+    trace.t_done = t
+    return trace, [steps + 1] * batch
+
+
+def verdict_for(roof=ROOF, **kw):
+    trace, out = build_trace(**kw)
+    return diagnose(compute_metrics(trace, out, kv_allocated=4096), trace, roof)
+
+
+def test_long_prompt_makes_the_wok_the_bottleneck():
+    v = verdict_for(prefill_s=2.0, steps=10, step_s=0.01, forward_share=0.9, prompt=1024)
+    assert v.slow_phase == "prefill"
+    assert v.headline.startswith("TTFT is 95% of the wait: the wok is the bottleneck")
+    assert any("1024 prompt tokens" in f for f in v.fixes)
+    assert any("TTFT 2000.0 ms" in e for e in v.evidence)
+
+
+def test_heavy_padding_suggests_packing():
+    v = verdict_for(prefill_s=1.0, steps=2, step_s=0.01, forward_share=0.9, batch=4, prompt=50, slots=400)
+    assert v.slow_phase == "prefill"
+    assert any("packed" in f for f in v.fixes)
+    assert any("(50% padding)" in e for e in v.evidence)
+
+
+def test_bandwidth_bound_decode():
+    # 4 MB per step at 20 GB/s = 0.2 ms of roof time; a 0.25 ms step is 80 % explained by bytes.
+    v = verdict_for(prefill_s=0.01, steps=100, step_s=0.00025, forward_share=0.9)
+    assert v.slow_phase == "decode"
+    assert v.decode_bound == "bandwidth"
+    assert "soup pot is the bottleneck" in v.headline
+    assert any("bfloat16" in f for f in v.fixes)
+
+
+def test_compute_bound_decode_at_large_batch():
+    # 64 sequences: 1.28 GFLOP over 40 MB = 32 FLOP/byte, right of the 5 FLOP/byte ridge.
+    v = verdict_for(prefill_s=0.01, steps=50, step_s=0.015, forward_share=0.95, batch=64,
+                    decode_flops=1.28e9, decode_bytes=40e6)  # fmt: skip
+    assert v.decode_bound == "compute"
+    assert any("compute-bound" in f for f in v.fixes)
+
+
+def test_overhead_bound_when_most_of_the_step_is_outside_forward():
+    v = verdict_for(prefill_s=0.01, steps=50, step_s=0.006, forward_share=0.3)
+    assert v.decode_bound == "overhead"
+    assert any("70% outside the forward pass" in e for e in v.evidence)
+    assert any("CUDA graph" in f for f in v.fixes)
+
+
+def test_overhead_bound_when_roof_explains_little_of_the_step():
+    # Forward is 90 % of the step, but 4 MB at 20 GB/s is 0.2 ms of a 5 ms step: 4 % explained.
+    v = verdict_for(prefill_s=0.01, steps=50, step_s=0.005, forward_share=0.9)
+    assert v.decode_bound == "overhead"
+    assert any("explains 4% of the step time" in e for e in v.evidence)
+
+
+def test_without_roofline_bandwidth_and_compute_stay_undecided():
+    v = verdict_for(roof=None, prefill_s=0.01, steps=100, step_s=0.00025, forward_share=0.9)
+    assert v.slow_phase == "decode"
+    assert v.decode_bound is None
+    assert any("no roofline" in e for e in v.evidence)
+
+
+def test_recompute_without_cache_is_called_out():
+    v = verdict_for(prefill_s=0.01, steps=50, step_s=0.02, forward_share=0.95, decode_tokens_per_seq=40)
+    assert any("Use a KV cache" in f for f in v.fixes)
+
+
+def test_single_token_run_has_no_decode_verdict():
+    v = verdict_for(prefill_s=0.05, steps=0, step_s=0.0, forward_share=1.0)
+    assert v.slow_phase == "prefill"
+    assert v.decode_bound is None

@@ -1,0 +1,322 @@
+"""The model catalog: the one allow-listed menu of models the app may load.
+
+Why an allow-list: the browser must never name an arbitrary path or hub id; it picks a *catalog name*
+and the server resolves it. The menu lives in `catalog.toml` at the repo root; an instructor adds
+entries with server-side files only (env `TWO_POT_CATALOG=extra.toml[:more.toml]`, or the launcher's
+`--catalog`, which calls `use_extra_catalogs`).
+
+A catalog file:
+
+    allowed_roots = ["/srv/models"]      # extra folders local entries may live in (server-side only)
+
+    [[model]]
+    name = "chef"                        # what the browser picks; unique across all files
+    path = "assets/models/chef"          # exactly one of path / preset / hub
+    label = "The chef"                   # short text for a picker
+    trained = true                       # optional; presets are always false
+    description = "..."                  # optional
+
+    [[model]]
+    name = "preset:smollm2-135m"
+    preset = "smollm2-135m"              # a real architecture's shape, random weights, built locally
+
+Relative paths are relative to the file that names them. Local folders must sit under the repo's
+`assets/models/` or one of the `allowed_roots`. Every refusal is one `EngineError` line.
+
+`describe(entry)` gives the facts a picker shows (parameters, bytes per dtype, KV bytes per token)
+from config.json or the preset's config alone: no weights are read, so a 5 GB preset costs nothing
+to describe. `fits(entry, dtype, device)` says before loading whether the weights would fit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tomllib
+
+from engine.config import config_from_hf
+from engine.errors import EngineError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CATALOG = REPO_ROOT / "catalog.toml"
+MODELS_ROOT = REPO_ROOT / "assets" / "models"
+ENV_VAR = "TWO_POT_CATALOG"
+RANDOM_WEIGHTS_NOTE = "random weights: timing is real, text is not"
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+FILE_KEYS = {"allowed_roots", "default", "model"}
+ENTRY_KEYS = {"name", "path", "preset", "hub", "label", "trained", "description"}
+SOURCE_KEYS = ("path", "preset", "hub")
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One menu item. `source` is what `Engine.load` receives: a folder path, `preset:NAME` or a hub id."""
+
+    name: str
+    source: str
+    label: str  # always ends with RANDOM_WEIGHTS_NOTE when `trained` is False
+    trained: bool
+    description: str = ""
+    kind: str = "path"  # "path" | "preset" | "hub"
+    catalog_file: str = ""  # which file defined it (for error messages)
+
+
+@dataclass(frozen=True)
+class EntryFacts:
+    """What a picker shows, computed from the config alone.
+
+    `weight_bytes` and `kv_bytes_per_token` are keyed by dtype name ("float32", "bfloat16", "float16").
+    Example, the SmolLM2-135M preset: n_params 134,515,008; weight_bytes["float32"] 538,060,032;
+    kv_bytes_per_token["float32"] 46,080 (2 x 30 layers x 3 KV heads x 64 x 4 bytes).
+    """
+
+    n_params: int
+    weight_bytes: dict[str, int]
+    kv_bytes_per_token: dict[str, int]
+    max_context: int
+    family: str
+    trained: bool
+
+
+@dataclass(frozen=True)
+class Fit:
+    """`fits()`'s answer: ok, plus the numbers behind it and a one-line message for the UI."""
+
+    ok: bool
+    need_bytes: int
+    available_bytes: int
+    message: str
+
+
+@dataclass
+class Catalog:
+    entries: list[Entry] = field(default_factory=list)
+    allowed_roots: list[Path] = field(default_factory=list)
+    default_name: str = "chef"
+
+    def names(self) -> list[str]:
+        return [e.name for e in self.entries]
+
+    def get(self, name: str) -> Entry:
+        for e in self.entries:
+            if e.name == name:
+                return e
+        raise EngineError(f"unknown model '{name}'; the catalog has: {', '.join(self.names())}")
+
+    @property
+    def default(self) -> Entry:
+        return self.get(self.default_name)
+
+
+def _extra_paths_from_env() -> list[Path]:
+    raw = os.environ.get(ENV_VAR, "")
+    return [Path(p) for p in raw.split(os.pathsep) if p.strip()]
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise EngineError(f"catalog file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as err:
+        raise EngineError(f"catalog file {path} is not valid TOML: {err}") from None
+
+
+def _check_keys(found: set[str], allowed: set[str], where: str) -> None:
+    unknown = sorted(found - allowed)
+    if unknown:
+        raise EngineError(f"{where}: unknown key '{unknown[0]}' (allowed: {', '.join(sorted(allowed))})")
+
+
+def _inside(path: Path, roots: list[Path]) -> bool:
+    return any(path == r or r in path.parents for r in roots)
+
+
+def _parse_entry(raw: dict, file: Path, roots: list[Path]) -> Entry:
+    """One [[model]] table -> Entry, with its source resolved and checked."""
+    if not isinstance(raw, dict):
+        raise EngineError(f"{file.name}: every [[model]] must be a table")
+    name = raw.get("name")
+    where = f"{file.name}: model '{name}'" if name else f"{file.name}: a [[model]] entry"
+    _check_keys(set(raw), ENTRY_KEYS, where)
+    if not isinstance(name, str) or not name.strip():
+        raise EngineError(f"{where} has no 'name'")
+    sources = [k for k in SOURCE_KEYS if k in raw]
+    if len(sources) != 1:
+        raise EngineError(f"{where} needs exactly one of path, preset, hub (found {len(sources)})")
+    kind = sources[0]
+    value = raw[kind]
+    if not isinstance(value, str) or not value.strip():
+        raise EngineError(f"{where}: '{kind}' must be a non-empty string")
+    trained = raw.get("trained", kind != "preset")
+    if not isinstance(trained, bool):
+        raise EngineError(f"{where}: 'trained' must be true or false")
+    if kind == "preset":
+        if trained:
+            raise EngineError(f"{where}: a preset has random weights, so 'trained' cannot be true")
+        source = value if value.startswith("preset:") else f"preset:{value}"
+    elif kind == "hub":
+        if not HUB_ID.match(value):
+            raise EngineError(f"{where}: hub id '{value}' is not of the form owner/name")
+        source = value
+    else:
+        folder = (file.parent / value).resolve()
+        if not _inside(folder, roots):
+            allowed = ", ".join(str(r) for r in roots)
+            raise EngineError(f"{where}: path {folder} is outside the allowed roots ({allowed})")
+        source = str(folder)
+    label = str(raw.get("label") or name)
+    if not trained and RANDOM_WEIGHTS_NOTE not in label:
+        label = f"{label} ({RANDOM_WEIGHTS_NOTE})"
+    return Entry(name, source, label, trained, str(raw.get("description", "")), kind, str(file))
+
+
+def _allowed_roots(data: dict, file: Path) -> list[Path]:
+    roots = data.get("allowed_roots", [])
+    if not isinstance(roots, list) or not all(isinstance(r, str) for r in roots):
+        raise EngineError(f"{file.name}: 'allowed_roots' must be a list of folder paths")
+    return [(file.parent / r).resolve() for r in roots]
+
+
+def load_catalog(path: str | Path | None = None, extra_paths: tuple = ()) -> Catalog:
+    """Read the main catalog plus extras (arguments first, then env TWO_POT_CATALOG), merged in order.
+
+    Allowed roots are collected from every file before any entry is checked, so an instructor's
+    file may list the folder and its models together. Duplicate names anywhere are refused.
+    """
+    files = [Path(path) if path else DEFAULT_CATALOG, *map(Path, extra_paths), *_extra_paths_from_env()]
+    files = [f.resolve() for f in files]
+    parsed = []
+    for f in files:
+        data = _read_toml(f)
+        _check_keys(set(data), FILE_KEYS, f.name)
+        parsed.append((f, data))
+    roots = [MODELS_ROOT.resolve()] + [r for f, d in parsed for r in _allowed_roots(d, f)]
+    catalog = Catalog(allowed_roots=roots)
+    for f, data in parsed:
+        if "default" in data:
+            catalog.default_name = str(data["default"])
+        models = data.get("model", [])
+        if not isinstance(models, list):
+            raise EngineError(f"{f.name}: 'model' must be an array of tables ([[model]])")
+        for raw in models:
+            entry = _parse_entry(raw, f, roots)
+            if entry.name in catalog.names():
+                first = Path(catalog.get(entry.name).catalog_file).name
+                raise EngineError(
+                    f"{f.name}: duplicate model name '{entry.name}' (already defined in {first})"
+                )
+            catalog.entries.append(entry)
+    catalog.get(catalog.default_name)  # the default must exist: fail at load, not at first click
+    return catalog
+
+
+def resolve_source(name: str, catalog: Catalog | None = None) -> str | None:
+    """Catalog name -> what Engine.load understands (folder path, `preset:NAME`, hub id); None if unlisted."""
+    cat = catalog or load_catalog()
+    return next((e.source for e in cat.entries if e.name == name), None)
+
+
+def use_extra_catalogs(paths: list[str | Path], env: dict | None = None) -> Catalog:
+    """For the launcher's `--catalog`: check the files now (fail fast) and export them in TWO_POT_CATALOG.
+
+    Writing the env var (not a module global) means a Streamlit child process and every later
+    `load_catalog()` see the same merged menu.
+    """
+    env = os.environ if env is None else env
+    absolute = [str(Path(p).resolve()) for p in paths]
+    merged = [p for p in env.get(ENV_VAR, "").split(os.pathsep) if p] + absolute
+    catalog = load_catalog(extra_paths=tuple(absolute))  # raises EngineError on a bad file
+    env[ENV_VAR] = os.pathsep.join(merged)
+    return catalog
+
+
+def _hf_config(entry: Entry) -> dict:
+    """The entry's config.json as a dict, without touching weights (or the network)."""
+    if entry.kind == "preset":
+        from engine import presets
+
+        return presets.preset_config(entry.source.removeprefix("preset:"))
+    if entry.kind == "path":
+        file = Path(entry.source) / "config.json"
+    else:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(entry.source, "config.json")
+        if not isinstance(cached, str):
+            raise EngineError(
+                f"hub model '{entry.source}' is not in the local cache; its facts need a download"
+            )
+        file = Path(cached)
+    try:
+        return json.loads(file.read_text())
+    except FileNotFoundError:
+        raise EngineError(f"model '{entry.name}': no config.json in {file.parent}") from None
+
+
+def describe(entry: Entry) -> EntryFacts:
+    """Parameters, bytes per dtype and KV bytes per token, from the config alone (no weights loaded)."""
+    cfg = config_from_hf(_hf_config(entry))
+    n = cfg.num_params()
+    return EntryFacts(
+        n_params=n,
+        weight_bytes={dt: n * b for dt, b in DTYPE_BYTES.items()},
+        kv_bytes_per_token={dt: cfg.kv_bytes_per_token(b) for dt, b in DTYPE_BYTES.items()},
+        max_context=cfg.max_context,
+        family=cfg.family,
+        trained=entry.trained,
+    )
+
+
+def available_bytes(device: str = "cpu") -> int:
+    """Memory a new model could use now: MemAvailable on CPU, free device memory on CUDA."""
+    if device.startswith("cuda"):
+        import torch
+
+        free, _total = torch.cuda.mem_get_info(torch.device(device))
+        return int(free)
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+# Weights plus room for activations, the KV cache and the allocator: 25 % more, and at least 256 MB.
+HEADROOM_FRACTION = 0.25
+HEADROOM_MIN_BYTES = 256 * 2**20
+
+
+def fits(entry: Entry, dtype: str = "float32", device: str = "cpu", available: int | None = None) -> Fit:
+    """Would this entry's weights fit in `device` memory at `dtype`? Answered before loading anything.
+
+    Example: the Llama-3.2-1B preset in float32 needs 1.236 B x 4 bytes = 4.9 GB + 25 % headroom;
+    with 3 GB available the answer is ok=False and a message naming both numbers.
+    """
+    if dtype not in DTYPE_BYTES:
+        raise EngineError(f"unsupported dtype '{dtype}' (supported: {', '.join(DTYPE_BYTES)})")
+    weights = describe(entry).weight_bytes[dtype]
+    need = weights + max(int(weights * HEADROOM_FRACTION), HEADROOM_MIN_BYTES)
+    have = available_bytes(device) if available is None else available
+    gb = 1e9
+    if need > have:
+        msg = (
+            f"{entry.name} in {dtype} needs about {need / gb:.1f} GB ({weights / gb:.2f} GB of weights + headroom) "
+            f"but only {have / gb:.1f} GB is free on {device}; try bfloat16 or a smaller model"
+        )
+        return Fit(False, need, have, msg)
+    return Fit(
+        True,
+        need,
+        have,
+        f"{entry.name} in {dtype}: {weights / gb:.2f} GB of weights, {have / gb:.1f} GB free",
+    )

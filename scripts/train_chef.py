@@ -177,6 +177,26 @@ def evaluate(model, val_ids: torch.Tensor, chars_predicted: int, context: int, b
     return ValLoss(total / n, total / chars_predicted, n, chars_predicted)
 
 
+def add_residual_dropout(model, p: float) -> None:
+    """Dropout on each attention and MLP output before it joins the residual stream (training only).
+
+    Why: the corpus is ~370 k tokens and we make many passes over it; without dropout a model this
+    size starts memorising. Hooks keep the saved checkpoint a plain LlamaForCausalLM: `eval()` turns
+    the dropout off, and hooks are not saved.
+    """
+    if p <= 0:
+        return
+
+    def drop(module, inputs, output):
+        if isinstance(output, tuple):  # attention returns (hidden, weights)
+            return (torch.nn.functional.dropout(output[0], p, module.training), *output[1:])
+        return torch.nn.functional.dropout(output, p, module.training)
+
+    for layer in model.model.layers:
+        layer.self_attn.register_forward_hook(drop)
+        layer.mlp.register_forward_hook(drop)
+
+
 def random_batch(ids: torch.Tensor, batch: int, context: int, gen: torch.Generator) -> torch.Tensor:
     """`batch` random windows of context+1 tokens (inputs and shifted labels come from the same row)."""
     starts = torch.randint(0, ids.numel() - context - 1, (batch,), generator=gen)
@@ -234,6 +254,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--dropout", type=float, default=0.1, help="residual dropout while training")
     p.add_argument("--eval-every", type=int, default=100)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=1337)
@@ -265,6 +286,7 @@ def main(argv: list[str] | None = None) -> None:
     )
 
     model = build_model(SHAPES[args.size], tok.get_vocab_size(), eos_id, args.context, args.seed)
+    add_residual_dropout(model, args.dropout)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model {args.size}: {n_params:,} params, threads {args.threads}", flush=True)
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -335,6 +357,8 @@ def main(argv: list[str] | None = None) -> None:
         "best_step": best_step,
         "train_seconds": round(train_s, 1),
         "threads": args.threads,
+        "dropout": args.dropout,
+        "lr": args.lr,
         "seed": args.seed,
         "val_nats_per_token": best.nats_per_token,
         "val_nats_per_char": best.nats_per_char,
@@ -384,7 +408,7 @@ same Hugging Face folder path as any hub checkpoint.
 | tokenizer | byte-level BPE, {r["vocab_size"]:,} tokens, trained on the training split (`tokenizers`) |
 | context | {r["context"]} tokens |
 | data | Tiny Shakespeare (sha256 86c4e6aa…65ed), first 95 % train ({r["train_tokens"]:,} tokens), last 5 % validation |
-| training | {r["steps_run"]} AdamW steps of {r["tokens_seen"] // max(1, r["steps_run"]):,} tokens ({r["tokens_seen"]:,} tokens seen), best checkpoint at step {r["best_step"]} |
+| training | {r["steps_run"]} AdamW steps of {r["tokens_seen"] // max(1, r["steps_run"]):,} tokens ({r["tokens_seen"]:,} tokens seen), residual dropout {r["dropout"]}, peak LR {r["lr"]}, best checkpoint at step {r["best_step"]} |
 | training time | {r["train_seconds"] / 60:.1f} min on {r["threads"]} thread(s){" (stopped by the wall-clock cap)" if r["stopped_by_clock"] else ""} |
 | machine | {r["machine"]} |
 | seed | {r["seed"]} |

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import tomllib
 
-from engine.config import config_from_hf
+from engine.config import ModelConfig, config_from_hf
 from engine.errors import EngineError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -161,7 +161,12 @@ def _parse_entry(raw: dict, file: Path, roots: list[Path]) -> Entry:
     if kind == "preset":
         if trained:
             raise EngineError(f"{where}: a preset has random weights, so 'trained' cannot be true")
-        source = value if value.startswith("preset:") else f"preset:{value}"
+        from engine.presets import PRESETS
+
+        preset = value.removeprefix("preset:")
+        if preset not in PRESETS:
+            raise EngineError(f"{where}: unknown preset '{preset}' (available: {', '.join(PRESETS)})")
+        source = f"preset:{preset}"
     elif kind == "hub":
         if not HUB_ID.match(value):
             raise EngineError(f"{where}: hub id '{value}' is not of the form owner/name")
@@ -238,8 +243,8 @@ def use_extra_catalogs(paths: list[str | Path], env: dict | None = None) -> Cata
     return catalog
 
 
-def _hf_config(entry: Entry) -> dict:
-    """The entry's config.json as a dict, without touching weights (or the network)."""
+def _model_config(entry: Entry) -> ModelConfig:
+    """The entry's shape from its config.json (or the preset's), without touching weights or the network."""
     if entry.kind == "preset":
         from engine import presets
 
@@ -256,14 +261,14 @@ def _hf_config(entry: Entry) -> dict:
             )
         file = Path(cached)
     try:
-        return json.loads(file.read_text())
+        return config_from_hf(json.loads(file.read_text()))
     except FileNotFoundError:
         raise EngineError(f"model '{entry.name}': no config.json in {file.parent}") from None
 
 
 def describe(entry: Entry) -> EntryFacts:
     """Parameters, bytes per dtype and KV bytes per token, from the config alone (no weights loaded)."""
-    cfg = config_from_hf(_hf_config(entry))
+    cfg = _model_config(entry)
     n = cfg.num_params()
     return EntryFacts(
         n_params=n,
@@ -275,48 +280,45 @@ def describe(entry: Entry) -> EntryFacts:
     )
 
 
-def available_bytes(device: str = "cpu") -> int:
-    """Memory a new model could use now: MemAvailable on CPU, free device memory on CUDA."""
-    if device.startswith("cuda"):
-        import torch
-
-        free, _total = torch.cuda.mem_get_info(torch.device(device))
-        return int(free)
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
-# Weights plus room for activations, the KV cache and the allocator: 25 % more, and at least 256 MB.
-HEADROOM_FRACTION = 0.25
-HEADROOM_MIN_BYTES = 256 * 2**20
+# The engine's own rule (engine.presets.check_fits): weights may take at most 90 % of what is free.
+USABLE_FRACTION = 0.9
 
 
 def fits(entry: Entry, dtype: str = "float32", device: str = "cpu", available: int | None = None) -> Fit:
     """Would this entry's weights fit in `device` memory at `dtype`? Answered before loading anything.
 
-    Example: the Llama-3.2-1B preset in float32 needs 1.236 B x 4 bytes = 4.9 GB + 25 % headroom;
-    with 3 GB available the answer is ok=False and a message naming both numbers.
+    `available` overrides the measured free memory (MemAvailable on CPU, free memory on CUDA).
+    Example: the Llama-3.2-1B preset in float32 is 1.236 B x 4 bytes = 4.9 GB of weights; with 3 GB
+    free the answer is ok=False with a message naming both numbers, and bfloat16 (2.5 GB) still fails.
     """
     if dtype not in DTYPE_BYTES:
         raise EngineError(f"unsupported dtype '{dtype}' (supported: {', '.join(DTYPE_BYTES)})")
-    weights = describe(entry).weight_bytes[dtype]
-    need = weights + max(int(weights * HEADROOM_FRACTION), HEADROOM_MIN_BYTES)
-    have = available_bytes(device) if available is None else available
+    if entry.kind == "preset":
+        import torch
+
+        from engine import presets
+
+        need = presets.bytes_needed(entry.source.removeprefix("preset:"), getattr(torch, dtype))
+    else:
+        need = describe(entry).weight_bytes[dtype]
+    if available is None:
+        import torch
+
+        from engine.limits import available_memory
+
+        available = available_memory(torch.device(device))
     gb = 1e9
-    if need > have:
-        msg = (
-            f"{entry.name} in {dtype} needs about {need / gb:.1f} GB ({weights / gb:.2f} GB of weights + headroom) "
-            f"but only {have / gb:.1f} GB is free on {device}; try bfloat16 or a smaller model"
+    if need > USABLE_FRACTION * available:
+        return Fit(
+            False,
+            need,
+            available,
+            f"{entry.name} needs {need / gb:.2f} GB for its {dtype} weights but only {available / gb:.2f} GB "
+            f"is available on {device}; try bfloat16 or a smaller model",
         )
-        return Fit(False, need, have, msg)
     return Fit(
         True,
         need,
-        have,
-        f"{entry.name} in {dtype}: {weights / gb:.2f} GB of weights, {have / gb:.1f} GB free",
+        available,
+        f"{entry.name}: {need / gb:.2f} GB of {dtype} weights, {available / gb:.1f} GB free",
     )

@@ -188,6 +188,7 @@ def test_use_extra_catalogs_checks_then_exports(tmp_path):
     [
         ('[[model]]\nname = "x"\npreset = "smollm2-135m"\ntrained = true\n', "'trained' cannot be true"),
         ('[[model]]\nname = "x"\nhub = "not a hub id"\n', "not of the form owner/name"),
+        ('[[model]]\nname = "x"\npreset = "gpt-7"\n', "unknown preset 'gpt-7'"),
         ('[[model]]\nname = "x"\nhub = "a/b"\npath = "c"\n', "exactly one of path, preset, hub"),
         ('[[model]]\npath = "c"\n', "has no 'name'"),
         ('default = "nope"\n', "unknown model 'nope'"),
@@ -237,8 +238,25 @@ def test_fits_refuses_a_1b_preset_in_fp32_on_a_small_machine():
     entry = load_catalog().get("preset:llama-3.2-1b")
     fit = fits(entry, "float32", available=3 * 10**9)
     assert not fit.ok and fit.need_bytes > 4.9e9
-    assert "llama-3.2-1b" in fit.message and "3.0 GB" in fit.message and "\n" not in fit.message
+    assert "llama-3.2-1b" in fit.message and "3.00 GB" in fit.message and "\n" not in fit.message
+    assert not fits(entry, "bfloat16", available=26 * 10**8).ok  # 2.51 GB > 90 % of 2.6 GB
     assert fits(entry, "bfloat16", available=8 * 10**9).ok
+
+
+def test_fits_agrees_with_the_engine_on_this_machine():
+    """Measured free memory, both answers: the catalog's preview and the engine's own refusal."""
+    import torch
+
+    from engine import presets
+
+    entry = load_catalog().get("preset:llama-3.2-1b")
+    for dtype in ("float32", "bfloat16"):
+        try:
+            presets.check_fits("llama-3.2-1b", torch.device("cpu"), getattr(torch, dtype))
+            engine_ok = True
+        except EngineError:
+            engine_ok = False
+        assert fits(entry, dtype).ok == engine_ok
 
 
 def test_fits_rejects_unknown_dtype():

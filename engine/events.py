@@ -12,7 +12,7 @@ Order for one request:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 from engine.trace import StepRecord
 
@@ -58,4 +58,4 @@ class Done:
     result: GenerationResult
 
 
-Event = Union[PrefillStart, PrefillEnd, Token, StepEnd, Done]
+Event = PrefillStart | PrefillEnd | Token | StepEnd | Done

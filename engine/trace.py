@@ -105,7 +105,7 @@ def compute_metrics(trace: Trace, output_tokens: list[int], kv_allocated: int) -
     n = max(output_tokens) if output_tokens else 0
     ttft, e2e = trace.t_first_token, trace.t_done
     token_times = [ttft] + [s.t_end for s in trace.decode_steps]
-    itl = [b - a for a, b in zip(token_times, token_times[1:])]
+    itl = [b - a for a, b in zip(token_times, token_times[1:], strict=False)]
     decode_s = e2e - ttft
     decode_tokens = sum(output_tokens) - len(output_tokens)  # first tokens come from prefill
     return Metrics(

@@ -1,0 +1,216 @@
+"""`ModelConfig`: the handful of numbers that decide a transformer's shape, read from HF config.json.
+
+Why our own dataclass instead of `transformers.PretrainedConfig`: the engine only needs ~20 fields,
+and naming them once here (d_model, n_kv_heads, ffn_dim, ...) lets every other file -- the model,
+the cost model, the lab's theory lines -- read the same numbers without knowing three families'
+spellings (`hidden_size` vs `n_embd`, `num_key_value_heads` vs nothing at all).
+
+Worked example: SmolLM2-135M's config.json has hidden_size 576, 30 layers, 9 heads of which 3 are
+KV heads, so head_dim = 576 / 9 = 64 and each token's KV cache costs
+2 (K and V) x 30 layers x 3 heads x 64 x 4 bytes = 46,080 bytes in float32.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from engine.errors import EngineError
+
+# model_type -> family. Mistral is a Llama with (optionally) sliding-window attention.
+FAMILIES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "gpt2": "gpt2"}
+ACTIVATIONS = {"silu", "gelu", "gelu_new", "gelu_pytorch_tanh"}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    family: str  # "llama" | "qwen2" | "gpt2"
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    ffn_dim: int
+    max_context: int
+    norm: str = "rms"  # "rms" (Llama, Qwen2) or "layer" (GPT-2, with bias)
+    norm_eps: float = 1e-5
+    positions: str = "rope"  # "rope" or "learned" (GPT-2's wpe table)
+    rope_theta: float = 10000.0
+    rope_scaling: dict | None = None  # only Llama-3's "llama3" frequency scaling is supported
+    tied: bool = True  # LM head shares the embedding matrix
+    qkv_bias: bool = False  # Qwen2 and GPT-2 add a bias to q/k/v
+    out_bias: bool = False  # GPT-2: bias on the attention output and the MLP projections
+    mlp_gated: bool = True  # SwiGLU (gate * up) vs GPT-2's plain fc -> act -> proj
+    act: str = "silu"
+    eos_ids: tuple[int, ...] = field(default_factory=tuple)
+    bos_id: int | None = None
+
+    @property
+    def q_dim(self) -> int:
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+    @property
+    def group(self) -> int:
+        """Query heads that share one KV head (GQA). 1 = plain multi-head attention."""
+        return self.n_heads // self.n_kv_heads
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        """K and V, every layer, every KV head: what one cached token costs."""
+        return 2 * self.n_layers * self.kv_dim * dtype_bytes
+
+    def layer_matmul_params(self) -> int:
+        """Weights one layer multiplies each token by (q/k/v, out, MLP). Used by costs.py too."""
+        attn = self.d_model * (self.q_dim + 2 * self.kv_dim) + self.q_dim * self.d_model
+        mlp = (3 if self.mlp_gated else 2) * self.d_model * self.ffn_dim
+        return attn + mlp
+
+    def num_params(self) -> int:
+        """Parameter count, tied embeddings counted once (the number model cards quote).
+
+        SmolLM2-135M: 30 x 3,538,944 matmul weights + 49,152 x 576 embedding + 61 norms x 576
+        = 134,515,008.
+        """
+        d = self.d_model
+        norm_params = d if self.norm == "rms" else 2 * d
+        per_layer = self.layer_matmul_params() + 2 * norm_params
+        if self.qkv_bias:
+            per_layer += self.q_dim + 2 * self.kv_dim
+        if self.out_bias:
+            per_layer += d + (self.ffn_dim + d)  # attn out bias, MLP fc and proj biases
+        total = self.n_layers * per_layer + norm_params + self.vocab_size * d
+        if not self.tied:
+            total += self.vocab_size * d
+        if self.positions == "learned":
+            total += self.max_context * d
+        return total
+
+
+def _eos_ids(raw: dict) -> tuple[int, ...]:
+    eos = raw.get("eos_token_id")
+    if eos is None:
+        return ()
+    return tuple(int(e) for e in (eos if isinstance(eos, list) else [eos]))
+
+
+def _rope_params(raw: dict) -> dict:
+    """transformers 5 writes `rope_parameters`; older config.json files use rope_theta + rope_scaling."""
+    params = dict(raw.get("rope_scaling") or {})
+    params.update(raw.get("rope_parameters") or {})
+    params.setdefault("rope_theta", raw.get("rope_theta", 10000.0))
+    return params
+
+
+def _check_rope_scaling(raw: dict) -> dict | None:
+    scaling = _rope_params(raw)
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "default":
+        return None
+    if kind != "llama3":
+        raise EngineError(f"unsupported rope_scaling type '{kind}' (supported: default, llama3)")
+    return dict(scaling)
+
+
+def config_from_hf(raw: dict) -> ModelConfig:
+    """Parse an HF config.json dict for the Llama family (Llama, SmolLM2, Mistral), Qwen2 or GPT-2."""
+    model_type = raw.get("model_type")
+    family = FAMILIES.get(str(model_type))
+    if family is None:
+        arch = ", ".join(raw.get("architectures") or []) or "unknown architecture"
+        raise EngineError(
+            f"unsupported architecture '{model_type}' ({arch}); supported: llama, mistral, qwen2, gpt2"
+        )
+    if family == "gpt2":
+        return _gpt2_config(raw)
+    d, heads = int(raw["hidden_size"]), int(raw["num_attention_heads"])
+    act = raw.get("hidden_act", "silu")
+    if act not in ACTIVATIONS:
+        raise EngineError(f"unsupported activation '{act}' (supported: {', '.join(sorted(ACTIVATIONS))})")
+    if raw.get("mlp_bias"):
+        raise EngineError("unsupported option 'mlp_bias' (MLP projections with bias)")
+    max_ctx = int(raw.get("max_position_embeddings", 2048))
+    window = raw.get("sliding_window") if raw.get("use_sliding_window", family == "llama") else None
+    if window:
+        # Attention is exact as long as no query looks further back than the window.
+        max_ctx = min(max_ctx, int(window))
+    return ModelConfig(
+        family=family,
+        vocab_size=int(raw["vocab_size"]),
+        d_model=d,
+        n_layers=int(raw["num_hidden_layers"]),
+        n_heads=heads,
+        n_kv_heads=int(raw.get("num_key_value_heads") or heads),
+        head_dim=int(raw.get("head_dim") or d // heads),
+        ffn_dim=int(raw["intermediate_size"]),
+        max_context=max_ctx,
+        norm="rms",
+        norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+        positions="rope",
+        rope_theta=float(_rope_params(raw)["rope_theta"]),
+        rope_scaling=_check_rope_scaling(raw),
+        tied=bool(raw.get("tie_word_embeddings", False)),
+        qkv_bias=family == "qwen2" or bool(raw.get("attention_bias", False)),
+        out_bias=False,
+        mlp_gated=True,
+        act=act,
+        eos_ids=_eos_ids(raw),
+        bos_id=raw.get("bos_token_id"),
+    )
+
+
+def _gpt2_config(raw: dict) -> ModelConfig:
+    for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
+        if raw.get(flag):
+            raise EngineError(f"unsupported GPT-2 option '{flag}'")
+    d, heads = int(raw["n_embd"]), int(raw["n_head"])
+    act = raw.get("activation_function", "gelu_new")
+    if act not in ACTIVATIONS:
+        raise EngineError(f"unsupported activation '{act}' (supported: {', '.join(sorted(ACTIVATIONS))})")
+    return ModelConfig(
+        family="gpt2",
+        vocab_size=int(raw["vocab_size"]),
+        d_model=d,
+        n_layers=int(raw["n_layer"]),
+        n_heads=heads,
+        n_kv_heads=heads,
+        head_dim=d // heads,
+        ffn_dim=int(raw.get("n_inner") or 4 * d),
+        max_context=int(raw.get("n_positions", 1024)),
+        norm="layer",
+        norm_eps=float(raw.get("layer_norm_epsilon", 1e-5)),
+        positions="learned",
+        tied=bool(raw.get("tie_word_embeddings", True)),
+        qkv_bias=True,
+        out_bias=True,
+        mlp_gated=False,
+        act=act,
+        eos_ids=_eos_ids(raw),
+        bos_id=raw.get("bos_token_id"),
+    )
+
+
+def rope_inv_freq(cfg: ModelConfig):
+    """Rotation speed of each pair of head dims: theta^(-2i/D), optionally Llama-3-rescaled.
+
+    Llama 3 slows down the low-frequency pairs by `factor` so the model reaches a longer context;
+    high-frequency pairs are left alone and the band between is blended smoothly.
+    """
+    import torch
+
+    d = cfg.head_dim
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    s = cfg.rope_scaling
+    if not s:
+        return inv
+    factor, low, high = float(s["factor"]), float(s["low_freq_factor"]), float(s["high_freq_factor"])
+    old_ctx = float(s["original_max_position_embeddings"])
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > old_ctx / low, inv / factor, inv)
+    smooth = (old_ctx / wavelen - low) / (high - low)
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= old_ctx / high) & (wavelen <= old_ctx / low)
+    return torch.where(medium, blended, scaled)

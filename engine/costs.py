@@ -1,0 +1,78 @@
+"""Analytic cost of one forward pass: how many FLOPs it must do and how many bytes it must move.
+
+This is the theory the lab draws next to the measurements. It explains the two pots:
+
+* FLOPs grow with the tokens in the pass (each token is multiplied by every weight: 2 FLOPs per
+  weight per token), so prefill with hundreds of tokens is a big GEMM: compute-bound, the wok.
+* Bytes are dominated by reading every weight once per pass, however many tokens share it, plus
+  the KV cache. Decode has one token per sequence, so it does ~2 FLOPs per weight byte read (fp32:
+  0.5 FLOP/byte): far below any CPU/GPU ridge point, memory-bound, the soup pot.
+
+Worked example, SmolLM2-135M in float32, one decode step, batch 1, 100 cached tokens:
+  matmul weights per layer 3,538,944 x 30 layers = 106,168,320; LM head 576 x 49,152 = 28,311,552
+  FLOPs  = 2 x 106.2M + 2 x 28.3M (one logits row) + attention 4 x 9 heads x 64 x 101 keys
+         ~ 269.2 MFLOP
+  bytes  = (106.2M + 28.3M + 61 norms x 576) weights x 4 B ~ 538 MB
+           + KV read 100 x 46,080 B ~ 4.6 MB + KV write 1 x 46,080 B
+  intensity ~ 0.5 FLOP/byte: the step takes as long as streaming ~0.54 GB from memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.config import ModelConfig
+
+
+@dataclass(frozen=True)
+class StepCost:
+    flops: float
+    bytes_moved: float
+
+    @property
+    def intensity(self) -> float:
+        """FLOP per byte: the x-axis of the roofline."""
+        return self.flops / self.bytes_moved if self.bytes_moved else 0.0
+
+
+def weight_bytes(cfg: ModelConfig, dtype_bytes: int, with_lm_head: bool = True) -> int:
+    """Weights one pass must read: every layer's matrices, biases and norms, plus the LM head."""
+    layer_extras = cfg.num_params() - cfg.n_layers * cfg.layer_matmul_params()
+    layer_extras -= cfg.vocab_size * cfg.d_model * (1 if cfg.tied else 2)  # embeddings: gathered, not read
+    if cfg.positions == "learned":
+        layer_extras -= cfg.max_context * cfg.d_model
+    params = cfg.n_layers * cfg.layer_matmul_params() + layer_extras
+    if with_lm_head:
+        params += cfg.vocab_size * cfg.d_model
+    return params * dtype_bytes
+
+
+def step_cost(
+    cfg: ModelConfig,
+    batch: int,
+    tokens: int,
+    kv_tokens: int,
+    dtype_bytes: int,
+    logits_rows: int,
+    attn_pairs: int | None = None,
+) -> StepCost:
+    """FLOPs and bytes of one pass.
+
+    batch        sequences in the pass
+    tokens       token positions computed (padding included if the pass computes it)
+    kv_tokens    cache positions attended to, summed over the batch (after this pass's writes)
+    logits_rows  rows that go through the LM head (prefill: one per sequence; full forward: all)
+    attn_pairs   (query, key) pairs scored; default: each token sees kv_tokens / batch keys, which
+                 is exact for decode. Prefill passes the causal count (sum of L(L+1)/2).
+    """
+    pairs = attn_pairs if attn_pairs is not None else tokens * kv_tokens // max(batch, 1)
+    flops = 2.0 * cfg.n_layers * cfg.layer_matmul_params() * tokens
+    flops += 4.0 * cfg.n_layers * cfg.n_heads * cfg.head_dim * pairs  # QK^T and PV
+    flops += 2.0 * cfg.d_model * cfg.vocab_size * logits_rows
+    kv_token_bytes = cfg.kv_bytes_per_token(dtype_bytes)
+    moved = weight_bytes(cfg, dtype_bytes, with_lm_head=logits_rows > 0)
+    moved += kv_tokens * kv_token_bytes  # attention reads the cache
+    moved += tokens * kv_token_bytes  # this pass writes its K/V
+    moved += tokens * cfg.d_model * dtype_bytes  # embedding rows gathered
+    moved += logits_rows * cfg.vocab_size * 4  # logits written (float32)
+    return StepCost(flops=flops, bytes_moved=float(moved))

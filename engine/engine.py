@@ -1,0 +1,272 @@
+"""The engine: load a model, then cook requests in two phases -- the wok, then the soup pot.
+
+    prefill()           one forward pass over every prompt token of every sequence; writes the
+                        KV cache and returns logits for each sequence's last position only
+    decode_one_token()  one forward pass over ONE new token per running sequence, reading the cache
+
+`Engine.stream()` runs prefill once, then decode steps until every sequence hits EOS or
+max_new_tokens, yielding the typed events of engine/events.py as they happen and timing every pass
+into a `Trace`. `generate()` is just "consume the stream, return Done.result".
+
+Honest timing: the clock pauses while the consumer handles an event (a UI may take milliseconds
+to draw), so TTFT, TPOT and ITL measure the engine, not the page. On CUDA every measured point
+is taken after `torch.cuda.synchronize()`, so the numbers include the kernels, not their launch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from engine.batching import PrefillBatch, build_batch
+from engine.cache import GrowingKVCache, KVCache, StaticKVCache
+from engine.config import ModelConfig
+from engine.costs import step_cost
+from engine.errors import EngineError
+from engine.events import Done, Event, PrefillEnd, PrefillStart, StepEnd, Token
+from engine.limits import Limits, RequestSettings, check_request, kv_limits
+from engine.loader import ModelInfo, load_model
+from engine.model import Transformer
+from engine.sampling import SamplingParams, sample
+from engine.text import IncrementalDecoder, TextCodec, encode_prompts
+from engine.trace import Metrics, StepRecord, Trace, compute_metrics
+
+
+def prefill(model: Transformer, batch: PrefillBatch, cache: KVCache | None) -> torch.Tensor:
+    """The wok: all prompt tokens of all sequences in one pass. Returns (B, V) last-token logits."""
+    return model(
+        batch.tokens, batch.positions, batch.input_pos, batch.mask, cache, batch.logits_rows, batch.packed
+    )
+
+
+def decode_one_token(model: Transformer, tokens, positions, input_pos, mask, cache: KVCache) -> torch.Tensor:
+    """The soup pot: one token per sequence (B, 1) at cache slot input_pos (1,). Returns (B, V)."""
+    return model(tokens, positions, input_pos, mask, cache)[:, -1]
+
+
+@dataclass
+class GenerationResult:
+    tokens: list[list[int]]  # generated ids per sequence (prompt excluded, EOS included if hit)
+    texts: list[str]
+    prompt_tokens: list[int]  # prompt length of each sequence
+    metrics: Metrics
+    trace: Trace
+    settings: dict
+    prompt_ids: list[list[int]] = field(default_factory=list)
+    model: str = ""
+    device: str = ""
+    dtype: str = ""
+
+    def to_dict(self) -> dict:
+        """JSON-ready: the metrics flattened to the top level, plus one row per traced pass."""
+        out = {"tokens": self.tokens, "texts": self.texts, "prompt_tokens": self.prompt_tokens}
+        out |= asdict(self.metrics)
+        out |= {"settings": self.settings, "model": self.model, "device": self.device, "dtype": self.dtype}
+        out["trace"] = self.trace.to_rows()
+        return out
+
+
+class Clock:
+    """Seconds since the request started, minus the time the consumer held an event."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.t0, self.paused_s = device, time.perf_counter(), 0.0
+
+    def now(self, sync: bool = True) -> float:
+        if sync and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter() - self.t0 - self.paused_s
+
+    def emit(self, events: list[Event]) -> Iterator[Event]:
+        for ev in events:
+            held = time.perf_counter()
+            yield ev
+            self.paused_s += time.perf_counter() - held
+
+
+@dataclass
+class Running:
+    """Decode-phase state of the sequences still cooking (rows shrink as sequences finish)."""
+
+    rows: list[int]  # index of each running row in the request's batch
+    last: torch.Tensor  # (B, 1) token each row feeds next
+    positions: torch.Tensor  # (B, 1) its position
+    valid: torch.Tensor  # (B, S) cache slots holding real keys
+
+    def keep(self, keep: list[int], cache: KVCache | None) -> None:
+        """Compaction: drop finished rows so later steps stop paying for them."""
+        idx = torch.tensor(keep, device=self.last.device)
+        self.rows = [self.rows[i] for i in keep]
+        self.last, self.positions, self.valid = self.last[idx], self.positions[idx], self.valid[idx]
+        if cache is not None:
+            cache.keep_rows(idx)
+
+
+class Engine:
+    """One loaded model on one device. Not thread-safe: one worker thread owns it."""
+
+    def __init__(self, model: Transformer, codec: TextCodec | None, info: ModelInfo, kv_budget_bytes=None):
+        self.model, self.codec, self.info = model, codec, info
+        self.cfg: ModelConfig = model.cfg
+        self.device = model.device
+        self.kv_budget_bytes = kv_budget_bytes
+
+    @classmethod
+    def load(cls, model: str, device: str = "cpu", dtype: str = "float32", kv_budget_bytes=None) -> Engine:
+        """Folder, `preset:NAME`, catalog name or hub id -> a ready Engine (see docs/engine-api.md)."""
+        loaded = load_model(model, device, dtype)
+        return cls(loaded.model, loaded.codec, loaded.info, kv_budget_bytes)
+
+    # --- text -------------------------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        if self.codec is None:
+            raise EngineError("this model has no tokenizer; give prompts as token-id lists")
+        return self.codec.encode(text)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.codec.decode(ids) if self.codec is not None else ""
+
+    # --- validation -------------------------------------------------------------------------------
+    def limits(self, prompt_len: int, max_new_tokens: int) -> Limits:
+        """Largest batch the KV budget allows for this request shape, and the context limit."""
+        return kv_limits(
+            self.cfg, self.model.dtype, self.device, self.kv_budget_bytes, prompt_len, max_new_tokens
+        )
+
+    def check(self, prompts, max_new_tokens: int = 64, **settings) -> list[list[int]]:
+        """Validate a request without running it; returns the prompts as token ids."""
+        req = RequestSettings(max_new_tokens=max_new_tokens, **settings)
+        ids = encode_prompts(prompts, self.codec)
+        check_request(self.cfg, ids, req, self.limits(max(map(len, ids), default=1), max_new_tokens))
+        if req.cuda_graph and self.device.type != "cuda":
+            raise EngineError(f"cuda_graph=True needs a CUDA device; this engine runs on {self.device}")
+        return ids
+
+    # --- generation -------------------------------------------------------------------------------
+    def generate(self, prompts, max_new_tokens: int = 64, **settings) -> GenerationResult:
+        for ev in self.stream(prompts, max_new_tokens=max_new_tokens, **settings):
+            if isinstance(ev, Done):
+                return ev.result
+        raise AssertionError("stream ended without Done")
+
+    def stream(self, prompts, max_new_tokens: int = 64, **settings) -> Iterator[Event]:
+        req = RequestSettings(max_new_tokens=max_new_tokens, **settings)
+        ids = self.check(prompts, max_new_tokens, **settings)
+        return self._run(ids, req)
+
+    def _new_cache(self, req: RequestSettings, batch: int, max_slots: int) -> KVCache | None:
+        cfg, dtype = self.cfg, self.model.dtype
+        if req.cache == "static":
+            return StaticKVCache(
+                cfg.n_layers, batch, cfg.n_kv_heads, cfg.head_dim, max_slots, dtype, self.device
+            )
+        if req.cache == "growing":
+            return GrowingKVCache(cfg.n_layers, batch, cfg.n_kv_heads, cfg.head_dim, dtype, self.device)
+        return None  # "none": every step recomputes the whole sequence
+
+    def _record(self, phase, index, t_start, t_end, forward_s, batch, tokens, slots, kv_tokens, kv_live,
+                logits_rows, attn_pairs=None) -> StepRecord:  # fmt: skip
+        dtype_bytes = self.model.dtype.itemsize
+        cost = step_cost(self.cfg, batch, slots, kv_tokens, dtype_bytes, logits_rows, attn_pairs)
+        return StepRecord(
+            phase=phase, index=index, t_start=t_start, t_end=t_end, forward_s=forward_s, batch=batch,
+            tokens=tokens, slots=slots, kv_tokens=kv_tokens, kv_bytes=kv_live * self.cfg.kv_bytes_per_token(dtype_bytes),
+            flops=cost.flops, bytes_moved=cost.bytes_moved,
+        )  # fmt: skip
+
+    @torch.inference_mode()
+    def _run(self, prompts: list[list[int]], req: RequestSettings) -> Iterator[Event]:
+        clock = Clock(self.device)
+        params = SamplingParams(req.temperature, req.top_k, req.top_p)
+        gen = torch.Generator(device=self.device).manual_seed(req.seed)
+        B, lengths = len(prompts), [len(p) for p in prompts]
+        max_slots = max(lengths) + req.max_new_tokens - 1  # the last token is never fed back
+        batch = build_batch(prompts, req.batching, self.device, max_slots)
+        cache = self._new_cache(req, B, max_slots)
+        kv_allocated = cache.bytes_allocated if cache is not None else 0
+        out: list[list[int]] = [[] for _ in prompts]
+        decoders = [IncrementalDecoder(self.codec, p) for p in prompts]
+        trace = Trace()
+        yield from clock.emit([PrefillStart(clock.now(), B, lengths, batch.computed, req.batching)])
+
+        # The wok: one pass over every prompt token.
+        t_start = clock.now()
+        logits = prefill(self.model, batch, cache)
+        t_fwd = clock.now()
+        first = sample(logits, params, gen)  # (B,)
+        first_ids = first.tolist()
+        trace.t_first_token = clock.now()
+        rec = self._record("prefill", 0, t_start, t_fwd, t_fwd - t_start, B, sum(lengths), batch.computed,
+                           sum(lengths), sum(lengths), B, batch.attn_pairs)  # fmt: skip
+        trace.steps.append(rec)
+        events: list[Event] = [PrefillEnd(t_fwd, rec, rec.kv_bytes)]
+        finished = self._accept(first_ids, list(range(B)), out, decoders, req, 0, trace.t_first_token, events)
+        events.append(StepEnd(trace.t_first_token, rec))
+        yield from clock.emit(events)
+
+        run = Running(list(range(B)), first[:, None], torch.tensor(lengths, device=self.device)[:, None],
+                      batch.valid)  # fmt: skip
+        step = 0
+        while True:
+            keep = [i for i, done in enumerate(finished) if not done]
+            if not keep:
+                break
+            if len(keep) < len(run.rows):
+                run.keep(keep, cache)
+            step += 1
+            t_start = clock.now()
+            if cache is None:  # recompute mode: the whole sequence again, through the prefill path
+                full = build_batch([prompts[r] + out[r] for r in run.rows], req.batching, self.device)
+                logits = prefill(self.model, full, None)
+                slots, kv_tokens, pairs = full.computed, 0, full.attn_pairs
+            else:
+                slot = batch.slots_used + step - 1  # one common cache slot per step for all rows
+                run.valid[:, slot] = True
+                mask = run.valid[:, None, None, : slot + 1]  # (B, 1, 1, S): read only the filled prefix
+                input_pos = torch.tensor([slot], device=self.device)
+                logits = decode_one_token(self.model, run.last, run.positions, input_pos, mask, cache)
+                slots, kv_tokens, pairs = len(run.rows), len(run.rows) * (slot + 1), None
+            t_fwd = clock.now()
+            nxt = sample(logits, params, gen)  # (B,)
+            nxt_ids = nxt.tolist()
+            t_end = clock.now()
+            kv_live = 0 if cache is None else sum(lengths[r] + step for r in run.rows)
+            rec = self._record("decode", step, t_start, t_end, t_fwd - t_start, len(run.rows), len(run.rows),
+                               slots, kv_tokens, kv_live, len(run.rows), pairs)  # fmt: skip
+            trace.steps.append(rec)
+            events = []
+            finished = self._accept(nxt_ids, run.rows, out, decoders, req, step, t_end, events)
+            events.append(StepEnd(t_end, rec))
+            run.last, run.positions = nxt[:, None], run.positions + 1
+            yield from clock.emit(events)
+
+        trace.t_done = trace.steps[-1].t_end if len(trace.steps) > 1 else trace.t_first_token
+        if isinstance(cache, GrowingKVCache):
+            kv_allocated = cache.peak_bytes
+        result = GenerationResult(
+            tokens=out,
+            texts=[self.decode(t) for t in out],
+            prompt_tokens=lengths,
+            metrics=compute_metrics(trace, [len(t) for t in out], kv_allocated),
+            trace=trace,
+            settings=asdict(req),
+            prompt_ids=prompts,
+            model=self.info.name,
+            device=str(self.device),
+            dtype=self.info.dtype,
+        )
+        yield from clock.emit([Done(clock.now(), result)])
+
+    def _accept(self, ids, rows, out, decoders, req, step, t, events) -> list[bool]:
+        """Append one sampled token per running row; return which rows just finished."""
+        finished = []
+        for tok, row in zip(ids, rows, strict=True):
+            out[row].append(tok)
+            done = len(out[row]) >= req.max_new_tokens or (req.stop_at_eos and tok in self.cfg.eos_ids)
+            text = decoders[row].feed(tok, final=done)
+            events.append(Token(t, row, step, tok, text, done))
+            finished.append(done)
+        return finished

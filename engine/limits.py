@@ -1,0 +1,116 @@
+"""Refusing bad requests before any work starts: one readable line naming the problem and the limit.
+
+Why check up front: a prompt that is too long would otherwise fail deep inside a RoPE table lookup,
+and an oversized batch would try to allocate the KV cache and take the machine down with it. The
+KV cache size is known before allocating: batch x (prompt + new tokens) x bytes per token.
+
+Worked example: SmolLM2-135M in float32 stores 46,080 B per token; 64 sequences x (512 + 512)
+tokens need 64 x 1,024 x 46,080 = 3.0 GB, so with a 2 GB budget the request is refused and
+`limits(512, 512).max_batch` says 42 would fit.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+
+import torch
+
+from engine.config import ModelConfig
+from engine.errors import EngineError
+
+CACHE_MODES = ("static", "growing", "none")
+BATCHING_MODES = ("padded", "packed")
+DEFAULT_BUDGET_FRACTION = 0.5  # of the memory available when the request is checked
+
+
+@dataclass(frozen=True)
+class RequestSettings:
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    cache: str = "static"
+    batching: str = "padded"
+    stop_at_eos: bool = True
+    cuda_graph: bool = False
+
+    def __init__(self, **kwargs):
+        known = {f.name for f in fields(self)}
+        for key in kwargs:
+            if key not in known:
+                raise EngineError(f"unknown setting '{key}' (known: {', '.join(sorted(known))})")
+        for f in fields(self):
+            object.__setattr__(self, f.name, kwargs.get(f.name, f.default))
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_batch: int  # sequences whose KV cache fits in the budget for this request shape
+    max_context: int  # prompt + new tokens may not exceed this
+    kv_budget_bytes: int
+    kv_bytes_per_token: int
+    kv_bytes_per_sequence: int
+
+
+def available_memory(device: torch.device) -> int:
+    """Free bytes now: CUDA free memory, or MemAvailable from /proc/meminfo on CPU."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def kv_limits(cfg: ModelConfig, dtype, device, budget: int | None, prompt_len: int, max_new: int) -> Limits:
+    if budget is None:
+        budget = int(available_memory(torch.device(device)) * DEFAULT_BUDGET_FRACTION)
+    per_token = cfg.kv_bytes_per_token(dtype.itemsize)
+    per_seq = per_token * max(prompt_len + max_new, 1)
+    return Limits(budget // per_seq, cfg.max_context, budget, per_token, per_seq)
+
+
+def check_request(cfg: ModelConfig, prompts: list[list[int]], req: RequestSettings, limits: Limits) -> None:
+    """Raise EngineError for the first problem found; return None when the request is fine."""
+    if not prompts:
+        raise EngineError("no prompts given: pass at least one prompt")
+    if not isinstance(req.max_new_tokens, int) or req.max_new_tokens < 1:
+        raise EngineError(f"max_new_tokens must be at least 1 (got {req.max_new_tokens})")
+    if req.cache not in CACHE_MODES:
+        raise EngineError(f"unknown cache mode '{req.cache}' (choose {', '.join(CACHE_MODES)})")
+    if req.batching not in BATCHING_MODES:
+        raise EngineError(f"unknown batching '{req.batching}' (choose {', '.join(BATCHING_MODES)})")
+    from engine.sampling import SamplingParams
+
+    SamplingParams(req.temperature, req.top_k, req.top_p).check()
+    for i, ids in enumerate(prompts, start=1):
+        if not ids:
+            raise EngineError(f"prompt {i} is empty: give at least one token")
+        bad = next((t for t in ids if not 0 <= t < cfg.vocab_size), None)
+        if bad is not None:
+            raise EngineError(
+                f"prompt {i} has token id {bad}; the vocabulary has {cfg.vocab_size:,} ids (0..{cfg.vocab_size - 1:,})"
+            )
+        if len(ids) > cfg.max_context:
+            raise EngineError(
+                f"prompt {i} is {len(ids):,} tokens; the model's context is {cfg.max_context:,}"
+            )
+        if len(ids) + req.max_new_tokens > cfg.max_context:
+            raise EngineError(
+                f"prompt {i} ({len(ids):,} tokens) + max_new_tokens {req.max_new_tokens:,} = "
+                f"{len(ids) + req.max_new_tokens:,} exceeds the model's context of {cfg.max_context:,} tokens"
+            )
+    if req.cache != "none":
+        need = len(prompts) * limits.kv_bytes_per_sequence
+        if need > limits.kv_budget_bytes:
+            raise EngineError(
+                f"KV cache for batch {len(prompts)} x {limits.kv_bytes_per_sequence // limits.kv_bytes_per_token:,} "
+                f"tokens needs {need:,} bytes; the budget is {limits.kv_budget_bytes:,} bytes "
+                f"(at most {limits.max_batch} sequences of this length)"
+            )

@@ -1,0 +1,297 @@
+"""Find a model's files and copy its weights into our Transformer, through an explicit name map.
+
+Why a hand-written name map instead of `from_pretrained`: the learner can see exactly which HF
+tensor lands where, and how it is reshaped on the way (q/k/v fused, weights pre-transposed). Each
+tensor's shape is checked against the config before it is copied, so a mismatched checkpoint fails
+with one line naming the tensor, not with a matmul error three layers later.
+
+Worked example (SmolLM2-135M, layer 0): `model.layers.0.self_attn.{q,k,v}_proj.weight` are
+(576, 576), (192, 576) and (192, 576); stacked they are (960, 576), transposed they fill our
+`layers.0.attn.wqkv_t` of shape (576, 960). GPT-2's `Conv1D` already stores `(in, out)`, so its
+`c_attn.weight` (768, 2304) is copied as is.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from engine.config import ModelConfig, config_from_hf
+from engine.errors import EngineError
+from engine.model import Transformer
+
+HUB_PATTERNS = ["config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json",
+                "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                "merges.txt", "tokenizer.model"]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class WeightSpec:
+    """Our buffer `target` = cat(HF tensors `parts`, dim 0), transposed when `transpose`."""
+
+    target: str
+    parts: list[tuple[str, tuple[int, ...]]]  # (HF name, expected HF shape)
+    transpose: bool = True
+
+
+def llama_weight_map(cfg: ModelConfig) -> list[WeightSpec]:
+    """Llama / SmolLM2 / Mistral / Qwen2 names. HF nn.Linear stores (out, in)."""
+    d, q, kv, f = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim
+    specs = []
+    for i in range(cfg.n_layers):
+        hf, ours = f"model.layers.{i}.", f"layers.{i}."
+        a = hf + "self_attn."
+        specs += [
+            WeightSpec(ours + "attn_norm.weight", [(hf + "input_layernorm.weight", (d,))], False),
+            WeightSpec(
+                ours + "attn.wqkv_t",
+                [
+                    (a + "q_proj.weight", (q, d)),
+                    (a + "k_proj.weight", (kv, d)),
+                    (a + "v_proj.weight", (kv, d)),
+                ],
+            ),  # fmt: skip
+            WeightSpec(ours + "attn.wo_t", [(a + "o_proj.weight", (d, q))]),
+            WeightSpec(ours + "mlp_norm.weight", [(hf + "post_attention_layernorm.weight", (d,))], False),
+            WeightSpec(
+                ours + "mlp.w_up_t",
+                [(hf + "mlp.gate_proj.weight", (f, d)), (hf + "mlp.up_proj.weight", (f, d))],
+            ),  # fmt: skip
+            WeightSpec(ours + "mlp.w_down_t", [(hf + "mlp.down_proj.weight", (d, f))]),
+        ]
+        if cfg.qkv_bias:
+            biases = [(a + "q_proj.bias", (q,)), (a + "k_proj.bias", (kv,)), (a + "v_proj.bias", (kv,))]
+            specs.append(WeightSpec(ours + "attn.bqkv", biases, False))
+    specs.append(WeightSpec("final_norm.weight", [("model.norm.weight", (d,))], False))
+    embed = ("model.embed_tokens.weight", (cfg.vocab_size, d))
+    if cfg.tied:
+        specs.append(WeightSpec("lm_head_t", [embed]))
+    else:
+        specs += [WeightSpec("embed", [embed], False),
+                  WeightSpec("lm_head_t", [("lm_head.weight", (cfg.vocab_size, d))])]  # fmt: skip
+    return specs
+
+
+def gpt2_weight_map(cfg: ModelConfig, prefix: str) -> list[WeightSpec]:
+    """GPT-2 names (`prefix` is "transformer." for GPT2LMHeadModel files, "" for old hub files)."""
+    d, f = cfg.d_model, cfg.ffn_dim
+    specs = []
+    for i in range(cfg.n_layers):
+        hf, ours = f"{prefix}h.{i}.", f"layers.{i}."
+        for norm, ln in (("attn_norm", "ln_1"), ("mlp_norm", "ln_2")):
+            specs += [
+                WeightSpec(f"{ours}{norm}.{p}", [(f"{hf}{ln}.{p}", (d,))], False) for p in ("weight", "bias")
+            ]
+        conv1d = [  # Conv1D weights are already (in, out)
+            ("attn.wqkv_t", "attn.c_attn.weight", (d, 3 * d)), ("attn.bqkv", "attn.c_attn.bias", (3 * d,)),
+            ("attn.wo_t", "attn.c_proj.weight", (d, d)), ("attn.bo", "attn.c_proj.bias", (d,)),
+            ("mlp.w_up_t", "mlp.c_fc.weight", (d, f)), ("mlp.b_up", "mlp.c_fc.bias", (f,)),
+            ("mlp.w_down_t", "mlp.c_proj.weight", (f, d)), ("mlp.b_down", "mlp.c_proj.bias", (d,)),
+        ]  # fmt: skip
+        specs += [WeightSpec(ours + t, [(hf + n, s)], False) for t, n, s in conv1d]
+    specs += [WeightSpec(f"final_norm.{p}", [(f"{prefix}ln_f.{p}", (d,))], False) for p in ("weight", "bias")]
+    specs.append(WeightSpec("wpe", [(f"{prefix}wpe.weight", (cfg.max_context, d))], False))
+    wte = (f"{prefix}wte.weight", (cfg.vocab_size, d))
+    if cfg.tied:
+        specs.append(WeightSpec("lm_head_t", [wte]))
+    else:
+        specs += [WeightSpec("embed", [wte], False),
+                  WeightSpec("lm_head_t", [("lm_head.weight", (cfg.vocab_size, d))])]  # fmt: skip
+    return specs
+
+
+def read_config(folder: Path) -> ModelConfig:
+    path = folder / "config.json"
+    if not path.is_file():
+        raise EngineError(f"no config.json in '{folder}': not a Hugging Face model folder")
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise EngineError(f"cannot read '{path}': {err}") from None
+    return config_from_hf(raw)
+
+
+def _tensor_index(folder: Path) -> dict[str, Path]:
+    """HF tensor name -> the .safetensors file that holds it (sharded checkpoints included)."""
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise EngineError(f"no *.safetensors weights in '{folder}' (only safetensors files are loaded)")
+    index = {}
+    for file in files:
+        with safe_open(file, framework="pt") as f:
+            index.update({name: file for name in f.keys()})
+    return index
+
+
+def load_weights(folder: Path, cfg: ModelConfig, device, dtype) -> Transformer:
+    """Allocate our Transformer on `device` and fill every buffer from the folder's safetensors."""
+    index = _tensor_index(folder)
+    if cfg.family == "gpt2":
+        specs = gpt2_weight_map(cfg, "transformer." if "transformer.wte.weight" in index else "")
+    else:
+        specs = llama_weight_map(cfg)
+    model = Transformer(cfg, device=device, dtype=dtype)
+    buffers = dict(model.named_buffers())
+    handles: dict[Path, object] = {}
+    try:
+        for spec in specs:
+            parts = []
+            for name, shape in spec.parts:
+                if name not in index:
+                    raise EngineError(f"weights in '{folder}' lack tensor '{name}' needed by {cfg.family}")
+                file = index[name]
+                if file not in handles:
+                    handles[file] = safe_open(file, framework="pt")
+                tensor = handles[file].get_tensor(name)
+                if tuple(tensor.shape) != shape:
+                    raise EngineError(
+                        f"tensor '{name}' has shape {tuple(tensor.shape)}; config expects {shape}"
+                    )
+                parts.append(tensor)
+            full = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
+            buffers[spec.target].copy_(full.t() if spec.transpose else full)  # casts dtype, moves device
+    finally:
+        handles.clear()
+    return model
+
+
+def resolve_source(model: str) -> str:
+    """Turn what the user typed into a local folder or `preset:NAME`.
+
+    Order: `preset:` prefix, an existing folder, a catalog name (engine.catalog, if present), then a
+    hub id (downloaded with huggingface_hub; offline or unknown -> one-line EngineError).
+    """
+    if model.startswith("preset:"):
+        return model
+    path = Path(model).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise EngineError(f"model path '{model}' is a file; give the model's folder")
+        return str(path)
+    try:
+        from engine.catalog import resolve_source as catalog_resolve
+    except ImportError:
+        catalog_resolve = None
+    if catalog_resolve is not None:
+        found = catalog_resolve(model)
+        if found and found != model:
+            return resolve_source(found)
+    if model.count("/") == 1 and not model.startswith((".", "/", "~")):
+        return _download(model)
+    raise EngineError(f"model '{model}' not found: not a folder, preset:NAME, catalog name or hub id")
+
+
+def _download(repo_id: str) -> str:
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(repo_id, allow_patterns=HUB_PATTERNS)
+    except Exception as err:  # offline, unknown repo, gated: all the same to the user
+        raise EngineError(
+            f"model '{repo_id}' is not a local folder and could not be fetched from the hub "
+            f"({type(err).__name__}; offline or not found)"
+        ) from None
+
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}  # fmt: skip
+CANONICAL_DTYPE = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+def parse_device(device: str) -> torch.device:
+    """'cpu', 'cuda' or 'cuda:N', checked against the hardware that is really there."""
+    try:
+        dev = torch.device(str(device))
+    except (RuntimeError, ValueError):
+        raise EngineError(f"invalid device '{device}' (use cpu, cuda or cuda:N)") from None
+    if dev.type == "cpu":
+        return dev
+    if dev.type != "cuda":
+        raise EngineError(f"unsupported device '{device}' (use cpu, cuda or cuda:N)")
+    if not torch.cuda.is_available():
+        raise EngineError(f"device '{device}' requested but no CUDA GPU is available; use cpu")
+    count = torch.cuda.device_count()
+    if dev.index is not None and dev.index >= count:
+        raise EngineError(f"device '{device}' does not exist; this machine has {count} CUDA device(s)")
+    return torch.device("cuda", dev.index or 0)
+
+
+def parse_dtype(dtype: str) -> torch.dtype:
+    if str(dtype) not in DTYPES:
+        raise EngineError(f"invalid dtype '{dtype}' (use float32, bfloat16 or float16)")
+    return DTYPES[str(dtype)]
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    family: str
+    n_params: int
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    max_context: int
+    weight_bytes: int  # bytes the weights occupy on the device
+    kv_bytes_per_token: int
+    trained: bool  # False for presets (random weights: the text is noise, the timings are real)
+    device: str
+    dtype: str
+    has_tokenizer: bool = True
+
+
+@dataclass
+class LoadedModel:
+    model: Transformer
+    codec: object  # engine.text.TextCodec | None
+    info: ModelInfo
+
+
+def _eos_from_generation_config(folder: Path) -> tuple[int, ...]:
+    path = folder / "generation_config.json"
+    try:
+        eos = json.loads(path.read_text()).get("eos_token_id") if path.is_file() else None
+    except (OSError, json.JSONDecodeError):
+        return ()
+    return tuple(eos if isinstance(eos, list) else [eos]) if eos is not None else ()
+
+
+def load_model(model: str, device: str = "cpu", dtype: str = "float32") -> LoadedModel:
+    """Everything `Engine.load` needs: weights on the device, the tokenizer, and a ModelInfo."""
+    from dataclasses import replace
+
+    from engine.text import TextCodec
+
+    dev, dt = parse_device(device), parse_dtype(dtype)
+    source = resolve_source(str(model))
+    if source.startswith("preset:"):
+        from engine.presets import build_preset
+
+        net, codec = build_preset(source.removeprefix("preset:"), dev, dt)
+        trained = False
+    else:
+        folder = Path(source)
+        cfg = read_config(folder)
+        extra_eos = _eos_from_generation_config(folder)
+        if extra_eos:
+            cfg = replace(cfg, eos_ids=tuple(dict.fromkeys(cfg.eos_ids + extra_eos)))
+        net = load_weights(folder, cfg, dev, dt)
+        codec, trained = TextCodec.from_folder(folder), True
+    cfg = net.cfg
+    weight_bytes = sum(
+        b.numel() * b.element_size() for n, b in net.named_buffers() if not n.startswith("rope_")
+    )
+    info = ModelInfo(
+        name=str(model), family=cfg.family, n_params=cfg.num_params(), n_layers=cfg.n_layers,
+        d_model=cfg.d_model, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim,
+        vocab_size=cfg.vocab_size, max_context=cfg.max_context, weight_bytes=weight_bytes,
+        kv_bytes_per_token=cfg.kv_bytes_per_token(dt.itemsize), trained=trained, device=str(dev),
+        dtype=CANONICAL_DTYPE[dt], has_tokenizer=codec is not None,
+    )  # fmt: skip
+    return LoadedModel(net, codec, info)

@@ -1,0 +1,226 @@
+"""Our transformer: one module that runs Llama / SmolLM2 / Mistral, Qwen2 and GPT-2 shaped models.
+
+Written for reading and for decode speed (gpt-fast style), not for training:
+
+* Every weight is stored *pre-transposed* as `(in, out)` so a layer computes `x @ W_t`; on CPU this
+  is about twice as fast as `F.linear(x, W)` for the one-row GEMVs of decode.
+* q/k/v live in one fused `(d, q + 2 kv)` matrix and gate/up in one `(d, 2 ffn)` matrix, so a layer
+  is four GEMMs: qkv, out, gate_up, down.
+* Tied embeddings keep ONE `(d, V)` matrix: the LM head multiplies by it, and embedding a token
+  gathers its column. No second 113 MB copy for SmolLM2.
+* RoPE cos/sin tables are computed once for the whole context; a pass just gathers its rows.
+
+`forward(tokens, positions, input_pos, mask, cache, logits_rows, packed)` keeps the data flow
+explicit:
+  tokens     (B, T) ids
+  positions  (B, T) per-row position of each token (RoPE angle or GPT-2 wpe row); with left padding
+             a row's first real token is position 0 even if it sits in slot 5
+  input_pos  (T,) cache *slots* this pass writes, common to the whole batch
+  mask       (B, 1, T, S) bool, True = may attend; S = how many cache slots to read
+  cache      a KVCache or None (None: attend only within this pass, e.g. recompute mode)
+  packed     lengths of sequences concatenated in a (1, N) row: attention runs per sequence and
+             K/V are scattered into cache rows, so no GEMM does padding work
+  logits_rows  flat row indices (into B*T) that need logits; prefill asks only for each sequence's
+             last position, because the LM head is the biggest GEMM per token
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.cache import KVCache
+from engine.config import ModelConfig, rope_inv_freq
+
+
+@dataclass(frozen=True)
+class Rope:
+    cos: torch.Tensor  # (B, T, 1, D): broadcast over heads
+    sin: torch.Tensor
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """(x1, x2) -> (-x2, x1) on the last dim: the HF/Llama layout of RoPE's 2-D rotations."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, rope: Rope) -> torch.Tensor:
+    """Rotate each (i, i + D/2) pair of dims by angle position * inv_freq[i]. x: (B, T, H, D)."""
+    return x * rope.cos + rotate_half(x) * rope.sin
+
+
+def activation(name: str):
+    if name == "silu":
+        return F.silu
+    if name == "gelu":
+        return F.gelu
+    return lambda x: F.gelu(x, approximate="tanh")  # gelu_new / gelu_pytorch_tanh
+
+
+class Norm(nn.Module):
+    """RMSNorm (Llama, Qwen2; computed in float32 like HF) or LayerNorm with bias (GPT-2)."""
+
+    def __init__(self, cfg: ModelConfig, device, dtype):
+        super().__init__()
+        self.kind, self.eps, self.d = cfg.norm, cfg.norm_eps, cfg.d_model
+        self.register_buffer("weight", torch.empty(cfg.d_model, device=device, dtype=dtype))
+        bias = torch.empty(cfg.d_model, device=device, dtype=dtype) if cfg.norm == "layer" else None
+        self.register_buffer("bias", bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kind == "layer":
+            return F.layer_norm(x, (self.d,), self.weight, self.bias, self.eps)
+        return F.rms_norm(x.float(), (self.d,), eps=self.eps).to(x.dtype) * self.weight
+
+
+def _buffer(module: nn.Module, name: str, shape, device, dtype, present: bool = True) -> None:
+    module.register_buffer(name, torch.empty(shape, device=device, dtype=dtype) if present else None)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int, device, dtype):
+        super().__init__()
+        self.cfg, self.layer = cfg, layer
+        qkv = cfg.q_dim + 2 * cfg.kv_dim
+        _buffer(self, "wqkv_t", (cfg.d_model, qkv), device, dtype)
+        _buffer(self, "bqkv", (qkv,), device, dtype, cfg.qkv_bias)
+        _buffer(self, "wo_t", (cfg.q_dim, cfg.d_model), device, dtype)
+        _buffer(self, "bo", (cfg.d_model,), device, dtype, cfg.out_bias)
+
+    def forward(self, x, rope: Rope | None, input_pos, mask, cache: KVCache | None, packed):
+        cfg = self.cfg
+        B, T, _ = x.shape
+        qkv = x @ self.wqkv_t  # (B, T, q + 2kv)
+        if self.bqkv is not None:
+            qkv = qkv + self.bqkv
+        q, k, v = qkv.split([cfg.q_dim, cfg.kv_dim, cfg.kv_dim], dim=-1)
+        q = q.view(B, T, cfg.n_heads, cfg.head_dim)  # (B, T, H, D)
+        k = k.view(B, T, cfg.n_kv_heads, cfg.head_dim)  # (B, T, Hkv, D)
+        v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim)
+        if rope is not None:
+            q, k = apply_rope(q, rope), apply_rope(k, rope)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
+        if packed is not None:
+            out = self._packed_attention(q, k, v, packed)
+            if cache is not None:
+                cache.write_packed(self.layer, packed, k, v)
+        else:
+            if cache is not None:
+                k, v = cache.update(self.layer, input_pos, k, v)
+                slots = mask.shape[-1]  # the mask says how much of the cache this pass reads
+                k, v = k[:, :, :slots], v[:, :, :slots]  # (B, Hkv, S, D)
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=mask is None and T > 1, enable_gqa=cfg.group > 1
+            )  # (B, H, T, D)
+        out = out.transpose(1, 2).reshape(B, T, cfg.q_dim)  # (B, T, H*D)
+        out = out @ self.wo_t
+        return out + self.bo if self.bo is not None else out
+
+    def _packed_attention(self, q, k, v, lengths: list[int]) -> torch.Tensor:
+        """Causal attention within each packed sequence: what a varlen kernel does, as a loop."""
+        outs, start = [], 0
+        for n in lengths:
+            s = slice(start, start + n)
+            outs.append(
+                F.scaled_dot_product_attention(
+                    q[:, :, s], k[:, :, s], v[:, :, s], is_causal=n > 1, enable_gqa=self.cfg.group > 1
+                )
+            )
+            start += n
+        return torch.cat(outs, dim=2)  # (1, H, N, D)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig, device, dtype):
+        super().__init__()
+        self.cfg, self.act = cfg, activation(cfg.act)
+        up = 2 * cfg.ffn_dim if cfg.mlp_gated else cfg.ffn_dim
+        _buffer(self, "w_up_t", (cfg.d_model, up), device, dtype)  # gate and up fused when gated
+        _buffer(self, "b_up", (up,), device, dtype, cfg.out_bias)
+        _buffer(self, "w_down_t", (cfg.ffn_dim, cfg.d_model), device, dtype)
+        _buffer(self, "b_down", (cfg.d_model,), device, dtype, cfg.out_bias)
+
+    def forward(self, x):
+        h = x @ self.w_up_t  # (B, T, 2F) or (B, T, F)
+        if self.b_up is not None:
+            h = h + self.b_up
+        if self.cfg.mlp_gated:
+            gate, up = h.split(self.cfg.ffn_dim, dim=-1)
+            h = self.act(gate) * up  # SwiGLU
+        else:
+            h = self.act(h)
+        out = h @ self.w_down_t
+        return out + self.b_down if self.b_down is not None else out
+
+
+class Block(nn.Module):
+    """Pre-norm residual block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, cfg: ModelConfig, layer: int, device, dtype):
+        super().__init__()
+        self.attn_norm, self.mlp_norm = Norm(cfg, device, dtype), Norm(cfg, device, dtype)
+        self.attn, self.mlp = Attention(cfg, layer, device, dtype), MLP(cfg, device, dtype)
+
+    def forward(self, x, rope, input_pos, mask, cache, packed):
+        x = x + self.attn(self.attn_norm(x), rope, input_pos, mask, cache, packed)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Transformer(nn.Module):
+    """Allocates uninitialised weights of `cfg`'s shape; loader.py or presets.py fills them."""
+
+    def __init__(self, cfg: ModelConfig, device="cpu", dtype=torch.float32):
+        super().__init__()
+        self.cfg = cfg
+        self.layers = nn.ModuleList(Block(cfg, i, device, dtype) for i in range(cfg.n_layers))
+        self.final_norm = Norm(cfg, device, dtype)
+        _buffer(self, "lm_head_t", (cfg.d_model, cfg.vocab_size), device, dtype)  # (d, V)
+        _buffer(self, "embed", (cfg.vocab_size, cfg.d_model), device, dtype, not cfg.tied)
+        _buffer(self, "wpe", (cfg.max_context, cfg.d_model), device, dtype, cfg.positions == "learned")
+        if cfg.positions == "rope":
+            angles = torch.outer(torch.arange(cfg.max_context, dtype=torch.float64), rope_inv_freq(cfg))
+            angles = torch.cat([angles, angles], dim=-1)  # (ctx, D): both halves of each pair
+            self.register_buffer("rope_cos", angles.cos().to(device=device, dtype=dtype))
+            self.register_buffer("rope_sin", angles.sin().to(device=device, dtype=dtype))
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head_t.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.lm_head_t.dtype
+
+    def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        B, T = tokens.shape
+        if self.embed is not None:
+            return self.embed[tokens]  # (B, T, d)
+        # Tied: token i's embedding is column i of the LM head matrix.
+        return self.lm_head_t.index_select(1, tokens.reshape(-1)).t().reshape(B, T, -1)  # (B, T, d)
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        input_pos: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        logits_rows: torch.Tensor | None = None,
+        packed: list[int] | None = None,
+    ) -> torch.Tensor:
+        """Logits `(B, T, V)`, or `(R, V)` for the flat rows in `logits_rows`."""
+        x = self.embed_tokens(tokens)
+        rope = None
+        if self.cfg.positions == "learned":
+            x = x + self.wpe[positions]
+        else:
+            rope = Rope(self.rope_cos[positions].unsqueeze(2), self.rope_sin[positions].unsqueeze(2))
+        for block in self.layers:
+            x = block(x, rope, input_pos, mask, cache, packed)
+        if logits_rows is not None:
+            x = x.reshape(-1, x.shape[-1]).index_select(0, logits_rows)  # (R, d)
+        return self.final_norm(x) @ self.lm_head_t  # (..., V)

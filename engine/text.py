@@ -1,0 +1,104 @@
+"""Text in and out: the tokenizer, and streaming detokenization that never splits a character.
+
+Why incremental detokenization is its own idea: a byte-level BPE token can carry half of a UTF-8
+character (an emoji is often 2-4 tokens). Decoding each token alone would print '\ufffd' garbage,
+so the stream decodes a short window of recent ids and emits only text that is complete.
+Worked example: ids [A, B] decode to "caf\ufffd" after A and "café" after B: the first step
+emits "" (held back: the last character is incomplete), the second emits "café".
+
+Presets with random weights can produce ids the borrowed tokenizer does not know; those decode as a
+visible placeholder like "⟨51234⟩" instead of vanishing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.errors import EngineError
+
+REPLACEMENT = "\ufffd"
+
+
+class TextCodec:
+    """Wraps a `tokenizers.Tokenizer` (preferred) or a transformers tokenizer as fallback."""
+
+    def __init__(self, tokenizer, vocab_size: int, eos_ids: tuple[int, ...] = ()):
+        self.tok = tokenizer
+        self.known = vocab_size  # ids >= known are shown as placeholders
+        self.eos_ids = eos_ids
+
+    @classmethod
+    def from_folder(cls, folder: Path) -> TextCodec | None:
+        """None when the folder has no tokenizer files (token-id prompts still work)."""
+        if (folder / "tokenizer.json").is_file():
+            from tokenizers import Tokenizer
+
+            tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+            return cls(tok, tok.get_vocab_size(with_added_tokens=True))
+        if (folder / "vocab.json").is_file() or (folder / "tokenizer.model").is_file():
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
+            return cls(tok, len(tok))
+        return None
+
+    def encode(self, text: str) -> list[int]:
+        if hasattr(self.tok, "encode_batch"):  # tokenizers.Tokenizer
+            return list(self.tok.encode(text).ids)
+        return list(self.tok.encode(text))
+
+    def _decode_known(self, ids: list[int]) -> str:
+        return self.tok.decode(ids, skip_special_tokens=True) if ids else ""
+
+    def decode(self, ids: list[int]) -> str:
+        """Ids the tokenizer does not know (random presets) become a visible ⟨id⟩ placeholder."""
+        out, run = [], []
+        for i in ids:
+            if 0 <= i < self.known:
+                run.append(i)
+            else:
+                out += [self._decode_known(run), f"⟨{i}⟩"]
+                run = []
+        out.append(self._decode_known(run))
+        return "".join(out)
+
+
+class IncrementalDecoder:
+    """Per-sequence streaming detokenizer (the prefix/read-offset scheme vLLM uses).
+
+    `prefix` marks where the decode window starts (a few ids back, so a leading-space marker is
+    decoded in context), `read` marks the ids whose text was already emitted.
+    """
+
+    def __init__(self, codec: TextCodec | None, prompt_ids: list[int]):
+        self.codec = codec
+        self.ids = list(prompt_ids[-4:])  # a little context for the first token's spacing
+        self.prefix, self.read = 0, len(self.ids)
+
+    def feed(self, token_id: int, final: bool = False) -> str:
+        if self.codec is None:
+            return ""
+        self.ids.append(token_id)
+        before = self.codec.decode(self.ids[self.prefix : self.read])
+        after = self.codec.decode(self.ids[self.prefix :])
+        if len(after) <= len(before) or (after.endswith(REPLACEMENT) and not final):
+            return ""  # nothing printable yet (or half a character)
+        self.prefix, self.read = self.read, len(self.ids)
+        return after[len(before) :]
+
+
+def encode_prompts(prompts, codec: TextCodec | None) -> list[list[int]]:
+    """Accept a list of strings or a list of token-id lists; return token-id lists."""
+    if isinstance(prompts, str) or not isinstance(prompts, list | tuple):
+        raise EngineError("prompts must be a list of strings or a list of token-id lists")
+    out = []
+    for i, p in enumerate(prompts):
+        if isinstance(p, str):
+            if codec is None:
+                raise EngineError("this model has no tokenizer; give prompts as token-id lists")
+            out.append(codec.encode(p))
+        elif isinstance(p, list | tuple) and all(isinstance(t, int) and not isinstance(t, bool) for t in p):
+            out.append([int(t) for t in p])
+        else:
+            raise EngineError(f"prompt {i + 1} is neither a string nor a list of token ids")
+    return out

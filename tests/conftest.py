@@ -1,0 +1,98 @@
+"""Shared fixtures: tiny random HF models of every supported family, saved once per test session.
+
+Anyone may use them: `tiny_llama` (GQA, untied), `tiny_llama_tied`, `tiny_qwen2` (q/k/v bias,
+tied), `tiny_gpt2`, and `tiny_llama_tok` (a llama folder with a real `tokenizer.json`, trained on
+the fable with the `tokenizers` library). Each fixture is a `TinyModel(path, family)`; load it with
+`Engine.load(str(m.path))` or, for reference outputs, `m.hf()` (transformers, float32, eval mode).
+Nothing is downloaded: the models are built from configs with random weights.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+FABLE = Path("/work/shared/seed/two-pots-fable.txt")
+VOCAB = 320  # >= 256 byte symbols + a few merges, so a byte-level BPE tokenizer fits
+
+
+@dataclass(frozen=True)
+class TinyModel:
+    path: Path
+    family: str
+
+    def hf(self):
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(str(self.path)).float().eval()
+
+
+def make_tiny_model(path: Path, family: str, *, tied: bool = False, seed: int = 0, **overrides) -> TinyModel:
+    """Build and save a tiny random `family` model ("llama" | "qwen2" | "gpt2") into `path`."""
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(seed)
+    common = dict(vocab_size=VOCAB, tie_word_embeddings=tied, bos_token_id=None, eos_token_id=None)
+    if family == "gpt2":
+        cfg = tf.GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=128, **common | overrides)
+        model = tf.GPT2LMHeadModel(cfg)
+    else:
+        shape = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, max_position_embeddings=128)  # fmt: skip
+        if family == "qwen2":
+            model = tf.Qwen2ForCausalLM(tf.Qwen2Config(**shape | common | overrides))
+        else:
+            model = tf.LlamaForCausalLM(tf.LlamaConfig(**shape | common | overrides))
+    model.eval().save_pretrained(str(path))
+    return TinyModel(path, family)
+
+
+def train_tiny_tokenizer(path: Path, vocab_size: int = VOCAB) -> None:
+    """A byte-level BPE tokenizer trained on the fable (any UTF-8 text round-trips)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=["<eos>"]
+    )
+    text = FABLE.read_text() if FABLE.is_file() else "The wok tosses everything at once; the pot ladles."
+    tok.train_from_iterator([text], trainer=trainer)
+    tok.save(str(path / "tokenizer.json"))
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory) -> TinyModel:
+    return make_tiny_model(tmp_path_factory.mktemp("tiny_llama"), "llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_tied(tmp_path_factory) -> TinyModel:
+    return make_tiny_model(tmp_path_factory.mktemp("tiny_llama_tied"), "llama", tied=True, seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2(tmp_path_factory) -> TinyModel:
+    return make_tiny_model(tmp_path_factory.mktemp("tiny_qwen2"), "qwen2", tied=True, seed=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2(tmp_path_factory) -> TinyModel:
+    return make_tiny_model(tmp_path_factory.mktemp("tiny_gpt2"), "gpt2", tied=True, seed=3)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_tok(tmp_path_factory) -> TinyModel:
+    path = tmp_path_factory.mktemp("tiny_llama_tok")
+    model = make_tiny_model(path, "llama", seed=4)
+    train_tiny_tokenizer(path)
+    return model

@@ -1,0 +1,173 @@
+"""The shipped chef and apprentice: standard HF folders, the engine agrees with transformers, quality bar.
+
+Everything here runs on the committed weights in assets/models/, so a test failure means the shipped
+model (or the engine reading it) is wrong, not a freshly trained one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+CHEF = REPO / "assets" / "models" / "chef"
+APPRENTICE = REPO / "assets" / "models" / "apprentice"
+CORPUS = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
+HF_FILES = [
+    "config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "generation_config.json",
+]
+
+
+def _train_script():
+    """The training script's own corpus split, baseline and evaluation: the test measures the same way."""
+    spec = importlib.util.spec_from_file_location("train_chef", REPO / "scripts" / "train_chef.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def hf_chef():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(1)
+    return AutoModelForCausalLM.from_pretrained(str(CHEF)).eval(), AutoTokenizer.from_pretrained(str(CHEF))
+
+
+@pytest.mark.parametrize("folder", [CHEF, APPRENTICE], ids=["chef", "apprentice"])
+def test_folder_is_a_standard_hf_checkpoint_under_30_mb(folder):
+    for name in HF_FILES:
+        assert (folder / name).is_file(), f"{folder.name} lacks {name}"
+    cfg = json.loads((folder / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLM"] and cfg["max_position_embeddings"] == 512
+    total = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+    assert total <= 30 * 2**20
+    assert (folder / "README.md").is_file() and (folder / "training_curve.png").is_file()
+
+
+def test_apprentice_shares_the_tokenizer_and_is_much_smaller():
+    assert (APPRENTICE / "tokenizer.json").read_bytes() == (CHEF / "tokenizer.json").read_bytes()
+    sizes = [(f / "model.safetensors").stat().st_size for f in (CHEF, APPRENTICE)]
+    assert sizes[1] * 4 < sizes[0]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ROMEO:\nBut, soft! what light through yonder window breaks?\n\n",
+        "  leading spaces, tabs\tand trailing  ",
+        "naïve café — 東京 🍲 <|endoftext|> is just text here? no: it is the EOS token",
+        "",
+    ],
+)
+def test_tokenizer_round_trips_text(hf_chef, text):
+    _, tok = hf_chef
+    ids = tok.encode(text, add_special_tokens=False)
+    assert tok.decode(ids) == text
+    assert tok.eos_token == "<|endoftext|>" and tok.eos_token_id == tok.convert_tokens_to_ids("<|endoftext|>")
+
+
+def _hf_greedy(model, ids: list[int], steps: int) -> list[int]:
+    """Plain greedy decoding by recomputing the whole sequence each step (no cache: slow but obvious)."""
+    seq = torch.tensor([ids])  # (1, T)
+    out = []
+    with torch.no_grad():
+        for _ in range(steps):
+            nxt = int(model(input_ids=seq).logits[0, -1].argmax())
+            out.append(nxt)
+            seq = torch.cat([seq, torch.tensor([[nxt]])], dim=1)  # (1, T+1)
+    return out
+
+
+def test_engine_and_transformers_agree_on_50_greedy_tokens(hf_chef):
+    from engine import Engine
+
+    model, tok = hf_chef
+    prompt = "ROMEO:\nWhat say you, my lord?\n"
+    eng = Engine.load(str(CHEF), device="cpu", dtype="float32")
+    assert eng.encode(prompt) == tok.encode(prompt, add_special_tokens=False)
+    res = eng.generate([prompt], max_new_tokens=50, temperature=0.0, stop_at_eos=False)
+    assert res.tokens[0] == _hf_greedy(model, tok.encode(prompt, add_special_tokens=False), 50)
+
+
+def test_engine_loads_the_chef_by_catalog_name():
+    from engine import Engine
+
+    eng = Engine.load("chef", device="cpu", dtype="float32")
+    assert eng.info.trained and eng.info.n_params == sum(
+        p.numel()
+        for p in __import__("transformers").AutoModelForCausalLM.from_pretrained(str(CHEF)).parameters()
+    )
+
+
+needs_corpus = pytest.mark.skipif(not CORPUS.is_file(), reason=f"corpus not at {CORPUS}")
+
+
+@needs_corpus
+def test_validation_loss_per_char_is_clearly_below_the_char_unigram_baseline(hf_chef, capsys):
+    """Recompute the model card's numbers from the shipped weights; they must match and beat the baseline."""
+    tc = _train_script()
+    model, _ = hf_chef
+    split = tc.read_corpus(CORPUS)
+    baseline = tc.char_unigram_nats(split)
+    tok = tc.load_tokenizer(CHEF)
+    val_ids = torch.tensor(tok.encode(split.val_text).ids)
+    chars = len(split.val_text) - len(tok.decode(val_ids[:1].tolist()))
+    loss = tc.evaluate(model, val_ids, chars, context=512)
+    with capsys.disabled():
+        print(
+            f"\nchef val: {loss.nats_per_token:.3f} nats/token, {loss.nats_per_char:.3f} nats/char; "
+            f"char-unigram baseline {baseline:.3f} nats/char"
+        )
+    assert 3.3 < baseline < 3.45  # the unigram entropy of English-like text in nats, sanity
+    assert loss.nats_per_char < 0.6 * baseline
+    card = json.loads((CHEF / "training.json").read_text())["report"]
+    assert abs(card["val_nats_per_char"] - loss.nats_per_char) < 0.01
+    assert abs(card["char_unigram_nats_per_char"] - baseline) < 1e-9
+
+
+def word_stats(sample: str, vocabulary: set[str]) -> tuple[int, float]:
+    """(number of words, fraction found in the training split's vocabulary)."""
+    words = [w.lower() for w in re.findall(r"[A-Za-z']+", sample)]
+    words = [w.strip("'") for w in words if w.strip("'")]
+    known = sum(w in vocabulary for w in words)
+    return len(words), known / max(1, len(words))
+
+
+@needs_corpus
+def test_seeded_sample_is_printable_words_with_line_structure(capsys):
+    """A sampled continuation of `ROMEO:` through the engine (temperature 0.8, top-k 40, seed 1337).
+
+    "Dictionary-like" is judged against the words of the training split: no dictionary ships with
+    this machine, and Shakespeare's own spellings ("thou", "'tis") should count as words.
+    """
+    from engine import Engine
+
+    tc = _train_script()
+    vocabulary = {w.lower().strip("'") for w in re.findall(r"[A-Za-z']+", tc.read_corpus(CORPUS).train_text)}
+    eng = Engine.load(str(CHEF), device="cpu", dtype="float32")
+    res = eng.generate(
+        ["ROMEO:"], max_new_tokens=120, temperature=0.8, top_k=40, seed=1337, stop_at_eos=False
+    )
+    sample = "ROMEO:" + res.texts[0]
+    n_words, known = word_stats(sample, vocabulary)
+    lines = [ln for ln in sample.splitlines() if ln.strip()]
+    with capsys.disabled():
+        print(f"\n--- chef sample ({n_words} words, {known:.0%} known) ---\n{sample}\n---")
+    assert all(c.isprintable() or c in "\n\t" for c in sample)
+    assert n_words >= 30 and known >= 0.85
+    assert len(lines) >= 4 and max(len(ln) for ln in lines) < 200
+    # The model card's sample passes the same bar.
+    card_sample = json.loads((CHEF / "training.json").read_text())["report"]["sample"]
+    assert word_stats(card_sample, vocabulary)[1] >= 0.85 and card_sample in (CHEF / "README.md").read_text()

@@ -1,0 +1,142 @@
+"""Generation behaviour: cache modes, padded vs packed batches, sampling, streaming, trace, metrics."""
+
+import json
+import shutil
+
+import pytest
+
+from engine import Engine
+from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token
+from engine.trace import compute_metrics
+
+PROMPTS = [[11, 57, 3, 200, 42, 9, 101, 7], [5, 6], [300, 1, 2, 99, 45]]
+
+
+@pytest.fixture(scope="module")
+def eng(tiny_llama):
+    return Engine.load(str(tiny_llama.path))
+
+
+@pytest.mark.parametrize("family", ["tiny_llama", "tiny_qwen2", "tiny_gpt2"])
+def test_all_cache_modes_and_batchings_give_the_same_tokens(request, family):
+    eng = Engine.load(str(request.getfixturevalue(family).path))
+    runs = {
+        (cache, batching): eng.generate(PROMPTS, max_new_tokens=12, cache=cache, batching=batching).tokens
+        for cache in ("static", "growing", "none")
+        for batching in ("padded", "packed")
+    }
+    alone = [eng.generate([p], max_new_tokens=12).tokens[0] for p in PROMPTS]
+    for key, tokens in runs.items():
+        assert tokens == alone, key
+
+
+def test_packed_prefill_computes_no_padding(eng):
+    padded = eng.generate(PROMPTS, max_new_tokens=2, batching="padded").trace.prefill
+    packed = eng.generate(PROMPTS, max_new_tokens=2, batching="packed").trace.prefill
+    real = sum(map(len, PROMPTS))
+    assert padded.tokens == packed.tokens == real
+    assert packed.slots == real
+    assert padded.slots == len(PROMPTS) * max(map(len, PROMPTS))
+    assert packed.flops < padded.flops
+
+
+def test_eos_stops_one_sequence_and_the_rest_continue(tiny_llama, tmp_path):
+    eng = Engine.load(str(tiny_llama.path))
+    free = eng.generate(PROMPTS, max_new_tokens=10).tokens
+    eos = free[0][3]  # declare sequence 0's 4th token to be the end-of-sequence token
+    folder = tmp_path / "with_eos"
+    shutil.copytree(tiny_llama.path, folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(cfg | {"eos_token_id": eos}))
+    eng = Engine.load(str(folder))
+    res = eng.generate(PROMPTS, max_new_tokens=10)
+    for got, ref in zip(res.tokens, free, strict=True):
+        cut = ref.index(eos) + 1 if eos in ref else len(ref)
+        assert got == ref[:cut]
+    assert res.tokens[0] == free[0][:4]
+    assert eng.generate(PROMPTS, max_new_tokens=10, stop_at_eos=False).tokens == free
+    batches = [s.batch for s in res.trace.decode_steps]
+    assert batches == sorted(batches, reverse=True) and batches[-1] < len(PROMPTS)  # finished rows dropped
+
+
+def test_sampling_repeats_with_a_seed_and_varies_across_seeds(eng):
+    kw = dict(max_new_tokens=16, temperature=1.0, top_k=50, top_p=0.95)
+    a = eng.generate(PROMPTS, seed=7, **kw).tokens
+    assert a == eng.generate(PROMPTS, seed=7, **kw).tokens
+    assert a != eng.generate(PROMPTS, seed=8, **kw).tokens
+    greedy = eng.generate(PROMPTS, max_new_tokens=16).tokens
+    assert eng.generate(PROMPTS, max_new_tokens=16, temperature=1.0, top_k=1).tokens == greedy
+
+
+def test_stream_events_come_in_the_documented_order(eng):
+    events = list(eng.stream(PROMPTS, max_new_tokens=5))
+    kinds = [type(e).__name__ for e in events]
+    B = len(PROMPTS)
+    expected = ["PrefillStart", "PrefillEnd"] + ["Token"] * B + ["StepEnd"]
+    expected += (["Token"] * B + ["StepEnd"]) * 4 + ["Done"]
+    assert kinds == expected
+    times = [e.t for e in events]
+    assert times == sorted(times)
+    start, end, done = events[0], events[1], events[-1]
+    assert isinstance(start, PrefillStart) and start.prompt_tokens == [len(p) for p in PROMPTS]
+    assert isinstance(end, PrefillEnd) and end.kv_bytes == end.step.kv_bytes > 0
+    tokens = [e for e in events if isinstance(e, Token)]
+    assert [e.seq for e in tokens[:B]] == list(range(B)) and all(e.step == 0 for e in tokens[:B])
+    assert all(e.finished for e in tokens[-B:]) and not any(e.finished for e in tokens[:-B])
+    assert isinstance(done, Done)
+    for seq in range(B):
+        assert [e.token_id for e in tokens if e.seq == seq] == done.result.tokens[seq]
+    assert [s.step for s in events if isinstance(s, StepEnd)] == done.result.trace.steps
+    assert done.result.tokens == eng.generate(PROMPTS, max_new_tokens=5).tokens
+
+
+def test_trace_has_one_prefill_and_n_minus_1_decode_records(eng):
+    n = 6
+    res = eng.generate(PROMPTS, max_new_tokens=n)
+    tr, cfg = res.trace, eng.cfg
+    assert [s.phase for s in tr.steps] == ["prefill"] + ["decode"] * (n - 1)
+    assert [s.index for s in tr.steps] == list(range(n))
+    per_token = cfg.kv_bytes_per_token(4)
+    assert tr.prefill.kv_bytes == sum(map(len, PROMPTS)) * per_token
+    for prev, s in zip(tr.steps, tr.steps[1:], strict=False):
+        assert prev.t_end <= s.t_start
+    for i, s in enumerate(tr.decode_steps, start=1):
+        assert s.batch == s.tokens == len(PROMPTS)
+        assert 0 < s.forward_s <= s.seconds
+        assert s.kv_bytes == sum(len(p) + i for p in PROMPTS) * per_token
+        assert s.kv_tokens == len(PROMPTS) * (max(map(len, PROMPTS)) + i)
+        assert s.flops > 0 and s.bytes_moved > 0 and s.intensity < tr.prefill.intensity
+    assert res.metrics.kv_cache_allocated_bytes == len(PROMPTS) * (8 + n - 1) * per_token
+
+
+def test_metrics_follow_the_definitions(eng):
+    res = eng.generate(PROMPTS, max_new_tokens=8)
+    m, tr = res.metrics, res.trace
+    assert m == compute_metrics(tr, [len(t) for t in res.tokens], m.kv_cache_allocated_bytes)
+    assert m.ttft_s == tr.t_first_token and m.e2e_s == tr.t_done == tr.steps[-1].t_end
+    assert m.tpot_s == pytest.approx((m.e2e_s - m.ttft_s) / 7)
+    assert len(m.itl_s) == 7 and sum(m.itl_s) == pytest.approx(m.e2e_s - m.ttft_s)
+    assert m.prefill_s <= m.ttft_s and m.prefill_tokens == sum(map(len, PROMPTS))
+    assert m.output_tokens == 8 * len(PROMPTS)
+    json.dumps(res.to_dict())  # JSON-ready
+
+
+def test_clock_excludes_time_the_consumer_holds_an_event(eng):
+    import time
+
+    for ev in eng.stream([PROMPTS[0]], max_new_tokens=3):
+        if isinstance(ev, Token):
+            time.sleep(0.2)  # a slow UI
+        if isinstance(ev, Done):
+            assert ev.result.metrics.e2e_s < 0.2
+
+
+def test_text_prompts_and_streamed_text(tiny_llama_tok):
+    eng = Engine.load(str(tiny_llama_tok.path))
+    ids = eng.encode("The wok and the pot")
+    assert eng.decode(ids) == "The wok and the pot"
+    events = list(eng.stream(["The wok", "soup"], max_new_tokens=12, temperature=0.8, seed=3))
+    done = events[-1].result
+    for seq in range(2):
+        streamed = "".join(e.text for e in events if isinstance(e, Token) and e.seq == seq)
+        assert streamed == done.texts[seq] == eng.decode(done.tokens[seq])

@@ -89,7 +89,7 @@ def weights_megabytes(model: str, dtype: str) -> float | None:
         from engine.catalog import describe, load_catalog
 
         entry = load_catalog().get(model)
-        return describe(entry).bytes[dtype] / 1e6
+        return describe(entry).weight_bytes[dtype] / 1e6
     except Exception:  # noqa: BLE001 — an unknown name or a missing catalog just means "unknown size"
         pass
     folder = Path(model)
@@ -149,6 +149,25 @@ class KitchenService:
         """Block until the engine is loaded (or failed to load); True unless timed out."""
         with self._cv:
             return self._cv.wait_for(lambda: self.state != "loading", timeout)
+
+    # -- quick, read-only questions (answered on the caller's thread) -----------------------------
+
+    def limits(self, prompt_len: int, max_new_tokens: int):
+        """`Engine.limits`: pure arithmetic on the config and free memory, safe beside a running job."""
+        return self._loaded().limits(prompt_len, max_new_tokens)
+
+    def check(self, prompts: list, max_new_tokens: int, **settings) -> list[list[int]]:
+        """`Engine.check`: validation plus tokenization, no tensors; raises EngineError with the reason."""
+        return self._loaded().check(prompts, max_new_tokens, **settings)
+
+    def encode(self, text: str) -> list[int]:
+        """`Engine.encode`: the tokenizer alone (thread-safe), for counting a prompt's tokens."""
+        return self._loaded().encode(text)
+
+    def _loaded(self):
+        if self._engine is None:
+            raise EngineError(self.load_error or f"{self.model} is still loading")
+        return self._engine
 
     def close(self) -> None:
         """Stop the worker after the job it is running; queued jobs fail with a clear line."""

@@ -1,0 +1,75 @@
+"""Two-Pot Kitchen: the entry point. Navigation, the shared controls, presenter mode.
+
+Run it with `two-pot-kitchen` (or `streamlit run app.py`). Every page reads the sidebar's shared
+controls through `kitchen_viz.app_state.current_settings()`; the pages themselves live in `pages/`.
+The Kitchen is the home page; the Story tells the fable; the Lab section comes from
+`lab.registry`, so a new experiment page needs no edit here.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from kitchen_viz import app_state
+from kitchen_viz.app_state import (
+    DTYPES,
+    KEY_DEVICE,
+    KEY_DTYPE,
+    KEY_MODEL,
+    KEY_PRESENTER,
+    KEY_SEED,
+    device_choices,
+    model_choices,
+)
+from kitchen_viz.style import presenter_css
+
+st.set_page_config(page_title="Two-Pot Kitchen", page_icon="🍳", layout="wide")
+
+
+def navigation_ui():
+    """Kitchen (home), Story, then the lab pages that exist on disk, in the registry's order."""
+    try:
+        from lab.registry import DASHBOARD, LAB_PAGES
+
+        lab = [p for p in [*LAB_PAGES, DASHBOARD] if (app_state.REPO / p.path).is_file()]
+    except ImportError:
+        lab = []
+    sections = {
+        "Kitchen": [
+            st.Page("pages/kitchen.py", title="Kitchen", icon="🍳", default=True),
+            st.Page("pages/story.py", title="The two-pot story", icon="📖"),
+        ]
+    }
+    if lab:
+        sections["Lab"] = [st.Page(p.path, title=p.title, icon=p.icon) for p in lab]
+    return st.navigation(sections)
+
+
+def shared_controls_ui() -> None:
+    """Model, device, dtype, seed and presenter mode: one set for every page of this session."""
+    choices = {c.name: c for c in model_choices()}
+    with st.sidebar:
+        st.markdown("### 🍳 Two-Pot Kitchen")
+        st.selectbox(
+            "Model (from the catalog)",
+            list(choices),
+            format_func=lambda name: choices[name].label,
+            key=KEY_MODEL,
+            help="Only catalog models can be picked here; an instructor adds more with --catalog.",
+        )
+        chosen = choices[st.session_state[KEY_MODEL]]
+        if not chosen.trained:
+            st.caption("⚠️ Random weights: timing is real, text is not.")
+        st.selectbox("Device", device_choices(), key=KEY_DEVICE)
+        st.selectbox(
+            "Precision", DTYPES, key=KEY_DTYPE, help="Weights and KV cache are stored in this dtype."
+        )
+        st.number_input("Seed", min_value=0, max_value=2**31 - 1, value=0, step=1, key=KEY_SEED)
+        st.toggle("Presenter mode (large type)", key=KEY_PRESENTER)
+
+
+page = navigation_ui()
+shared_controls_ui()
+if st.session_state.get(KEY_PRESENTER):
+    st.html(presenter_css())
+page.run()

@@ -1,0 +1,353 @@
+// The two-pot kitchen, replayed from the engine's measured timestamps.
+//
+// Python sends `data` (kitchen_viz/timeline.py: LiveRun.scene_data) several times a second while
+// a Cook runs. This script keeps ONE playback clock per mounted scene and draws the kitchen as it
+// was at engine time T:
+//     T = (screen seconds since playback began) / slowdown
+// Every position, fill and label below is a function of T and the measured events, nothing else.
+// If playback catches up with what the engine has reported so far, it waits (the clock holds)
+// rather than guessing ahead. With prefers-reduced-motion, decorative motion (flicker, toss,
+// ladle swing, slides) is off; the states still change at their measured moments.
+
+const SVG = __KITCHEN_SVG__;
+const SCENES = new WeakMap();
+const TABLE_W = 140;
+const BOWLS_PER_ROW = 10;
+const BOWL_ROWS = 4;
+
+export default function (component) {
+  const { data, parentElement } = component;
+  let scene = SCENES.get(parentElement);
+  if (!scene || !scene.root.isConnected) {
+    scene = mount(parentElement);
+    SCENES.set(parentElement, scene);
+  }
+  if (data) receive(scene, data);
+}
+
+function mount(parent) {
+  const root = document.createElement("div");
+  root.className = "tpk-root";
+  root.innerHTML = `
+    <div class="tpk-scene">${SVG}</div>
+    <aside class="tpk-side">
+      <div class="tpk-side-head">
+        <span class="tpk-side-title">Bowls served (generated text)</span>
+        <button class="tpk-replay" type="button" hidden>↺ Replay</button>
+      </div>
+      <div class="tpk-texts"></div>
+      <p class="tpk-more"></p>
+    </aside>`;
+  parent.appendChild(root);
+  const $ = (sel) => root.querySelector(sel);
+  const scene = {
+    root, $,
+    svg: $("svg"),
+    reduced: window.matchMedia("(prefers-reduced-motion: reduce)").matches,
+    data: null, runId: null, playStart: null, slow: null, raf: null, drawn: null,
+  };
+  $(".tpk-replay").addEventListener("click", () => restart(scene));
+  return scene;
+}
+
+// ---------------------------------------------------------------- receiving measured data
+
+function receive(scene, data) {
+  scene.root.classList.toggle("tpk-presenter", !!data.presenter);
+  if (data.run_id !== scene.runId) {
+    scene.runId = data.run_id;
+    scene.data = data;
+    scene.playStart = null;
+    scene.slow = null;
+    buildOrders(scene, data);
+  }
+  scene.data = data;
+  if (scene.playStart === null && data.slowdown) {
+    scene.slow = data.slowdown; // fixed for the whole run: the wok and the pot keep their true ratio
+    scene.playStart = performance.now();
+  }
+  if (scene.raf === null) scene.raf = requestAnimationFrame((now) => frame(scene, now));
+}
+
+function restart(scene) {
+  buildOrders(scene, scene.data);
+  scene.playStart = performance.now();
+  if (scene.raf === null) scene.raf = requestAnimationFrame((now) => frame(scene, now));
+}
+
+// The latest engine time the data covers: playback never runs past what was measured.
+function horizon(d) {
+  if (d.t_done !== null) return d.t_done;
+  let h = d.prefill ? (d.prefill[1] ?? d.prefill[0]) : 0;
+  if (d.steps.length) h = Math.max(h, d.steps[d.steps.length - 1][1]);
+  return h;
+}
+
+function frame(scene, now) {
+  scene.raf = null;
+  if (!scene.root.isConnected) return; // the page moved on: stop drawing
+  const d = scene.data;
+  let T = 0;
+  if (scene.playStart !== null) {
+    T = (now - scene.playStart) / 1000 / scene.slow;
+    const h = horizon(d);
+    if (T > h) {
+      T = h;
+      scene.playStart = now - h * scene.slow * 1000; // hold the clock until more events arrive
+    }
+  }
+  draw(scene, d, T, now / 1000);
+  const finished = d.t_done !== null && T >= d.t_done;
+  scene.$(".tpk-replay").hidden = !finished;
+  if (!finished || !scene.reduced) scene.raf = requestAnimationFrame((n) => frame(scene, n));
+}
+
+// ---------------------------------------------------------------- the static parts of one order
+
+function buildOrders(scene, d) {
+  const { $ } = scene;
+  const rail = $("#tpk-rail");
+  const tables = $("#tpk-tables");
+  rail.replaceChildren();
+  tables.replaceChildren();
+  const n = d.shown_tables;
+  const x0 = 600 - (n * TABLE_W) / 2;
+  for (let i = 0; i < n; i++) {
+    const x = x0 + i * TABLE_W;
+    rail.appendChild(svgEl("g", { class: "tpk-ticket", transform: `translate(${x + 14} 22)` }, `
+      <path d="M0 0 H112 V74 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 Z" class="tpk-paper"/>
+      <rect x="0" y="0" width="112" height="10" class="tpk-ticket-band"/>
+      <text x="56" y="34" class="tpk-ticket-title">Table ${i + 1}</text>
+      <text x="56" y="56" class="tpk-ticket-sub">${d.prompt_tokens[i]} tokens</text>
+      <text x="56" y="44" class="tpk-stamp" transform="rotate(-14 56 44)" opacity="0">SERVED</text>`));
+    tables.appendChild(svgEl("g", { class: "tpk-table", transform: `translate(${x} 496)` }, `
+      <text x="${TABLE_W / 2}" y="20" class="tpk-table-name">Table ${i + 1}</text>
+      <rect x="6" y="30" width="${TABLE_W - 12}" height="${BOWL_ROWS * 16 + 14}" rx="10" class="tpk-tabletop"/>
+      <g class="tpk-bowls"></g>
+      <text x="${TABLE_W / 2}" y="${BOWL_ROWS * 16 + 70}" class="tpk-bowl-count">0 bowls</text>`));
+  }
+  const texts = $(".tpk-texts");
+  texts.replaceChildren();
+  for (let i = 0; i < n; i++) {
+    const p = document.createElement("p");
+    p.className = "tpk-text";
+    p.innerHTML = `<b>Table ${i + 1}</b> <span></span>`;
+    texts.appendChild(p);
+  }
+  const hidden = d.batch - n;
+  $(".tpk-more").textContent = hidden > 0
+    ? `+ ${hidden} more tables cooked in the same passes (measured, not drawn).` : "";
+  scene.drawn = { bowls: new Array(n).fill(0), served: new Array(n).fill(false) };
+}
+
+// ---------------------------------------------------------------- drawing the kitchen at time T
+
+function draw(scene, d, T, wall) {
+  const { $ } = scene;
+  const pre = d.prefill;
+  const cooking = pre && T >= pre[0] && (pre[1] === null || T < pre[1]);
+  const prefilled = pre && pre[1] !== null && T >= pre[1];
+  const stepsDone = countUntil(d.steps, T, 1);
+  const done = d.t_done !== null && T >= d.t_done;
+  const decoding = prefilled && !done;
+
+  drawClock(scene, d, T, cooking, decoding, done);
+  drawWok(scene, d, T, cooking, prefilled, wall);
+  drawCounter(scene, d, T, prefilled, stepsDone);
+  drawPot(scene, d, T, decoding, stepsDone, wall);
+  drawTables(scene, d, T, cooking);
+}
+
+function drawClock(scene, d, T, cooking, decoding, done) {
+  const { $ } = scene;
+  const phase = !d.prefill ? "Order going to the kitchen…"
+    : cooking ? "PREFILL · the wok tosses every prompt token at once"
+    : decoding ? "DECODE · the soup pot ladles one token per step"
+    : done ? "Every table served" : "Order at the pass";
+  setText($("#tpk-phase"), phase);
+  const speed = d.slowdown_label ? ` · ${d.slowdown_label}` : "";
+  setText($("#tpk-clock"), scene.playStart === null ? "waiting for the first measurements…"
+    : `engine clock ${fmtTime(T)}${speed}`);
+}
+
+function drawWok(scene, d, T, cooking, prefilled, wall) {
+  const { $ } = scene;
+  const pre = d.prefill;
+  const total = d.prompt_tokens.reduce((a, b) => a + b, 0);
+  $("#tpk-wok-flames").style.opacity = cooking ? 1 : 0;
+  $("#tpk-wok-flames").classList.toggle("tpk-anim", cooking && !scene.reduced);
+  // The wok fills in proportion to prompt tokens × tables (its capacity: the largest order the
+  // controls allow), from the moment the order goes in; after prefill its heat is in the cache.
+  const frac = Math.min(1, total / d.wok_capacity);
+  const h = pre && T >= pre[0] ? Math.max(5, frac * 64) : 0;
+  const fill = $("#tpk-wok-fill");
+  fill.setAttribute("y", 382 - h);
+  fill.setAttribute("height", h);
+  fill.style.opacity = prefilled ? 0.45 : 1;
+  drawBits(scene, cooking, total, frac, wall);
+  if (!pre) return;
+  const burn = (pre[1] === null || T < pre[1]) ? Math.max(0, T - pre[0]) : pre[1] - pre[0];
+  setText($("#tpk-wok-timer"), T >= pre[0] ? fmtTime(burn) : "—");
+  setText($("#tpk-wok-note"), prefilled ? `one pass: ${fmtInt(total)} tokens, ${fmtRate(total / (pre[1] - pre[0]))}`
+    : cooking ? "high flame: all tables' tokens in one pass" : "the order is on the rail");
+  setText($("#tpk-wok-load"), `${fmtInt(total)} prompt tokens × ${d.batch} table${d.batch > 1 ? "s" : ""}`
+    + (d.slots > total ? ` · ${fmtInt(d.slots - total)} padding slots` : ""));
+}
+
+// Ingredients tossed in the wok: one bit per token (up to 40), flying while the flame is high.
+function drawBits(scene, cooking, total, frac, wall) {
+  const g = scene.$("#tpk-wok-bits");
+  const want = cooking ? Math.min(40, Math.max(4, total)) : 0;
+  while (g.childElementCount < want) g.appendChild(svgEl("circle", { r: 5, class: "tpk-bit" }));
+  while (g.childElementCount > want) g.lastChild.remove();
+  const surface = 382 - Math.max(5, frac * 64);
+  [...g.children].forEach((c, i) => {
+    const x = 150 + ((i * 37) % 200);
+    const toss = scene.reduced ? 0 : Math.max(0, Math.sin(wall * 7 + i * 1.7)) * (40 + (i % 5) * 14);
+    c.setAttribute("cx", x + (scene.reduced ? 0 : Math.sin(wall * 3 + i) * 6));
+    c.setAttribute("cy", surface - 4 - toss);
+  });
+}
+
+function drawCounter(scene, d, T, prefilled, stepsDone) {
+  const { $ } = scene;
+  const pre = d.prefill;
+  $("#tpk-kv-group").style.opacity = prefilled ? 1 : 0;
+  if (!prefilled) {
+    setText($("#tpk-kv-mb"), "empty");
+    setText($("#tpk-kv-note"), "the KV cache waits here");
+    setText($("#tpk-handover"), "");
+    return;
+  }
+  // Slide from the wok to the counter over 0.4 s of *screen* time: the handover, not a restart.
+  const screenS = (T - pre[1]) * (scene.slow || 1);
+  const slide = scene.reduced ? 1 : easeOut(Math.min(1, screenS / 0.4));
+  $("#tpk-kv-group").setAttribute("transform", `translate(${-350 * (1 - slide)} ${-30 * (1 - slide)})`);
+  const kv = stepsDone ? d.steps[stepsDone - 1][2] : d.kv_handed;
+  const last = d.steps.length ? d.steps[d.steps.length - 1][2] : d.kv_handed;
+  const peak = Math.max(last, d.kv_handed, 1);
+  $("#tpk-kv-level").setAttribute("width", (152 * kv) / peak);
+  const perTok = d.kv_bytes_per_token;
+  setText($("#tpk-kv-mb"), fmtBytes(kv) + (perTok ? ` · ${fmtInt(Math.round(kv / perTok))} tokens` : ""));
+  setText($("#tpk-kv-note"), stepsDone ? "grows by one token per table each step" : "handed over from the wok");
+  if (d.steps.length) {
+    const gap = d.steps[0][0] - pre[1];
+    setText($("#tpk-handover"), `no cold restart: decode began ${fmtTime(gap)} after prefill, on this cache`);
+  }
+}
+
+function drawPot(scene, d, T, decoding, stepsDone, wall) {
+  const { $ } = scene;
+  const flames = $("#tpk-pot-flames");
+  flames.style.opacity = decoding ? 1 : 0.25;
+  flames.classList.toggle("tpk-anim", decoding && !scene.reduced);
+  $("#tpk-steam").style.opacity = decoding || stepsDone ? 0.7 : 0;
+  $("#tpk-steam").classList.toggle("tpk-anim", decoding && !scene.reduced);
+  // The ladle dips once per measured decode step: its swing is the step's own progress.
+  let swing = 0;
+  if (decoding && !scene.reduced && d.t_first !== null) {
+    const prev = stepsDone ? d.steps[stepsDone - 1][1] : d.t_first;
+    const next = stepsDone < d.steps.length ? d.steps[stepsDone][1] : null;
+    const p = next ? Math.min(1, (T - prev) / Math.max(1e-9, next - prev)) : 0;
+    swing = Math.sin(Math.PI * p);
+  }
+  $("#tpk-ladle").setAttribute("transform", `translate(${1000 - 40 * swing} ${300 - 50 * swing}) rotate(${-10 + 40 * swing})`);
+  if (d.t_first === null || T < d.t_first) {
+    setText($("#tpk-pot-timer"), "—");
+    setText($("#tpk-pot-note"), "one bowl per table per step");
+    return;
+  }
+  if (stepsDone) {
+    const prevEnd = stepsDone > 1 ? d.steps[stepsDone - 2][1] : d.t_first;
+    const itl = d.steps[stepsDone - 1][1] - prevEnd;
+    setText($("#tpk-pot-timer"), `${fmtTime(itl)} / step`);
+  } else {
+    setText($("#tpk-pot-timer"), `1st bowl at ${fmtTime(d.t_first)}`);
+  }
+  setText($("#tpk-pot-note"), `step ${stepsDone + 1}: ${d.batch} bowl${d.batch > 1 ? "s" : ""} per ladle`);
+}
+
+function drawTables(scene, d, T, cooking) {
+  const { $ } = scene;
+  const tables = $("#tpk-tables").children;
+  const texts = $(".tpk-texts").children;
+  const tickets = $("#tpk-rail").children;
+  for (let i = 0; i < d.shown_tables; i++) {
+    const toks = d.tokens[i] || [];
+    const n = countUntil(toks, T, 0);
+    tickets[i].classList.toggle("tpk-in-wok", !!cooking);
+    if (n !== scene.drawn.bowls[i]) {
+      drawBowls(tables[i], n);
+      setText(tables[i].querySelector(".tpk-bowl-count"), `${fmtInt(n)} bowl${n === 1 ? "" : "s"}`);
+      const span = texts[i].querySelector("span");
+      span.textContent = toks.slice(0, n).map((t) => t[1]).join("");
+      scene.drawn.bowls[i] = n;
+    }
+    const served = d.t_done !== null && T >= d.t_done;
+    if (served !== scene.drawn.served[i]) {
+      tickets[i].querySelector(".tpk-stamp").setAttribute("opacity", served ? 1 : 0);
+      scene.drawn.served[i] = served;
+    }
+  }
+}
+
+// Bowls line up ten to a row; past four rows the last bowl carries a "+N".
+function drawBowls(table, n) {
+  const g = table.querySelector(".tpk-bowls");
+  const cap = BOWLS_PER_ROW * BOWL_ROWS;
+  const shown = Math.min(n, cap);
+  while (g.childElementCount > shown) g.lastChild.remove();
+  while (g.childElementCount < shown) {
+    const j = g.childElementCount;
+    const x = 10 + (j % BOWLS_PER_ROW) * 12.4;
+    const y = 36 + Math.floor(j / BOWLS_PER_ROW) * 16;
+    g.appendChild(svgEl("use", { href: "#tpk-bowl", x, y, width: 12, height: 9, class: "tpk-new-bowl" }));
+  }
+  const extra = table.querySelector(".tpk-extra");
+  if (n > cap) {
+    const t = extra || table.appendChild(svgEl("text", { class: "tpk-extra", x: TABLE_W - 10, y: 42 + BOWL_ROWS * 16 }));
+    setText(t, `+${fmtInt(n - cap)}`);
+  } else if (extra) extra.remove();
+}
+
+// ---------------------------------------------------------------- small helpers
+
+// How many items (sorted by their time at index k) happened at or before T.
+function countUntil(items, T, k) {
+  let lo = 0, hi = items.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (items[mid][k] <= T) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+function svgEl(tag, attrs, inner) {
+  const el = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
+  if (inner) el.innerHTML = inner;
+  return el;
+}
+
+function setText(el, s) {
+  if (el && el.textContent !== s) el.textContent = s;
+}
+
+const easeOut = (x) => 1 - (1 - x) * (1 - x) * (1 - x);
+const fmtInt = (n) => n.toLocaleString("en-US");
+
+function fmtTime(s) {
+  if (s < 1e-3) return `${(s * 1e3).toFixed(2)} ms`;
+  if (s < 1) return `${(s * 1e3).toFixed(1)} ms`;
+  return `${s.toFixed(2)} s`;
+}
+
+function fmtBytes(b) {
+  if (b >= 1e9) return `${(b / 1e9).toFixed(2)} GB`;
+  if (b >= 1e6) return `${(b / 1e6).toFixed(2)} MB`;
+  return `${(b / 1e3).toFixed(1)} KB`;
+}
+
+function fmtRate(tps) {
+  return tps >= 1e3 ? `${(tps / 1e3).toFixed(1)}k tok/s` : `${tps.toFixed(0)} tok/s`;
+}

@@ -1,0 +1,109 @@
+"""The app's shared state: which kitchen this browser session cooks in, and the server's run log.
+
+Why this module: `app.py` draws the shared controls (model, device, dtype, seed, presenter mode)
+once, in the sidebar, and every page reads them through `current_settings()`; the engine and the
+run log are *server-wide* read-only-shared things, so they live in `st.cache_resource` (one kitchen
+per model/device/dtype, one run log per server process), never in a session.
+
+A page rendered on its own (AppTest on `pages/kitchen.py`) has no sidebar; it gets the defaults.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import streamlit as st
+import torch
+
+from kitchen_viz.service import KitchenService
+
+REPO = Path(__file__).resolve().parent.parent
+CHEF_FOLDER = REPO / "assets" / "models" / "chef"
+DTYPES = ["float32", "bfloat16", "float16"]
+
+# Session-state keys of the shared controls (app.py's widgets use exactly these keys).
+KEY_MODEL, KEY_DEVICE, KEY_DTYPE, KEY_SEED, KEY_PRESENTER = (
+    "tpk_model",
+    "tpk_device",
+    "tpk_dtype",
+    "tpk_seed",
+    "tpk_presenter",
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    model: str  # a catalog name ("chef") or, without a catalog, the chef's folder
+    device: str
+    dtype: str
+    seed: int
+    presenter: bool
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    name: str  # what Engine.load receives
+    label: str  # what the select box shows
+    trained: bool
+
+
+def model_choices() -> list[ModelChoice]:
+    """The models the browser may pick: the catalog's entries, in its order (chef first).
+
+    Until the catalog module exists (or if it fails to parse), the only choice is the embedded
+    chef folder, so the app still opens on a real model.
+    """
+    try:
+        from engine.catalog import load_catalog
+
+        cat = load_catalog()
+        default = cat.default.name
+        entries = sorted(cat.entries, key=lambda e: e.name != default)
+        return [ModelChoice(e.name, e.label or e.name, bool(e.trained)) for e in entries]
+    except Exception:  # noqa: BLE001 — no catalog yet: the embedded chef only
+        return [ModelChoice(str(CHEF_FOLDER), "chef (embedded)", True)]
+
+
+def device_choices() -> list[str]:
+    """Devices this server can actually use: the CPU, plus each CUDA GPU torch can see."""
+    gpus = [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    return ["cpu", *gpus]
+
+
+def current_settings() -> Settings:
+    """The shared controls' values for this session (defaults when the sidebar was not drawn)."""
+    ss = st.session_state
+    return Settings(
+        model=ss.get(KEY_MODEL) or model_choices()[0].name,
+        device=ss.get(KEY_DEVICE) or "cpu",
+        dtype=ss.get(KEY_DTYPE) or "float32",
+        seed=int(ss.get(KEY_SEED) or 0),
+        presenter=bool(ss.get(KEY_PRESENTER, os.environ.get("TWO_POT_PRESENTER") == "1")),
+    )
+
+
+@st.cache_resource(show_spinner=False)
+def run_log():
+    """The server's log of every finished generation (the dashboard reads it)."""
+    from lab.runlog import RunLog
+
+    return RunLog()
+
+
+@st.cache_resource(show_spinner=False, max_entries=3)
+def _service(model: str, device: str, dtype: str) -> KitchenService:
+    return KitchenService(model, device, dtype, run_log=run_log())
+
+
+def service_for(settings: Settings) -> KitchenService:
+    """The one shared kitchen for this model/device/dtype; its worker starts loading at once.
+
+    A kitchen whose model failed to load is dropped from the cache after the page has shown the
+    reason, so fixing the problem (say, freeing memory) and reloading tries again.
+    """
+    svc = _service(settings.model, settings.device, settings.dtype)
+    if svc.state == "error":
+        _service.clear()  # type: ignore[attr-defined]
+    return svc

@@ -1,0 +1,253 @@
+"""Plotly figures for the lab's experiments and the monitoring dashboard.
+
+One function per experiment, taking the experiment's result dataclass and the learner's guess
+(`None` when they skipped the question). The guess is drawn as a hollow star labelled "your guess"
+at the place the measurement it predicts will land, so the two sit side by side on the same axes.
+
+Colours follow the kitchen: the wok (prefill) is flame orange, the soup pot (decode) broth teal,
+the guess violet. Every figure's numbers come from the result; nothing is drawn from constants.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+WOK, POT, GUESS, GREY = "#e4572e", "#17a2a2", "#7b3fa0", "#8c8c8c"
+MODE_COLOURS = {"static": POT, "growing": "#f0a202", "none": WOK, "padded": WOK, "packed": POT}
+LAYOUT = dict(
+    template="plotly_white", height=430, margin=dict(l=60, r=30, t=60, b=50), legend=dict(orientation="h")
+)
+
+
+def guess_marker(x, y, text: str = "your guess") -> go.Scatter:
+    return go.Scatter(
+        x=[x], y=[y], mode="markers+text", name="your guess", text=[text], textposition="top center",
+        marker=dict(symbol="star-open", size=16, color=GUESS, line=dict(width=2)),
+    )  # fmt: skip
+
+
+def finish(fig: go.Figure, title: str) -> go.Figure:
+    fig.update_layout(title=title, **LAYOUT)
+    return fig
+
+
+# -- 1. big banquet ------------------------------------------------------------------------------
+
+
+def banquet_figures(result, guess: float | None = None) -> list[go.Figure]:
+    df = result.to_frame()
+    ttft = go.Figure(go.Scatter(x=df.prompt_tokens, y=df.ttft_s * 1e3, mode="lines+markers", name="TTFT (measured)",
+                                line=dict(color=WOK)))  # fmt: skip
+    if guess is not None:
+        ttft.add_trace(
+            guess_marker(
+                df.prompt_tokens.iloc[-1], df.ttft_s.iloc[0] * 1e3 * guess, f"your guess: {guess:g}x"
+            )
+        )
+    if result.saturation_tokens:
+        ttft.add_vline(x=result.saturation_tokens, line_dash="dot", line_color=GREY,
+                       annotation_text="wok saturated", annotation_position="top left")  # fmt: skip
+    ttft.update_xaxes(title="prompt tokens", type="log")
+    ttft.update_yaxes(title="TTFT (ms)", type="log")
+    finish(ttft, "The big banquet: time to first token vs prompt length")
+
+    rate = make_subplots(specs=[[{"secondary_y": True}]])
+    rate.add_trace(go.Scatter(x=df.prompt_tokens, y=df.prefill_tps, mode="lines+markers", name="prefill tokens/s",
+                              line=dict(color=WOK)))  # fmt: skip
+    rate.add_trace(go.Scatter(x=df.prompt_tokens, y=df.attention_share * 100, mode="lines", name="attention share "
+                              "of FLOPs (analytic, %)", line=dict(color=GREY, dash="dash")), secondary_y=True)  # fmt: skip
+    if result.saturation_tokens:
+        rate.add_vline(x=result.saturation_tokens, line_dash="dot", line_color=GREY)
+    rate.update_xaxes(title="prompt tokens", type="log")
+    rate.update_yaxes(title="prefill tokens / s", secondary_y=False)
+    rate.update_yaxes(title="attention share (%)", secondary_y=True, rangemode="tozero")
+    return [ttft, finish(rate, "How fast the wok tosses: prefill tokens/s, and attention's growing share")]
+
+
+# -- 2. more tables ------------------------------------------------------------------------------
+
+
+def tables_figures(result, guess: float | None = None) -> list[go.Figure]:
+    df = result.to_frame()
+    per_token = go.Figure()
+    per_token.add_trace(go.Scatter(x=df.batch, y=df.decode_us_per_token, mode="lines+markers", name="decode, per token",
+                                   line=dict(color=POT)))  # fmt: skip
+    per_token.add_trace(go.Scatter(x=df.batch, y=df.prefill_us_per_token, mode="lines+markers",
+                                   name="prefill, per token", line=dict(color=WOK)))  # fmt: skip
+    per_token.update_xaxes(title="batch size (sequences)", type="log")
+    per_token.update_yaxes(title="time per token (µs)", type="log")
+    finish(
+        per_token, "Per-token cost vs batch: decode gets cheaper per token, prefill is flat from the start"
+    )
+
+    step = make_subplots(specs=[[{"secondary_y": True}]])
+    step.add_trace(go.Scatter(x=df.batch, y=df.decode_step_s * 1e3, mode="lines+markers", name="decode step (ms)",
+                              line=dict(color=POT)))  # fmt: skip
+    step.add_trace(go.Scatter(x=df.batch, y=df.decode_tps, mode="lines+markers", name="decode tokens/s",
+                              line=dict(color=GREY, dash="dash")), secondary_y=True)  # fmt: skip
+    if guess is not None:
+        step.add_trace(
+            guess_marker(df.batch.iloc[-1], df.decode_step_s.iloc[0] * 1e3 * guess, f"your guess: {guess:g}x")
+        )
+    step.update_xaxes(title="batch size (sequences)", type="log")
+    step.update_yaxes(title="decode step (ms)", rangemode="tozero", secondary_y=False)
+    step.update_yaxes(title="tokens / s", rangemode="tozero", secondary_y=True)
+    return [finish(step, "More tables: one ladle serves the whole batch, until the pot gets busy"), per_token]
+
+
+# -- 3. roofline ---------------------------------------------------------------------------------
+
+
+def roofline_figure(result, guess: float | None = None) -> go.Figure:
+    roof, df = result.roof, result.to_frame()
+    lo, hi = min(df.intensity.min(), roof.ridge) / 4, max(df.intensity.max(), roof.ridge) * 4
+    xs = np.geomspace(lo, hi, 200)
+    fig = go.Figure(go.Scatter(x=xs, y=[roof.attainable(x) / 1e9 for x in xs], mode="lines", name="roof (measured)",
+                               line=dict(color="black", width=2)))  # fmt: skip
+    for phase, colour in (("prefill", WOK), ("decode", POT)):
+        part = df[df.phase == phase].sort_values("intensity")
+        fig.add_trace(go.Scatter(x=part.intensity, y=part.attainable_flops_per_s / 1e9, mode="lines", name=f"{phase} "
+                                 "theory (on the roof)", line=dict(color=colour, dash="dot")))  # fmt: skip
+        fig.add_trace(go.Scatter(
+            x=part.intensity, y=part.achieved_flops_per_s / 1e9, mode="markers+text", name=f"{phase} measured",
+            text=[f"{lab}: {p:.0f}%" for lab, p in zip(part.label, part.pct_of_roof, strict=True)],
+            textposition="bottom right", marker=dict(color=colour, size=10)))  # fmt: skip
+    if guess is not None:
+        first = df[df.phase == "decode"].sort_values("intensity").iloc[0]
+        fig.add_trace(
+            guess_marker(
+                first.intensity, first.attainable_flops_per_s / 1e9 * guess / 100, f"your guess: {guess:g}%"
+            )
+        )
+    fig.add_vline(
+        x=roof.ridge, line_dash="dot", line_color=GREY, annotation_text=f"ridge {roof.ridge:.1f} FLOP/B"
+    )
+    fig.update_xaxes(title="arithmetic intensity (FLOP / byte, analytic)", type="log")
+    fig.update_yaxes(title="GFLOP/s", type="log")
+    bw, fl = roof.bandwidth_bytes_per_s / 1e9, roof.flops_per_s / 1e9
+    return finish(fig, f"Roofline of this machine ({bw:.1f} GB/s, {fl:.1f} GFLOP/s, measured now)")
+
+
+# -- 4. KV cache ---------------------------------------------------------------------------------
+
+
+def kv_figures(result, guess: float | None = None) -> list[go.Figure]:
+    df = result.to_frame()
+    lat, mem = go.Figure(), go.Figure()
+    for mode, part in df.groupby("mode", sort=False):
+        colour = MODE_COLOURS.get(mode, GREY)
+        lat.add_trace(go.Scatter(x=part.position, y=part.step_ms, mode="lines", name=f"cache={mode}",
+                                 line=dict(color=colour)))  # fmt: skip
+        mem.add_trace(go.Scatter(x=part.position, y=part.kv_mb, mode="lines", name=f"cache={mode}",
+                                 line=dict(color=colour)))  # fmt: skip
+    if guess is not None and "none" in set(df["mode"]):
+        none = df[df["mode"] == "none"]
+        fifth = max(1, len(none) // 5)
+        lat.add_trace(
+            guess_marker(
+                none.position.iloc[-1], none.step_ms.iloc[:fifth].median() * guess, f"your guess: {guess:g}x"
+            )
+        )
+    lat.update_xaxes(title="sequence position (tokens so far)")
+    lat.update_yaxes(title="decode step (ms)", rangemode="tozero")
+    mem.update_xaxes(title="sequence position (tokens so far)")
+    mem.update_yaxes(title="KV cache live (MB)", rangemode="tozero")
+    return [finish(lat, "Keep the soup warm: per-step latency with and without the KV cache"),
+            finish(mem, "The serving counter fills up: KV cache memory over the generation")]  # fmt: skip
+
+
+# -- 5. portioning station -----------------------------------------------------------------------
+
+
+def overhead_figure(result, guess: float | None = None) -> go.Figure:
+    df = result.to_frame()
+    fig = go.Figure()
+    parts = (("math_ms", "model math (op self time)", POT), ("glue_ms", "glue inside forward", "#f0a202"),
+             ("outside_ms", "outside forward (sampling, bookkeeping)", GREY))  # fmt: skip
+    for col, name, colour in parts:
+        fig.add_trace(go.Bar(x=df.variant, y=df[col], name=name, marker_color=colour,
+                             text=[f"{v:.2f} ms" for v in df[col]], textposition="inside"))  # fmt: skip
+    if guess is not None:
+        fig.add_trace(
+            guess_marker(df.variant.iloc[0], df.step_ms.iloc[0] * guess / 100, f"your guess: math {guess:g}%")
+        )
+    fig.update_layout(barmode="stack")
+    fig.update_yaxes(title="per decode step (ms)")
+    return finish(fig, f"The portioning station: what one decode step is made of ({result.device})")
+
+
+# -- 6. prep standard ----------------------------------------------------------------------------
+
+
+def padding_figures(result, guess: float | None = None) -> list[go.Figure]:
+    df = result.to_frame()
+    slots = go.Figure()
+    slots.add_trace(go.Bar(x=df["mode"], y=df.tokens, name="real tokens", marker_color=POT))
+    slots.add_trace(go.Bar(x=df["mode"], y=df.wasted_slots, name="padding (idle wok)", marker_color=WOK,
+                           text=[f"{s:.0%} idle" for s in df.idle_share], textposition="outside"))  # fmt: skip
+    if guess is not None:
+        pad = df[df["mode"] == "padded"].iloc[0]
+        slots.add_trace(guess_marker("padded", pad.slots * guess / 100, f"your guess: {guess:g}% idle"))
+    slots.update_layout(barmode="stack")
+    slots.update_yaxes(title="token slots computed in prefill")
+    time = go.Figure(go.Bar(x=df["mode"], y=df.prefill_s * 1e3, marker_color=[MODE_COLOURS[m] for m in df["mode"]],
+                            text=[f"{v * 1e3:.1f} ms" for v in df.prefill_s], textposition="outside"))  # fmt: skip
+    time.update_yaxes(title="prefill pass (ms, median)")
+    return [finish(slots, "The prep standard: slots the wok heats, padded vs packed"),
+            finish(time, "Prefill time for the same mixed batch")]  # fmt: skip
+
+
+# -- 7. metrics defined --------------------------------------------------------------------------
+
+
+def metrics_figures(result, guess: float | None = None) -> list[go.Figure]:
+    stream = result.stream_frame()
+    timeline = go.Figure(go.Bar(x=stream.token, y=stream.gap_ms, marker_color=[WOK] + [POT] * (len(stream) - 1),
+                                name="gap before token (ms)"))  # fmt: skip
+    timeline.update_xaxes(title="output token")
+    timeline.update_yaxes(title="wait before this token (ms)", type="log")
+    finish(timeline, "One recorded stream: the first wait is the wok (TTFT), the rest are ladles")
+
+    defs = result.to_frame()
+    ms = defs[defs.unit == "ms"]
+    bars = go.Figure(go.Bar(x=ms.name, y=ms.value, marker_color=GREY, hovertext=ms.formula,
+                            text=[f"{v:.1f}" for v in ms.value], textposition="outside"))  # fmt: skip
+    if guess is not None:
+        bars.add_trace(
+            guess_marker("ITL incl. TTFT", result.value("TPOT") * guess, f"your guess: {guess:g}x TPOT")
+        )
+    bars.update_yaxes(title="ms", type="log")
+    finish(bars, "Same stream, different stopwatches: latency under each definition")
+
+    tps = defs[defs.unit == "tok/s"]
+    rates = go.Figure(go.Bar(x=tps.name, y=tps.value, marker_color=POT, hovertext=tps.formula,
+                             text=[f"{v:.1f}" for v in tps.value], textposition="outside"))  # fmt: skip
+    rates.update_yaxes(title="tokens / s")
+    return [timeline, bars, finish(rates, "Same stream, different throughputs")]
+
+
+# -- dashboard -----------------------------------------------------------------------------------
+
+
+def percentile_figure(frame, column: str, title: str, unit_scale: float = 1.0, unit: str = "ms") -> go.Figure:
+    """p50/p90/p99 of `column` over a trailing window, one line each, plus each run as a dot."""
+    fig = go.Figure()
+    if len(frame):
+        fig.add_trace(go.Scatter(x=frame.wall_time, y=frame[column] * unit_scale, mode="markers", name="each run",
+                                 marker=dict(color=GREY, size=5)))  # fmt: skip
+        for q, colour in (("p50", POT), ("p90", "#f0a202"), ("p99", WOK)):
+            col = f"{column}_{q}"
+            if col in frame:
+                fig.add_trace(go.Scatter(x=frame.wall_time, y=frame[col] * unit_scale, mode="lines", name=q,
+                                         line=dict(color=colour)))  # fmt: skip
+    fig.update_yaxes(title=unit, rangemode="tozero")
+    fig.update_xaxes(title="time (UTC)")
+    return finish(fig, title)
+
+
+def rate_figure(per_minute, title: str = "Requests per minute") -> go.Figure:
+    fig = go.Figure(go.Bar(x=per_minute.index, y=per_minute.values, marker_color=POT))
+    fig.update_yaxes(title="requests", rangemode="tozero")
+    return finish(fig, title)

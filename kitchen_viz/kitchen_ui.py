@@ -1,0 +1,229 @@
+"""The Kitchen page's pieces: the order form, the live view, the diagnosis.
+
+`*_ui()` functions draw widgets and return what the learner chose; `draw_*()` functions only
+render. The live view is a fragment that wakes four times a second while an order cooks: it
+folds the job's new events into the session's `LiveRun` (cheap, O(new events)) and hands the
+scene its data; when the order is done it reruns the page once, which stops the ticking.
+
+Session state this page keeps (per browser session):
+    tpk_job     the Job on the shared kitchen's queue (kitchen_viz.service)
+    tpk_run     the LiveRun folded from that job's events (kitchen_viz.timeline)
+    tpk_result  after a Cook: {"texts", "ttft_s", "tpot_s", "e2e_s", "decode_tps"} (measured)
+    tpk_error   the one-line reason the last order was refused, if it was
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import streamlit as st
+
+from engine.errors import EngineError
+from kitchen_viz.orders import DEFAULT_PROMPT, MAX_TABLES, Order, control_limits, cook
+from kitchen_viz.panels import draw_panels, panel_values
+from kitchen_viz.scene import draw_scene
+from kitchen_viz.service import KitchenService
+from kitchen_viz.timeline import LiveRun
+
+TICK_S = 0.25  # how often the live view looks for new events while an order cooks
+K_MODE, K_TEXT, K_PLEN, K_BATCH, K_NEW, K_TEMP = (
+    "tpk_mode",
+    "tpk_text",
+    "tpk_prompt_len",
+    "tpk_batch",
+    "tpk_new",
+    "tpk_temp",
+)
+MODES = ("Generated prompt of N tokens", "Write a prompt")
+
+
+def draw_loading(svc: KitchenService) -> None:
+    """While the worker reads the weights: say what is loading, then rerun once it is ready."""
+
+    @st.fragment(run_every=0.5)
+    def wait():
+        if svc.state == "loading":
+            st.info(f"⏳ {svc.loading_message}…", icon="🍳")
+        else:
+            st.rerun()
+
+    wait()
+
+
+def clamp_state(key: str, default, low, high):
+    """A widget's value kept inside its (changing) range; returns True if it had to be lowered."""
+    value = st.session_state.get(key, default)
+    clamped = min(max(value, low), high)
+    st.session_state[key] = clamped
+    return clamped != value
+
+
+def order_ui(svc: KitchenService, seed: int) -> Order | None:
+    """The order form. Returns an Order when Cook was pressed and the engine accepts it."""
+    info = svc.info
+    ctx = info.max_context
+    left, right = st.columns([3, 2], gap="large")
+    with right:
+        clamp_state(K_NEW, min(64, ctx - 1), 1, ctx - 1)
+        max_new = st.slider(
+            "Max new tokens (bowls per table)",
+            1,
+            ctx - 1,
+            key=K_NEW,
+            help=f"Up to {ctx - 1:,}: the model's context is {ctx:,} tokens and the prompt needs at least one.",
+        )
+    with left:
+        mode = st.radio("Prompt", MODES, key=K_MODE, horizontal=True)
+        lim = control_limits(svc.limits(1, max_new), 1, max_new)
+        if mode == MODES[0]:
+            lowered = clamp_state(K_PLEN, min(32, lim.max_prompt_tokens), 1, lim.max_prompt_tokens)
+            plen = st.slider(
+                "Prompt length (tokens per table)",
+                1,
+                max(2, lim.max_prompt_tokens),
+                key=K_PLEN,
+                help="Each table's order is this many tokens of kitchen verse, cut at a different line.",
+            )
+            st.caption(f"Up to {lim.max_prompt_tokens:,} tokens: {lim.prompt_reason}.")
+            if lowered:
+                st.warning(f"Prompt length lowered to {plen:,}: {lim.prompt_reason}.")
+            text = None
+        else:
+            text = st.text_area(
+                "Prompt text (every table orders this)", DEFAULT_PROMPT, key=K_TEXT, height=110
+            )
+            plen = None
+    with right:
+        ids_len = plen
+        if text is not None:
+            try:
+                ids_len = len(svc.check([text], max_new)[0])
+                st.caption(f"Your prompt is {ids_len:,} tokens.")
+            except EngineError as err:
+                st.error(f"Refused: {err}")
+                return None
+        lim = control_limits(svc.limits(ids_len, max_new), ids_len, max_new)
+        lowered = clamp_state(K_BATCH, 1, 1, lim.max_batch)
+        batch = st.slider("Tables ordering at once (batch size)", 1, max(2, lim.max_batch), key=K_BATCH)
+        st.caption(f"Up to {lim.max_batch:,} tables: {lim.batch_reason}.")
+        if lowered:
+            st.warning(f"Batch lowered to {batch}: {lim.batch_reason}.")
+        if batch > lim.max_batch:
+            st.error(f"Refused: batch {batch} is more than {lim.max_batch}: {lim.batch_reason}.")
+            return None
+        temperature = st.slider(
+            "Temperature", 0.0, 2.0, 0.0, 0.05, key=K_TEMP, help="0 = greedy (always the likeliest token)."
+        )
+        pressed = st.button("🔥 Cook", type="primary", width="stretch", disabled=is_cooking())
+    if not pressed:
+        return None
+    order = Order(batch, max_new, temperature, seed, text=text, prompt_tokens=plen)
+    try:  # the engine's own validation, before the order joins the queue
+        svc.check(order.prompts(svc), max_new, temperature=temperature, seed=seed)
+    except EngineError as err:
+        st.session_state["tpk_error"] = str(err)
+        return None
+    return order
+
+
+def is_cooking() -> bool:
+    job = st.session_state.get("tpk_job")
+    return job is not None and not job.finished
+
+
+def start_cook(svc: KitchenService, order: Order) -> None:
+    """Queue the order on the shared kitchen and start a fresh timeline for it."""
+    st.session_state["tpk_error"] = None
+    st.session_state["tpk_result"] = None
+    st.session_state["tpk_job"] = svc.submit(cook(order), order.label)
+    st.session_state["tpk_run"] = LiveRun(run_id=uuid.uuid4().hex)
+
+
+def draw_live(svc: KitchenService, presenter: bool, wok_capacity: int) -> None:
+    """The panels and the scene, refreshed by a fragment while an order is in the kitchen."""
+    cooking = is_cooking()
+
+    @st.fragment(run_every=TICK_S if cooking else None)
+    def live():
+        job = st.session_state.get("tpk_job")
+        run: LiveRun | None = st.session_state.get("tpk_run")
+        if job is not None and run is not None:
+            run.consume(job.events)
+            draw_queue_place(svc, job)
+        draw_panels(panel_values(run), job.queue_wait_s if job is not None and job.started_at else None)
+        data = None
+        if run is not None and run.batch:
+            data = run.scene_data(presenter=presenter, wok_capacity=wok_capacity)
+            data["kv_bytes_per_token"] = svc.info.kv_bytes_per_token if svc.info else 0
+        draw_scene(data)
+        if cooking and job is not None and job.finished:
+            finish_cook(job, run)
+            st.rerun()
+
+    live()
+
+
+def draw_queue_place(svc: KitchenService, job) -> None:
+    if job.status in ("queued", "loading"):
+        place = job.place_in_line()
+        st.info(
+            f"🧾 Your order is number {place} in line ({svc.queue_length()} orders in the kitchen); "
+            "other browser sessions share this kitchen and take turns.",
+        )
+
+
+def finish_cook(job, run: LiveRun | None) -> None:
+    """Keep the measured outcome in session state once per job (the page and the tests read it)."""
+    if st.session_state.get("tpk_finished") is job:
+        return
+    st.session_state["tpk_finished"] = job
+    if job.error is not None:
+        st.session_state["tpk_error"] = job.error
+        return
+    if run is not None:
+        run.consume(job.events)
+    m = job.result.metrics
+    st.session_state["tpk_result"] = {
+        "texts": list(job.result.texts),
+        "ttft_s": m.ttft_s,
+        "tpot_s": m.tpot_s,
+        "e2e_s": m.e2e_s,
+        "decode_tps": m.decode_tps,
+    }
+
+
+def draw_outcome() -> None:
+    """After a Cook: the refusal (one line), or the diagnosis and the full text of each table."""
+    job = st.session_state.get("tpk_job")
+    if job is not None and job.finished:
+        finish_cook(job, st.session_state.get("tpk_run"))
+    error = st.session_state.get("tpk_error")
+    if error:
+        st.error(f"The kitchen refused this order: {error}")
+        return
+    if job is None or not job.finished or job.result is None:
+        return
+    draw_diagnosis(job.result)
+    with st.expander("Full text, table by table", expanded=False):
+        for i, text in enumerate(job.result.texts, start=1):
+            st.markdown(f"**Table {i}**")
+            st.code(text or "(no text)", language=None, wrap_lines=True)
+
+
+def draw_diagnosis(result) -> None:
+    """One line naming the slower pot, from the lab's inspector, with the numbers it used."""
+    try:
+        from lab.inspector import diagnose
+    except ImportError:
+        return
+    verdict = diagnose(result.metrics, result.trace)
+    st.info(f"🩺 **Diagnosis:** {verdict.headline}")
+    if verdict.fixes or verdict.evidence:
+        with st.expander("Why, and what would help"):
+            for line in verdict.evidence:
+                st.markdown(f"- {line}")
+            for line in verdict.fixes:
+                st.markdown(f"- **Try:** {line}")
+
+
+__all__ = ["MAX_TABLES", "draw_live", "draw_loading", "draw_outcome", "order_ui", "start_cook"]

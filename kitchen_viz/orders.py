@@ -1,0 +1,130 @@
+"""What a learner orders, the limits on it, and the work the kitchen's worker runs for it.
+
+Why here and not in the page: the limits ("why can't I pick batch 64?") are arithmetic on the
+model's context and the KV budget, and the order's work function runs on the worker thread, so
+both must be testable without a browser.
+
+Worked example, the chef (context 512) with max_new_tokens 64: a prompt may be at most
+512 - 64 = 448 tokens; with a 2 MB KV budget, 12,288 KV bytes per token and prompt 100,
+one table needs (100 + 64) x 12,288 = 2.0 MB, so the largest batch is 1 and the reason says so.
+The engine computes those numbers (`Engine.limits`) and refuses anything beyond them
+(`Engine.check`); this module only turns them into slider ceilings and sentences.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from engine.events import Done
+
+MAX_TABLES = 64  # the batch slider's ceiling even when memory would allow more
+DEFAULT_PROMPT = "ROMEO:\nO, she doth teach the torches to burn bright!\n"
+
+# The generated prompt's source: our own lines in the plays' manner (the chef knows this style).
+# Each table starts at a different line, so a batch holds different orders of the same length.
+FILLER = (
+    "FIRST COOK:\nBring forth the pans, for guests are at the door,\nand every table calls for bread and wine.\n"
+    "SECOND COOK:\nThe soup is warm; I'll ladle as they ask,\none bowl, then one, then one, until they're fed.\n"
+    "FIRST COOK:\nThe wok is hot; toss all the greens at once,\nand send them on before the fire fades.\n"
+    "STEWARD:\nMy lords, the feast is laid, the hall is full;\nsit down, and let the kitchen do its work.\n"
+)
+
+
+@dataclass(frozen=True)
+class ControlLimits:
+    """What the controls allow for this model, and the one-line reason behind each ceiling."""
+
+    max_context: int
+    max_new_tokens: int  # for a one-token prompt
+    max_prompt_tokens: int  # given the chosen max_new_tokens
+    max_batch: int  # given the prompt length and max_new_tokens
+    batch_reason: str
+    prompt_reason: str
+
+
+def control_limits(engine_limits, prompt_tokens: int, max_new: int) -> ControlLimits:
+    """The controls' ceilings from the engine's own `limits()` (context and KV budget).
+
+    `engine_limits` is what `Engine.limits(prompt_tokens, max_new)` returns: the engine decides
+    what it will accept, this only words it for the sliders.
+    """
+    lim = engine_limits
+    per_table = lim.kv_bytes_per_sequence
+    if lim.max_batch < MAX_TABLES:
+        batch_reason = (
+            f"each table's KV cache ({prompt_tokens:,} + {max_new:,} tokens) needs {per_table / 1e6:,.2f} MB "
+            f"and the KV budget is {lim.kv_budget_bytes / 1e6:,.0f} MB"
+        )
+    else:
+        batch_reason = f"the kitchen seats at most {MAX_TABLES} tables (memory would allow {lim.max_batch:,})"
+    return ControlLimits(
+        max_context=lim.max_context,
+        max_new_tokens=max(1, lim.max_context - 1),
+        max_prompt_tokens=max(1, lim.max_context - max_new),
+        max_batch=max(1, min(MAX_TABLES, lim.max_batch)),
+        batch_reason=batch_reason,
+        prompt_reason=f"the model's context is {lim.max_context:,} tokens and {max_new:,} are kept for the reply",
+    )
+
+
+@dataclass(frozen=True)
+class Order:
+    """One Cook: either a written prompt, or a generated prompt of `prompt_tokens` tokens."""
+
+    batch: int
+    max_new_tokens: int
+    temperature: float
+    seed: int
+    text: str | None = None  # every table orders this text
+    prompt_tokens: int | None = None  # or: each table gets this many tokens of FILLER
+
+    def prompts(self, engine) -> list:
+        """The batch's prompts, built on the worker (it owns the tokenizer)."""
+        if self.text is not None:
+            return [self.text] * self.batch
+        if engine.info.has_tokenizer:
+            filler = engine.encode(FILLER)
+        else:  # a preset without a tokenizer: any in-vocabulary ids (its text is noise anyway)
+            filler = [(7919 * i) % engine.info.vocab_size for i in range(1, 257)]
+        return generated_prompts(filler, self.prompt_tokens or 1, self.batch)
+
+    @property
+    def label(self) -> str:
+        size = f"{self.prompt_tokens} tokens" if self.text is None else f"{len(self.text)} chars"
+        return f"cook {self.batch} table(s), prompt {size}, {self.max_new_tokens} new"
+
+
+def generated_prompts(filler_ids: list[int], n_tokens: int, batch: int) -> list[list[int]]:
+    """`batch` prompts of exactly `n_tokens` ids each, cut from the filler at different offsets.
+
+    Example: filler ids [1..10], n_tokens 4, batch 2 -> [[1, 2, 3, 4], [8, 9, 10, 1]].
+    """
+    if not filler_ids:
+        raise ValueError("the filler text encoded to no tokens")
+    stride = 7
+    out = []
+    for table in range(batch):
+        start = (table * stride) % len(filler_ids)
+        out.append([filler_ids[(start + i) % len(filler_ids)] for i in range(n_tokens)])
+    return out
+
+
+def cook(order: Order):
+    """The worker's job for one order: stream the engine's events out, return its result."""
+
+    def work(engine, emit) -> Any:
+        result = None
+        stream = engine.stream(
+            order.prompts(engine),
+            max_new_tokens=order.max_new_tokens,
+            temperature=order.temperature,
+            seed=order.seed,
+        )
+        for event in stream:
+            emit(event)
+            if isinstance(event, Done):
+                result = event.result
+        return result
+
+    return work

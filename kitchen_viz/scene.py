@@ -1,0 +1,40 @@
+"""The drawn kitchen: our SVG art plus a small script that replays the measured timeline.
+
+Why a Streamlit Components v2 component (not `st.html` or an iframe): a v2 component stays mounted
+between reruns and just receives new `data`, so the page's fragment can hand it fresh events four
+times a second while its animation keeps one continuous clock. The script
+(`assets/art/scene.js`) draws the kitchen at engine time T = screen time / slowdown; this module
+only registers it and passes `LiveRun.scene_data()`.
+
+The art lives in `assets/art/` (kitchen.svg, scene.css, scene.js), drawn for this project.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+
+import streamlit as st
+
+ART = Path(__file__).resolve().parent.parent / "assets" / "art"
+COMPONENT_NAME = "two_pot_kitchen_scene"
+
+
+@cache
+def scene_sources() -> tuple[str, str]:
+    """(css, js) of the scene; the SVG is inlined into the script as a string constant."""
+    svg = (ART / "kitchen.svg").read_text()
+    js = (ART / "scene.js").read_text().replace("__KITCHEN_SVG__", json.dumps(svg))
+    return (ART / "scene.css").read_text(), js
+
+
+@cache
+def _component():
+    css, js = scene_sources()
+    return st.components.v2.component(COMPONENT_NAME, css=css, js=js)
+
+
+def draw_scene(data: dict | None, key: str = "kitchen-scene") -> None:
+    """Mount (or update) the kitchen. `data` is `LiveRun.scene_data()`, or None for an idle kitchen."""
+    _component()(data=data, key=key, height="content")

@@ -1,0 +1,36 @@
+"""The Kitchen (home page): order, watch the two pots cook it live, read the measured numbers."""
+
+import streamlit as st
+
+from kitchen_viz.app_state import current_settings, service_for
+from kitchen_viz.kitchen_ui import draw_live, draw_loading, draw_outcome, order_ui, start_cook
+
+settings = current_settings()
+st.title("🍳 The Two-Pot Kitchen")
+st.caption(
+    "Order a prompt, press **Cook**, and watch the real engine: the **wok** (prefill) tosses every prompt "
+    "token of every table in one pass; the **serving counter** holds the KV cache; the **soup pot** (decode) "
+    "ladles one token per table per step. Every number below was measured a moment ago on this machine."
+)
+
+svc = service_for(settings)
+if svc.state == "loading":
+    draw_loading(svc)
+    st.stop()
+if svc.state == "error":
+    st.error(f"Could not open this kitchen: {svc.load_error}")
+    st.stop()
+
+info = svc.info
+st.caption(
+    f"Model **{info.name}** · {info.n_params / 1e6:,.1f} M parameters · {info.weight_bytes / 1e6:,.1f} MB of "
+    f"weights on **{info.device}** ({info.dtype}) · context {info.max_context:,} tokens · "
+    f"KV cache {info.kv_bytes_per_token:,} bytes per token"
+    + ("" if info.trained else " · ⚠️ random weights: timing is real, text is not")
+)
+
+order = order_ui(svc, settings.seed)
+if order is not None:
+    start_cook(svc, order)
+draw_live(svc, settings.presenter, wok_capacity=info.max_context * 8)
+draw_outcome()

@@ -1,0 +1,5 @@
+"""The two-pot story (being written)."""
+
+import streamlit as st
+
+st.title("📖 The two-pot story")

@@ -1,0 +1,124 @@
+"""Experiment 4, keep the soup warm: the same meal with three kinds of serving counter.
+
+Kitchen words: the wok's finished dish slides onto the warm serving counter (the KV cache), and the
+soup pot ladles from it. Take the counter away and every spoonful means re-cooking the whole meal
+so far, so each ladle is slower than the last. A counter that must be rebuilt bigger for every
+spoonful (`growing`) works, but keeps moving the whole meal; a counter sized once (`static`) just
+takes the next bowl.
+
+Engine words: `static` preallocates K/V for the whole context and writes one column per step, so
+step time stays ~flat; `growing` concatenates a column each step (copies the cache: traffic grows
+with position); `none` recomputes K/V for the whole sequence every step, so step time grows ~linearly
+with position (and total work quadratically). All three must produce the same tokens.
+
+Measured per mode: one generation of `new_tokens` tokens, greedy; every decode step's wall time and
+the KV bytes live after it. Growth is judged by `growth_ratio`: median of the last fifth of steps
+over median of the first fifth (medians, so a scheduler hiccup on a shared CPU cannot decide it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from engine.errors import EngineError
+from lab.progress import ProgressFn, ProgressTracker, median_of
+from lab.sample import Sample, sample_of
+from lab.workload import check_fits, prompt_ids
+
+MODES = ("static", "growing", "none")
+
+
+@dataclass(frozen=True)
+class KvSettings:
+    prompt_len: int = 16
+    new_tokens: int = 256
+    modes: tuple[str, ...] = MODES
+
+
+@dataclass(frozen=True)
+class KvRun:
+    mode: str
+    step_s: list[float]  # decode steps in order (step 1 = the second output token)
+    kv_mb: list[float]  # live KV cache after each decode step, MB
+    kv_allocated_mb: float
+    tokens: list[int]  # generated ids (to check that all modes agree)
+    growth_ratio: float  # late-steps median / early-steps median
+
+
+@dataclass(frozen=True)
+class KvResult:
+    settings: KvSettings
+    runs: list[KvRun]
+    same_tokens: bool  # every mode generated the same ids
+    sample: Sample
+    notes: list[str] = field(default_factory=list)
+
+    def run(self, mode: str) -> KvRun:
+        return next(r for r in self.runs if r.mode == mode)
+
+    def to_frame(self) -> pd.DataFrame:
+        """Long format: one row per (mode, decode step)."""
+        rows = []
+        for r in self.runs:
+            for i, (s, mb) in enumerate(zip(r.step_s, r.kv_mb, strict=True), start=1):
+                rows.append({"mode": r.mode, "step": i, "position": self.settings.prompt_len + i,
+                             "step_ms": s * 1e3, "kv_mb": mb})  # fmt: skip
+        return pd.DataFrame(rows)
+
+
+def growth_ratio(step_s: list[float]) -> float:
+    """Median of the last fifth of steps over the median of the first fifth (1.0 = flat)."""
+    if len(step_s) < 5:
+        return 1.0
+    fifth = len(step_s) // 5
+    early = median_of(step_s[:fifth])
+    return median_of(step_s[-fifth:]) / early if early > 0 else 1.0
+
+
+def measure_mode(engine, ids: list[int], mode: str, new_tokens: int) -> tuple[KvRun, Sample]:
+    res = engine.generate([ids], max_new_tokens=new_tokens, temperature=0.0, stop_at_eos=False, cache=mode)
+    steps = res.trace.decode_steps
+    step_s = [s.seconds for s in steps]
+    run = KvRun(
+        mode=mode,
+        step_s=step_s,
+        kv_mb=[s.kv_bytes / 1e6 for s in steps],
+        kv_allocated_mb=res.metrics.kv_cache_allocated_bytes / 1e6,
+        tokens=list(res.tokens[0]),
+        growth_ratio=growth_ratio(step_s),
+    )
+    return run, sample_of(res, f"cache={mode}")
+
+
+def run_kv_cache(engine, settings: KvSettings, on_progress: ProgressFn | None = None) -> KvResult:
+    """Per-step latency and KV memory for each cache mode, same prompt, same greedy tokens."""
+    unknown = [m for m in settings.modes if m not in MODES]
+    if unknown or not settings.modes:
+        raise EngineError(f"keep the soup warm: unknown cache mode(s) {unknown}; use {', '.join(MODES)}")
+    if settings.new_tokens < 10:
+        raise EngineError(f"keep the soup warm: new_tokens must be at least 10, got {settings.new_tokens}")
+    check_fits(engine, settings.prompt_len, settings.new_tokens, "keep the soup warm")
+    ids = prompt_ids(engine, settings.prompt_len)
+    # Recompute costs ~position tokens per step, the caches ~1: weight the ETA accordingly.
+    n = settings.new_tokens
+    units = [n * (settings.prompt_len + n / 2) if m == "none" else n for m in settings.modes]
+    tracker = ProgressTracker(units, on_progress)
+    engine.generate([ids], max_new_tokens=2, stop_at_eos=False)  # warm-up
+    runs, samples = [], {}
+    for mode in settings.modes:
+        run, samples[mode] = measure_mode(engine, ids, mode, n)
+        runs.append(run)
+        tracker.step(f"cache={mode}: last step {run.step_s[-1] * 1e3:.1f} ms")
+    same = all(r.tokens == runs[0].tokens for r in runs)
+    notes = [
+        f"cache={r.mode}: median of the last fifth of steps is {r.growth_ratio:.2f}x the first fifth; "
+        f"peak KV {max(r.kv_mb, default=0):.2f} MB live, {r.kv_allocated_mb:.2f} MB allocated"
+        for r in runs
+    ]
+    notes.append(
+        "all modes generated the same tokens" if same else "WARNING: the modes generated different tokens"
+    )
+    sample = samples.get("static") or samples[settings.modes[0]]
+    return KvResult(settings=settings, runs=runs, same_tokens=same, sample=sample, notes=notes)

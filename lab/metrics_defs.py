@@ -1,0 +1,113 @@
+"""Experiment 7, metrics defined: one recorded token stream, measured under every common definition.
+
+Kitchen words: "how fast is the soup?" depends on who holds the stopwatch. One inspector starts at
+the first bowl; another starts when the guest sat down; a third divides the whole dinner by the
+number of bowls. Same dinner, different numbers, and none is wrong: they answer different questions.
+
+Engine words, for a stream whose first token lands at TTFT and last at E2E, n tokens per sequence:
+  vLLM TPOT             = (E2E - TTFT) / (n - 1)        decode only; excludes the first token
+  ITL (per token)       = each gap between consecutive tokens; mean ~ TPOT, but p99 shows hiccups
+  llmperf-style ITL     = (TTFT + sum of gaps) / n = E2E / n   the first gap is TTFT itself, so a
+                          slow prefill inflates "inter-token latency"
+  tokens/s incl. prefill  = output tokens / E2E            what a user's stopwatch sees
+  tokens/s decode only    = (output tokens - batch) / (E2E - TTFT)  the soup pot's own speed
+Worked example: TTFT 0.5 s, then 9 more tokens 0.05 s apart: E2E 0.95 s, TPOT 50 ms, llmperf ITL
+95 ms, 10.5 tok/s with prefill, 20 tok/s decode only.
+
+Measured: one greedy generation (batch, prompt length, tokens as set); all figures derive from the
+engine's trace of that single run, so their differences are purely definitional.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from engine.errors import EngineError
+from lab.progress import ProgressFn, ProgressTracker
+from lab.sample import Sample, sample_of
+from lab.workload import batch_prompts, check_fits
+
+
+@dataclass(frozen=True)
+class MetricsSettings:
+    prompt_len: int = 256
+    new_tokens: int = 32
+    batch: int = 1
+
+
+@dataclass(frozen=True)
+class Definition:
+    name: str
+    tool: str  # who reports it this way
+    value: float
+    unit: str  # "ms" or "tok/s"
+    formula: str
+
+
+@dataclass(frozen=True)
+class MetricsResult:
+    settings: MetricsSettings
+    token_times_s: list[float]  # when each output token (of the longest sequence) was ready
+    definitions: list[Definition]
+    sample: Sample
+    notes: list[str] = field(default_factory=list)
+
+    def value(self, name: str) -> float:
+        return next(d.value for d in self.definitions if d.name == name)
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame([d.__dict__ for d in self.definitions])
+
+    def stream_frame(self) -> pd.DataFrame:
+        t = self.token_times_s
+        gaps = [t[0]] + [b - a for a, b in zip(t[:-1], t[1:], strict=True)]
+        return pd.DataFrame({"token": range(1, len(t) + 1), "time_s": t, "gap_ms": np.array(gaps) * 1e3})
+
+
+def definitions_from(token_times: list[float], output_tokens: int, batch: int) -> list[Definition]:
+    """Every definition, computed from one stream's token times (seconds since request start)."""
+    n = len(token_times)
+    ttft, e2e = token_times[0], token_times[-1]
+    gaps = np.diff(token_times)  # (n - 1,)
+    tpot = (e2e - ttft) / (n - 1)
+    return [
+        Definition("TTFT", "all tools", ttft * 1e3, "ms", "first token time"),
+        Definition("TPOT", "vLLM benchmark_serving", tpot * 1e3, "ms", "(E2E - TTFT) / (n - 1)"),
+        Definition("ITL mean", "vLLM, per-token gaps", float(gaps.mean()) * 1e3, "ms", "mean of token gaps"),
+        Definition("ITL p50", "vLLM, per-token gaps", float(np.percentile(gaps, 50)) * 1e3, "ms", "median gap"),
+        Definition("ITL p99", "vLLM, per-token gaps", float(np.percentile(gaps, 99)) * 1e3, "ms", "99th pct gap"),
+        Definition("ITL incl. TTFT", "llmperf", e2e / n * 1e3, "ms", "(TTFT + sum of gaps) / n = E2E / n"),
+        Definition("E2E", "all tools", e2e * 1e3, "ms", "last token time"),
+        Definition("tokens/s incl. prefill", "user's stopwatch, llmperf", output_tokens / e2e, "tok/s",
+                   "output tokens / E2E"),
+        Definition("tokens/s decode only", "engine logs", (output_tokens - batch) / (e2e - ttft), "tok/s",
+                   "(output tokens - batch) / (E2E - TTFT)"),
+        Definition("1 / TPOT", "per-user decode speed", 1 / tpot, "tok/s", "one sequence's decode rate"),
+    ]  # fmt: skip
+
+
+def run_metrics(engine, settings: MetricsSettings, on_progress: ProgressFn | None = None) -> MetricsResult:
+    """Record one stream and report it under each definition."""
+    if settings.new_tokens < 3:
+        raise EngineError(
+            f"metrics defined: new_tokens must be at least 3 to have gaps, got {settings.new_tokens}"
+        )
+    check_fits(engine, settings.prompt_len, settings.new_tokens, "metrics defined")
+    tracker = ProgressTracker([1], on_progress)
+    prompts = batch_prompts(engine, settings.batch, settings.prompt_len)
+    engine.generate(prompts[:1], max_new_tokens=2, stop_at_eos=False)  # warm-up
+    res = engine.generate(prompts, max_new_tokens=settings.new_tokens, temperature=0.0, stop_at_eos=False)
+    times = [res.trace.t_first_token] + [s.t_end for s in res.trace.decode_steps]
+    defs = definitions_from(times, res.metrics.output_tokens, settings.batch)
+    tracker.step(f"{len(times)} tokens recorded")
+    by = {d.name: d.value for d in defs}
+    notes = [
+        f"TPOT {by['TPOT']:.1f} ms vs llmperf-style ITL {by['ITL incl. TTFT']:.1f} ms: the same stream, "
+        f"{by['ITL incl. TTFT'] / by['TPOT']:.2f}x apart because one counts the wok's time",
+        f"tokens/s {by['tokens/s incl. prefill']:.1f} with prefill vs {by['tokens/s decode only']:.1f} decode only",
+    ]
+    return MetricsResult(settings=settings, token_times_s=times, definitions=defs,
+                         sample=sample_of(res, "recorded stream"), notes=notes)  # fmt: skip

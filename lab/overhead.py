@@ -1,0 +1,152 @@
+"""Experiment 5, the portioning station: how much of a soup-pot step is the soup at all?
+
+Kitchen words: each ladle is quick, but between ladles the cook wipes the rim, fetches a bowl,
+checks the order slip. With a tiny pot those chores can take longer than the ladling. The
+supervisor's portioning station pre-portions the broth so each order needs only the last touch:
+fewer chores between ladles.
+
+Engine words: a decode step is one forward pass for one token per sequence plus sampling and
+bookkeeping. For a small model on a CPU (or any model on a fast GPU), the math is so short that
+Python, tensor allocation, op dispatch, sampling and (on GPU) kernel launches take a large share.
+CUDA graphs record the step's kernels once and replay them with one launch.
+
+What is measured, and how (on CPU there is no separate "kernel time", so we say what we count):
+  step       wall time of each decode step, from the engine's trace (no profiler attached)
+  forward    the forward pass alone (`StepRecord.forward_s`), same runs
+  op time    the summed *self* time of every aten op (torch.profiler; on GPU, the ops' device
+             time): the time spent inside the math kernels themselves, with Python and module
+             glue excluded. Decode-only op time = op time of an N-token run minus that of a
+             1-token run of the same prompt (same prefill), divided by the N-1 decode steps;
+             median over `repeats` pairs.
+  Breakdown per step: math = op time; glue = forward - math (Python, modules, allocation,
+  dispatch); outside = step - forward (sampling, cache bookkeeping, events).
+Caveat: the profiler's op time includes sampling's few ops (argmax), which run outside forward;
+glue is clamped at zero. Profiling slows the run; only the op self-times are taken from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import pandas as pd
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from engine.errors import EngineError
+from lab.progress import ProgressFn, ProgressTracker, median_of
+from lab.sample import Sample, sample_of
+from lab.workload import batch_prompts, check_fits
+
+
+@dataclass(frozen=True)
+class OverheadSettings:
+    prompt_len: int = 32
+    new_tokens: int = 32
+    batch: int = 1
+    repeats: int = 3
+
+
+@dataclass(frozen=True)
+class OverheadPoint:
+    variant: str  # "eager" or "CUDA graphs"
+    step_ms: float  # median decode step, wall
+    forward_ms: float  # median forward pass
+    math_ms: float  # op self time per decode step (profiler)
+    glue_ms: float  # forward - math
+    outside_ms: float  # step - forward
+    math_share: float  # math / step
+    decode_tps: float
+
+
+@dataclass(frozen=True)
+class OverheadResult:
+    settings: OverheadSettings
+    device: str
+    points: list[OverheadPoint]
+    sample: Sample
+    notes: list[str] = field(default_factory=list)
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame([asdict(p) for p in self.points])
+
+
+def op_self_seconds(prof, on_gpu: bool) -> float:
+    """Total self time of aten ops in a profile: the time spent in the math itself."""
+    total_us = 0.0
+    for ev in prof.key_averages():
+        if not ev.key.startswith("aten::"):
+            continue
+        total_us += ev.self_device_time_total if on_gpu else ev.self_cpu_time_total
+    return total_us / 1e6
+
+
+def profiled_op_seconds(engine, prompts, new_tokens: int, cuda_graph: bool, on_gpu: bool) -> float:
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    with profile(activities=activities) as prof:
+        engine.generate(prompts, max_new_tokens=new_tokens, temperature=0.0, stop_at_eos=False,
+                        cuda_graph=cuda_graph)  # fmt: skip
+    return op_self_seconds(prof, on_gpu)
+
+
+def decode_math_seconds(engine, prompts, s: OverheadSettings, cuda_graph: bool, on_gpu: bool) -> float:
+    """Per-decode-step op time: (N-token run - 1-token run) / (N - 1), median over repeats."""
+    per_step = []
+    for _ in range(max(1, s.repeats)):
+        full = profiled_op_seconds(engine, prompts, s.new_tokens, cuda_graph, on_gpu)
+        first = profiled_op_seconds(engine, prompts, 1, cuda_graph, on_gpu)
+        per_step.append(max(0.0, full - first) / (s.new_tokens - 1))
+    return median_of(per_step)
+
+
+def measure_variant(engine, prompts, s: OverheadSettings, variant: str, cuda_graph: bool, on_gpu: bool):
+    runs = [
+        engine.generate(prompts, max_new_tokens=s.new_tokens, temperature=0.0, stop_at_eos=False,
+                        cuda_graph=cuda_graph)
+        for _ in range(max(1, s.repeats))
+    ]  # fmt: skip
+    steps = [st for r in runs for st in r.trace.decode_steps]
+    step_s = median_of([st.seconds for st in steps])
+    forward_s = min(median_of([st.forward_s for st in steps]), step_s)
+    math_s = min(decode_math_seconds(engine, prompts, s, cuda_graph, on_gpu), forward_s)
+    point = OverheadPoint(
+        variant=variant,
+        step_ms=step_s * 1e3,
+        forward_ms=forward_s * 1e3,
+        math_ms=math_s * 1e3,
+        glue_ms=(forward_s - math_s) * 1e3,
+        outside_ms=(step_s - forward_s) * 1e3,
+        math_share=math_s / step_s if step_s > 0 else 0.0,
+        decode_tps=s.batch / step_s if step_s > 0 else 0.0,
+    )
+    return point, sample_of(runs[-1], f"{variant}, batch {s.batch}")
+
+
+def run_overhead(engine, settings: OverheadSettings, on_progress: ProgressFn | None = None) -> OverheadResult:
+    """Decode step time split into math, glue inside forward, and chores outside forward."""
+    if settings.new_tokens < 4:
+        raise EngineError(f"portioning station: new_tokens must be at least 4, got {settings.new_tokens}")
+    check_fits(engine, settings.prompt_len, settings.new_tokens, "portioning station")
+    device = str(engine.info.device)
+    on_gpu = device.startswith("cuda") and torch.cuda.is_available()
+    variants = [("eager", False)] + ([("CUDA graphs", True)] if on_gpu else [])
+    prompts = batch_prompts(engine, settings.batch, settings.prompt_len)
+    tracker = ProgressTracker([1.0] * len(variants), on_progress)
+    engine.generate(prompts, max_new_tokens=2, stop_at_eos=False)  # warm-up
+    points, sample = [], None
+    for name, graphs in variants:
+        point, sample = measure_variant(engine, prompts, settings, name, graphs, on_gpu)
+        points.append(point)
+        tracker.step(f"{name}: step {point.step_ms:.2f} ms, math {point.math_share:.0%}")
+    eager = points[0]
+    notes = [
+        f"eager decode step {eager.step_ms:.2f} ms: math {eager.math_ms:.2f} ms ({eager.math_share:.0%}), "
+        f"glue inside forward {eager.glue_ms:.2f} ms, outside forward {eager.outside_ms:.2f} ms",
+    ]
+    if on_gpu:
+        g = points[1]
+        notes.append(
+            f"CUDA graphs: step {eager.step_ms:.2f} -> {g.step_ms:.2f} ms ({eager.step_ms / g.step_ms:.1f}x)"
+        )
+    else:
+        notes.append(f"CUDA graphs need a GPU; this run is on {device}, so only the eager step is measured")
+    return OverheadResult(settings=settings, device=device, points=points, sample=sample, notes=notes)

@@ -1,0 +1,187 @@
+"""The shared shape of every experiment page (the only Streamlit module in `lab/`).
+
+Every lab page tells the same five-beat lesson, so it is written once here:
+  1. framing: what the experiment is, in kitchen words and in engineering words;
+  2. predict first: the learner answers a numeric question *before* any result is shown
+     (results, even cached ones, stay hidden until they answer), and the guess is drawn on the
+     chart next to the measurement;
+  3. run: the work goes to the app's one kitchen worker (`KitchenService.submit`), so the engine
+     is never touched from the page thread; a progress bar with an ETA follows the job's events;
+  4. results: plotly charts (each with a PNG download), the table with a CSV download, and the
+     experiment's findings in words;
+  5. the inspector's verdict on one real run of the sweep.
+
+Results are cached on disk per (experiment, model, device, dtype, settings) by the *worker*, so a
+measurement survives the learner closing the tab mid-run, and the next visitor sees it at once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from kitchen_viz.app_state import current_settings, service_for
+from lab.cache import CachedResult, ResultCache, cache_key
+from lab.export import figure_png, slug
+from lab.inspector import diagnose
+from lab.progress import Progress
+
+
+@dataclass(frozen=True)
+class Prediction:
+    question: str
+    unit: str  # shown after the answer: "x", "%"
+    min_value: float
+    max_value: float
+    step: float
+    answer: Callable[[Any], float]  # the measured value the question asks about, from the result
+
+
+@dataclass(frozen=True)
+class Experiment:
+    key: str  # cache and widget prefix, e.g. "banquet"
+    title: str
+    kitchen: str  # framing in kitchen words (markdown)
+    engineering: str  # framing in engineering words (markdown)
+    predict: Prediction
+    run: Callable  # run(engine, settings, on_progress) -> result
+    figures: Callable  # figures(result, guess) -> list[go.Figure]
+    tables: Callable[[Any], dict[str, pd.DataFrame]] = field(default=lambda r: {"results": r.to_frame()})
+
+
+def framing(exp: Experiment) -> None:
+    st.title(exp.title)
+    kitchen, engine = st.columns(2)
+    with kitchen:
+        st.markdown("**In the kitchen**")
+        st.markdown(exp.kitchen)
+    with engine:
+        st.markdown("**In the engine**")
+        st.markdown(exp.engineering)
+
+
+def ready_service(settings):
+    """The shared kitchen for this session's model, waiting (with a message) while it loads."""
+    svc = service_for(settings)
+    if svc.state == "loading":
+        with st.spinner(svc.loading_message):
+            svc.wait_ready(timeout=300)
+    if svc.state == "error":
+        st.error(svc.load_error or "the model could not be loaded")
+        return None
+    return svc
+
+
+def ask_prediction(exp: Experiment) -> float | None:
+    p = exp.predict
+    st.markdown("#### 1. Predict first")
+    guess = st.number_input(
+        f"{p.question} ({p.unit})", min_value=p.min_value, max_value=p.max_value, step=p.step, value=None,
+        key=f"{exp.key}-guess", placeholder="your guess",
+    )  # fmt: skip
+    if guess is None:
+        st.caption("Answer first: the run button and any stored results appear once you have guessed.")
+    return guess
+
+
+def follow_job(job) -> None:
+    """Block this page's script (not the worker) until the job ends, drawing progress and ETA."""
+    bar = st.progress(0.0, text="sending the order to the kitchen")
+    while not job.finished:
+        if job.status in ("queued", "loading"):
+            bar.progress(0.0, text=f"waiting for the kitchen: place {job.place_in_line()} in line")
+        else:
+            last = next((e for e in reversed(job.events) if isinstance(e, Progress)), None)
+            if last is not None:
+                bar.progress(min(1.0, last.fraction), text=last.line())
+            else:
+                bar.progress(0.0, text="warming up the stove")
+        time.sleep(0.2)
+    bar.empty()
+
+
+def run_experiment(exp: Experiment, svc, settings, cache: ResultCache, key: str) -> CachedResult | None:
+    def work(engine, emit):
+        return cache.put(key, exp.run(engine, settings, emit))
+
+    job = svc.submit(work, label=f"lab: {exp.title}")
+    follow_job(job)
+    if job.status == "error":
+        st.error(job.error)
+        return None
+    return job.result
+
+
+def show_figures(exp: Experiment, result, guess: float | None) -> None:
+    for i, fig in enumerate(exp.figures(result, guess)):
+        st.plotly_chart(fig, key=f"{exp.key}-fig-{i}")
+        title = fig.layout.title.text or f"{exp.key}-{i}"
+        st.download_button("Download PNG", data=lambda fig=fig: figure_png(fig), file_name=f"{slug(title)}.png",
+                           mime="image/png", key=f"{exp.key}-png-{i}", on_click="ignore")  # fmt: skip
+
+
+def show_tables(exp: Experiment, result) -> None:
+    for name, frame in exp.tables(result).items():
+        st.dataframe(frame, hide_index=True)
+        st.download_button(f"Download {name} (CSV)", data=frame.to_csv(index=False), file_name=f"{exp.key}-{name}.csv",
+                           mime="text/csv", key=f"{exp.key}-csv-{name}", on_click="ignore")  # fmt: skip
+
+
+def show_verdict(result) -> None:
+    sample = result.sample
+    verdict = diagnose(sample.metrics, sample.trace, getattr(result, "roof", None))
+    st.markdown(f"#### 4. The inspector's verdict (on the run: {sample.label})")
+    st.info(verdict.headline)
+    for fix in verdict.fixes:
+        st.markdown(f"- {fix}")
+    with st.expander("Evidence the inspector used"):
+        for line in verdict.evidence:
+            st.markdown(f"- {line}")
+
+
+def show_results(exp: Experiment, saved: CachedResult, guess: float | None, settings) -> None:
+    result = saved.result
+    when = datetime.fromtimestamp(saved.saved_at, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    st.markdown("#### 3. What we measured")
+    st.caption(f"Measured on {settings.device} ({settings.dtype}) with {settings.model} at {when}.")
+    measured = exp.predict.answer(result)
+    if guess is not None:
+        st.markdown(
+            f"You guessed **{guess:g}{exp.predict.unit}**; this machine measured **{measured:.3g}{exp.predict.unit}**."
+        )
+    for note in getattr(result, "notes", []):
+        st.markdown(f"- {note}")
+    show_figures(exp, result, guess)
+    show_tables(exp, result)
+    show_verdict(result)
+
+
+def render_experiment(exp: Experiment, settings_form: Callable[[Any], Any]) -> None:
+    """The whole page: framing, settings, prediction, run (or cached result), charts, verdict."""
+    framing(exp)
+    app = current_settings()
+    svc = ready_service(app)
+    if svc is None:
+        return
+    with st.expander("Experiment settings", expanded=False):
+        settings = settings_form(svc.info)
+        st.caption(f"Settings: {asdict(settings)}")
+    cache = ResultCache()
+    key = cache_key(exp.key, app.model, app.device, app.dtype, settings)
+    guess = ask_prediction(exp)
+    saved = cache.get(key)
+    st.markdown("#### 2. Run it on this machine")
+    if guess is None:
+        return
+    if st.button("Re-run" if saved else "Run", type="primary", key=f"{exp.key}-run"):
+        saved = run_experiment(exp, svc, settings, cache, key) or saved
+    elif saved:
+        st.caption("A stored measurement for these settings is shown below; Re-run measures afresh.")
+    if saved:
+        show_results(exp, saved, guess, app)

@@ -1,0 +1,124 @@
+"""Experiment 2, more tables: what batching does to the soup pot and to the wok.
+
+Kitchen words: the soup pot's slow part is lifting the ladle (reading every weight) for each
+spoonful. Serving ten tables from one lift costs barely more than serving one, so the time per
+ladle stays flat while bowls per minute climb, until the pot is doing real work for every bowl and
+each extra table adds its own time. The wok is different: it was already busy with a whole table's
+ingredients, so more tables just means proportionally more tossing; its time per ingredient is
+flat from the start.
+
+Engine words: a decode step for batch B reads all weights once (bytes ~ weights) and does 2 x
+params x B FLOPs: at small B it is memory-bound, so step time barely moves with B and decode
+tokens/s grows ~linearly. As B grows, intensity crosses the machine's ridge and the step turns
+compute-bound: step time rises ~linearly with B. Prefill of B x P tokens is compute-bound already,
+so its time per token is ~constant in B. This is the shape of Sarathi-Serve's figure 2 (per-token
+cost of prefill vs decode over batch size), measured here on this machine.
+
+Measured per batch size: one generation of `new_tokens` tokens from B prompts of `prompt_len`
+(repeated `repeats` times); decode step time = median over all decode steps of all repeats;
+prefill time per token = median prefill pass / (B x prompt_len).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import pandas as pd
+
+from engine.errors import EngineError
+from lab.progress import ProgressFn, ProgressTracker, median_of
+from lab.sample import Sample, sample_of
+from lab.workload import batch_prompts, check_fits
+
+
+@dataclass(frozen=True)
+class TablesSettings:
+    batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    prompt_len: int = 32
+    new_tokens: int = 16
+    repeats: int = 1
+
+
+@dataclass(frozen=True)
+class TablesPoint:
+    batch: int
+    decode_step_s: float  # median decode step (all sequences advance one token)
+    decode_tps: float  # batch / decode step: tokens per second over the whole batch
+    decode_us_per_token: float  # decode step / batch
+    prefill_s: float  # median prefill pass for batch x prompt_len tokens
+    prefill_us_per_token: float
+    decode_intensity: float  # analytic FLOP/byte of a decode step at this batch
+
+
+@dataclass(frozen=True)
+class TablesResult:
+    settings: TablesSettings
+    points: list[TablesPoint]
+    sample: Sample
+    notes: list[str] = field(default_factory=list)
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame([asdict(p) for p in self.points])
+
+
+def measure_batch(engine, batch: int, s: TablesSettings) -> tuple[TablesPoint, Sample]:
+    prompts = batch_prompts(engine, batch, s.prompt_len)
+    runs = [
+        engine.generate(prompts, max_new_tokens=s.new_tokens, temperature=0.0, stop_at_eos=False)
+        for _ in range(max(1, s.repeats))
+    ]
+    steps = [st for r in runs for st in r.trace.decode_steps]
+    if not steps:
+        raise EngineError(
+            f"more tables: new_tokens must be at least 2 to time decode steps, got {s.new_tokens}"
+        )
+    step_s = median_of([st.seconds for st in steps])
+    prefill_s = median_of([r.trace.prefill.seconds for r in runs])
+    point = TablesPoint(
+        batch=batch,
+        decode_step_s=step_s,
+        decode_tps=batch / step_s if step_s > 0 else 0.0,
+        decode_us_per_token=step_s / batch * 1e6,
+        prefill_s=prefill_s,
+        prefill_us_per_token=prefill_s / (batch * s.prompt_len) * 1e6,
+        decode_intensity=median_of([st.intensity for st in steps]),
+    )
+    return point, sample_of(runs[-1], f"batch {batch}")
+
+
+def knee(points: list[TablesPoint], rise: float = 1.5) -> int | None:
+    """The first batch whose decode step takes `rise` x (50 % more than) batch 1's: the pot turns busy."""
+    if not points:
+        return None
+    base = points[0].decode_step_s
+    return next((p.batch for p in points if p.decode_step_s >= rise * base), None)
+
+
+def run_tables(engine, settings: TablesSettings, on_progress: ProgressFn | None = None) -> TablesResult:
+    """Decode step time, decode tokens/s and prefill time per token for each batch size."""
+    batches = sorted(set(settings.batches))
+    if settings.new_tokens < 2:
+        raise EngineError(
+            f"more tables: new_tokens must be at least 2 to time decode steps, got {settings.new_tokens}"
+        )
+    check_fits(engine, settings.prompt_len, settings.new_tokens, "more tables")
+    tracker = ProgressTracker([b * (settings.prompt_len + settings.new_tokens) for b in batches], on_progress)
+    engine.generate(
+        batch_prompts(engine, 1, settings.prompt_len), max_new_tokens=2, stop_at_eos=False
+    )  # warm-up
+    points, sample = [], None
+    for b in batches:
+        point, sample = measure_batch(engine, b, settings)
+        points.append(point)
+        tracker.step(f"batch {b}: decode step {point.decode_step_s * 1e3:.1f} ms")
+    k = knee(points)
+    first, last = points[0], points[-1]
+    notes = [
+        f"batch {first.batch} -> {last.batch}: decode step {first.decode_step_s * 1e3:.1f} -> "
+        f"{last.decode_step_s * 1e3:.1f} ms ({last.decode_step_s / first.decode_step_s:.1f}x) while the batch "
+        f"grew {last.batch // first.batch}x; decode tokens/s {first.decode_tps:.0f} -> {last.decode_tps:.0f}",
+        f"prefill time per token {first.prefill_us_per_token:.0f} -> {last.prefill_us_per_token:.0f} us",
+        (f"decode step first reaches 1.5x batch-1 time at batch {k}" if k else
+         "decode step never reached 1.5x batch-1 time in this range: still memory/overhead-bound"),
+    ]  # fmt: skip
+    return TablesResult(settings=settings, points=points, sample=sample, notes=notes)

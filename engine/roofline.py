@@ -34,8 +34,7 @@ from pathlib import Path
 import torch
 
 from engine.errors import EngineError
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+from engine.loader import CANONICAL_DTYPE, parse_device, parse_dtype
 
 MiB = 2**20
 CPU_BUFFER_BYTES = 512 * MiB  # about one SmolLM2-135M in fp32 (538 MB)
@@ -65,30 +64,6 @@ class Roofline:
 
     def to_dict(self) -> dict:
         return asdict(self) | {"ridge_flop_per_byte": self.ridge}
-
-
-def resolve_device(device: str) -> torch.device:
-    """Turn "cpu", "cuda" or "cuda:N" into a torch.device, or refuse in one line."""
-    text = str(device).strip().lower()
-    if text == "cpu":
-        return torch.device("cpu")
-    if text == "cuda" or text.startswith("cuda:"):
-        if not torch.cuda.is_available():
-            raise EngineError(
-                f"device '{device}' asked for, but CUDA is not available on this machine; use cpu"
-            )
-        dev = torch.device(text)
-        count = torch.cuda.device_count()
-        if dev.index is not None and dev.index >= count:
-            raise EngineError(f"device '{device}' does not exist; this machine has {count} CUDA device(s)")
-        return dev
-    raise EngineError(f"unknown device '{device}'; use cpu, cuda or cuda:N")
-
-
-def resolve_dtype(dtype: str) -> torch.dtype:
-    if dtype not in DTYPES:
-        raise EngineError(f"unknown dtype '{dtype}'; use one of {', '.join(DTYPES)}")
-    return DTYPES[dtype]
 
 
 def synchronize(device: torch.device) -> None:
@@ -172,8 +147,8 @@ def measure_roofline(
     `quick` uses fewer repeats and one GEMM size (about a second on a 2-core CPU). `buffer_bytes`
     and `gemm_sizes` override the defaults (tests use small ones; small buffers measure cache).
     """
-    dev = resolve_device(device)
-    tdtype = resolve_dtype(dtype)
+    dev = parse_device(device)
+    tdtype = parse_dtype(dtype)
     on_gpu = dev.type == "cuda"
     if buffer_bytes is None:
         buffer_bytes = CUDA_BUFFER_BYTES if on_gpu else CPU_BUFFER_BYTES
@@ -202,6 +177,6 @@ def measure_roofline(
         bandwidth_bytes_per_s=bw["bytes_per_s"],
         flops_per_s=mm["flops_per_s"],
         device=str(dev),
-        dtype=dtype,
+        dtype=CANONICAL_DTYPE[tdtype],
         details=details,
     )

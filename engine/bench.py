@@ -1,0 +1,502 @@
+"""The benchmark: our engine against HF `generate` on the same weights, and both against the roofs.
+
+One run, one machine, one set of random weights, so every ratio compares like with like:
+
+  1. measure the roofline (read bandwidth, GEMM FLOP/s) for this device, dtype and thread count;
+  2. build the reference HF model (random weights), save it, and `Engine.load` that folder, so our
+     engine reads exactly the tensors HF runs;
+  3. time, interleaving ours and HF's runs so noise from neighbours hits both alike:
+       prefill: one prompt of P tokens, `max_new_tokens=1`                     -> TTFT
+       decode at batch 1 and at batch B: n new tokens after a short prompt    -> TPOT, tokens/s
+  4. derive the ratios (ours / HF, achieved / roof), all from medians over repeats after warm-up.
+
+How each side is timed (wall clock, synchronised on GPU):
+  HF   TTFT = t(generate with 1 new token);   TPOT = (t(n) - t(1)) / (n - 1)
+  ours TTFT, TPOT from `res.metrics`; the wall-clock versions (same formulas as HF) are reported
+       beside them, so a flattering internal timer would show up as a gap.
+Achieved decode bandwidth = (weight bytes read per step + KV bytes read per step) / TPOT.
+Worked example: 538 MB of fp32 weights and 3 MB of KV at TPOT 25 ms -> 21.6 GB/s; with a measured
+roof of 29 GB/s the fraction is 0.75.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from engine.errors import EngineError
+from engine.loader import parse_device, parse_dtype
+from engine.roofline import Roofline, measure_roofline, synchronize
+
+DEFAULT_MODEL = "preset:smollm2-135m"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to run. Token counts are per sequence; `repeats` timed runs follow `warmup` untimed ones."""
+
+    prefill_tokens: int = 512
+    decode_prompt_tokens: int = 64
+    decode_tokens: int = 32
+    big_batch: int = 32
+    big_batch_prompt_tokens: int = 16
+    repeats: int = 5
+    warmup: int = 1
+
+
+FULL = Plan(decode_prompt_tokens=128, decode_tokens=64, big_batch_prompt_tokens=32, repeats=5)
+QUICK = Plan(decode_prompt_tokens=32, decode_tokens=8, big_batch_prompt_tokens=8, repeats=3)
+
+
+@dataclass
+class Samples:
+    """Every timed value kept, so the JSON shows the spread and not just the median."""
+
+    values: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values) if self.values else 0.0
+
+    def to_dict(self) -> dict:
+        return {"median": self.median, "min": min(self.values, default=0.0), "samples": self.values}
+
+
+# ---------------------------------------------------------------- shared weights
+
+
+@dataclass
+class Contestants:
+    engine: object  # engine.Engine, loaded from `folder`
+    hf: torch.nn.Module  # transformers model holding the same tensors
+    folder: str
+    weight_read_bytes: int  # bytes one decode step must read: every weight, LM head once
+    vocab_size: int
+
+
+def reference_folder(model: str, workdir: str) -> str:
+    """The HF folder both sides load. A `preset:NAME` is built here with random weights and saved.
+
+    The preset's config.json (engine.presets) becomes a transformers model, randomly initialised
+    (seed 0), saved to `workdir`: the same loading path as any checkpoint. Any other model is
+    already a folder (or a catalog name / hub id that resolves to one) and is used as it is.
+    """
+    from engine.loader import resolve_source
+
+    source = resolve_source(model)
+    if not source.startswith("preset:"):
+        return source
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from engine.presets import PRESETS, preset_config
+
+    name = source.removeprefix("preset:")
+    preset_config(name)  # unknown names are refused here, in one line
+    raw = dict(PRESETS[name])
+    config = AutoConfig.for_model(
+        raw.pop("model_type"), **{k: v for k, v in raw.items() if k != "architectures"}
+    )
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(workdir)
+    return workdir
+
+
+def weight_read_bytes(hf: torch.nn.Module) -> int:
+    """Bytes of weights one decode step reads: all parameters, a tied matrix once.
+
+    An untied input embedding is only gathered (a few rows per step), so it is left out.
+    """
+    params = {p.data_ptr(): p for p in hf.parameters()}
+    total = sum(p.numel() * p.element_size() for p in params.values())
+    embed = hf.get_input_embeddings().weight
+    head = hf.get_output_embeddings()
+    if head is None or head.weight.data_ptr() != embed.data_ptr():
+        total -= embed.numel() * embed.element_size()
+    return total
+
+
+def load_contestants(model: str, device: str, dtype: str, workdir: str) -> Contestants:
+    """Both sides from one folder: HF via `from_pretrained`, ours via `Engine.load`."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    from engine import Engine
+
+    hf_logging.disable_progress_bar()
+
+    dev, tdtype = parse_device(device), parse_dtype(dtype)
+    folder = reference_folder(model, workdir)
+    hf = AutoModelForCausalLM.from_pretrained(folder, dtype=tdtype).to(dev).eval()
+    eng = Engine.load(folder, device=device, dtype=dtype)
+    return Contestants(eng, hf, folder, weight_read_bytes(hf), hf.config.vocab_size)
+
+
+# ---------------------------------------------------------------- timing one run of each side
+
+
+def random_prompts(vocab_size: int, batch: int, length: int, seed: int) -> list[list[int]]:
+    """Token ids, not text: both sides see identical inputs with no tokenizer in the timing."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, vocab_size, (batch, length), generator=gen)  # (B, T); skip special ids
+    return ids.tolist()
+
+
+def run_hf(hf: torch.nn.Module, prompts: list[list[int]], n: int, device: torch.device) -> tuple[float, list]:
+    """Wall seconds of one greedy HF `generate` making exactly n tokens per sequence."""
+    ids = torch.tensor(prompts, device=device)  # (B, T), equal lengths: no padding
+    mask = torch.ones_like(ids)
+    synchronize(device)
+    t0 = time.perf_counter()
+    out = hf.generate(
+        ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0
+    )
+    synchronize(device)
+    return time.perf_counter() - t0, out[:, ids.shape[1] :].tolist()
+
+
+def run_ours(eng, prompts: list[list[int]], n: int, device: torch.device, cuda_graph: bool = False):
+    """Wall seconds and the GenerationResult of one greedy engine request of n tokens."""
+    synchronize(device)
+    t0 = time.perf_counter()
+    res = eng.generate(prompts, max_new_tokens=n, temperature=0.0, stop_at_eos=False, cuda_graph=cuda_graph)
+    synchronize(device)
+    return time.perf_counter() - t0, res
+
+
+# ---------------------------------------------------------------- the three scenarios
+
+
+def alternate(i: int, first, second) -> tuple:
+    """Both results, (first(), second()), but run in swapped order on odd repeats so neither side
+    always gets the warmer caches or the quieter moment."""
+    if i % 2 == 0:
+        a = first()
+        return a, second()
+    b = second()
+    return first(), b
+
+
+def measure_prefill(c: Contestants, plan: Plan, dev: torch.device, progress) -> dict:
+    """TTFT of one P-token prompt: the wok's single parallel pass, then one sampled token."""
+    prompt = random_prompts(c.vocab_size, 1, plan.prefill_tokens, seed=1)
+    hf_ttft, ours_ttft, ours_wall, ours_prefill = Samples(), Samples(), Samples(), Samples()
+    flops = 0.0
+    for i in range(plan.warmup + plan.repeats):
+        progress(f"prefill {plan.prefill_tokens} tokens: run {i + 1}/{plan.warmup + plan.repeats}")
+        timed = i >= plan.warmup
+        (hf_s, _), (wall, res) = alternate(
+            i, lambda: run_hf(c.hf, prompt, 1, dev), lambda: run_ours(c.engine, prompt, 1, dev)
+        )
+        if timed:
+            hf_ttft.values.append(hf_s)
+            ours_wall.values.append(wall)
+            ours_ttft.values.append(res.metrics.ttft_s)
+            ours_prefill.values.append(res.metrics.prefill_s)
+            flops = res.trace.prefill.flops
+    return {
+        "prompt_tokens": plan.prefill_tokens,
+        "hf": {"ttft_s": hf_ttft.to_dict()},
+        "ours": {
+            "ttft_s": ours_ttft.to_dict(),
+            "prefill_s": ours_prefill.to_dict(),
+            "wall_s": ours_wall.to_dict(),
+            "prefill_flops": flops,
+            "prefill_flops_per_s": flops / ours_prefill.median if ours_prefill.median else 0.0,
+        },
+    }
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def time_hf_pair(c: Contestants, prompts: list[list[int]], n: int, dev: torch.device) -> dict:
+    t1, _ = run_hf(c.hf, prompts, 1, dev)
+    tn, tokens = run_hf(c.hf, prompts, n, dev)
+    return {"t1": t1, "tn": tn, "tokens": tokens}
+
+
+def time_ours_runs(c: Contestants, prompts: list[list[int]], n: int, dev: torch.device) -> dict:
+    """t(1) and t(n) like HF's, plus (on CUDA) the same request replayed through CUDA graphs."""
+    t1, _ = run_ours(c.engine, prompts, 1, dev)
+    tn, res = run_ours(c.engine, prompts, n, dev)
+    out = {"t1": t1, "tn": tn, "res": res}
+    if dev.type == "cuda":
+        out["graph"] = run_ours(c.engine, prompts, n, dev, cuda_graph=True)[1]
+    return out
+
+
+def measure_decode(
+    c: Contestants, plan: Plan, dev: torch.device, batch: int, prompt_len: int, progress
+) -> dict:
+    """TPOT at one batch size: n tokens per sequence, the soup pot's one-token-per-step loop.
+
+    Each repeat times t(1) and t(n) for both sides back to back, so (t(n) - t(1)) / (n - 1)
+    subtracts a prefill measured moments earlier under the same noise.
+    """
+    n = plan.decode_tokens
+    prompts = random_prompts(c.vocab_size, batch, prompt_len, seed=2)
+    hf_tpot, ours_tpot, ours_wall_tpot, ours_tps = Samples(), Samples(), Samples(), Samples()
+    graph_tpot = Samples()
+    kv_read, match = 0.0, 0
+    for i in range(plan.warmup + plan.repeats):
+        progress(f"decode batch {batch}, {n} tokens: run {i + 1}/{plan.warmup + plan.repeats}")
+        hf, ours = alternate(
+            i, lambda: time_hf_pair(c, prompts, n, dev), lambda: time_ours_runs(c, prompts, n, dev)
+        )
+        if i < plan.warmup:
+            continue
+        hf_tpot.values.append((hf["tn"] - hf["t1"]) / (n - 1))
+        res = ours["res"]
+        ours_tpot.values.append(res.metrics.tpot_s)
+        ours_tps.values.append(res.metrics.decode_tps)
+        ours_wall_tpot.values.append((ours["tn"] - ours["t1"]) / (n - 1))
+        if "graph" in ours:
+            graph_tpot.values.append(ours["graph"].metrics.tpot_s)
+        steps = res.trace.decode_steps
+        kv_read = statistics.fmean(s.kv_tokens for s in steps) * c.engine.info.kv_bytes_per_token
+        match = min(common_prefix(a, b) for a, b in zip(res.tokens, hf["tokens"], strict=True))
+    out = {
+        "batch": batch,
+        "prompt_tokens": prompt_len,
+        "new_tokens": n,
+        "hf": {"tpot_s": hf_tpot.to_dict(), "decode_tps": batch / hf_tpot.median if hf_tpot.median else 0.0},
+        "ours": {
+            "tpot_s": ours_tpot.to_dict(),
+            "wall_tpot_s": ours_wall_tpot.to_dict(),
+            "decode_tps": ours_tps.to_dict(),
+            "weight_bytes_per_step": c.weight_read_bytes,
+            "kv_bytes_read_per_step": kv_read,
+            "achieved_read_bytes_per_s": (c.weight_read_bytes + kv_read) / ours_tpot.median,
+        },
+        "greedy_tokens_matching_hf": match,
+    }
+    if graph_tpot.values:
+        out["ours_cuda_graph"] = {"tpot_s": graph_tpot.to_dict()}
+    return out
+
+
+# ---------------------------------------------------------------- ratios, targets and the report
+
+# name -> (comparison, target): "<=" means ours / reference must stay at or under the target.
+TARGETS = {
+    "decode_tpot_vs_hf_b1": ("<=", 0.5),
+    "decode_bw_fraction": (">=", 0.70),
+    "prefill_flops_fraction": (">=", 0.85),
+    "ttft_vs_hf": ("<=", 0.9),
+    "decode_tps_vs_hf_b32": (">=", 1.5),
+    "decode_tpot_cuda_graph_vs_hf_b1": ("<=", 1 / 3),  # "CUDA graphs >= 3x HF eager"; cuda only
+}
+
+
+def derive_ratios(roof: Roofline, prefill: dict, b1: dict, bbig: dict) -> dict:
+    """Ours / reference, or achieved / roof. Under 1 is better for times, over 1 for rates."""
+    hf_b1 = b1["hf"]["tpot_s"]["median"]
+    ratios = {
+        "decode_tpot_vs_hf_b1": b1["ours"]["tpot_s"]["median"] / hf_b1,
+        "decode_bw_fraction": b1["ours"]["achieved_read_bytes_per_s"] / roof.bandwidth_bytes_per_s,
+        "prefill_flops_fraction": prefill["ours"]["prefill_flops_per_s"] / roof.flops_per_s,
+        "ttft_vs_hf": prefill["ours"]["ttft_s"]["median"] / prefill["hf"]["ttft_s"]["median"],
+        "decode_tps_vs_hf_b32": bbig["ours"]["decode_tps"]["median"] / bbig["hf"]["decode_tps"],
+        # Wall-clock twins of the first and fourth: the same formula for both sides.
+        "decode_tpot_wall_vs_hf_b1": b1["ours"]["wall_tpot_s"]["median"] / hf_b1,
+        "ttft_wall_vs_hf": prefill["ours"]["wall_s"]["median"] / prefill["hf"]["ttft_s"]["median"],
+    }
+    if "ours_cuda_graph" in b1:
+        ratios["decode_tpot_cuda_graph_vs_hf_b1"] = b1["ours_cuda_graph"]["tpot_s"]["median"] / hf_b1
+    return ratios
+
+
+def check_targets(ratios: dict) -> dict:
+    out = {}
+    for name, (op, target) in TARGETS.items():
+        if name in ratios:
+            value = ratios[name]
+            out[name] = {
+                "value": value,
+                "target": f"{op} {target:.3g}",
+                "met": bool(value <= target if op == "<=" else value >= target),
+            }
+    return out
+
+
+def machine_facts() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    import transformers
+
+    return {
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+    }
+
+
+def run_bench(
+    model: str = DEFAULT_MODEL,
+    device: str = "cpu",
+    dtype: str = "float32",
+    quick: bool = False,
+    plan: Plan | None = None,
+    progress=lambda msg: None,
+    roofline: Roofline | None = None,
+) -> dict:
+    """Measure everything in one run and return the JSON-ready report (see the module docstring).
+
+    `roofline` skips the roof measurement (tests pass a small one); the CLI always measures.
+    """
+    plan = plan or (QUICK if quick else FULL)
+    validate(plan)
+    dev = parse_device(device)
+    parse_dtype(dtype)
+    t_start, load_start = time.perf_counter(), os.getloadavg()
+    if roofline is None:
+        progress(f"roofline on {device} {dtype}")
+    roof = roofline or measure_roofline(device, dtype, quick=quick)
+    with tempfile.TemporaryDirectory(prefix="bench-weights-") as workdir:
+        progress(f"building {model} and loading the same weights into both sides")
+        t0 = time.perf_counter()
+        c = load_contestants(model, device, dtype, workdir)
+        load_s = time.perf_counter() - t0
+        with torch.inference_mode():
+            prefill = measure_prefill(c, plan, dev, progress)
+            b1 = measure_decode(c, plan, dev, 1, plan.decode_prompt_tokens, progress)
+            bbig = measure_decode(c, plan, dev, plan.big_batch, plan.big_batch_prompt_tokens, progress)
+        info = asdict(c.engine.info)
+    ratios = derive_ratios(roof, prefill, b1, bbig)
+    return {
+        "model": model,
+        "device": device,
+        "dtype": dtype,
+        "quick": quick,
+        "plan": asdict(plan),
+        "model_info": {k: str(v) if not isinstance(v, (int, float, bool)) else v for k, v in info.items()},
+        "machine": machine_facts(),
+        "load_average": {"start": list(load_start), "end": list(os.getloadavg())},
+        "roofline": roof.to_dict(),
+        "prefill": prefill,
+        "decode_b1": b1,
+        f"decode_b{plan.big_batch}": bbig,
+        "ratios": ratios,
+        "targets": check_targets(ratios),
+        "load_s": load_s,
+        "elapsed_s": time.perf_counter() - t_start,
+        "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def validate(plan: Plan) -> None:
+    for name in ("prefill_tokens", "decode_prompt_tokens", "big_batch", "big_batch_prompt_tokens", "repeats"):
+        if getattr(plan, name) < 1:
+            raise EngineError(f"{name.replace('_', ' ')} must be at least 1, got {getattr(plan, name)}")
+    if plan.decode_tokens < 2:
+        raise EngineError(f"decode tokens must be at least 2 to time a decode step, got {plan.decode_tokens}")
+    if plan.warmup < 0:
+        raise EngineError(f"warm-up runs cannot be negative, got {plan.warmup}")
+
+
+def format_report(r: dict) -> str:
+    """The human-readable summary: the roofs, the headline timings, then the ratios vs targets."""
+    roof, pre, b1 = r["roofline"], r["prefill"], r["decode_b1"]
+    big = r[f"decode_b{r['plan']['big_batch']}"]
+    ms = 1e3
+    lines = [
+        f"bench {r['model']} on {r['device']} {r['dtype']}, {r['machine']['torch_threads']} threads, "
+        f"{r['plan']['repeats']} repeats after {r['plan']['warmup']} warm-up; {r['elapsed_s']:.0f} s",
+        f"roofline: read {roof['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, GEMM {roof['flops_per_s'] / 1e9:.0f} GFLOP/s,"
+        f" ridge {roof['ridge_flop_per_byte']:.1f} FLOP/byte",
+        f"prefill {pre['prompt_tokens']} tok: TTFT ours {pre['ours']['ttft_s']['median'] * ms:.0f} ms"
+        f" (wall {pre['ours']['wall_s']['median'] * ms:.0f}), HF {pre['hf']['ttft_s']['median'] * ms:.0f} ms;"
+        f" ours {pre['ours']['prefill_flops_per_s'] / 1e9:.0f} GFLOP/s",
+        f"decode b1 ({b1['new_tokens']} tok): TPOT ours {b1['ours']['tpot_s']['median'] * ms:.1f} ms"
+        f" (wall {b1['ours']['wall_tpot_s']['median'] * ms:.1f}), HF {b1['hf']['tpot_s']['median'] * ms:.1f} ms;"
+        f" ours reads {b1['ours']['achieved_read_bytes_per_s'] / 1e9:.1f} GB/s",
+        f"decode b{big['batch']}: ours {big['ours']['decode_tps']['median']:.0f} tok/s,"
+        f" HF {big['hf']['decode_tps']:.0f} tok/s",
+    ]
+    if "ours_cuda_graph" in b1:
+        lines.append(
+            f"decode b1 with CUDA graphs: TPOT {b1['ours_cuda_graph']['tpot_s']['median'] * ms:.2f} ms"
+        )
+    lines.append("ratios (ours / reference or achieved / roof):")
+    for name, value in r["ratios"].items():
+        t = r["targets"].get(name)
+        verdict = f"  target {t['target']}: {'met' if t['met'] else 'NOT met'}" if t else ""
+        lines.append(f"  {name:34s} {value:7.3f}{verdict}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- command line
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m engine bench", description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"model to time (default {DEFAULT_MODEL})")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
+    p.add_argument(
+        "--quick", action="store_true", help="fewer tokens and repeats (under a minute on 2 cores)"
+    )
+    p.add_argument("--json", action="store_true", help="print the full report as JSON on stdout")
+    p.add_argument("--out", help="also write the JSON report to this file")
+    p.add_argument("--repeats", type=int, help="timed runs per measurement (after one warm-up)")
+    p.add_argument("--prefill-tokens", type=int, help="prompt length of the prefill measurement")
+    p.add_argument("--decode-tokens", type=int, help="new tokens per sequence in the decode measurements")
+    p.add_argument("--batch", type=int, help="the large decode batch (default 32)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    return p.parse_args(argv)
+
+
+def plan_from(args: argparse.Namespace) -> Plan:
+    base = asdict(QUICK if args.quick else FULL)
+    overrides = {
+        "repeats": args.repeats,
+        "prefill_tokens": args.prefill_tokens,
+        "decode_tokens": args.decode_tokens,
+        "big_batch": args.batch,
+    }
+    return Plan(**(base | {k: v for k, v in overrides.items() if v is not None}))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        argv = argv[1:]
+    args = parse_args(argv)
+
+    def progress(msg: str) -> None:
+        if not args.quiet:
+            print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+    try:
+        report = run_bench(args.model, args.device, args.dtype, args.quick, plan_from(args), progress)
+    except EngineError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    text = json.dumps(report, indent=2)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    print(text if args.json else format_report(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,155 @@
+"""The benchmark's report: complete, positive, and every ratio recomputable from its own parts.
+
+Runs the real engine and real HF `generate` on a tiny random Llama (conftest's `tiny_llama_tied`),
+with a handful of tokens. No speed assertions: the machine is shared; speed lives in the report.
+"""
+
+import json
+import math
+
+import pytest
+
+from engine.bench import QUICK, Plan, derive_ratios, main, parse_args, plan_from, run_bench
+from engine.costs import step_cost
+from engine.loader import read_config
+from engine.roofline import Roofline, measure_roofline
+
+REQUIRED_RATIOS = [
+    "decode_tpot_vs_hf_b1",
+    "decode_bw_fraction",
+    "prefill_flops_fraction",
+    "ttft_vs_hf",
+    "decode_tps_vs_hf_b32",
+]
+TINY = Plan(
+    prefill_tokens=24,
+    decode_prompt_tokens=5,
+    decode_tokens=4,
+    big_batch=3,
+    big_batch_prompt_tokens=4,
+    repeats=2,
+    warmup=1,
+)
+
+
+@pytest.fixture(scope="module")
+def small_roof() -> Roofline:
+    return measure_roofline("cpu", "float32", quick=True, buffer_bytes=8 * 2**20, gemm_sizes=(128,))
+
+
+@pytest.fixture(scope="module")
+def report(tiny_llama_tied, small_roof) -> dict:
+    lines = []
+    r = run_bench(str(tiny_llama_tied.path), plan=TINY, progress=lines.append, roofline=small_roof)
+    r["_progress"] = lines
+    return r
+
+
+def test_report_has_every_section_and_the_required_ratios(report):
+    for key in ("roofline", "prefill", "decode_b1", "decode_b3", "ratios", "targets", "machine", "plan"):
+        assert key in report
+    for name in REQUIRED_RATIOS:
+        value = report["ratios"][name]
+        assert value > 0 and math.isfinite(value), name
+        assert report["targets"][name]["met"] in (True, False)
+    assert report["plan"]["repeats"] == TINY.repeats
+    assert report["_progress"], "progress lines were reported"
+    json.dumps({k: v for k, v in report.items() if k != "_progress"})  # JSON-ready
+
+
+def test_every_timing_has_one_positive_sample_per_repeat(report):
+    timed = [
+        report["prefill"]["hf"]["ttft_s"],
+        report["prefill"]["ours"]["ttft_s"],
+        report["prefill"]["ours"]["prefill_s"],
+        report["decode_b1"]["hf"]["tpot_s"],
+        report["decode_b1"]["ours"]["tpot_s"],
+        report["decode_b3"]["ours"]["decode_tps"],
+    ]
+    for t in timed:
+        assert len(t["samples"]) == TINY.repeats
+        assert all(v > 0 for v in t["samples"])
+        assert min(t["samples"]) <= t["median"] <= max(t["samples"])
+    # prefill's forward pass is part of TTFT, never more than it
+    assert report["prefill"]["ours"]["prefill_s"]["median"] <= report["prefill"]["ours"]["ttft_s"]["median"]
+
+
+def test_ratios_follow_from_the_measured_parts(report, small_roof):
+    pre, b1, b3 = report["prefill"], report["decode_b1"], report["decode_b3"]
+    again = derive_ratios(small_roof, pre, b1, b3)
+    assert again == report["ratios"]
+    r = report["ratios"]
+    assert r["ttft_vs_hf"] == pytest.approx(pre["ours"]["ttft_s"]["median"] / pre["hf"]["ttft_s"]["median"])
+    assert r["decode_tpot_vs_hf_b1"] == pytest.approx(
+        b1["ours"]["tpot_s"]["median"] / b1["hf"]["tpot_s"]["median"]
+    )
+    bytes_per_step = b1["ours"]["weight_bytes_per_step"] + b1["ours"]["kv_bytes_read_per_step"]
+    achieved = bytes_per_step / b1["ours"]["tpot_s"]["median"]
+    assert r["decode_bw_fraction"] == pytest.approx(achieved / small_roof.bandwidth_bytes_per_s)
+    # HF's tokens/s at batch B is B sequences / its TPOT
+    assert b3["hf"]["decode_tps"] == pytest.approx(3 / b3["hf"]["tpot_s"]["median"])
+    assert r["decode_tps_vs_hf_b32"] == pytest.approx(
+        b3["ours"]["decode_tps"]["median"] / b3["hf"]["decode_tps"]
+    )
+
+
+def test_byte_and_flop_counts_match_the_model_shape(report, tiny_llama_tied):
+    cfg = read_config(tiny_llama_tied.path)
+    info = report["model_info"]
+    b1 = report["decode_b1"]["ours"]
+    # tied model: every stored weight is read once per decode step
+    assert b1["weight_bytes_per_step"] == info["weight_bytes"] == cfg.num_params() * 4
+    # decode steps 1..n-1 attend to prompt + step positions: mean (5+1 + 5+3) / 2 = 7 tokens
+    assert b1["kv_bytes_read_per_step"] == pytest.approx(7 * cfg.kv_bytes_per_token(4))
+    t = TINY.prefill_tokens  # causal prefill: token i attends to i + 1 keys, t (t + 1) / 2 pairs
+    expected = step_cost(cfg, 1, t, t, 4, logits_rows=1, attn_pairs=t * (t + 1) // 2).flops
+    assert report["prefill"]["ours"]["prefill_flops"] == pytest.approx(expected)
+
+
+def test_same_weights_give_the_same_greedy_tokens(report):
+    """The proof both sides run identical tensors: fp32 greedy decoding agrees token for token."""
+    assert report["decode_b1"]["greedy_tokens_matching_hf"] == TINY.decode_tokens
+    assert report["decode_b3"]["greedy_tokens_matching_hf"] == TINY.decode_tokens
+
+
+def test_cli_writes_json_with_ratios(tiny_llama_tied, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    argv = ["bench", "--model", str(tiny_llama_tied.path), "--quick", "--json", "--quiet", "--out", str(out)]
+    argv += ["--prefill-tokens", "16", "--decode-tokens", "3", "--batch", "2", "--repeats", "1"]
+    assert main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    saved = json.loads(out.read_text())
+    assert printed["ratios"] == saved["ratios"]
+    assert set(REQUIRED_RATIOS) <= set(saved["ratios"])
+    assert saved["quick"] is True and saved["plan"]["big_batch"] == 2
+    assert saved["roofline"]["bandwidth_bytes_per_s"] > 0 and saved["roofline"]["flops_per_s"] > 0
+
+
+def test_text_report_names_every_ratio(tiny_llama_tied, capsys):
+    argv = ["--model", str(tiny_llama_tied.path), "--quick", "--quiet", "--prefill-tokens", "8"]
+    argv += ["--decode-tokens", "2", "--batch", "2", "--repeats", "1"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    for name in REQUIRED_RATIOS:
+        assert name in text
+    assert "roofline: read" in text
+
+
+def test_quick_flag_picks_the_quick_plan():
+    assert plan_from(parse_args(["--quick"])) == QUICK
+    assert plan_from(parse_args(["--quick", "--repeats", "7"])).repeats == 7
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--decode-tokens", "1"], "decode tokens must be at least 2"),
+        (["--repeats", "0"], "repeats must be at least 1"),
+        (["--model", "no-such-model-anywhere"], "not found"),
+        (["--dtype", "float8"], "invalid dtype 'float8'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(extra, words, capsys):
+    assert main(["--quick", "--quiet", *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and "\n" not in err and "Traceback" not in err

@@ -117,6 +117,17 @@ def _check_rope_scaling(raw: dict) -> dict | None:
 
 def config_from_hf(raw: dict) -> ModelConfig:
     """Parse an HF config.json dict for the Llama family (Llama, SmolLM2, Mistral), Qwen2 or GPT-2."""
+    try:
+        return _parse(raw)
+    except KeyError as err:
+        raise EngineError(
+            f"config.json lacks the field {err} that a {raw.get('model_type')} model needs"
+        ) from None
+    except (TypeError, ValueError) as err:
+        raise EngineError(f"config.json has an invalid value: {err}") from None
+
+
+def _parse(raw: dict) -> ModelConfig:
     model_type = raw.get("model_type")
     family = FAMILIES.get(str(model_type))
     if family is None:

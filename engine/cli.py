@@ -1,0 +1,113 @@
+"""Command line: `python -m engine generate ...`, `python -m engine info ...`, `python -m engine bench ...`.
+
+Bad input (an EngineError, or a malformed flag) prints ONE line to stderr and exits with code 2,
+so scripts and the lab can tell "you asked for something impossible" from a crash.
+
+    python -m engine generate --model preset:smollm2-135m --prompt-ids 1,2,3 --max-new-tokens 16 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+
+from engine.errors import EngineError
+
+EXIT_BAD_INPUT = 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse prints usage + error over several lines; we promise a single line."""
+
+    def error(self, message: str):
+        raise EngineError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="python -m engine", description="Two-Pot Kitchen inference engine")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    gen = sub.add_parser("generate", help="run one request and print the tokens, texts and metrics")
+    gen.add_argument("--model", required=True, help="folder, preset:NAME, catalog name or hub id")
+    prompt = gen.add_mutually_exclusive_group(required=True)
+    prompt.add_argument("--prompt", help="prompt text (needs a tokenizer)")
+    prompt.add_argument("--prompt-ids", help="comma-separated token ids, e.g. 1,2,3")
+    gen.add_argument("--batch", type=int, default=1, help="repeat the prompt N times")
+    gen.add_argument("--max-new-tokens", type=int, default=32)
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--device", default="cpu")
+    gen.add_argument("--dtype", default="float32")
+    gen.add_argument("--cache", default="static", help="static | growing | none")
+    gen.add_argument("--batching", default="padded", help="padded | packed")
+    gen.add_argument("--kv-budget-bytes", type=int, default=None)
+    gen.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens")
+    gen.add_argument("--cuda-graph", action="store_true", help="replay decode as a CUDA graph")
+    gen.add_argument("--json", action="store_true", help="print one JSON object")
+    info = sub.add_parser("info", help="print the model's ModelInfo as JSON")
+    info.add_argument("--model", required=True)
+    info.add_argument("--device", default="cpu")
+    info.add_argument("--dtype", default="float32")
+    return parser
+
+
+def parse_ids(text: str) -> list[int]:
+    try:
+        return [int(t) for t in text.replace(" ", "").split(",") if t != ""]
+    except ValueError:
+        raise EngineError(f"--prompt-ids must be comma-separated integers (got '{text}')") from None
+
+
+def run_generate(args) -> int:
+    from engine.engine import Engine
+
+    if args.batch < 1:
+        raise EngineError(f"--batch must be at least 1 (got {args.batch})")
+    prompt = args.prompt if args.prompt is not None else parse_ids(args.prompt_ids)
+    eng = Engine.load(args.model, device=args.device, dtype=args.dtype, kv_budget_bytes=args.kv_budget_bytes)
+    res = eng.generate(
+        [prompt] * args.batch, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+        top_k=args.top_k, top_p=args.top_p, seed=args.seed, cache=args.cache, batching=args.batching,
+        stop_at_eos=not args.ignore_eos, cuda_graph=args.cuda_graph,
+    )  # fmt: skip
+    if args.json:
+        print(json.dumps(res.to_dict()))
+        return 0
+    for i, (text, ids) in enumerate(zip(res.texts, res.tokens, strict=True)):
+        print(f"[{i}] {text!r}  ids={ids}")
+    m = res.metrics
+    print(
+        f"TTFT {m.ttft_s * 1e3:.1f} ms | TPOT {m.tpot_s * 1e3:.2f} ms | E2E {m.e2e_s * 1e3:.1f} ms | "
+        f"prefill {m.prefill_tps:,.0f} tok/s | decode {m.decode_tps:,.1f} tok/s | KV {m.kv_cache_bytes:,} B"
+    )
+    return 0
+
+
+def run_info(args) -> int:
+    from engine.engine import Engine
+
+    print(json.dumps(asdict(Engine.load(args.model, device=args.device, dtype=args.dtype).info)))
+    return 0
+
+
+def run_bench(argv: list[str]) -> int:
+    try:
+        from engine.bench import main as bench_main
+    except ImportError as err:
+        raise EngineError(f"the benchmark (engine/bench.py) is not available: {err}") from None
+    return int(bench_main(argv) or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv[:1] == ["bench"]:
+            return run_bench(argv[1:])
+        args = build_parser().parse_args(argv)
+        return run_generate(args) if args.command == "generate" else run_info(args)
+    except EngineError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT

@@ -25,6 +25,7 @@ from engine.batching import PrefillBatch, build_batch
 from engine.cache import GrowingKVCache, KVCache, StaticKVCache
 from engine.config import ModelConfig
 from engine.costs import step_cost
+from engine.cuda_graph import GraphedDecode
 from engine.errors import EngineError
 from engine.events import Done, Event, PrefillEnd, PrefillStart, StepEnd, Token
 from engine.limits import Limits, RequestSettings, check_request, kv_limits
@@ -143,6 +144,8 @@ class Engine:
         check_request(self.cfg, ids, req, self.limits(max(map(len, ids), default=1), max_new_tokens))
         if req.cuda_graph and self.device.type != "cuda":
             raise EngineError(f"cuda_graph=True needs a CUDA device; this engine runs on {self.device}")
+        if req.cuda_graph and req.cache != "static":
+            raise EngineError(f"cuda_graph=True needs cache='static' (got '{req.cache}')")
         return ids
 
     # --- generation -------------------------------------------------------------------------------
@@ -203,19 +206,23 @@ class Engine:
                            sum(lengths), sum(lengths), B, batch.attn_pairs)  # fmt: skip
         trace.steps.append(rec)
         events: list[Event] = [PrefillEnd(t_fwd, rec, rec.kv_bytes)]
-        finished = self._accept(first_ids, list(range(B)), out, decoders, req, 0, trace.t_first_token, events)
+        done = [False] * B
+        self._accept(first_ids, list(range(B)), out, decoders, req, 0, trace.t_first_token, events, done)
         events.append(StepEnd(trace.t_first_token, rec))
         yield from clock.emit(events)
 
+        # The soup pot: one token per running sequence per step, until all are done.
         run = Running(list(range(B)), first[:, None], torch.tensor(lengths, device=self.device)[:, None],
                       batch.valid)  # fmt: skip
+        graphed: GraphedDecode | None = None
         step = 0
         while True:
-            keep = [i for i, done in enumerate(finished) if not done]
-            if not keep:
+            live = [i for i, row in enumerate(run.rows) if not done[row]]
+            if not live:
                 break
-            if len(keep) < len(run.rows):
-                run.keep(keep, cache)
+            if len(live) < len(run.rows) and not req.cuda_graph:  # a graph's batch shape is fixed
+                run.keep(live, cache)
+                live = list(range(len(run.rows)))
             step += 1
             t_start = clock.now()
             if cache is None:  # recompute mode: the whole sequence again, through the prefill path
@@ -225,20 +232,27 @@ class Engine:
             else:
                 slot = batch.slots_used + step - 1  # one common cache slot per step for all rows
                 run.valid[:, slot] = True
-                mask = run.valid[:, None, None, : slot + 1]  # (B, 1, 1, S): read only the filled prefix
-                input_pos = torch.tensor([slot], device=self.device)
-                logits = decode_one_token(self.model, run.last, run.positions, input_pos, mask, cache)
-                slots, kv_tokens, pairs = len(run.rows), len(run.rows) * (slot + 1), None
+                if req.cuda_graph:  # step 1 includes recording the graph
+                    graphed = graphed or GraphedDecode(self.model, cache, run.valid, slot)
+                    logits = graphed(run.last, run.positions, slot)
+                    read = run.valid.shape[1]  # a graph reads the whole allocation
+                else:
+                    mask = run.valid[:, None, None, : slot + 1]  # (B, 1, 1, S): only the filled prefix
+                    input_pos = torch.tensor([slot], device=self.device)
+                    logits = decode_one_token(self.model, run.last, run.positions, input_pos, mask, cache)
+                    read = slot + 1
+                slots, kv_tokens, pairs = len(run.rows), len(run.rows) * read, None
             t_fwd = clock.now()
             nxt = sample(logits, params, gen)  # (B,)
             nxt_ids = nxt.tolist()
             t_end = clock.now()
-            kv_live = 0 if cache is None else sum(lengths[r] + step for r in run.rows)
-            rec = self._record("decode", step, t_start, t_end, t_fwd - t_start, len(run.rows), len(run.rows),
+            rows = [run.rows[i] for i in live]
+            kv_live = 0 if cache is None else sum(lengths[r] + step for r in rows)
+            rec = self._record("decode", step, t_start, t_end, t_fwd - t_start, len(run.rows), len(rows),
                                slots, kv_tokens, kv_live, len(run.rows), pairs)  # fmt: skip
             trace.steps.append(rec)
             events = []
-            finished = self._accept(nxt_ids, run.rows, out, decoders, req, step, t_end, events)
+            self._accept([nxt_ids[i] for i in live], rows, out, decoders, req, step, t_end, events, done)
             events.append(StepEnd(t_end, rec))
             run.last, run.positions = nxt[:, None], run.positions + 1
             yield from clock.emit(events)
@@ -260,13 +274,10 @@ class Engine:
         )
         yield from clock.emit([Done(clock.now(), result)])
 
-    def _accept(self, ids, rows, out, decoders, req, step, t, events) -> list[bool]:
-        """Append one sampled token per running row; return which rows just finished."""
-        finished = []
+    def _accept(self, ids, rows, out, decoders, req, step, t, events, done) -> None:
+        """Append one sampled token per live row, queue its Token event, mark finished rows in `done`."""
         for tok, row in zip(ids, rows, strict=True):
             out[row].append(tok)
-            done = len(out[row]) >= req.max_new_tokens or (req.stop_at_eos and tok in self.cfg.eos_ids)
-            text = decoders[row].feed(tok, final=done)
-            events.append(Token(t, row, step, tok, text, done))
-            finished.append(done)
-        return finished
+            done[row] = len(out[row]) >= req.max_new_tokens or (req.stop_at_eos and tok in self.cfg.eos_ids)
+            text = decoders[row].feed(tok, final=done[row])
+            events.append(Token(t, row, step, tok, text, done[row]))

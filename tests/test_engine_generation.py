@@ -140,3 +140,36 @@ def test_text_prompts_and_streamed_text(tiny_llama_tok):
     for seq in range(2):
         streamed = "".join(e.text for e in events if isinstance(e, Token) and e.seq == seq)
         assert streamed == done.texts[seq] == eng.decode(done.tokens[seq])
+
+
+def test_graph_mode_bookkeeping_matches_eager_decode(eng, monkeypatch):
+    """The CUDA-graph path's static buffers, full-width mask and no-compaction rule, replayed eagerly on
+    CPU (the capture itself needs a GPU: see test_cuda_graph_gives_the_same_tokens)."""
+    import functools
+
+    import engine.engine as engine_mod
+    from engine.limits import RequestSettings
+
+    monkeypatch.setattr(
+        engine_mod, "GraphedDecode", functools.partial(engine_mod.GraphedDecode, capture=False)
+    )
+    prompts = [[11, 57, 3, 200, 42, 9, 101, 7], [5, 6]]
+    eager = eng.generate(prompts, max_new_tokens=7)
+    events = list(eng._run(prompts, RequestSettings(max_new_tokens=7, cuda_graph=True)))
+    graphed = events[-1].result
+    assert graphed.tokens == eager.tokens
+    width = max(map(len, prompts)) + 7 - 1
+    assert all(s.kv_tokens == 2 * width and s.batch == 2 for s in graphed.trace.decode_steps)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cuda_graph_gives_the_same_tokens(tiny_llama, dtype):
+    eng = Engine.load(str(tiny_llama.path), device="cuda", dtype=dtype)
+    eager = eng.generate(PROMPTS, max_new_tokens=16)
+    graphed = eng.generate(PROMPTS, max_new_tokens=16, cuda_graph=True)
+    assert graphed.tokens == eager.tokens
+    if dtype == "float32":
+        cpu = Engine.load(str(tiny_llama.path)).generate(PROMPTS, max_new_tokens=16)
+        assert eager.tokens == cpu.tokens

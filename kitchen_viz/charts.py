@@ -138,8 +138,10 @@ def kv_figures(result, guess: float | None = None) -> list[go.Figure]:
     lat, mem = go.Figure(), go.Figure()
     for mode, part in df.groupby("mode", sort=False):
         colour = MODE_COLOURS.get(mode, GREY)
-        lat.add_trace(go.Scatter(x=part.position, y=part.step_ms, mode="lines", name=f"cache={mode}",
+        lat.add_trace(go.Scatter(x=part.position, y=part.step_ms, mode="lines", name=f"cache={mode} (wall)",
                                  line=dict(color=colour)))  # fmt: skip
+        lat.add_trace(go.Scatter(x=part.position, y=part.cpu_ms, mode="lines", name=f"cache={mode} (CPU time)",
+                                 line=dict(color=colour, dash="dot", width=1)))  # fmt: skip
         mem.add_trace(go.Scatter(x=part.position, y=part.kv_mb, mode="lines", name=f"cache={mode}",
                                  line=dict(color=colour)))  # fmt: skip
     if guess is not None and "none" in set(df["mode"]):
@@ -251,3 +253,16 @@ def rate_figure(per_minute, title: str = "Requests per minute") -> go.Figure:
     fig = go.Figure(go.Bar(x=per_minute.index, y=per_minute.values, marker_color=POT))
     fig.update_yaxes(title="requests", rangemode="tozero")
     return finish(fig, title)
+
+
+def kv_memory_figure(frame) -> go.Figure:
+    """Peak live KV cache of each run next to what its cache allocated."""
+    fig = go.Figure()
+    if len(frame):
+        fig.add_trace(go.Scatter(x=frame.wall_time, y=frame.kv_allocated_mb, mode="markers", name="allocated",
+                                 marker=dict(color=GREY, symbol="square-open")))  # fmt: skip
+        fig.add_trace(go.Scatter(x=frame.wall_time, y=frame.kv_cache_mb, mode="markers", name="live (peak)",
+                                 marker=dict(color=POT)))  # fmt: skip
+    fig.update_yaxes(title="MB", rangemode="tozero")
+    fig.update_xaxes(title="time (UTC)")
+    return finish(fig, "KV cache memory per run (the serving counter)")

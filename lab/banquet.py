@@ -12,7 +12,7 @@ params FLOPs per token (linear in L); attention's QK^T and AV cost ~4 x L x d pe
 attention's quadratic share bends TTFT upward and tokens/s falls.
 
 Measured: for each prompt length, `repeats` single-token generations (max_new_tokens=1), median
-TTFT and median prefill pass time. The saturation mark is the first length whose prefill tokens/s
+TTFT, median prefill pass time (wall) and median prefill CPU time (`lab.cpu_time`). The saturation mark is the first length whose prefill tokens/s
 reaches `SATURATION` (90 %) of the best measured tokens/s.
 
 Analytic (not measured, labelled so): attention's share of the prefill FLOPs, from the engine's cost
@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 import pandas as pd
 
 from engine.costs import step_cost
+from lab.cpu_time import generate_timed
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.sample import Sample, sample_of
 from lab.workload import check_fits, prompt_ids
@@ -45,6 +46,7 @@ class BanquetPoint:
     ttft_s: float  # median over repeats
     prefill_s: float  # median prefill pass (wall, the whole step)
     prefill_tps: float  # prompt tokens per second of the prefill pass
+    prefill_cpu_s: float  # median process CPU time of the prefill (see lab/cpu_time.py)
     us_per_token: float  # prefill time per prompt token, microseconds
     attention_share: float  # analytic share of prefill FLOPs spent in attention's L x L work
     flops: float  # analytic FLOPs of the prefill pass
@@ -87,9 +89,11 @@ def saturation_point(points: list[BanquetPoint]) -> int | None:
 
 def measure_length(engine, length: int, repeats: int) -> tuple[BanquetPoint, Sample]:
     ids = prompt_ids(engine, length)
-    runs = [
-        engine.generate([ids], max_new_tokens=1, temperature=0.0, stop_at_eos=False) for _ in range(repeats)
+    timed = [
+        generate_timed(engine, [ids], max_new_tokens=1, temperature=0.0, stop_at_eos=False)
+        for _ in range(repeats)
     ]
+    runs = [t.result for t in timed]
     prefill_s = median_of([r.trace.prefill.seconds for r in runs])
     point = BanquetPoint(
         prompt_tokens=length,
@@ -97,6 +101,7 @@ def measure_length(engine, length: int, repeats: int) -> tuple[BanquetPoint, Sam
         prefill_s=prefill_s,
         prefill_tps=length / prefill_s if prefill_s > 0 else 0.0,
         us_per_token=prefill_s / length * 1e6,
+        prefill_cpu_s=median_of([t.prefill_cpu_s for t in timed]),
         attention_share=attention_share(engine.cfg, length),
         flops=runs[0].trace.prefill.flops,
     )

@@ -15,7 +15,8 @@ so its time per token is ~constant in B. This is the shape of Sarathi-Serve's fi
 cost of prefill vs decode over batch size), measured here on this machine.
 
 Measured per batch size: one generation of `new_tokens` tokens from B prompts of `prompt_len`
-(repeated `repeats` times); decode step time = median over all decode steps of all repeats;
+(repeated `repeats` times); decode step time = median over all decode steps of all repeats (wall,
+and CPU time via `lab.cpu_time`);
 prefill time per token = median prefill pass / (B x prompt_len).
 """
 
@@ -26,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 import pandas as pd
 
 from engine.errors import EngineError
+from lab.cpu_time import generate_timed
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.sample import Sample, sample_of
 from lab.workload import batch_prompts, check_fits
@@ -44,6 +46,7 @@ class TablesPoint:
     batch: int
     decode_step_s: float  # median decode step (all sequences advance one token)
     decode_tps: float  # batch / decode step: tokens per second over the whole batch
+    decode_cpu_step_s: float  # median process CPU time of a decode step (see lab/cpu_time.py)
     decode_us_per_token: float  # decode step / batch
     prefill_s: float  # median prefill pass for batch x prompt_len tokens
     prefill_us_per_token: float
@@ -63,10 +66,11 @@ class TablesResult:
 
 def measure_batch(engine, batch: int, s: TablesSettings) -> tuple[TablesPoint, Sample]:
     prompts = batch_prompts(engine, batch, s.prompt_len)
-    runs = [
-        engine.generate(prompts, max_new_tokens=s.new_tokens, temperature=0.0, stop_at_eos=False)
+    timed = [
+        generate_timed(engine, prompts, max_new_tokens=s.new_tokens, temperature=0.0, stop_at_eos=False)
         for _ in range(max(1, s.repeats))
     ]
+    runs = [t.result for t in timed]
     steps = [st for r in runs for st in r.trace.decode_steps]
     if not steps:
         raise EngineError(
@@ -78,6 +82,7 @@ def measure_batch(engine, batch: int, s: TablesSettings) -> tuple[TablesPoint, S
         batch=batch,
         decode_step_s=step_s,
         decode_tps=batch / step_s if step_s > 0 else 0.0,
+        decode_cpu_step_s=median_of([c for t in timed for c in t.decode_cpu_s]),
         decode_us_per_token=step_s / batch * 1e6,
         prefill_s=prefill_s,
         prefill_us_per_token=prefill_s / (batch * s.prompt_len) * 1e6,

@@ -1,0 +1,71 @@
+"""The monitoring dashboard: every order this server has cooked, as a service operator sees them.
+
+Separate TTFT and TPS panels on purpose (the seed's advice): a climbing TTFT says the wok (prefill
+or the queue in front of it) is struggling; falling tokens/s says the soup pot is. One blended
+"latency" number would hide which fix to reach for. Data: `lab.runlog.RunLog` (the kitchen records
+each finished Cook), percentiles from `lab.monitoring`.
+"""
+
+import streamlit as st
+
+from kitchen_viz.app_state import run_log
+from kitchen_viz.charts import kv_memory_figure, percentile_figure, rate_figure
+from lab.monitoring import requests_per_minute, summary, with_percentiles
+
+WINDOWS = {"1 minute": "1min", "5 minutes": "5min", "15 minutes": "15min", "1 hour": "60min"}
+
+st.title("📊 The dashboard: every order this server cooked")
+st.markdown(
+    "The kitchen page shows one order; an operator watches all of them. Each dot is one finished Cook from "
+    "any browser on this server; the lines are percentiles over a trailing window. **TTFT** (the wok, plus any "
+    "queue) and **tokens/s** (the soup pot) get separate panels because they break for different reasons."
+)
+
+
+def metric_row(frame) -> None:
+    s = summary(frame)
+    cols = st.columns(6)
+    cols[0].metric("Runs", s["runs"])
+    cols[1].metric("TTFT p50 / p99", f"{s['ttft_p50_ms']:.0f} / {s['ttft_p99_ms']:.0f} ms")
+    cols[2].metric("TPOT p50", f"{s['tpot_p50_ms']:.1f} ms")
+    cols[3].metric("Decode tok/s p50", f"{s['decode_tps_p50']:.0f}")
+    cols[4].metric("Queue wait p90", f"{s['queue_wait_p90_ms']:.0f} ms")
+    cols[5].metric("KV cache max", f"{s['kv_mb_max']:.2f} MB")
+
+
+def panels(frame, window: str) -> None:
+    stats = with_percentiles(frame, ["ttft_s", "decode_tps", "e2e_s", "queue_wait_s"], window)
+    st.caption(f"Percentiles over the last {window} before each run; the latest window held "
+               f"{int(stats.window_runs.iloc[-1])} run(s) (with few runs, p99 is simply the slowest).")  # fmt: skip
+    left, right = st.columns(2)
+    left.plotly_chart(
+        percentile_figure(stats, "ttft_s", "TTFT: the wok (p50/p90/p99)", 1e3, "ms"), key="dash-ttft"
+    )
+    right.plotly_chart(percentile_figure(stats, "decode_tps", "Decode tokens/s: the soup pot", 1.0, "tokens / s"),
+                       key="dash-tps")  # fmt: skip
+    left, right = st.columns(2)
+    left.plotly_chart(
+        percentile_figure(stats, "e2e_s", "End-to-end time per order", 1e3, "ms"), key="dash-e2e"
+    )
+    right.plotly_chart(percentile_figure(stats, "queue_wait_s", "Queue wait before cooking", 1e3, "ms"),
+                       key="dash-queue")  # fmt: skip
+    left, right = st.columns(2)
+    left.plotly_chart(kv_memory_figure(stats), key="dash-kv")
+    right.plotly_chart(rate_figure(requests_per_minute(frame)), key="dash-rpm")
+
+
+@st.fragment(run_every="5s")
+def live_view(window: str) -> None:
+    frame = run_log().frame()
+    if frame.empty:
+        st.info("No orders cooked yet in this server session. Cook one in the Kitchen and it appears here.")
+        return
+    metric_row(frame)
+    panels(frame, window)
+    st.dataframe(frame, hide_index=True)
+    st.download_button("Download all runs (CSV)", data=frame.to_csv(index=False), file_name="runs.csv",
+                       mime="text/csv", key="dash-csv", on_click="ignore")  # fmt: skip
+
+
+window = WINDOWS[st.selectbox("Percentile window", list(WINDOWS), index=1, key="dash-window")]
+live_view(window)

@@ -1,0 +1,145 @@
+"""Each lab experiment's compute function on the embedded chef, with small ranges.
+
+What is asserted: result shapes, facts that hold by construction of the engine (slots, token
+agreement, analytic intensities), and timing facts with wide, stated margins. Timing facts use
+medians over many steps, because this runs on a shared 2-core machine where any single step can
+be delayed by other processes.
+
+Torch runs single-threaded here: on a loaded 2-core machine two OpenMP threads spin-wait on each
+other and make every op 10-100x slower (measured: 2.3 ms vs ~500 ms per decode step), which would
+only measure the neighbours.
+"""
+
+import pytest
+import torch
+
+from engine import Engine
+from engine.errors import EngineError
+from lab.banquet import BanquetSettings, run_banquet
+from lab.kv_cache import KvSettings, run_kv_cache
+from lab.metrics_defs import MetricsSettings, run_metrics
+from lab.overhead import OverheadSettings, run_overhead
+from lab.padding import PaddingSettings, run_padding
+from lab.progress import Progress
+from lab.roofline_lab import RooflineSettings, run_roofline
+from lab.tables import TablesSettings, run_tables
+
+
+@pytest.fixture(scope="module")
+def chef():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield Engine.load("chef")
+    torch.set_num_threads(threads)
+
+
+def collect():
+    seen: list[Progress] = []
+    return seen, seen.append
+
+
+def test_banquet_ttft_grows_with_prompt_and_reports_progress(chef):
+    seen, on_progress = collect()
+    r = run_banquet(chef, BanquetSettings(lengths=(256, 16, 64), repeats=2), on_progress)
+    assert [p.prompt_tokens for p in r.points] == [16, 64, 256]
+    # 16x the tokens: the 256-token prefill must cost clearly more CPU time (margin 1.5x; measured
+    # ~5x). CPU time, not wall: a neighbour's burst can stretch any wall-clock measurement here.
+    assert r.points[-1].prefill_cpu_s > 1.5 * r.points[0].prefill_cpu_s
+    assert all(p.ttft_s >= p.prefill_s > 0 for p in r.points)
+    shares = [p.attention_share for p in r.points]
+    assert shares == sorted(shares) and 0 < shares[0] < shares[-1] < 1
+    assert r.saturation_tokens in (16, 64, 256)
+    assert [s.done for s in seen] == [1, 2, 3] and seen[-1].fraction == pytest.approx(1.0)
+    assert r.sample.trace.prefill.tokens == 256
+    assert list(r.to_frame().columns)[:3] == ["prompt_tokens", "ttft_s", "prefill_s"]
+
+
+def test_tables_batching_raises_decode_throughput(chef):
+    r = run_tables(chef, TablesSettings(batches=(8, 1), prompt_len=16, new_tokens=12))
+    one, eight = r.points
+    assert (one.batch, eight.batch) == (1, 8)
+    # 8 sequences per step cost far less than 8 separate steps: CPU per step grows < 4x (measured
+    # ~1.3x), i.e. decode throughput per CPU-second at least doubles.
+    assert eight.decode_cpu_step_s < 4 * one.decode_cpu_step_s
+    assert eight.decode_intensity > one.decode_intensity  # analytic: weights shared by the batch
+    assert r.sample.trace.prefill.batch == 8
+
+
+def test_kv_cache_recompute_grows_while_static_stays_flat(chef):
+    r = run_kv_cache(chef, KvSettings(prompt_len=16, new_tokens=160))
+    static, growing, none = r.run("static"), r.run("growing"), r.run("none")
+    assert r.same_tokens
+    assert all(len(x.step_s) == 159 for x in r.runs)
+    # Judged on CPU time (wall time on this shared machine swings 2-3x in bursts; see lab/cpu_time).
+    # Recompute's late steps (positions ~145-176) re-feed ~5x the tokens of its early ones (~17-48):
+    # its late/early median ratio must exceed 1.5 (measured 2.5-3.1). A static cache does the same
+    # work every step: its ratio must stay within 1.5x (measured 0.88-1.02).
+    assert none.cpu_growth_ratio > 1.5
+    assert static.cpu_growth_ratio < 1.5
+    assert none.cpu_growth_ratio > static.cpu_growth_ratio
+    assert max(none.kv_mb) == 0.0  # nothing is kept between steps
+    assert growing.kv_mb == sorted(growing.kv_mb) and growing.kv_mb[-1] > growing.kv_mb[0]
+    assert static.kv_allocated_mb >= max(static.kv_mb)
+
+
+def test_packed_never_computes_more_slots_than_padded(chef):
+    lengths = (8, 40, 100, 13)
+    r = run_padding(chef, PaddingSettings(lengths=lengths, repeats=1))
+    pad, pack = r.point("padded"), r.point("packed")
+    assert pad.tokens == pack.tokens == sum(lengths)
+    assert pad.slots == len(lengths) * max(lengths)
+    assert pack.slots <= pad.slots and pack.wasted_slots == 0
+    assert pad.idle_share == pytest.approx(1 - sum(lengths) / (4 * 100))
+    assert r.same_tokens
+
+
+def test_metric_definitions_agree_with_the_engine(chef):
+    r = run_metrics(chef, MetricsSettings(prompt_len=64, new_tokens=10, batch=1))
+    m = r.sample.metrics
+    assert len(r.token_times_s) == 10
+    assert r.value("TTFT") == pytest.approx(m.ttft_s * 1e3)
+    assert r.value("TPOT") == pytest.approx(m.tpot_s * 1e3)
+    assert r.value("ITL mean") == pytest.approx(r.value("TPOT"))  # mean gap == (E2E - TTFT) / (n - 1)
+    assert r.value("ITL incl. TTFT") == pytest.approx(m.e2e_s / 10 * 1e3)
+    assert r.value("tokens/s incl. prefill") < r.value("tokens/s decode only")
+    assert list(r.stream_frame().token) == list(range(1, 11))
+
+
+def test_overhead_parts_add_up_to_the_step(chef):
+    r = run_overhead(chef, OverheadSettings(prompt_len=16, new_tokens=8, repeats=1))
+    (eager,) = r.points  # no GPU here: no CUDA-graph variant
+    assert eager.variant == "eager"
+    assert 0 < eager.math_ms <= eager.forward_ms <= eager.step_ms
+    assert eager.math_ms + eager.glue_ms + eager.outside_ms == pytest.approx(eager.step_ms)
+    assert any("CUDA graphs need a GPU" in n for n in r.notes)
+
+
+def test_roofline_places_decode_left_of_prefill(chef):
+    r = run_roofline(chef, RooflineSettings(prompt_lens=(16, 128), batches=(1, 4), new_tokens=4))
+    assert r.roof.bandwidth_bytes_per_s > 0 and r.roof.flops_per_s > 0
+    phases = [p.phase for p in r.points]
+    assert phases == ["prefill", "prefill", "decode", "decode"]
+    decode1 = r.points[2]
+    assert decode1.intensity < r.roof.ridge  # fp32 batch-1 decode: ~0.5 FLOP/byte, far left
+    assert decode1.intensity < min(p.intensity for p in r.points if p.phase == "prefill")
+    for p in r.points:
+        assert p.pct_of_roof == pytest.approx(100 * p.achieved_flops_per_s / r.roof.attainable(p.intensity))
+
+
+@pytest.mark.parametrize(
+    "call, words",
+    [
+        (lambda e: run_banquet(e, BanquetSettings(lengths=(16, 600))), "the model's context is 512"),
+        (lambda e: run_tables(e, TablesSettings(new_tokens=1)), "new_tokens must be at least 2"),
+        (lambda e: run_kv_cache(e, KvSettings(modes=("static", "cold"))), "unknown cache mode"),
+        (lambda e: run_kv_cache(e, KvSettings(new_tokens=600)), "the model's context is 512"),
+        (lambda e: run_padding(e, PaddingSettings(lengths=(8,))), "at least 2 prompts"),
+        (lambda e: run_metrics(e, MetricsSettings(new_tokens=2)), "at least 3"),
+        (lambda e: run_overhead(e, OverheadSettings(new_tokens=2)), "at least 4"),
+        (lambda e: run_banquet(e, BanquetSettings(lengths=(0,))), "at least 1 token"),
+    ],
+)
+def test_bad_settings_are_refused_in_one_line(chef, call, words):
+    with pytest.raises(EngineError) as err:
+        call(chef)
+    assert words in str(err.value) and "\n" not in str(err.value)

@@ -1,0 +1,98 @@
+"""AppTest renders every lab page and the dashboard on the real chef, through the app's kitchen.
+
+Checked: each page frames the experiment, asks for a prediction before anything else, and only then
+offers Run; a run goes through the shared KitchenService and shows charts, a table and the
+inspector's verdict; a second visitor sees the stored result at once (after guessing) with Re-run.
+"""
+
+from pathlib import Path
+
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+from lab.registry import DASHBOARD, LAB_PAGES
+
+REPO = Path(__file__).resolve().parents[1]
+GUESS_KEYS = {
+    "pages/lab_banquet.py": "banquet-guess",
+    "pages/lab_tables.py": "tables-guess",
+    "pages/lab_roofline.py": "roofline-guess",
+    "pages/lab_kv_cache.py": "kv_cache-guess",
+    "pages/lab_overhead.py": "overhead-guess",
+    "pages/lab_padding.py": "padding-guess",
+    "pages/lab_metrics.py": "metrics-guess",
+}
+
+
+@pytest.fixture(autouse=True)
+def quiet_lab(tmp_path, monkeypatch):
+    """Results go to a fresh cache folder; torch single-threaded (see test_lab_compute)."""
+    monkeypatch.setenv("TWO_POT_LAB_CACHE", str(tmp_path / "lab-cache"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def page(path: str) -> AppTest:
+    return AppTest.from_file(str(REPO / path), default_timeout=180)
+
+
+def run_buttons(at: AppTest) -> list:
+    return [b for b in at.button if b.label in ("Run", "Re-run")]
+
+
+def test_registry_lists_seven_existing_pages():
+    assert len(LAB_PAGES) == 7 and set(GUESS_KEYS) == {p.path for p in LAB_PAGES}
+    for p in [*LAB_PAGES, DASHBOARD]:
+        assert (REPO / p.path).is_file(), p.path
+
+
+@pytest.mark.parametrize("path", list(GUESS_KEYS))
+def test_page_asks_for_a_prediction_before_offering_run(path):
+    at = page(path).run()
+    assert not at.exception, at.exception
+    assert at.title and "In the kitchen" in " ".join(m.value for m in at.markdown)
+    assert at.number_input(key=GUESS_KEYS[path]).value is None
+    assert run_buttons(at) == []
+    at.number_input(key=GUESS_KEYS[path]).set_value(2.0).run()
+    assert not at.exception, at.exception
+    assert [b.label for b in run_buttons(at)] == ["Run"]
+
+
+def test_run_shows_charts_table_verdict_and_is_stored_for_the_next_visitor():
+    at = page("pages/lab_padding.py").run()
+    at.number_input(key="padding-guess").set_value(40.0).run()
+    run_buttons(at)[0].click().run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    text = " ".join(m.value for m in at.markdown)
+    assert "You guessed **40%**" in text and "this machine measured" in text
+    assert len(at.get("plotly_chart")) == 2
+    assert len(at.dataframe) == 1 and set(at.dataframe[0].value["mode"]) == {"padded", "packed"}
+    assert at.info and "the wok is the bottleneck" in at.info[0].value
+
+    again = page("pages/lab_padding.py").run()
+    assert not again.get("plotly_chart")  # hidden until this visitor guesses too
+    again.number_input(key="padding-guess").set_value(10.0).run()
+    assert [b.label for b in run_buttons(again)] == ["Re-run"]
+    assert len(again.get("plotly_chart")) == 2
+    assert any("stored measurement" in c.value for c in again.caption)
+
+
+def test_dashboard_renders_empty_then_with_a_recorded_run():
+    from engine import Engine
+    from kitchen_viz.app_state import run_log
+
+    at = AppTest.from_file(str(REPO / DASHBOARD.path), default_timeout=60).run()
+    assert not at.exception, at.exception
+    log = run_log()
+    if len(log) == 0:
+        assert any("No orders cooked yet" in i.value for i in at.info)
+    eng = Engine.load("chef")
+    log.record(model="chef", device="cpu", result=eng.generate(["ROMEO:"], max_new_tokens=6), queue_wait_s=0.01)
+    at.run()
+    assert not at.exception, at.exception
+    assert len(at.get("plotly_chart")) == 6
+    assert at.metric[0].value == str(len(log))

@@ -91,7 +91,9 @@ def test_dashboard_renders_empty_then_with_a_recorded_run():
     if len(log) == 0:
         assert any("No orders cooked yet" in i.value for i in at.info)
     eng = Engine.load("chef")
-    log.record(model="chef", device="cpu", result=eng.generate(["ROMEO:"], max_new_tokens=6), queue_wait_s=0.01)
+    log.record(
+        model="chef", device="cpu", result=eng.generate(["ROMEO:"], max_new_tokens=6), queue_wait_s=0.01
+    )
     at.run()
     assert not at.exception, at.exception
     assert len(at.get("plotly_chart")) == 6

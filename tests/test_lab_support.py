@@ -1,0 +1,113 @@
+"""The lab's plumbing: ETA arithmetic, the result cache, dashboard percentiles, charts and PNG export."""
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine.roofline import Roofline
+from kitchen_viz import charts
+from lab.cache import ResultCache, cache_key
+from lab.export import write_pngs
+from lab.monitoring import requests_per_minute, summary, with_percentiles
+from lab.progress import ProgressTracker
+from lab.roofline_lab import RooflineResult, RooflineSettings, place
+
+
+def test_eta_uses_the_measured_pace_over_work_units(monkeypatch):
+    clock = iter([0.0, 0.6, 1.8])
+    monkeypatch.setattr("lab.progress.time.perf_counter", lambda: next(clock))
+    seen = []
+    tracker = ProgressTracker([1, 2, 4, 8], seen.append)  # starts at t=0.0
+    tracker.step("a")  # t=0.6 after 1 unit: 14 units left at 0.6 s/unit
+    assert seen[-1].eta_s == pytest.approx(8.4) and seen[-1].fraction == pytest.approx(1 / 15)
+    tracker.step("b")  # t=1.8 after 3 units: 12 left at 0.6 s/unit
+    assert seen[-1].eta_s == pytest.approx(7.2) and seen[-1].done == 2
+    assert "2/4: b (about 7 s left)" == seen[-1].line()
+
+
+@dataclass(frozen=True)
+class Knobs:
+    lengths: tuple[int, ...] = (16, 32)
+    repeats: int = 3
+
+
+def test_cache_key_changes_with_every_input_and_is_stable():
+    base = cache_key("banquet", "chef", "cpu", "float32", Knobs())
+    assert base == cache_key("banquet", "chef", "cpu", "float32", Knobs())
+    others = [
+        cache_key("tables", "chef", "cpu", "float32", Knobs()),
+        cache_key("banquet", "preset:smollm2-135m", "cpu", "float32", Knobs()),
+        cache_key("banquet", "chef", "cuda:0", "float32", Knobs()),
+        cache_key("banquet", "chef", "cpu", "bfloat16", Knobs()),
+        cache_key("banquet", "chef", "cpu", "float32", Knobs(repeats=1)),
+    ]
+    assert base not in others and len(set(others)) == len(others)
+
+
+def test_cache_round_trip_and_unreadable_files_are_misses(tmp_path):
+    cache = ResultCache(tmp_path / "c")
+    key = cache_key("banquet", "chef", "cpu", "float32", Knobs())
+    assert cache.get(key) is None
+    saved = cache.put(key, {"ttft_s": [0.1, 0.2]})
+    got = cache.get(key)
+    assert got.result == {"ttft_s": [0.1, 0.2]} and got.saved_at == saved.saved_at
+    cache.path(key).write_bytes(b"not a pickle")
+    assert cache.get(key) is None
+    cache.drop(key)
+    assert not cache.path(key).exists()
+
+
+def runs_frame(n: int) -> pd.DataFrame:
+    t = pd.date_range("2026-01-01", periods=n, freq="30s", tz="UTC")
+    return pd.DataFrame({"wall_time": t, "model": "chef", "ttft_s": np.arange(1, n + 1) / 100,
+                         "tpot_s": 0.01, "decode_tps": 100.0, "e2e_s": 0.5, "queue_wait_s": 0.0,
+                         "kv_cache_mb": 1.0})  # fmt: skip
+
+
+def test_percentiles_cover_a_trailing_window():
+    stats = with_percentiles(runs_frame(20), ["ttft_s"], window="5min")
+    last = stats.iloc[-1]
+    # 30 s apart: a 5-minute window ending at run 20 holds runs 11..20 (ttft 0.11..0.20).
+    assert last.window_runs == 10
+    assert last.ttft_s_p50 == pytest.approx(np.percentile(np.arange(11, 21) / 100, 50))
+    assert last.ttft_s_p99 == pytest.approx(np.percentile(np.arange(11, 21) / 100, 99))
+    assert stats.iloc[0].ttft_s_p50 == pytest.approx(0.01)
+
+
+def test_requests_per_minute_and_empty_log():
+    assert list(requests_per_minute(runs_frame(6))) == [2, 2, 2]
+    empty = runs_frame(0)
+    assert with_percentiles(empty, ["ttft_s"]).empty and requests_per_minute(empty).empty
+    assert summary(empty) == {"runs": 0}
+
+
+def fake_roofline_result() -> RooflineResult:
+    """Constructed measurements (not engine output), to test the figure's drawing only."""
+    roof = Roofline(bandwidth_bytes_per_s=20e9, flops_per_s=100e9, device="cpu", dtype="float32")
+    points = [place("prefill", "prompt 256", 2.5e9, 23e6, 0.04, roof),
+              place("decode", "batch 1", 1e7, 2e7, 0.005, roof)]  # fmt: skip
+    return RooflineResult(settings=RooflineSettings(), roof=roof, points=points, sample=None)
+
+
+def test_roofline_figure_draws_roof_both_phases_and_the_guess():
+    result = fake_roofline_result()
+    fig = charts.roofline_figure(result, guess=30)
+    names = [t.name for t in fig.data]
+    assert names[0] == "roof (measured)" and "prefill measured" in names and "decode measured" in names
+    star = fig.data[names.index("your guess")]
+    decode = result.points[1]
+    assert star.y[0] == pytest.approx(decode.attainable_flops_per_s / 1e9 * 0.30)
+    assert "your guess" not in [t.name for t in charts.roofline_figure(result, guess=None).data]
+
+
+@pytest.mark.skipif(
+    not Path("/usr/bin/chromium").exists() and not shutil.which("chromium"), reason="no Chromium"
+)
+def test_png_export_writes_real_png_files(tmp_path):
+    figs = [charts.roofline_figure(fake_roofline_result(), guess=None)]
+    (path,) = write_pngs(figs, [tmp_path / "roof.png"])
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000

@@ -10,8 +10,8 @@ This is the theory the lab draws next to the measurements. It explains the two p
 
 Worked example, SmolLM2-135M in float32, one decode step, batch 1, 100 cached tokens:
   matmul weights per layer 3,538,944 x 30 layers = 106,168,320; LM head 576 x 49,152 = 28,311,552
-  FLOPs  = 2 x 106.2M + 2 x 28.3M (one logits row) + attention 4 x 9 heads x 64 x 101 keys
-         ~ 269.2 MFLOP
+  FLOPs  = 2 x 106.2M + 2 x 28.3M (one logits row) + attention 4 x 30 layers x 9 heads x 64 x 101 keys
+         = 212.3M + 56.6M + 7.0M ~ 275.9 MFLOP
   bytes  = (106.2M + 28.3M + 61 norms x 576) weights x 4 B ~ 538 MB
            + KV read 100 x 46,080 B ~ 4.6 MB + KV write 1 x 46,080 B
   intensity ~ 0.5 FLOP/byte: the step takes as long as streaming ~0.54 GB from memory.

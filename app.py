@@ -8,6 +8,8 @@ The Kitchen is the home page; the Story tells the fable; the Lab section comes f
 
 from __future__ import annotations
 
+import os
+
 import streamlit as st
 
 from kitchen_viz import app_state
@@ -65,7 +67,11 @@ def shared_controls_ui() -> None:
             "Precision", DTYPES, key=KEY_DTYPE, help="Weights and KV cache are stored in this dtype."
         )
         st.number_input("Seed", min_value=0, max_value=2**31 - 1, value=0, step=1, key=KEY_SEED)
-        st.toggle("Presenter mode (large type)", key=KEY_PRESENTER)
+        st.toggle(
+            "Presenter mode (large type)",
+            value=os.environ.get("TWO_POT_PRESENTER") == "1",  # `two-pot-kitchen --presenter`
+            key=KEY_PRESENTER,
+        )
 
 
 page = navigation_ui()

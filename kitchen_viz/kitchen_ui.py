@@ -59,11 +59,14 @@ def clamp_state(key: str, default, low, high):
 
 
 def order_ui(svc: KitchenService, seed: int) -> Order | None:
-    """The order form. Returns an Order when Cook was pressed and the engine accepts it."""
-    info = svc.info
-    ctx = info.max_context
-    left, right = st.columns([3, 2], gap="large")
-    with right:
+    """The order form, one row. Returns an Order when Cook was pressed and the engine accepts it.
+
+    Every ceiling comes from the engine (`Engine.limits`: context and KV budget); a value that no
+    longer fits after another control moved is lowered, and the reason is shown.
+    """
+    ctx = svc.info.max_context
+    prompt_col, batch_col, new_col, cook_col = st.columns([5, 3, 3, 2], gap="medium")
+    with new_col:
         clamp_state(K_NEW, min(64, ctx - 1), 1, ctx - 1)
         max_new = st.slider(
             "Max new tokens (bowls per table)",
@@ -72,58 +75,60 @@ def order_ui(svc: KitchenService, seed: int) -> Order | None:
             key=K_NEW,
             help=f"Up to {ctx - 1:,}: the model's context is {ctx:,} tokens and the prompt needs at least one.",
         )
-    with left:
-        mode = st.radio("Prompt", MODES, key=K_MODE, horizontal=True)
-        lim = control_limits(svc.limits(1, max_new), 1, max_new)
-        if mode == MODES[0]:
-            lowered = clamp_state(K_PLEN, min(32, lim.max_prompt_tokens), 1, lim.max_prompt_tokens)
-            plen = st.slider(
-                "Prompt length (tokens per table)",
-                1,
-                max(2, lim.max_prompt_tokens),
-                key=K_PLEN,
-                help="Each table's order is this many tokens of kitchen verse, cut at a different line.",
-            )
-            st.caption(f"Up to {lim.max_prompt_tokens:,} tokens: {lim.prompt_reason}.")
-            if lowered:
-                st.warning(f"Prompt length lowered to {plen:,}: {lim.prompt_reason}.")
-            text = None
-        else:
-            text = st.text_area(
-                "Prompt text (every table orders this)", DEFAULT_PROMPT, key=K_TEXT, height=110
-            )
-            plen = None
-    with right:
-        ids_len = plen
-        if text is not None:
-            try:
-                ids_len = len(svc.check([text], max_new)[0])
-                st.caption(f"Your prompt is {ids_len:,} tokens.")
-            except EngineError as err:
-                st.error(f"Refused: {err}")
-                return None
-        lim = control_limits(svc.limits(ids_len, max_new), ids_len, max_new)
-        lowered = clamp_state(K_BATCH, 1, 1, lim.max_batch)
-        batch = st.slider("Tables ordering at once (batch size)", 1, max(2, lim.max_batch), key=K_BATCH)
-        st.caption(f"Up to {lim.max_batch:,} tables: {lim.batch_reason}.")
-        if lowered:
-            st.warning(f"Batch lowered to {batch}: {lim.batch_reason}.")
-        if batch > lim.max_batch:
-            st.error(f"Refused: batch {batch} is more than {lim.max_batch}: {lim.batch_reason}.")
-            return None
         temperature = st.slider(
             "Temperature", 0.0, 2.0, 0.0, 0.05, key=K_TEMP, help="0 = greedy (always the likeliest token)."
         )
+    with prompt_col:
+        text, plen = prompt_ui(svc, max_new)
+    with batch_col:
+        if text is not None:
+            try:
+                plen = len(svc.check([text], max_new)[0])
+            except EngineError as err:
+                st.error(f"Refused: {err}")
+                return None
+            st.caption(f"Your prompt is {plen:,} tokens.")
+        lim = control_limits(svc.limits(plen, max_new), plen, max_new)
+        lowered = clamp_state(K_BATCH, 1, 1, lim.max_batch)
+        batch = st.slider("Tables ordering at once (batch size)", 1, max(2, lim.max_batch), key=K_BATCH)
+        st.caption(f"Up to {lim.max_batch:,}: {lim.batch_reason}.")
+        if lowered:
+            st.warning(f"Batch lowered to {batch}: {lim.batch_reason}.")
+    with cook_col:
+        st.write("")
         pressed = st.button("🔥 Cook", type="primary", width="stretch", disabled=is_cooking())
     if not pressed:
         return None
-    order = Order(batch, max_new, temperature, seed, text=text, prompt_tokens=plen)
+    order = Order(
+        batch, max_new, temperature, seed, text=text, prompt_tokens=None if text is not None else plen
+    )
     try:  # the engine's own validation, before the order joins the queue
         svc.check(order.prompts(svc), max_new, temperature=temperature, seed=seed)
     except EngineError as err:
         st.session_state["tpk_error"] = str(err)
         return None
     return order
+
+
+def prompt_ui(svc: KitchenService, max_new: int) -> tuple[str | None, int | None]:
+    """A written prompt (text, None) or a generated one of N tokens (None, N)."""
+    mode = st.radio("Prompt", MODES, key=K_MODE, horizontal=True, label_visibility="collapsed")
+    if mode == MODES[1]:
+        text = st.text_area("Prompt text (every table orders this)", DEFAULT_PROMPT, key=K_TEXT, height=90)
+        return text, None
+    lim = control_limits(svc.limits(1, max_new), 1, max_new)
+    lowered = clamp_state(K_PLEN, min(32, lim.max_prompt_tokens), 1, lim.max_prompt_tokens)
+    plen = st.slider(
+        "Prompt length (tokens per table)",
+        1,
+        max(2, lim.max_prompt_tokens),
+        key=K_PLEN,
+        help="Each table's order is this many tokens of kitchen verse, cut at a different line.",
+    )
+    st.caption(f"Up to {lim.max_prompt_tokens:,}: {lim.prompt_reason}.")
+    if lowered:
+        st.warning(f"Prompt length lowered to {plen:,}: {lim.prompt_reason}.")
+    return None, plen
 
 
 def is_cooking() -> bool:

@@ -58,30 +58,32 @@ def fmt_tps(tps: float | None) -> str:
 def draw_panels(values: PanelValues, queue_wait_s: float | None = None) -> None:
     """The two always-visible panels (wok | pot) plus E2E, with the ITL of every step as a chart."""
     note = "" if values.final else " (so far)"
-    wok, pot = st.columns([2, 3], border=True)
+    wok, pot = st.columns([2, 4], border=True)
     with wok:
         st.markdown("**🔥 The wok · prefill**")
-        st.metric(
-            "TTFT: time to first token", fmt_s(values.ttft_s), help="Request start to the first output token."
-        )
-        st.metric(
-            "E2E: the whole order",
-            fmt_s(values.e2e_s),
-            help="Request start to the last token of the slowest table.",
-        )
-        if queue_wait_s:
-            st.caption(f"waited {fmt_s(queue_wait_s)} in line before the kitchen took this order")
-    with pot:
-        st.markdown("**🍲 The soup pot · decode**")
         a, b = st.columns(2)
         a.metric(
-            "TPOT: time per output token" + note, fmt_s(values.tpot_s), help="(E2E − TTFT) / (tokens − 1)."
+            "TTFT", fmt_s(values.ttft_s), help="Time to first token: request start to the first output token."
         )
-        b.metric("Decode speed, all tables" + note, fmt_tps(values.decode_tps))
-        if values.itl_s:
-            st.plotly_chart(itl_figure(values.itl_s), width="stretch", config={"displayModeBar": False})
-        else:
-            st.caption("ITL per step appears here once the pot starts ladling.")
+        b.metric(
+            "E2E",
+            fmt_s(values.e2e_s),
+            help="The whole order: request start to the last token of the last table.",
+        )
+        if queue_wait_s:
+            st.caption(f"waited {fmt_s(queue_wait_s)} in line first")
+    with pot:
+        st.markdown("**🍲 The soup pot · decode**")
+        a, b, c = st.columns([1, 1, 2])
+        a.metric(
+            "TPOT" + note, fmt_s(values.tpot_s), help="Time per output token: (E2E − TTFT) / (tokens − 1)."
+        )
+        b.metric("Tokens/s, all tables" + note, fmt_tps(values.decode_tps))
+        with c:
+            if values.itl_s:
+                st.plotly_chart(itl_figure(values.itl_s), width="stretch", config={"displayModeBar": False})
+            else:
+                st.caption("The ITL of every decode step appears here once the pot starts ladling.")
 
 
 def itl_figure(itl_s: list[float]) -> go.Figure:
@@ -89,7 +91,7 @@ def itl_figure(itl_s: list[float]) -> go.Figure:
     ms = [x * 1e3 for x in itl_s]
     fig = go.Figure(go.Bar(x=list(range(1, len(ms) + 1)), y=ms, marker_color="#2a9d8f", name="ITL"))
     fig.update_layout(
-        height=150,
+        height=120,
         margin=dict(l=0, r=0, t=20, b=0),
         title=dict(text="ITL per decode step (ms)", font=dict(size=12), x=0),
         xaxis=dict(title=None, showgrid=False),

@@ -1,0 +1,85 @@
+"""`two-pot-kitchen`: start the Streamlit app with the right flags.
+
+Why a launcher: learners should type one command, not remember `streamlit run` flags, and an
+instructor should be able to add catalog entries (`--catalog extra.toml`) without touching files
+in the repo. Any other option is handed to Streamlit unchanged, so
+
+    two-pot-kitchen --server.port 8600 --catalog ~/class/models.toml
+
+runs `streamlit run <repo>/app.py --server.port 8600` with the extra catalog merged in (the
+catalog module reads it from TWO_POT_CATALOG, which the Streamlit process inherits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from engine.errors import EngineError
+
+APP = Path(__file__).resolve().parent.parent / "app.py"
+DEFAULT_FLAGS = ["--server.headless", "true", "--browser.gatherUsageStats", "false"]
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(
+        prog="two-pot-kitchen",
+        description="Open the Two-Pot Kitchen (prefill = the wok, decode = the soup pot) in your browser.",
+        epilog="Other options (e.g. --server.port 8600, --server.address 0.0.0.0) go to `streamlit run`.",
+    )
+    parser.add_argument(
+        "--catalog",
+        action="append",
+        default=[],
+        metavar="TOML",
+        help="an extra model catalog to merge into the menu (repeatable)",
+    )
+    parser.add_argument("--presenter", action="store_true", help="start every session in presenter mode")
+    parser.add_argument(
+        "--print-command", action="store_true", help="print the streamlit command instead of running it"
+    )
+    return parser.parse_known_args(argv)
+
+
+def streamlit_command(passthrough: list[str]) -> list[str]:
+    """`python -m streamlit run <repo>/app.py` with our defaults, overridable by the caller's flags."""
+    given = {arg.split("=")[0] for arg in passthrough if arg.startswith("--")}
+    defaults = []
+    for flag, value in zip(DEFAULT_FLAGS[::2], DEFAULT_FLAGS[1::2], strict=True):
+        if flag not in given:
+            defaults += [flag, value]
+    return [sys.executable, "-m", "streamlit", "run", str(APP), *defaults, *passthrough]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, passthrough = parse(sys.argv[1:] if argv is None else argv)
+    if not APP.is_file():
+        print(
+            f"two-pot-kitchen: app not found at {APP} (is the package installed from the repo?)",
+            file=sys.stderr,
+        )
+        return 2
+    if args.catalog:
+        try:
+            from engine.catalog import use_extra_catalogs
+
+            use_extra_catalogs(args.catalog)
+        except EngineError as err:
+            print(f"two-pot-kitchen: {err}", file=sys.stderr)
+            return 2
+    if args.presenter:
+        os.environ["TWO_POT_PRESENTER"] = "1"
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    cmd = streamlit_command(passthrough)
+    if args.print_command:
+        print(" ".join(cmd))
+        return 0
+    os.chdir(APP.parent)  # .streamlit/config.toml (themes) is read from the working directory
+    os.execv(cmd[0], cmd)
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

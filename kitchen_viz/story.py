@@ -1,0 +1,118 @@
+"""The two-pot story, in our own words, and the map from each kitchen element to the engineering.
+
+Kept as data (not prose inside the page) so the page stays a thin renderer and a test can check
+that every element links to a page that exists. Each `Mapping.link` is a page path: the kitchen
+(where the control lives) or one of the lab experiments (`lab.registry`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KITCHEN = "pages/kitchen.py"
+
+STORY = [
+    (
+        "One stove, two pots",
+        "A banquet hall's kitchen is run by two cooks who share one stove. The first works a **wok** over a "
+        "roaring flame: every ingredient for a table goes in together, gets tossed for a moment, and comes out "
+        "at once. He cannot start until the whole order is prepped. The second minds a **soup pot** on a gentle "
+        "flame. The broth is already made; when guests want soup she fills one bowl per ladle, tasting as she "
+        "goes, and no amount of shouting makes the ladle hold two bowls at a time.",
+    ),
+    (
+        "The busy night",
+        "One season brought a run of huge banquets. The wok's orders grew from a plate to a platter; the fire "
+        "was the same, but each toss took far longer. The soup pot's pace per bowl never changed, yet the "
+        "guests' evenings grew long. When the manager read the complaints, most were not about the food arriving "
+        "late: they were about the long, awkward wait for soup after the stir-fry had already landed.",
+    ),
+    (
+        "Two fixes for two pots",
+        "The head cook made two changes. At the wok, every order had to be fully prepped before the flame was "
+        "lit, so the hot pan never sat waiting for a missing onion. At the soup pot, a warm **portioning "
+        "station** set bowls out in advance, so each ladle only needed its last touch. The slow end of the "
+        "kitchen got faster, and the complaints stopped.",
+    ),
+    (
+        "Why not one pot?",
+        "An apprentice asked why they didn't just cook everything in one pot. The answer: the wok wants a short "
+        "blast of heat, the soup pot a long low simmer; one stove setting would spoil both. What helps is the "
+        "**serving counter** between them: the wok slides its hot dish straight onto it and the soup side picks "
+        "up from there, nothing cooled and reheated. The two stations stay separate; the hand-off stays warm.",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class Mapping:
+    kitchen: str  # the element in the scene
+    engineering: str  # what it is in LLM inference
+    link: str  # page that shows it
+    link_label: str
+
+
+MAPPINGS = [
+    Mapping(
+        "🔥 The wok, tossing everything at once",
+        "**Prefill**: one forward pass over every prompt token of every request in the batch. Lots of "
+        "arithmetic per byte of weights read, so it is *compute-bound*; it sets **TTFT**.",
+        KITCHEN,
+        "Kitchen: press Cook and watch the wok",
+    ),
+    Mapping(
+        "🍲 The soup pot, one bowl per ladle",
+        "**Decode**: one new token per sequence per step. Every step rereads all the weights and the KV cache "
+        "for very little arithmetic, so it is *memory-bound*; it sets **TPOT / ITL**.",
+        KITCHEN,
+        "Kitchen: max new tokens",
+    ),
+    Mapping(
+        "🧾 Order tickets on the rail",
+        "The **batch**: requests served together. More tables barely slow a decode step (the weights are read "
+        "once for all of them) until the step turns compute-bound.",
+        "pages/lab_tables.py",
+        "Lab: more tables (batch size)",
+    ),
+    Mapping(
+        "🎂 The banquet that took three times as long",
+        "**Long prompts**: prefill time grows with prompt length (and attention's share grows faster).",
+        "pages/lab_banquet.py",
+        "Lab: big banquet (TTFT vs prompt length)",
+    ),
+    Mapping(
+        "🫕 The serving counter",
+        "The **KV cache**: the keys and values prefill computed are handed to decode as they are, so decode "
+        "never recomputes the prompt. No cold restart.",
+        "pages/lab_kv_cache.py",
+        "Lab: keep the soup warm (KV cache)",
+    ),
+    Mapping(
+        "🥣 The portioning station",
+        "**Per-step overhead**: Python, allocation, sampling and kernel launches between the real work of "
+        "each decode step; CUDA graphs and leaner loops remove it.",
+        "pages/lab_overhead.py",
+        "Lab: the portioning station",
+    ),
+    Mapping(
+        "🧺 Prepping every ingredient first",
+        "**Padding waste** in prefill: mixed prompt lengths padded to the longest burn compute on nothing; "
+        "packing them avoids it.",
+        "pages/lab_padding.py",
+        "Lab: prep standard (padding)",
+    ),
+    Mapping(
+        "📈 Why the fire and the ladle differ",
+        "The **roofline**: a step is limited either by memory bandwidth or by arithmetic, depending on how many "
+        "FLOPs it does per byte it reads. Prefill sits right of the ridge, decode far left.",
+        "pages/lab_roofline.py",
+        "Lab: roofline",
+    ),
+    Mapping(
+        "⏱️ The complaints book",
+        "**Two panels, not one latency**: TTFT for the wok, TPOT and tokens/s for the pot, because they have "
+        "different causes and different fixes.",
+        "pages/lab_metrics.py",
+        "Lab: metrics, defined",
+    ),
+]

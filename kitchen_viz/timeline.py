@@ -91,8 +91,9 @@ class LiveRun:
             self.mode, self.slots, self.t_prefill_start = ev.mode, ev.slots, ev.t
             self.tokens = [[] for _ in range(ev.batch)]
             self.finished = [False] * ev.batch
-        elif isinstance(ev, PrefillEnd):
-            self.t_prefill_end, self.kv_handed_bytes = ev.t, ev.kv_bytes
+        elif isinstance(ev, PrefillEnd):  # the measured pass itself, as the trace records it
+            self.t_prefill_start, self.t_prefill_end = ev.step.t_start, ev.step.t_end
+            self.kv_handed_bytes = ev.kv_bytes
         elif isinstance(ev, Token):
             self.tokens[ev.seq].append((ev.t, ev.text))
             self.finished[ev.seq] = ev.finished

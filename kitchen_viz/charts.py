@@ -28,6 +28,15 @@ def guess_marker(x, y, text: str = "your guess") -> go.Scatter:
     )  # fmt: skip
 
 
+def mark_x(fig: go.Figure, x: float, text: str, log_x: bool) -> None:
+    """A dotted vertical marker with a label. On a log axis plotly places annotations (not shapes)
+    in log10 units, so the label's x is converted; passing the raw value stretches the axis to 1e128."""
+    fig.add_vline(x=x, line_dash="dot", line_color=GREY)
+    if text:
+        fig.add_annotation(x=np.log10(x) if log_x else x, y=1, yref="paper", yanchor="bottom", text=text,
+                           showarrow=False, font=dict(color=GREY))  # fmt: skip
+
+
 def finish(fig: go.Figure, title: str) -> go.Figure:
     fig.update_layout(title=title, **LAYOUT)
     return fig
@@ -47,8 +56,7 @@ def banquet_figures(result, guess: float | None = None) -> list[go.Figure]:
             )
         )
     if result.saturation_tokens:
-        ttft.add_vline(x=result.saturation_tokens, line_dash="dot", line_color=GREY,
-                       annotation_text="wok saturated", annotation_position="top left")  # fmt: skip
+        mark_x(ttft, result.saturation_tokens, "wok saturated", log_x=True)
     ttft.update_xaxes(title="prompt tokens", type="log")
     ttft.update_yaxes(title="TTFT (ms)", type="log")
     finish(ttft, "The big banquet: time to first token vs prompt length")
@@ -59,10 +67,12 @@ def banquet_figures(result, guess: float | None = None) -> list[go.Figure]:
     rate.add_trace(go.Scatter(x=df.prompt_tokens, y=df.attention_share * 100, mode="lines", name="attention share "
                               "of FLOPs (analytic, %)", line=dict(color=GREY, dash="dash")), secondary_y=True)  # fmt: skip
     if result.saturation_tokens:
-        rate.add_vline(x=result.saturation_tokens, line_dash="dot", line_color=GREY)
+        mark_x(rate, result.saturation_tokens, "wok saturated", log_x=True)
     rate.update_xaxes(title="prompt tokens", type="log")
     rate.update_yaxes(title="prefill tokens / s", secondary_y=False)
-    rate.update_yaxes(title="attention share (%)", secondary_y=True, rangemode="tozero")
+    rate.update_yaxes(
+        title="attention share (%)", secondary_y=True, rangemode="tozero", tickformat=".0f", showgrid=False
+    )
     return [ttft, finish(rate, "How fast the wok tosses: prefill tokens/s, and attention's growing share")]
 
 
@@ -108,8 +118,18 @@ def roofline_figure(result, guess: float | None = None) -> go.Figure:
                                line=dict(color="black", width=2)))  # fmt: skip
     for phase, colour in (("prefill", WOK), ("decode", POT)):
         part = df[df.phase == phase].sort_values("intensity")
-        fig.add_trace(go.Scatter(x=part.intensity, y=part.attainable_flops_per_s / 1e9, mode="lines", name=f"{phase} "
-                                 "theory (on the roof)", line=dict(color=colour, dash="dot")))  # fmt: skip
+        # Theory: where the roof says each step could be, joined to its measurement by a dotted drop.
+        xs_gap, ys_gap = [], []
+        for x, top, got in zip(
+            part.intensity, part.attainable_flops_per_s, part.achieved_flops_per_s, strict=True
+        ):
+            xs_gap += [x, x, None]
+            ys_gap += [top / 1e9, got / 1e9, None]
+        fig.add_trace(go.Scatter(x=xs_gap, y=ys_gap, mode="lines", line=dict(color=colour, dash="dot", width=1),
+                                 showlegend=False, hoverinfo="skip"))  # fmt: skip
+        fig.add_trace(go.Scatter(x=part.intensity, y=part.attainable_flops_per_s / 1e9, mode="markers",
+                                 name=f"{phase} theory (on the roof)",
+                                 marker=dict(color=colour, symbol="circle-open", size=11)))  # fmt: skip
         fig.add_trace(go.Scatter(
             x=part.intensity, y=part.achieved_flops_per_s / 1e9, mode="markers+text", name=f"{phase} measured",
             text=[f"{lab}: {p:.0f}%" for lab, p in zip(part.label, part.pct_of_roof, strict=True)],
@@ -121,9 +141,7 @@ def roofline_figure(result, guess: float | None = None) -> go.Figure:
                 first.intensity, first.attainable_flops_per_s / 1e9 * guess / 100, f"your guess: {guess:g}%"
             )
         )
-    fig.add_vline(
-        x=roof.ridge, line_dash="dot", line_color=GREY, annotation_text=f"ridge {roof.ridge:.1f} FLOP/B"
-    )
+    mark_x(fig, roof.ridge, f"ridge {roof.ridge:.1f} FLOP/B", log_x=True)
     fig.update_xaxes(title="arithmetic intensity (FLOP / byte, analytic)", type="log")
     fig.update_yaxes(title="GFLOP/s", type="log")
     bw, fl = roof.bandwidth_bytes_per_s / 1e9, roof.flops_per_s / 1e9

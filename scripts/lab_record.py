@@ -1,0 +1,124 @@
+"""Record one full lab run on this machine: every experiment's charts (PNG), tables (CSV), findings.
+
+Why a script: the README's figures must be measurements, reproducible by anyone with one command,
+not screenshots. It calls the same compute functions the pages call, with ranges that finish in a
+few minutes on a small CPU, and writes:
+
+    docs/lab-results/<experiment>-<n>.png    the page's charts (no guess drawn)
+    docs/lab-results/<experiment>.csv        the page's table
+    docs/lab-results/results.json            settings, findings, inspector verdicts, machine facts
+
+Usage:
+    .venv/bin/python scripts/lab_record.py                      # chef on cpu, default threads
+    .venv/bin/python scripts/lab_record.py --threads 1 --out /tmp/lab
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+
+from engine import Engine  # noqa: E402
+from kitchen_viz import charts  # noqa: E402
+from lab.banquet import BanquetSettings, run_banquet  # noqa: E402
+from lab.export import write_pngs  # noqa: E402
+from lab.inspector import diagnose  # noqa: E402
+from lab.kv_cache import KvSettings, run_kv_cache  # noqa: E402
+from lab.metrics_defs import MetricsSettings, run_metrics  # noqa: E402
+from lab.overhead import OverheadSettings, run_overhead  # noqa: E402
+from lab.padding import PaddingSettings, run_padding  # noqa: E402
+from lab.roofline_lab import RooflineSettings, run_roofline  # noqa: E402
+from lab.tables import TablesSettings, run_tables  # noqa: E402
+
+
+def experiments(ctx: int):
+    """(name, compute, settings, figures) for each experiment, sized for a few minutes on a CPU."""
+    longest = [n for n in (16, 32, 64, 128, 256, 512, 1024) if n < ctx] + [ctx - 1]
+    return [
+        ("banquet", run_banquet, BanquetSettings(lengths=tuple(longest), repeats=3), charts.banquet_figures),
+        ("tables", run_tables, TablesSettings(batches=(1, 2, 4, 8, 16, 32, 64), prompt_len=32, new_tokens=16),
+         charts.tables_figures),
+        ("roofline", run_roofline, RooflineSettings(prompt_lens=(16, 64, 256), batches=(1, 4, 16, 64), quick=False),
+         lambda r, g: [charts.roofline_figure(r, g)]),
+        ("kv_cache", run_kv_cache, KvSettings(prompt_len=16, new_tokens=min(256, ctx - 32)), charts.kv_figures),
+        ("overhead", run_overhead, OverheadSettings(prompt_len=32, new_tokens=32, repeats=3),
+         lambda r, g: [charts.overhead_figure(r, g)]),
+        ("padding", run_padding, PaddingSettings(), charts.padding_figures),
+        ("metrics", run_metrics, MetricsSettings(prompt_len=min(256, ctx // 2), new_tokens=32), charts.metrics_figures),
+    ]  # fmt: skip
+
+
+def machine_facts(engine) -> dict:
+    return {
+        "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "model": engine.info.name,
+        "device": engine.info.device,
+        "dtype": engine.info.dtype,
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "load_average_1m": os.getloadavg()[0],
+        "platform": platform.platform(),
+    }
+
+
+def record_one(engine, name, compute, settings, figures, out: Path) -> dict:
+    t0 = time.perf_counter()
+    result = compute(engine, settings, lambda p: print(f"  {name}: {p.line()}", flush=True))
+    seconds = time.perf_counter() - t0
+    figs = figures(result, None)
+    write_pngs(figs, [out / f"{name}-{i + 1}.png" for i in range(len(figs))])
+    result.to_frame().to_csv(out / f"{name}.csv", index=False)
+    verdict = diagnose(result.sample.metrics, result.sample.trace, getattr(result, "roof", None))
+    print(f"{name}: {seconds:.1f} s; " + "; ".join(result.notes), flush=True)
+    return {
+        "settings": asdict(settings),
+        "seconds": seconds,
+        "notes": result.notes,
+        "inspector": {"on": result.sample.label, "headline": verdict.headline, "decode_bound": verdict.decode_bound,
+                      "evidence": verdict.evidence},
+        "charts": [f"{name}-{i + 1}.png" for i in range(len(figs))],
+    }  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="chef")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    ap.add_argument("--out", type=Path, default=REPO / "docs" / "lab-results")
+    ap.add_argument("--only", nargs="*", help="record only these experiments")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    args.out.mkdir(parents=True, exist_ok=True)
+    engine = Engine.load(args.model, device=args.device, dtype=args.dtype)
+    report = {"machine": machine_facts(engine), "experiments": {}}
+    for name, compute, settings, figures in experiments(engine.info.max_context):
+        if args.only and name not in args.only:
+            continue
+        report["experiments"][name] = record_one(engine, name, compute, settings, figures, args.out)
+    report["machine"]["load_average_1m_end"] = os.getloadavg()[0]
+    path = args.out / "results.json"
+    if args.only and path.exists():  # keep the other experiments' earlier records
+        earlier = json.loads(path.read_text())
+        report["experiments"] = earlier.get("experiments", {}) | report["experiments"]
+    path.write_text(json.dumps(report, indent=2, default=str))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -81,3 +81,23 @@ class ResultCache:
 
     def drop(self, key: str) -> None:
         self.path(key).unlink(missing_ok=True)
+
+
+def roof_key(device: str, dtype: str) -> str:
+    """Where the latest measured roofline of a device/dtype is kept (a machine fact, not a model's)."""
+    return cache_key("roof-latest", "-", device, dtype, {})
+
+
+def remember_roof(roof, cache: ResultCache | None = None) -> None:
+    """Keep the roofline the lab just measured, so other pages' inspectors can use it."""
+    (cache or ResultCache()).put(roof_key(roof.device, roof.dtype), roof)
+
+
+def latest_roof(device: str, dtype: str, cache: ResultCache | None = None):
+    """The most recent `engine.roofline.Roofline` measured for this device/dtype, or None.
+
+    The kitchen page passes it to `lab.inspector.diagnose`, which can then tell a bandwidth-bound
+    pot from a compute-bound one; without it the inspector says it cannot tell.
+    """
+    saved = (cache or ResultCache()).get(roof_key(device, dtype))
+    return saved.result if saved is not None else None

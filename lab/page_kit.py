@@ -27,7 +27,7 @@ import pandas as pd
 import streamlit as st
 
 from kitchen_viz.app_state import current_settings, service_for
-from lab.cache import CachedResult, ResultCache, cache_key
+from lab.cache import CachedResult, ResultCache, cache_key, latest_roof, remember_roof
 from lab.export import figure_png, slug
 from lab.inspector import diagnose
 from lab.progress import Progress
@@ -108,7 +108,10 @@ def follow_job(job) -> None:
 
 def run_experiment(exp: Experiment, svc, settings, cache: ResultCache, key: str) -> CachedResult | None:
     def work(engine, emit):
-        return cache.put(key, exp.run(engine, settings, emit))
+        result = exp.run(engine, settings, emit)
+        if getattr(result, "roof", None) is not None:
+            remember_roof(result.roof, cache)  # other pages' inspectors can now use it
+        return cache.put(key, result)
 
     job = svc.submit(work, label=f"lab: {exp.title}")
     follow_job(job)
@@ -133,10 +136,15 @@ def show_tables(exp: Experiment, result) -> None:
                            mime="text/csv", key=f"{exp.key}-csv-{name}", on_click="ignore")  # fmt: skip
 
 
-def show_verdict(result) -> None:
+def show_verdict(result, settings, cache: ResultCache) -> None:
     sample = result.sample
-    verdict = diagnose(sample.metrics, sample.trace, getattr(result, "roof", None))
+    roof = getattr(result, "roof", None) or latest_roof(settings.device, settings.dtype, cache)
+    verdict = diagnose(sample.metrics, sample.trace, roof)
     st.markdown(f"#### 4. The inspector's verdict (on the run: {sample.label})")
+    if roof is None:
+        st.caption(
+            "Run the Roofline experiment once on this device to let the inspector tell bandwidth from compute."
+        )
     st.info(verdict.headline)
     for fix in verdict.fixes:
         st.markdown(f"- {fix}")
@@ -145,7 +153,9 @@ def show_verdict(result) -> None:
             st.markdown(f"- {line}")
 
 
-def show_results(exp: Experiment, saved: CachedResult, guess: float | None, settings) -> None:
+def show_results(
+    exp: Experiment, saved: CachedResult, guess: float | None, settings, cache: ResultCache
+) -> None:
     result = saved.result
     when = datetime.fromtimestamp(saved.saved_at, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     st.markdown("#### 3. What we measured")
@@ -159,7 +169,7 @@ def show_results(exp: Experiment, saved: CachedResult, guess: float | None, sett
         st.markdown(f"- {note}")
     show_figures(exp, result, guess)
     show_tables(exp, result)
-    show_verdict(result)
+    show_verdict(result, settings, cache)
 
 
 def render_experiment(exp: Experiment, settings_form: Callable[[Any], Any]) -> None:
@@ -184,4 +194,4 @@ def render_experiment(exp: Experiment, settings_form: Callable[[Any], Any]) -> N
     elif saved:
         st.caption("A stored measurement for these settings is shown below; Re-run measures afresh.")
     if saved:
-        show_results(exp, saved, guess, app)
+        show_results(exp, saved, guess, app, cache)

@@ -10,7 +10,7 @@ import pytest
 
 from engine.roofline import Roofline
 from kitchen_viz import charts
-from lab.cache import ResultCache, cache_key
+from lab.cache import ResultCache, cache_key, latest_roof, remember_roof
 from lab.export import write_pngs
 from lab.monitoring import requests_per_minute, summary, with_percentiles
 from lab.progress import ProgressTracker
@@ -111,3 +111,12 @@ def test_png_export_writes_real_png_files(tmp_path):
     figs = [charts.roofline_figure(fake_roofline_result(), guess=None)]
     (path,) = write_pngs(figs, [tmp_path / "roof.png"])
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+
+
+def test_latest_roof_is_kept_per_device_and_dtype(tmp_path):
+    cache = ResultCache(tmp_path)
+    roof = Roofline(bandwidth_bytes_per_s=20e9, flops_per_s=100e9, device="cpu", dtype="float32")
+    assert latest_roof("cpu", "float32", cache) is None
+    remember_roof(roof, cache)
+    assert latest_roof("cpu", "float32", cache) == roof
+    assert latest_roof("cpu", "bfloat16", cache) is None

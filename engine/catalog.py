@@ -197,7 +197,7 @@ def load_catalog(path: str | Path | None = None, extra_paths: tuple = ()) -> Cat
     file may list the folder and its models together. Duplicate names anywhere are refused.
     """
     files = [Path(path) if path else DEFAULT_CATALOG, *map(Path, extra_paths), *_extra_paths_from_env()]
-    files = [f.resolve() for f in files]
+    files = list(dict.fromkeys(f.resolve() for f in files))  # a file named twice is read once
     parsed = []
     for f in files:
         data = _read_toml(f)
@@ -236,9 +236,9 @@ def use_extra_catalogs(paths: list[str | Path], env: dict | None = None) -> Cata
     `load_catalog()` see the same merged menu.
     """
     env = os.environ if env is None else env
-    absolute = [str(Path(p).resolve()) for p in paths]
-    merged = [p for p in env.get(ENV_VAR, "").split(os.pathsep) if p] + absolute
-    catalog = load_catalog(extra_paths=tuple(absolute))  # raises EngineError on a bad file
+    merged = [p for p in env.get(ENV_VAR, "").split(os.pathsep) if p]
+    merged += [str(Path(p).resolve()) for p in paths if str(Path(p).resolve()) not in merged]
+    catalog = load_catalog(extra_paths=tuple(merged))  # raises EngineError on a bad file
     env[ENV_VAR] = os.pathsep.join(merged)
     return catalog
 

@@ -181,6 +181,8 @@ def test_use_extra_catalogs_checks_then_exports(tmp_path):
     assert "exactly one of path, preset, hub" in one_line_error(e) and ENV_VAR not in env
     use_extra_catalogs([good], env=env)
     assert env[ENV_VAR] == str(good.resolve())
+    use_extra_catalogs([good], env=env)  # naming a file again is harmless, not a duplicate-name error
+    assert env[ENV_VAR] == str(good.resolve())
 
 
 @pytest.mark.parametrize(

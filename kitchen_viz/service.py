@@ -21,9 +21,11 @@ Worked example (what a page or the lab does):
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +35,18 @@ from typing import Any, Literal
 from engine.errors import EngineError
 
 log = logging.getLogger(__name__)
+_OPEN: weakref.WeakSet[KitchenService] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    """Let every worker finish its current step before the interpreter goes away.
+
+    A daemon thread killed in the middle of a torch call aborts the whole process at exit
+    ("terminate called without an active exception"), so close them first.
+    """
+    for svc in list(_OPEN):
+        svc.close()
 
 JobStatus = Literal["queued", "loading", "running", "done", "error"]
 Work = Callable[[Any, Callable[[Any], None]], Any]
@@ -120,6 +134,7 @@ class KitchenService:
         self._closed = False
         self._thread = threading.Thread(target=self._run, name=f"kitchen-{model}-{device}", daemon=True)
         self._thread.start()
+        _OPEN.add(self)
 
     # -- what pages call -------------------------------------------------------------------------
 

@@ -1,0 +1,50 @@
+"""AppTest on the Story page: it renders through the app's navigation, and every link points somewhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from kitchen_viz.story import KITCHEN, MAPPINGS, STORY
+
+ROOT = Path(__file__).resolve().parent.parent
+FABLE = Path("/work/shared/seed/two-pots-fable.txt")
+
+
+def test_story_page_renders_the_fable_and_the_mapping():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.run()
+    at.switch_page("pages/story.py").run()
+    assert not at.exception, at.exception
+    assert at.title[0].value.endswith("The two-pot story")
+    subheaders = [s.value for s in at.subheader]
+    assert subheaders == [heading for heading, _ in STORY]
+    text = " ".join(m.value for m in at.markdown)
+    assert "Prefill" in text and "Decode" in text and "KV cache" in text
+
+
+def test_every_mapping_links_to_a_page_that_exists_or_is_listed_by_the_lab():
+    from lab.registry import DASHBOARD, LAB_PAGES
+
+    known = {KITCHEN} | {p.path for p in [*LAB_PAGES, DASHBOARD]}
+    assert {m.link for m in MAPPINGS} <= known
+    assert (ROOT / KITCHEN).is_file()
+    kinds = " ".join(m.engineering for m in MAPPINGS)
+    for idea in ("Prefill", "Decode", "KV cache", "batch", "roofline", "overhead", "TTFT", "TPOT"):
+        assert idea.lower() in kinds.lower()
+
+
+def test_our_story_copies_no_sentence_of_the_fable():
+    """Tell it in our own words: no run of 8 consecutive words from the seed text."""
+    if not FABLE.is_file():
+        return
+
+    def words(s: str) -> list[str]:
+        return "".join(c.lower() if c.isalnum() else " " for c in s).split()
+
+    seed = words(FABLE.read_text())
+    grams = {tuple(seed[i : i + 8]) for i in range(len(seed) - 7)}
+    ours = words(" ".join(t for _, t in STORY) + " ".join(m.engineering for m in MAPPINGS))
+    copied = [" ".join(ours[i : i + 8]) for i in range(len(ours) - 7) if tuple(ours[i : i + 8]) in grams]
+    assert not copied, copied

@@ -19,8 +19,9 @@ EXPERIMENT = Experiment(
     "bandwidth) and how fast the cooks chop (compute). The wok chops a lot per armful fetched; the soup "
     "pot fetches the whole pantry for one spoonful.",
     engineering="We measure this machine's read bandwidth and matmul FLOP/s now, in the same run. Each step "
-    "sits at its arithmetic intensity (analytic FLOPs / bytes); its height is the FLOP/s it achieved. The "
-    "dotted line on the roof is the theory for that phase; the label is the % of roof achieved.",
+    "sits at its arithmetic intensity (analytic FLOPs / bytes); its height is the FLOP/s its forward pass "
+    "achieved. The open circle above it on the roof is the theory for that step; the label is the % of roof "
+    "achieved. Above 100 % means the weights fit in a cache faster than the measured memory roof.",
     predict=Prediction(
         question="What % of the roof will a batch-1 decode step reach?",
         unit="%",

@@ -11,7 +11,7 @@ import pytest
 from engine.roofline import Roofline
 from kitchen_viz import charts
 from lab.cache import ResultCache, cache_key, latest_roof, remember_roof
-from lab.export import write_pngs
+from lab.export import figure_png, write_pngs
 from lab.monitoring import requests_per_minute, summary, with_percentiles
 from lab.progress import ProgressTracker
 from lab.roofline_lab import RooflineResult, RooflineSettings, place
@@ -111,6 +111,7 @@ def test_png_export_writes_real_png_files(tmp_path):
     figs = [charts.roofline_figure(fake_roofline_result(), guess=None)]
     (path,) = write_pngs(figs, [tmp_path / "roof.png"])
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+    assert figure_png(figs[0])[:8] == b"\x89PNG\r\n\x1a\n"  # what the page's download button serves
 
 
 def test_latest_roof_is_kept_per_device_and_dtype(tmp_path):

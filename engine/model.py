@@ -74,6 +74,8 @@ class Norm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kind == "layer":
             return F.layer_norm(x, (self.d,), self.weight, self.bias, self.eps)
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, (self.d,), self.weight, self.eps)  # one op on the decode hot path
         return F.rms_norm(x.float(), (self.d,), eps=self.eps).to(x.dtype) * self.weight
 
 
@@ -97,12 +99,12 @@ class Attention(nn.Module):
         qkv = x @ self.wqkv_t  # (B, T, q + 2kv)
         if self.bqkv is not None:
             qkv = qkv + self.bqkv
-        q, k, v = qkv.split([cfg.q_dim, cfg.kv_dim, cfg.kv_dim], dim=-1)
-        q = q.view(B, T, cfg.n_heads, cfg.head_dim)  # (B, T, H, D)
-        k = k.view(B, T, cfg.n_kv_heads, cfg.head_dim)  # (B, T, Hkv, D)
-        v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim)
+        qk, v = qkv.split([cfg.q_dim + cfg.kv_dim, cfg.kv_dim], dim=-1)
+        qk = qk.view(B, T, cfg.n_heads + cfg.n_kv_heads, cfg.head_dim)  # (B, T, H + Hkv, D)
         if rope is not None:
-            q, k = apply_rope(q, rope), apply_rope(k, rope)
+            qk = apply_rope(qk, rope)  # q and k heads sit side by side: one rotation covers both
+        q, k = qk.split([cfg.n_heads, cfg.n_kv_heads], dim=2)
+        v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim)  # (B, T, Hkv, D)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
         if packed is not None:
             out = self._packed_attention(q, k, v, packed)

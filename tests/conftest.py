@@ -17,6 +17,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see engine/__init__.py: shared cores, no spinning
 
 REPO = Path(__file__).resolve().parents[1]
 FABLE = Path("/work/shared/seed/two-pots-fable.txt")

@@ -158,8 +158,9 @@ def kv_figures(result, guess: float | None = None) -> list[go.Figure]:
         colour = MODE_COLOURS.get(mode, GREY)
         lat.add_trace(go.Scatter(x=part.position, y=part.step_ms, mode="lines", name=f"cache={mode} (wall)",
                                  line=dict(color=colour)))  # fmt: skip
-        lat.add_trace(go.Scatter(x=part.position, y=part.cpu_ms, mode="lines", name=f"cache={mode} (CPU time)",
-                                 line=dict(color=colour, dash="dot", width=1)))  # fmt: skip
+        if result.device == "cpu":  # on a GPU the host's CPU time is not the step's work
+            lat.add_trace(go.Scatter(x=part.position, y=part.cpu_ms, mode="lines", name=f"cache={mode} (CPU time)",
+                                     line=dict(color=colour, dash="dot", width=1)))  # fmt: skip
         mem.add_trace(go.Scatter(x=part.position, y=part.kv_mb, mode="lines", name=f"cache={mode}",
                                  line=dict(color=colour)))  # fmt: skip
     if guess is not None and "none" in set(df["mode"]):

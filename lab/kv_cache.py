@@ -58,6 +58,7 @@ class KvResult:
     same_tokens: bool  # every mode generated the same ids
     sample: Sample
     notes: list[str] = field(default_factory=list)
+    device: str = "cpu"  # CPU time is meaningful only when the work runs on the CPU
 
     def run(self, mode: str) -> KvRun:
         return next(r for r in self.runs if r.mode == mode)
@@ -131,4 +132,11 @@ def run_kv_cache(engine, settings: KvSettings, on_progress: ProgressFn | None = 
         "all modes generated the same tokens" if same else "WARNING: the modes generated different tokens"
     )
     sample = samples.get("static") or samples[settings.modes[0]]
-    return KvResult(settings=settings, runs=runs, same_tokens=same, sample=sample, notes=notes)
+    return KvResult(
+        settings=settings,
+        runs=runs,
+        same_tokens=same,
+        sample=sample,
+        notes=notes,
+        device=str(engine.info.device),
+    )

@@ -29,6 +29,7 @@ import streamlit as st
 from kitchen_viz.app_state import current_settings, service_for
 from lab.cache import CachedResult, ResultCache, cache_key, latest_roof, remember_roof
 from lab.export import figure_png, slug
+from lab.inflight import InFlight
 from lab.inspector import diagnose
 from lab.progress import Progress
 
@@ -90,6 +91,12 @@ def ask_prediction(exp: Experiment) -> float | None:
     return guess
 
 
+@st.cache_resource(show_spinner=False)
+def inflight() -> InFlight:
+    """The server's register of lab runs in progress (one per cache key)."""
+    return InFlight()
+
+
 def follow_job(job) -> None:
     """Block this page's script (not the worker) until the job ends, drawing progress and ETA."""
     bar = st.progress(0.0, text="sending the order to the kitchen")
@@ -113,7 +120,9 @@ def run_experiment(exp: Experiment, svc, settings, cache: ResultCache, key: str)
             remember_roof(result.roof, cache)  # other pages' inspectors can now use it
         return cache.put(key, result)
 
-    job = svc.submit(work, label=f"lab: {exp.title}")
+    job, joined = inflight().join_or_submit(key, lambda: svc.submit(work, label=f"lab: {exp.title}"))
+    if joined:
+        st.caption("Another visitor started this same measurement; following their run.")
     follow_job(job)
     if job.status == "error":
         st.error(job.error)
@@ -189,8 +198,13 @@ def render_experiment(exp: Experiment, settings_form: Callable[[Any], Any]) -> N
     st.markdown("#### 2. Run it on this machine")
     if guess is None:
         return
+    running = inflight().running(key)
     if st.button("Re-run" if saved else "Run", type="primary", key=f"{exp.key}-run"):
         saved = run_experiment(exp, svc, settings, cache, key) or saved
+    elif running is not None:
+        st.caption("This measurement is running for another visitor; following it.")
+        follow_job(running)
+        saved = running.result if running.status == "done" else saved
     elif saved:
         st.caption("A stored measurement for these settings is shown below; Re-run measures afresh.")
     if saved:

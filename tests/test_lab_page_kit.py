@@ -1,0 +1,86 @@
+"""The experiment page's shared machinery: joining a run in flight, and refusals shown as one line."""
+
+import threading
+import time
+from dataclasses import dataclass
+
+import torch
+from streamlit.testing.v1 import AppTest
+
+from lab.inflight import InFlight
+
+
+@dataclass
+class FakeJob:
+    """Stands in for a service Job here: only `finished` is read by InFlight."""
+
+    finished: bool = False
+
+
+def test_second_visitor_joins_the_run_in_flight_and_a_finished_run_is_not_joined():
+    inflight, submitted = InFlight(), []
+
+    def submit():
+        submitted.append(FakeJob())
+        return submitted[-1]
+
+    first, joined_first = inflight.join_or_submit("k", submit)
+    second, joined_second = inflight.join_or_submit("k", submit)
+    assert (joined_first, joined_second) == (False, True) and second is first and len(submitted) == 1
+    assert inflight.running("k") is first and inflight.running("other") is None
+    first.finished = True
+    third, joined_third = inflight.join_or_submit("k", submit)
+    assert not joined_third and third is not first and len(submitted) == 2
+
+
+def test_concurrent_visitors_start_one_run():
+    inflight, submitted = InFlight(), []
+
+    def submit():
+        time.sleep(0.01)  # widen the race window
+        submitted.append(FakeJob())
+        return submitted[-1]
+
+    threads = [threading.Thread(target=inflight.join_or_submit, args=("k", submit)) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(submitted) == 1
+
+
+def refusing_page():
+    """A lab page whose experiment refuses its settings, as a real one does for bad input."""
+    from dataclasses import dataclass
+
+    from engine.errors import EngineError
+    from lab.page_kit import Experiment, Prediction, render_experiment
+
+    @dataclass(frozen=True)
+    class Knobs:
+        prompt_len: int = 9999
+
+    def run(engine, settings, on_progress):
+        raise EngineError(
+            f"prompt {settings.prompt_len} tokens; the model's context is {engine.info.max_context}"
+        )
+
+    exp = Experiment(key="refuse", title="Refusal", kitchen="k", engineering="e",
+                     predict=Prediction("Guess?", "x", 0.0, 10.0, 1.0, answer=lambda r: 0.0),
+                     run=run, figures=lambda r, g: [])  # fmt: skip
+    render_experiment(exp, lambda info: Knobs())
+
+
+def test_refused_settings_show_one_error_line_and_no_results(tmp_path, monkeypatch):
+    monkeypatch.setenv("TWO_POT_LAB_CACHE", str(tmp_path))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        at = AppTest.from_function(refusing_page, default_timeout=120).run()
+        at.number_input(key="refuse-guess").set_value(1.0).run()
+        at.button(key="refuse-run").click().run()
+    finally:
+        torch.set_num_threads(threads)
+    assert not at.exception, at.exception
+    assert [e.value for e in at.error] == ["prompt 9999 tokens; the model's context is 512"]
+    assert not at.get("plotly_chart") and not at.dataframe

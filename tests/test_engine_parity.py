@@ -69,3 +69,19 @@ def test_prefill_then_decode_equals_one_full_forward(tiny):
             step_logits.append(decode_one_token(model, tok, pos, torch.tensor([slot]), mask, cache)[0])
     for i, logits in enumerate(step_logits):
         torch.testing.assert_close(logits, full[len(PROMPT) - 1 + i], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("dtype, torch_dtype", [("bfloat16", torch.bfloat16), ("float16", torch.float16)])
+def test_half_precision_runs_close_to_transformers(tiny_llama, dtype, torch_dtype):
+    eng = Engine.load(str(tiny_llama.path), dtype=dtype)
+    assert eng.info.dtype == dtype and eng.model.dtype == torch_dtype
+    assert eng.info.kv_bytes_per_token == Engine.load(str(tiny_llama.path)).info.kv_bytes_per_token // 2
+    hf = tiny_llama.hf().to(torch_dtype)
+    tokens = torch.tensor([PROMPT])
+    with torch.inference_mode():
+        ours = eng.model(tokens, torch.arange(len(PROMPT))[None]).float()
+        ref = hf(tokens).logits.float()
+    torch.testing.assert_close(ours, ref, atol=3e-2, rtol=0)
+    res = eng.generate([PROMPT, PROMPT[:3]], max_new_tokens=8, batching="packed")
+    assert [len(t) for t in res.tokens] == [8, 8]
+    assert res.metrics.kv_cache_allocated_bytes == 2 * (8 + 7) * eng.info.kv_bytes_per_token

@@ -233,17 +233,20 @@ def metrics_figures(result, guess: float | None = None) -> list[go.Figure]:
 
     defs = result.to_frame()
     ms = defs[defs.unit == "ms"]
-    bars = go.Figure(go.Bar(x=ms.name, y=ms.value, marker_color=GREY, hovertext=ms.formula,
+    # Orange: the number includes the wok's time (TTFT); teal: the soup pot's alone.
+    bars = go.Figure(go.Bar(x=ms.name, y=ms.value, marker_color=[WOK if p else POT for p in ms.includes_prefill],
+                            hovertext=ms.formula,
                             text=[f"{v:.1f}" for v in ms.value], textposition="outside"))  # fmt: skip
     if guess is not None:
         bars.add_trace(
             guess_marker("ITL incl. TTFT", result.value("TPOT") * guess, f"your guess: {guess:g}x TPOT")
         )
     bars.update_yaxes(title="ms", type="log")
-    finish(bars, "Same stream, different stopwatches: latency under each definition")
+    finish(bars, "Same stream, different stopwatches (orange: includes the wok's TTFT)")
 
     tps = defs[defs.unit == "tok/s"]
-    rates = go.Figure(go.Bar(x=tps.name, y=tps.value, marker_color=POT, hovertext=tps.formula,
+    rates = go.Figure(go.Bar(x=tps.name, y=tps.value, marker_color=[WOK if p else POT for p in tps.includes_prefill],
+                             hovertext=tps.formula,
                              text=[f"{v:.1f}" for v in tps.value], textposition="outside"))  # fmt: skip
     rates.update_yaxes(title="tokens / s")
     return [timeline, bars, finish(rates, "Same stream, different throughputs")]

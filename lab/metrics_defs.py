@@ -45,6 +45,7 @@ class Definition:
     value: float
     unit: str  # "ms" or "tok/s"
     formula: str
+    includes_prefill: bool  # does the wok's time (TTFT) enter this number?
 
 
 @dataclass(frozen=True)
@@ -74,18 +75,18 @@ def definitions_from(token_times: list[float], output_tokens: int, batch: int) -
     gaps = np.diff(token_times)  # (n - 1,)
     tpot = (e2e - ttft) / (n - 1)
     return [
-        Definition("TTFT", "all tools", ttft * 1e3, "ms", "first token time"),
-        Definition("TPOT", "vLLM benchmark_serving", tpot * 1e3, "ms", "(E2E - TTFT) / (n - 1)"),
-        Definition("ITL mean", "vLLM, per-token gaps", float(gaps.mean()) * 1e3, "ms", "mean of token gaps"),
-        Definition("ITL p50", "vLLM, per-token gaps", float(np.percentile(gaps, 50)) * 1e3, "ms", "median gap"),
-        Definition("ITL p99", "vLLM, per-token gaps", float(np.percentile(gaps, 99)) * 1e3, "ms", "99th pct gap"),
-        Definition("ITL incl. TTFT", "llmperf", e2e / n * 1e3, "ms", "(TTFT + sum of gaps) / n = E2E / n"),
-        Definition("E2E", "all tools", e2e * 1e3, "ms", "last token time"),
+        Definition("TTFT", "all tools", ttft * 1e3, "ms", "first token time", True),
+        Definition("TPOT", "vLLM benchmark_serving", tpot * 1e3, "ms", "(E2E - TTFT) / (n - 1)", False),
+        Definition("ITL mean", "vLLM, per-token gaps", float(gaps.mean()) * 1e3, "ms", "mean of token gaps", False),
+        Definition("ITL p50", "vLLM, per-token gaps", float(np.percentile(gaps, 50)) * 1e3, "ms", "median gap", False),
+        Definition("ITL p99", "vLLM, per-token gaps", float(np.percentile(gaps, 99)) * 1e3, "ms", "99th pct gap", False),
+        Definition("ITL incl. TTFT", "llmperf", e2e / n * 1e3, "ms", "(TTFT + sum of gaps) / n = E2E / n", True),
+        Definition("E2E", "all tools", e2e * 1e3, "ms", "last token time", True),
         Definition("tokens/s incl. prefill", "user's stopwatch, llmperf", output_tokens / e2e, "tok/s",
-                   "output tokens / E2E"),
+                   "output tokens / E2E", True),
         Definition("tokens/s decode only", "engine logs", (output_tokens - batch) / (e2e - ttft), "tok/s",
-                   "(output tokens - batch) / (E2E - TTFT)"),
-        Definition("1 / TPOT", "per-user decode speed", 1 / tpot, "tok/s", "one sequence's decode rate"),
+                   "(output tokens - batch) / (E2E - TTFT)", False),
+        Definition("1 / TPOT", "per-user decode speed", 1 / tpot, "tok/s", "one sequence's decode rate", False),
     ]  # fmt: skip
 
 

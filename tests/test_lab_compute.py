@@ -103,6 +103,8 @@ def test_metric_definitions_agree_with_the_engine(chef):
     assert r.value("ITL incl. TTFT") == pytest.approx(m.e2e_s / 10 * 1e3)
     assert r.value("tokens/s incl. prefill") < r.value("tokens/s decode only")
     assert list(r.stream_frame().token) == list(range(1, 11))
+    with_wok = {d.name for d in r.definitions if d.includes_prefill}
+    assert with_wok == {"TTFT", "ITL incl. TTFT", "E2E", "tokens/s incl. prefill"}
 
 
 def test_overhead_parts_add_up_to_the_step(chef):

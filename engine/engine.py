@@ -229,6 +229,7 @@ class Engine:
                 full = build_batch([prompts[r] + out[r] for r in run.rows], req.batching, self.device)
                 logits = prefill(self.model, full, None)
                 slots, kv_tokens, pairs = full.computed, 0, full.attn_pairs
+                real = sum(full.lengths)  # every token of every sequence is computed again
             else:
                 slot = batch.slots_used + step - 1  # one common cache slot per step for all rows
                 run.valid[:, slot] = True
@@ -242,13 +243,14 @@ class Engine:
                     logits = decode_one_token(self.model, run.last, run.positions, input_pos, mask, cache)
                     read = slot + 1
                 slots, kv_tokens, pairs = len(run.rows), len(run.rows) * read, None
+                real = len(live)
             t_fwd = clock.now()
             nxt = sample(logits, params, gen)  # (B,)
             nxt_ids = nxt.tolist()
             t_end = clock.now()
             rows = [run.rows[i] for i in live]
             kv_live = 0 if cache is None else sum(lengths[r] + step for r in rows)
-            rec = self._record("decode", step, t_start, t_end, t_fwd - t_start, len(run.rows), len(rows),
+            rec = self._record("decode", step, t_start, t_end, t_fwd - t_start, len(run.rows), real,
                                slots, kv_tokens, kv_live, len(run.rows), pairs)  # fmt: skip
             trace.steps.append(rec)
             events = []

@@ -173,3 +173,13 @@ def test_cuda_graph_gives_the_same_tokens(tiny_llama, dtype):
     if dtype == "float32":
         cpu = Engine.load(str(tiny_llama.path)).generate(PROMPTS, max_new_tokens=16)
         assert eager.tokens == cpu.tokens
+
+
+def test_recompute_mode_redoes_the_whole_sequence_every_step(eng):
+    static = eng.generate(PROMPTS, max_new_tokens=5, cache="static").trace.decode_steps
+    none = eng.generate(PROMPTS, max_new_tokens=5, cache="none").trace.decode_steps
+    for i, (s, n) in enumerate(zip(static, none, strict=True), start=1):
+        assert s.tokens == len(PROMPTS)
+        assert n.tokens == sum(len(p) + i for p in PROMPTS) and n.kv_bytes == 0
+        assert n.flops > 5 * s.flops
+    assert [n.tokens for n in none] == sorted(n.tokens for n in none)

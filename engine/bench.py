@@ -246,7 +246,7 @@ def measure_decode(
     n = plan.decode_tokens
     prompts = random_prompts(c.vocab_size, batch, prompt_len, seed=2)
     hf_tpot, ours_tpot, ours_wall_tpot, ours_tps = Samples(), Samples(), Samples(), Samples()
-    graph_tpot = Samples()
+    graph_tpot, graph_tpot_all = Samples(), Samples()
     kv_read, match = 0.0, 0
     for i in range(plan.warmup + plan.repeats):
         progress(f"decode batch {batch}, {n} tokens: run {i + 1}/{plan.warmup + plan.repeats}")
@@ -260,8 +260,9 @@ def measure_decode(
         ours_tpot.values.append(res.metrics.tpot_s)
         ours_tps.values.append(res.metrics.decode_tps)
         ours_wall_tpot.values.append((ours["tn"] - ours["t1"]) / (n - 1))
-        if "graph" in ours:
-            graph_tpot.values.append(ours["graph"].metrics.tpot_s)
+        if "graph" in ours:  # step 1 of a graphed request also records the graph: keep it apart
+            graph_tpot_all.values.append(ours["graph"].metrics.tpot_s)
+            graph_tpot.values.append(statistics.fmean(ours["graph"].metrics.itl_s[1:] or [0.0]))
         steps = res.trace.decode_steps
         kv_read = statistics.fmean(s.kv_tokens for s in steps) * c.engine.info.kv_bytes_per_token
         match = min(common_prefix(a, b) for a, b in zip(res.tokens, hf["tokens"], strict=True))
@@ -281,8 +282,60 @@ def measure_decode(
         "greedy_tokens_matching_hf": match,
     }
     if graph_tpot.values:
-        out["ours_cuda_graph"] = {"tpot_s": graph_tpot.to_dict()}
+        out["ours_cuda_graph"] = {
+            "tpot_s": graph_tpot.to_dict(),  # steps 2..n: replaying the recorded graph
+            "tpot_with_capture_s": graph_tpot_all.to_dict(),  # all steps, recording included
+        }
     return out
+
+
+def profile_decode(eng, prompt_len: int, steps: int, dev: torch.device, top: int = 15) -> dict:
+    """Where a batch-1 decode step spends its time, per op (torch.profiler self time).
+
+    Runs `decode_one_token` directly, `steps` times after a real prefill, so prefill's big GEMMs do
+    not mix into the table. `aten::mm` is the weight GEMVs: the memory-bound part; everything else
+    (norms, RoPE, attention, Python between ops) is per-step overhead the roofline does not model.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    from engine import decode_one_token, prefill
+    from engine.batching import build_batch
+    from engine.cache import StaticKVCache
+
+    cfg = eng.cfg
+    prompt = random_prompts(cfg.vocab_size, 1, prompt_len, seed=3)
+    slots = prompt_len + steps + 1
+    batch = build_batch(prompt, "padded", dev, slots)
+    cache = StaticKVCache(cfg.n_layers, 1, cfg.n_kv_heads, cfg.head_dim, slots, eng.model.dtype, dev)
+    tok = prefill(eng.model, batch, cache).argmax(-1)[:, None]  # (1, 1)
+    valid = batch.valid.clone()  # (1, slots): which cache slots hold real tokens
+
+    def one_step(i: int) -> None:
+        slot = batch.slots_used + i
+        valid[:, slot] = True
+        mask = valid[:, None, None, : slot + 1]  # (1, 1, 1, S)
+        positions = torch.tensor([[prompt_len + i]], device=dev)  # (1, 1)
+        decode_one_token(eng.model, tok, positions, torch.tensor([slot], device=dev), mask, cache)
+
+    one_step(0)  # warm-up
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        for i in range(1, steps + 1):
+            one_step(i)
+        synchronize(dev)
+    attr = "self_device_time_total" if dev.type == "cuda" else "self_cpu_time_total"
+    events = sorted(prof.key_averages(), key=lambda e: getattr(e, attr), reverse=True)
+    total_us = sum(getattr(e, attr) for e in events)
+    rows = [
+        {
+            "op": e.key,
+            "calls_per_step": e.count / steps,
+            "ms_per_step": getattr(e, attr) / steps / 1e3,
+            "share": getattr(e, attr) / total_us if total_us else 0.0,
+        }
+        for e in events[:top]
+    ]
+    return {"steps": steps, "timer": attr, "ms_per_step_total": total_us / steps / 1e3, "top_ops": rows}
 
 
 # ---------------------------------------------------------------- ratios, targets and the report
@@ -312,7 +365,11 @@ def derive_ratios(roof: Roofline, prefill: dict, b1: dict, bbig: dict) -> dict:
         "ttft_wall_vs_hf": prefill["ours"]["wall_s"]["median"] / prefill["hf"]["ttft_s"]["median"],
     }
     if "ours_cuda_graph" in b1:
-        ratios["decode_tpot_cuda_graph_vs_hf_b1"] = b1["ours_cuda_graph"]["tpot_s"]["median"] / hf_b1
+        graph = b1["ours_cuda_graph"]
+        ratios["decode_tpot_cuda_graph_vs_hf_b1"] = graph["tpot_s"]["median"] / hf_b1
+        ratios["decode_tpot_cuda_graph_with_capture_vs_hf_b1"] = (
+            graph["tpot_with_capture_s"]["median"] / hf_b1
+        )
     return ratios
 
 
@@ -357,15 +414,35 @@ def run_bench(
     plan: Plan | None = None,
     progress=lambda msg: None,
     roofline: Roofline | None = None,
+    threads: int | None = None,
+    profile_steps: int = 0,
 ) -> dict:
     """Measure everything in one run and return the JSON-ready report (see the module docstring).
 
     `roofline` skips the roof measurement (tests pass a small one); the CLI always measures.
+    `threads` sets torch's intra-op threads for every measurement (both sides and the roofline);
+    `profile_steps` > 0 adds a per-op profile of that many of our batch-1 decode steps.
     """
     plan = plan or (QUICK if quick else FULL)
     validate(plan)
+    parse_device(device), parse_dtype(dtype)  # refuse bad names before any work
+    if threads is not None and not 1 <= threads <= (os.cpu_count() or 1):
+        raise EngineError(
+            f"threads must be between 1 and {os.cpu_count()} (this machine's cores), got {threads}"
+        )
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or before)
+    try:
+        return measure_all(model, device, dtype, quick, plan, progress, roofline, profile_steps)
+    finally:
+        torch.set_num_threads(before)
+
+
+def measure_all(
+    model: str, device: str, dtype: str, quick: bool, plan: Plan, progress, roofline, profile_steps: int
+) -> dict:
+    """The run itself, in order: roofs, weights, prefill, decode b1, decode bB, optional profile."""
     dev = parse_device(device)
-    parse_dtype(dtype)
     t_start, load_start = time.perf_counter(), os.getloadavg()
     if roofline is None:
         progress(f"roofline on {device} {dtype}")
@@ -379,6 +456,9 @@ def run_bench(
             prefill = measure_prefill(c, plan, dev, progress)
             b1 = measure_decode(c, plan, dev, 1, plan.decode_prompt_tokens, progress)
             bbig = measure_decode(c, plan, dev, plan.big_batch, plan.big_batch_prompt_tokens, progress)
+            if profile_steps:
+                progress(f"profiling {profile_steps} decode steps")
+                profile = profile_decode(c.engine, plan.decode_prompt_tokens, profile_steps, dev)
         info = asdict(c.engine.info)
     ratios = derive_ratios(roof, prefill, b1, bbig)
     return {
@@ -394,6 +474,7 @@ def run_bench(
         "prefill": prefill,
         "decode_b1": b1,
         f"decode_b{plan.big_batch}": bbig,
+        **({"decode_profile": profile} if profile_steps else {}),
         "ratios": ratios,
         "targets": check_targets(ratios),
         "load_s": load_s,
@@ -460,6 +541,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--prefill-tokens", type=int, help="prompt length of the prefill measurement")
     p.add_argument("--decode-tokens", type=int, help="new tokens per sequence in the decode measurements")
     p.add_argument("--batch", type=int, help="the large decode batch (default 32)")
+    p.add_argument("--threads", type=int, help="torch threads for every measurement (default: torch's)")
+    p.add_argument("--profile", type=int, default=0, metavar="STEPS", help="also profile STEPS decode steps")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return p.parse_args(argv)
 
@@ -480,13 +563,22 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["bench"]:
         argv = argv[1:]
     args = parse_args(argv)
+    if args.out and not os.access(os.path.dirname(os.path.abspath(args.out)), os.W_OK):
+        print(
+            f"error: cannot write the report to {args.out}: its folder is missing or read-only",
+            file=sys.stderr,
+        )
+        return 2
 
     def progress(msg: str) -> None:
         if not args.quiet:
             print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
     try:
-        report = run_bench(args.model, args.device, args.dtype, args.quick, plan_from(args), progress)
+        report = run_bench(
+            args.model, args.device, args.dtype, args.quick, plan_from(args), progress,
+            threads=args.threads, profile_steps=args.profile,
+        )  # fmt: skip
     except EngineError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

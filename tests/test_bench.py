@@ -8,6 +8,7 @@ import json
 import math
 
 import pytest
+import torch
 
 from engine.bench import QUICK, Plan, derive_ratios, main, parse_args, plan_from, run_bench
 from engine.costs import step_cost
@@ -147,9 +148,35 @@ def test_quick_flag_picks_the_quick_plan():
         (["--repeats", "0"], "repeats must be at least 1"),
         (["--model", "no-such-model-anywhere"], "not found"),
         (["--dtype", "float8"], "invalid dtype 'float8'"),
+        (["--threads", "0"], "threads must be between 1 and"),
+        (["--out", "/no/such/folder/r.json"], "cannot write the report"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(extra, words, capsys):
     assert main(["--quick", "--quiet", *extra]) == 2
     err = capsys.readouterr().err.strip()
     assert words in err and "\n" not in err and "Traceback" not in err
+
+
+def test_profile_lists_the_decode_step_ops(tiny_llama_tied, small_roof):
+    plan = Plan(8, decode_prompt_tokens=4, decode_tokens=2, big_batch=2, big_batch_prompt_tokens=2, repeats=1)
+    threads_before = torch.get_num_threads()
+    r = run_bench(str(tiny_llama_tied.path), plan=plan, roofline=small_roof, threads=1, profile_steps=3)
+    assert r["machine"]["torch_threads"] == 1  # measured with the threads asked for...
+    assert torch.get_num_threads() == threads_before  # ...and the caller's setting is restored
+    prof = r["decode_profile"]
+    assert prof["steps"] == 3 and prof["ms_per_step_total"] > 0
+    ops = {row["op"]: row for row in prof["top_ops"]}
+    # every decode step multiplies by 4 weight matrices per layer (2 layers) plus the LM head
+    assert ops["aten::mm"]["calls_per_step"] == 4 * 2 + 1
+    assert sum(row["share"] for row in prof["top_ops"]) <= 1.0 + 1e-9
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_bench_times_the_graphed_decode_too(tiny_llama_tied):
+    r = run_bench(str(tiny_llama_tied.path), device="cuda", dtype="float32", plan=TINY)
+    graph = r["decode_b1"]["ours_cuda_graph"]
+    assert len(graph["tpot_s"]["samples"]) == TINY.repeats and graph["tpot_s"]["median"] > 0
+    assert r["ratios"]["decode_tpot_cuda_graph_vs_hf_b1"] > 0
+    assert r["decode_b1"]["greedy_tokens_matching_hf"] == TINY.decode_tokens

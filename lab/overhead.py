@@ -16,8 +16,10 @@ What is measured, and how (on CPU there is no separate "kernel time", so we say 
   op time    the summed *self* time of every aten op (torch.profiler; on GPU, the ops' device
              time): the time spent inside the math kernels themselves, with Python and module
              glue excluded. Decode-only op time = op time of an N-token run minus that of a
-             1-token run of the same prompt (same prefill), divided by the N-1 decode steps;
-             median over `repeats` pairs.
+             1-token run of the same prompt (same prefill), divided by the N-1 decode steps.
+             Each repeat profiles right after a plain run; the math share (op time / that run's
+             step) is the median over repeats, so a burst of load on a shared CPU moves one
+             repeat, not the answer.
   Breakdown per step: math = op time; glue = forward - math (Python, modules, allocation,
   dispatch); outside = step - forward (sampling, cache bookkeeping, events).
 Caveat: the profiler's op time includes sampling's few ops (argmax), which run outside forward;
@@ -89,25 +91,30 @@ def profiled_op_seconds(engine, prompts, new_tokens: int, cuda_graph: bool, on_g
 
 
 def decode_math_seconds(engine, prompts, s: OverheadSettings, cuda_graph: bool, on_gpu: bool) -> float:
-    """Per-decode-step op time: (N-token run - 1-token run) / (N - 1), median over repeats."""
-    per_step = []
-    for _ in range(max(1, s.repeats)):
-        full = profiled_op_seconds(engine, prompts, s.new_tokens, cuda_graph, on_gpu)
-        first = profiled_op_seconds(engine, prompts, 1, cuda_graph, on_gpu)
-        per_step.append(max(0.0, full - first) / (s.new_tokens - 1))
-    return median_of(per_step)
+    """Per-decode-step op time of one repeat: (N-token run - 1-token run) / (N - 1)."""
+    full = profiled_op_seconds(engine, prompts, s.new_tokens, cuda_graph, on_gpu)
+    first = profiled_op_seconds(engine, prompts, 1, cuda_graph, on_gpu)
+    return max(0.0, full - first) / (s.new_tokens - 1)
 
 
 def measure_variant(engine, prompts, s: OverheadSettings, variant: str, cuda_graph: bool, on_gpu: bool):
-    runs = [
-        engine.generate(prompts, max_new_tokens=s.new_tokens, temperature=0.0, stop_at_eos=False,
-                        cuda_graph=cuda_graph)
-        for _ in range(max(1, s.repeats))
-    ]  # fmt: skip
-    steps = [st for r in runs for st in r.trace.decode_steps]
-    step_s = median_of([st.seconds for st in steps])
-    forward_s = min(median_of([st.forward_s for st in steps]), step_s)
-    math_s = min(decode_math_seconds(engine, prompts, s, cuda_graph, on_gpu), forward_s)
+    """Interleaved repeats: a plain run, then its profiled pair, so both see the same machine load.
+
+    The math share is taken per repeat (op time / step time of the neighbouring plain run) and the
+    median share is applied to the median step: a load burst during one repeat moves one share,
+    not the answer.
+    """
+    steps_s, forwards_s, shares, last = [], [], [], None
+    for _ in range(max(1, s.repeats)):
+        last = engine.generate(prompts, max_new_tokens=s.new_tokens, temperature=0.0, stop_at_eos=False,
+                               cuda_graph=cuda_graph)  # fmt: skip
+        step = median_of([st.seconds for st in last.trace.decode_steps])
+        steps_s.append(step)
+        forwards_s.append(median_of([st.forward_s for st in last.trace.decode_steps]))
+        shares.append(decode_math_seconds(engine, prompts, s, cuda_graph, on_gpu) / step if step > 0 else 0.0)
+    step_s = median_of(steps_s)
+    forward_s = min(median_of(forwards_s), step_s)
+    math_s = min(median_of(shares) * step_s, forward_s)
     point = OverheadPoint(
         variant=variant,
         step_ms=step_s * 1e3,
@@ -118,7 +125,7 @@ def measure_variant(engine, prompts, s: OverheadSettings, variant: str, cuda_gra
         math_share=math_s / step_s if step_s > 0 else 0.0,
         decode_tps=s.batch / step_s if step_s > 0 else 0.0,
     )
-    return point, sample_of(runs[-1], f"{variant}, batch {s.batch}")
+    return point, sample_of(last, f"{variant}, batch {s.batch}")
 
 
 def run_overhead(engine, settings: OverheadSettings, on_progress: ProgressFn | None = None) -> OverheadResult:

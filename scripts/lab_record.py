@@ -74,23 +74,32 @@ def machine_facts(engine) -> dict:
     }
 
 
-def record_one(engine, name, compute, settings, figures, out: Path) -> dict:
+def record_one(engine, name, compute, settings, figures, out: Path):
     t0 = time.perf_counter()
     result = compute(engine, settings, lambda p: print(f"  {name}: {p.line()}", flush=True))
     seconds = time.perf_counter() - t0
     figs = figures(result, None)
     write_pngs(figs, [out / f"{name}-{i + 1}.png" for i in range(len(figs))])
     result.to_frame().to_csv(out / f"{name}.csv", index=False)
-    verdict = diagnose(result.sample.metrics, result.sample.trace, getattr(result, "roof", None))
     print(f"{name}: {seconds:.1f} s; " + "; ".join(result.notes), flush=True)
-    return {
+    entry = {
         "settings": asdict(settings),
         "seconds": seconds,
         "notes": result.notes,
-        "inspector": {"on": result.sample.label, "headline": verdict.headline, "decode_bound": verdict.decode_bound,
-                      "evidence": verdict.evidence},
         "charts": [f"{name}-{i + 1}.png" for i in range(len(figs))],
-    }  # fmt: skip
+    }
+    return result, entry
+
+
+def verdict(result, roof) -> dict:
+    """The inspector on the experiment's kept run, with the roofline measured in this same recording."""
+    v = diagnose(result.sample.metrics, result.sample.trace, roof)
+    return {
+        "on": result.sample.label,
+        "headline": v.headline,
+        "decode_bound": v.decode_bound,
+        "evidence": v.evidence,
+    }
 
 
 def main() -> None:
@@ -107,10 +116,16 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     engine = Engine.load(args.model, device=args.device, dtype=args.dtype)
     report = {"machine": machine_facts(engine), "experiments": {}}
+    results = {}
     for name, compute, settings, figures in experiments(engine.info.max_context):
         if args.only and name not in args.only:
             continue
-        report["experiments"][name] = record_one(engine, name, compute, settings, figures, args.out)
+        results[name], report["experiments"][name] = record_one(
+            engine, name, compute, settings, figures, args.out
+        )
+    roof = getattr(results.get("roofline"), "roof", None)
+    for name, result in results.items():
+        report["experiments"][name]["inspector"] = verdict(result, roof)
     report["machine"]["load_average_1m_end"] = os.getloadavg()[0]
     path = args.out / "results.json"
     if args.only and path.exists():  # keep the other experiments' earlier records

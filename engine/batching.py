@@ -27,7 +27,7 @@ class PrefillBatch:
     tokens: torch.Tensor  # (B, L) padded or (1, N) packed
     positions: torch.Tensor  # same shape as tokens
     input_pos: torch.Tensor | None  # (L,) cache slots written (padded); None when packed
-    mask: torch.Tensor | None  # (B, 1, L, L) bool (padded); None when packed
+    mask: torch.Tensor | None  # (B, 1, L, L) bool (padded); None when packed or nothing is padded
     logits_rows: torch.Tensor  # (B,) flat index of each sequence's last token
     packed: list[int] | None  # sequence lengths when packed
     lengths: list[int]  # real tokens per sequence
@@ -55,11 +55,12 @@ def padded_batch(prompts: list[list[int]], device, max_slots: int) -> PrefillBat
     causal = slots[None, :] <= slots[:, None]  # (L, L): key slot <= query slot
     # A pad query sees only itself, so no row of the softmax is empty (its output is never used).
     mask = (causal[None] & valid[:, None, :L]) | torch.eye(L, dtype=torch.bool, device=device)  # (B, L, L)
+    no_padding = min(lengths) == L  # then plain causal attention is exact (and a faster kernel)
     return PrefillBatch(
         tokens=tokens,
         positions=positions,
         input_pos=slots,
-        mask=mask[:, None],  # (B, 1, L, L)
+        mask=None if no_padding else mask[:, None],  # (B, 1, L, L)
         logits_rows=torch.arange(B, device=device) * L + (L - 1),
         packed=None,
         lengths=lengths,

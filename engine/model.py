@@ -16,7 +16,8 @@ explicit:
   positions  (B, T) per-row position of each token (RoPE angle or GPT-2 wpe row); with left padding
              a row's first real token is position 0 even if it sits in slot 5
   input_pos  (T,) cache *slots* this pass writes, common to the whole batch
-  mask       (B, 1, T, S) bool, True = may attend; S = how many cache slots to read
+  mask       (B, 1, T, S) bool, True = may attend; S = how many cache slots to read. None = a
+             fresh causal pass over these T tokens alone (K/V still written to the cache)
   cache      a KVCache or None (None: attend only within this pass, e.g. recompute mode)
   packed     lengths of sequences concatenated in a (1, N) row: attention runs per sequence and
              K/V are scattered into cache rows, so no GEMM does padding work
@@ -50,7 +51,7 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 def apply_rope(x: torch.Tensor, rope: Rope) -> torch.Tensor:
     """Rotate each (i, i + D/2) pair of dims by angle position * inv_freq[i]. x: (B, T, H, D)."""
-    return x * rope.cos + rotate_half(x) * rope.sin
+    return torch.addcmul(x * rope.cos, rotate_half(x), rope.sin)  # x cos + rot(x) sin
 
 
 def activation(name: str):
@@ -111,7 +112,9 @@ class Attention(nn.Module):
             if cache is not None:
                 cache.write_packed(self.layer, packed, k, v)
         else:
-            if cache is not None:
+            if cache is not None and mask is None:
+                cache.update(self.layer, input_pos, k, v)  # fresh causal pass: write, attend within it
+            elif cache is not None:
                 k, v = cache.update(self.layer, input_pos, k, v)
                 slots = mask.shape[-1]  # the mask says how much of the cache this pass reads
                 k, v = k[:, :, :slots], v[:, :, :slots]  # (B, Hkv, S, D)
@@ -152,7 +155,7 @@ class MLP(nn.Module):
             h = h + self.b_up
         if self.cfg.mlp_gated:
             gate, up = h.split(self.cfg.ffn_dim, dim=-1)
-            h = self.act(gate) * up  # SwiGLU
+            h = self.act(gate).mul_(up)  # SwiGLU, in place: prefill's (T, ffn) tensors are big
         else:
             h = self.act(h)
         out = h @ self.w_down_t

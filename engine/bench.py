@@ -403,6 +403,8 @@ def machine_facts() -> dict:
         "transformers": transformers.__version__,
         "python": platform.python_version(),
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        # Threading knobs change decode speed a lot on shared cores (engine/__init__.py explains).
+        "env": {k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "MKL_NUM_THREADS")},
     }
 
 

@@ -4,7 +4,7 @@
 # For a machine with an NVIDIA GPU whose python3 already has torch + transformers (no network is
 # needed or used). Run from anywhere:  scripts/gpu_check.sh
 # Logs and JSON reports go to $OUT if it is set (a results folder that is collected afterwards),
-# else to ./gpu_check_out. Every step has its own timeout, so a hang costs minutes, not the lease.
+# else to /tmp/gpu_check_out. Every step has its own timeout, so a hang costs minutes, not the lease.
 #
 # What it checks (issue 2): `pytest -m gpu`, then `python -m engine bench --device cuda`, which
 # also times our engine with cuda_graph=True. Target there: decode with CUDA graphs >= 3x faster
@@ -14,7 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 PY="${PYTHON:-python3}"
-DEST="${OUT:-$PWD/gpu_check_out}"
+DEST="${OUT:-${TMPDIR:-/tmp}/gpu_check_out}"
 mkdir -p "$DEST"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 failed=0

@@ -50,6 +50,23 @@ def draw_loading(svc: KitchenService) -> None:
     wait()
 
 
+# A shared link can preset the order: ?prompt=32&batch=4&new=16&temp=0.7 (applied once per session).
+QUERY_KEYS = {"prompt": (K_PLEN, int), "batch": (K_BATCH, int), "new": (K_NEW, int), "temp": (K_TEMP, float)}
+
+
+def apply_query_params() -> None:
+    """Seed the order form from the URL once, so an instructor can hand out a ready-made order."""
+    if st.session_state.get("tpk_query_applied"):
+        return
+    st.session_state["tpk_query_applied"] = True
+    for name, (key, kind) in QUERY_KEYS.items():
+        if name in st.query_params:
+            try:
+                st.session_state[key] = kind(st.query_params[name])
+            except ValueError:
+                st.warning(f"Ignored ?{name}={st.query_params[name]}: not a number.")
+
+
 def clamp_state(key: str, default, low, high):
     """A widget's value kept inside its (changing) range; returns True if it had to be lowered."""
     value = st.session_state.get(key, default)
@@ -65,6 +82,7 @@ def order_ui(svc: KitchenService, seed: int) -> Order | None:
     longer fits after another control moved is lowered, and the reason is shown.
     """
     ctx = svc.info.max_context
+    apply_query_params()
     prompt_col, batch_col, new_col, cook_col = st.columns([5, 3, 3, 2], gap="medium")
     with new_col:
         clamp_state(K_NEW, min(64, ctx - 1), 1, ctx - 1)
@@ -75,8 +93,9 @@ def order_ui(svc: KitchenService, seed: int) -> Order | None:
             key=K_NEW,
             help=f"Up to {ctx - 1:,}: the model's context is {ctx:,} tokens and the prompt needs at least one.",
         )
+        clamp_state(K_TEMP, 0.0, 0.0, 2.0)
         temperature = st.slider(
-            "Temperature", 0.0, 2.0, 0.0, 0.05, key=K_TEMP, help="0 = greedy (always the likeliest token)."
+            "Temperature", 0.0, 2.0, step=0.05, key=K_TEMP, help="0 = greedy (always the likeliest token)."
         )
     with prompt_col:
         text, plen = prompt_ui(svc, max_new)

@@ -45,9 +45,11 @@ def panel_values(run: LiveRun | None) -> PanelValues:
 
 
 def fmt_s(seconds: float | None) -> str:
-    """Milliseconds below a second, seconds above; a dash when not measured yet."""
+    """Milliseconds below a second (two decimals below 100 ms), seconds above; a dash when not measured."""
     if seconds is None:
         return "—"
+    if seconds < 0.1:
+        return f"{seconds * 1e3:,.2f} ms"
     return f"{seconds * 1e3:,.1f} ms" if seconds < 1 else f"{seconds:,.2f} s"
 
 
@@ -80,8 +82,10 @@ def draw_panels(values: PanelValues, queue_wait_s: float | None = None) -> None:
         )
         b.metric("Tokens/s, all tables" + note, fmt_tps(values.decode_tps))
         with c:
-            if values.itl_s:
+            if values.itl_s and values.final:
                 st.plotly_chart(itl_figure(values.itl_s), width="stretch", config={"displayModeBar": False})
+            elif values.itl_s:  # while cooking: a number, not a chart (building charts would slow the pot)
+                st.metric("Latest ITL", fmt_s(values.itl_s[-1]))
             else:
                 st.caption("The ITL of every decode step appears here once the pot starts ladling.")
 

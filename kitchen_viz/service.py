@@ -48,6 +48,7 @@ def _close_all() -> None:
     for svc in list(_OPEN):
         svc.close()
 
+
 JobStatus = Literal["queued", "loading", "running", "done", "error"]
 Work = Callable[[Any, Callable[[Any], None]], Any]
 

@@ -10,6 +10,6 @@ PRESENTER_ROOT_PX = 22  # Streamlit's default is 16 px
 def presenter_css() -> str:
     return f"""<style>
     html {{ font-size: {PRESENTER_ROOT_PX}px; }}
-    [data-testid="stMetricValue"] {{ font-size: 2.6rem; }}
+    [data-testid="stMetricValue"] {{ font-size: 1.8rem; }}
     [data-testid="stMetricLabel"] p {{ font-size: 1.1rem; }}
     </style>"""

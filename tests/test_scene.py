@@ -149,4 +149,4 @@ def test_the_scene_inlines_our_svg_into_its_script():
 
 
 def test_times_read_in_ms_below_a_second():
-    assert (fmt_s(None), fmt_s(0.0123), fmt_s(2.5)) == ("—", "12.3 ms", "2.50 s")
+    assert (fmt_s(None), fmt_s(0.0123), fmt_s(0.25), fmt_s(2.5)) == ("—", "12.30 ms", "250.0 ms", "2.50 s")

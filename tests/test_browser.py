@@ -1,0 +1,201 @@
+"""The real thing: `two-pot-kitchen` serving the app, headless Chromium pressing Cook.
+
+Starts the launcher on a free port, waits for /_stcore/health, and drives Debian's Chromium
+through Playwright. Screenshots are kept under test-artifacts/ (git-ignored) for people to look at.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+]
+COOK_TIMEOUT_MS = 240_000
+ORDER = "?new=16"  # a short order (16 bowls per table) keeps the suite quick on a shared CPU
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium is not installed"),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """The app as a learner starts it (the launcher), on a free port; yields its URL."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("server") / "streamlit.log"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    cmd = [
+        sys.executable,
+        "-m",
+        "kitchen_viz.launch",
+        "--server.port",
+        str(port),
+        "--server.address",
+        "127.0.0.1",
+    ]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                    break
+            except OSError:
+                time.sleep(0.5)
+            assert proc.poll() is None, log.read_text()
+        else:
+            pytest.fail(f"the app never became healthy:\n{log.read_text()}")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def open_kitchen(browser, url: str, **context):
+    page = browser.new_page(viewport={"width": 1500, "height": 1250}, **context)
+    page.goto(url + "/" + ORDER)
+    page.get_by_role("button", name="Cook").wait_for(timeout=COOK_TIMEOUT_MS)
+    return page
+
+
+def write_prompt(page, text: str) -> None:
+    page.get_by_text("Write a prompt").click()
+    box = page.get_by_label("Prompt text (every table orders this)")
+    box.fill(text)
+    box.press("Control+Enter")  # Streamlit commits a text area on Ctrl+Enter
+    page.get_by_text("Your prompt is").wait_for(timeout=60_000)
+
+
+def metric_value(page, label: str) -> str:
+    metric = page.locator('[data-testid="stMetric"]').filter(has_text=label).first
+    return metric.locator('[data-testid="stMetricValue"]').inner_text()
+
+
+def wait_for_cooked(page) -> None:
+    """Until the TTFT panel shows a measured number and the generated text is on the page."""
+    page.wait_for_function(
+        """() => [...document.querySelectorAll('[data-testid="stMetric"]')].some(m =>
+              m.innerText.includes('TTFT') && /\\d/.test(m.querySelector('[data-testid="stMetricValue"]').innerText))""",
+        timeout=COOK_TIMEOUT_MS,
+    )
+    page.get_by_text("Diagnosis", exact=False).first.wait_for(timeout=COOK_TIMEOUT_MS)
+    page.locator(".tpk-text span").first.wait_for(timeout=COOK_TIMEOUT_MS)
+
+
+def full_texts(page) -> list[str]:
+    """The generated text of each table, from the 'Full text' expander (its code blocks)."""
+    page.get_by_text("Full text, table by table").click()
+    blocks = page.locator('[data-testid="stCode"] code')
+    blocks.first.wait_for(timeout=30_000)
+    return [t.strip() for t in blocks.all_inner_texts()]
+
+
+def assert_no_exception(page) -> None:
+    assert page.locator('[data-testid="stException"]').count() == 0
+
+
+def test_first_load_shows_the_kitchen_and_cook_measures_real_text(server, browser):
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = open_kitchen(browser, server)
+    page.screenshot(path=str(ARTIFACTS / "kitchen-before-cook.png"), full_page=True)
+    page.get_by_role("button", name="Cook").click()
+    wait_for_cooked(page)
+    ttft = metric_value(page, "TTFT")
+    assert re.match(r"^[\d.,]+ (ms|s)$", ttft) and float(re.sub(r"[^\d.]", "", ttft)) > 0
+    page.locator(".tpk-svg").wait_for()
+    time.sleep(2)  # let the replay run a little so the picture has bowls in it
+    page.screenshot(path=str(ARTIFACTS / "kitchen-cooking.png"), full_page=True)
+    assert_no_exception(page)
+    texts = full_texts(page)
+    assert len(texts) == 1 and texts[0]
+    page.close()
+
+
+def test_two_browser_sessions_cooking_at_once_each_get_their_own_text(server, browser):
+    from engine import Engine
+
+    orders = {"ROMEO:\n": None, "JULIET:\n": None}
+    pages = {}
+    for prompt in orders:
+        page = open_kitchen(browser, server)
+        write_prompt(page, prompt)
+        pages[prompt] = page
+    for page in pages.values():  # both orders go in before either is done
+        page.get_by_role("button", name="Cook").click()
+    for prompt, page in pages.items():
+        wait_for_cooked(page)
+        assert_no_exception(page)
+        orders[prompt] = full_texts(page)[0]
+    chef = Engine.load("chef")
+    for prompt, shown in orders.items():  # greedy and seed 0: what the engine writes for that prompt
+        expected = chef.generate([prompt], max_new_tokens=16, temperature=0.0, seed=0).texts[0].strip()
+        assert shown == expected
+    assert orders["ROMEO:\n"] != orders["JULIET:\n"]
+    pages["JULIET:\n"].screenshot(path=str(ARTIFACTS / "kitchen-second-session.png"), full_page=True)
+    for page in pages.values():
+        page.close()
+
+
+def test_presenter_mode_and_dark_theme_render_large_and_clean(server, browser):
+    page = open_kitchen(browser, server, color_scheme="dark")
+    page.get_by_text("Presenter mode (large type)").click()
+    page.wait_for_function(
+        "() => getComputedStyle(document.documentElement).fontSize === '22px'", timeout=60_000
+    )
+    page.get_by_role("button", name="Cook").click()
+    wait_for_cooked(page)
+    time.sleep(2)
+    page.screenshot(path=str(ARTIFACTS / "kitchen-presenter-dark.png"), full_page=True)
+    assert_no_exception(page)
+    page.close()
+
+
+def test_story_page_links_to_the_lab(server, browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 1200})
+    page.goto(server)
+    page.get_by_role("link", name="The two-pot story").click()
+    page.get_by_text("From the kitchen to the engine").wait_for(timeout=60_000)
+    page.get_by_role("link", name=re.compile("Lab: more tables")).wait_for(timeout=60_000)
+    assert page.get_by_role("link", name=re.compile("Lab:")).count() >= 5
+    page.screenshot(path=str(ARTIFACTS / "story.png"), full_page=True)
+    assert_no_exception(page)
+    page.close()

@@ -85,3 +85,35 @@ def test_half_precision_runs_close_to_transformers(tiny_llama, dtype, torch_dtyp
     res = eng.generate([PROMPT, PROMPT[:3]], max_new_tokens=8, batching="packed")
     assert [len(t) for t in res.tokens] == [8, 8]
     assert res.metrics.kv_cache_allocated_bytes == 2 * (8 + 7) * eng.info.kv_bytes_per_token
+
+
+def test_llama3_rope_scaling_matches_transformers(tmp_path):
+    from conftest import make_tiny_model
+
+    scaling = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 32}  # fmt: skip
+    tiny = make_tiny_model(tmp_path / "llama3", "llama", tied=True, rope_parameters=scaling)
+    eng = Engine.load(str(tiny.path))
+    assert eng.cfg.rope_scaling is not None
+    tokens = torch.randint(0, 320, (1, 120), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        ours = eng.model(tokens, torch.arange(120)[None])
+        ref = tiny.hf()(tokens).logits
+    torch.testing.assert_close(ours, ref, atol=1e-4, rtol=0)
+
+
+def test_mistral_config_loads_as_llama_with_window_as_context(tiny_llama, tmp_path):
+    import json
+    import shutil
+
+    folder = tmp_path / "mistral"
+    shutil.copytree(tiny_llama.path, folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg |= {"model_type": "mistral", "architectures": ["MistralForCausalLM"], "sliding_window": 64}
+    (folder / "config.json").write_text(json.dumps(cfg))
+    eng = Engine.load(str(folder))
+    assert eng.info.family == "llama" and eng.info.max_context == 64
+    assert (
+        eng.generate([PROMPT], max_new_tokens=8).tokens
+        == Engine.load(str(tiny_llama.path)).generate([PROMPT], max_new_tokens=8).tokens
+    )

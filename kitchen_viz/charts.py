@@ -163,6 +163,11 @@ def kv_figures(result, guess: float | None = None) -> list[go.Figure]:
                                      line=dict(color=colour, dash="dot", width=1)))  # fmt: skip
         mem.add_trace(go.Scatter(x=part.position, y=part.kv_mb, mode="lines", name=f"cache={mode}",
                                  line=dict(color=colour)))  # fmt: skip
+    for run in result.runs:
+        if run.mode == "static" and run.kv_allocated_mb > 0:  # the counter is built full-size up front
+            mem.add_trace(go.Scatter(x=[df.position.min(), df.position.max()], y=[run.kv_allocated_mb] * 2,
+                                     mode="lines", name="cache=static, allocated up front",
+                                     line=dict(color=POT, dash="dash")))  # fmt: skip
     if guess is not None and "none" in set(df["mode"]):
         none = df[df["mode"] == "none"]
         fifth = max(1, len(none) // 5)

@@ -53,7 +53,12 @@ def test_eos_stops_one_sequence_and_the_rest_continue(tiny_llama, tmp_path):
     for got, ref in zip(res.tokens, free, strict=True):
         cut = ref.index(eos) + 1 if eos in ref else len(ref)
         assert got == ref[:cut]
-    assert res.tokens[0] == free[0][:4]
+    assert res.tokens[0] == free[0][: free[0].index(eos) + 1]
+    for cache in ("static", "growing", "none"):  # compaction works in every cache and layout
+        for batching in ("padded", "packed"):
+            assert (
+                eng.generate(PROMPTS, max_new_tokens=10, cache=cache, batching=batching).tokens == res.tokens
+            )
     assert eng.generate(PROMPTS, max_new_tokens=10, stop_at_eos=False).tokens == free
     batches = [s.batch for s in res.trace.decode_steps]
     assert batches == sorted(batches, reverse=True) and batches[-1] < len(PROMPTS)  # finished rows dropped

@@ -88,6 +88,16 @@ class Clock:
             self.paused_s += time.perf_counter() - held
 
 
+@dataclass(frozen=True)
+class StepWork:
+    """What one pass computed, for its StepRecord (see engine/trace.py for the field meanings)."""
+
+    tokens: int
+    slots: int
+    kv_tokens: int
+    attn_pairs: int | None = None
+
+
 @dataclass
 class Running:
     """Decode-phase state of the sequences still cooking (rows shrink as sequences finish)."""
@@ -202,8 +212,9 @@ class Engine:
         first = sample(logits, params, gen)  # (B,)
         first_ids = first.tolist()
         trace.t_first_token = clock.now()
+        kv_live = sum(lengths) if cache is not None else 0
         rec = self._record("prefill", 0, t_start, t_fwd, t_fwd - t_start, B, sum(lengths), batch.computed,
-                           sum(lengths), sum(lengths), B, batch.attn_pairs)  # fmt: skip
+                           sum(lengths), kv_live, B, batch.attn_pairs)  # fmt: skip
         trace.steps.append(rec)
         events: list[Event] = [PrefillEnd(t_fwd, rec, rec.kv_bytes)]
         done = [False] * B
@@ -228,30 +239,22 @@ class Engine:
             if cache is None:  # recompute mode: the whole sequence again, through the prefill path
                 full = build_batch([prompts[r] + out[r] for r in run.rows], req.batching, self.device)
                 logits = prefill(self.model, full, None)
-                slots, kv_tokens, pairs = full.computed, 0, full.attn_pairs
-                real = sum(full.lengths)  # every token of every sequence is computed again
+                work = StepWork(sum(full.lengths), full.computed, 0, full.attn_pairs)
             else:
                 slot = batch.slots_used + step - 1  # one common cache slot per step for all rows
-                run.valid[:, slot] = True
-                if req.cuda_graph:  # step 1 includes recording the graph
-                    graphed = graphed or GraphedDecode(self.model, cache, run.valid, slot)
-                    logits = graphed(run.last, run.positions, slot)
-                    read = run.valid.shape[1]  # a graph reads the whole allocation
-                else:
-                    mask = run.valid[:, None, None, : slot + 1]  # (B, 1, 1, S): only the filled prefix
-                    input_pos = torch.tensor([slot], device=self.device)
-                    logits = decode_one_token(self.model, run.last, run.positions, input_pos, mask, cache)
-                    read = slot + 1
-                slots, kv_tokens, pairs = len(run.rows), len(run.rows) * read, None
-                real = len(live)
+                if req.cuda_graph and graphed is None:  # step 1 includes recording the graph
+                    run.valid[:, slot] = True
+                    graphed = GraphedDecode(self.model, cache, run.valid, slot)
+                logits, read = self._decode_step(run, slot, cache, graphed)
+                work = StepWork(len(live), len(run.rows), len(run.rows) * read)
             t_fwd = clock.now()
             nxt = sample(logits, params, gen)  # (B,)
             nxt_ids = nxt.tolist()
             t_end = clock.now()
             rows = [run.rows[i] for i in live]
             kv_live = 0 if cache is None else sum(lengths[r] + step for r in rows)
-            rec = self._record("decode", step, t_start, t_end, t_fwd - t_start, len(run.rows), real,
-                               slots, kv_tokens, kv_live, len(run.rows), pairs)  # fmt: skip
+            rec = self._record("decode", step, t_start, t_end, t_fwd - t_start, len(run.rows), work.tokens,
+                               work.slots, work.kv_tokens, kv_live, len(run.rows), work.attn_pairs)  # fmt: skip
             trace.steps.append(rec)
             events = []
             self._accept([nxt_ids[i] for i in live], rows, out, decoders, req, step, t_end, events, done)
@@ -275,6 +278,15 @@ class Engine:
             dtype=self.info.dtype,
         )
         yield from clock.emit([Done(clock.now(), result)])
+
+    def _decode_step(self, run: Running, slot: int, cache: KVCache, graphed: GraphedDecode | None):
+        """One soup-pot step at cache `slot`: -> (logits (B, V), cache slots each row read)."""
+        run.valid[:, slot] = True  # the token fed now becomes a key every row may attend to
+        if graphed is not None:
+            return graphed(run.last, run.positions, slot), run.valid.shape[1]  # reads the whole allocation
+        mask = run.valid[:, None, None, : slot + 1]  # (B, 1, 1, S): only the filled prefix
+        input_pos = torch.tensor([slot], device=self.device)  # (1,)
+        return decode_one_token(self.model, run.last, run.positions, input_pos, mask, cache), slot + 1
 
     def _accept(self, ids, rows, out, decoders, req, step, t, events, done) -> None:
         """Append one sampled token per live row, queue its Token event, mark finished rows in `done`."""

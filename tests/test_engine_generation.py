@@ -182,7 +182,9 @@ def test_cuda_graph_gives_the_same_tokens(tiny_llama, dtype):
 
 def test_recompute_mode_redoes_the_whole_sequence_every_step(eng):
     static = eng.generate(PROMPTS, max_new_tokens=5, cache="static").trace.decode_steps
-    none = eng.generate(PROMPTS, max_new_tokens=5, cache="none").trace.decode_steps
+    none_trace = eng.generate(PROMPTS, max_new_tokens=5, cache="none").trace
+    none = none_trace.decode_steps
+    assert none_trace.prefill.kv_bytes == 0  # nothing is kept between passes
     for i, (s, n) in enumerate(zip(static, none, strict=True), start=1):
         assert s.tokens == len(PROMPTS)
         assert n.tokens == sum(len(p) + i for p in PROMPTS) and n.kv_bytes == 0

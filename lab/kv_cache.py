@@ -102,6 +102,20 @@ def measure_mode(engine, ids: list[int], mode: str, new_tokens: int) -> tuple[Kv
     return run, sample_of(res, f"cache={mode}")
 
 
+def calibrated_units(engine, ids: list[int], s: KvSettings) -> list[float]:
+    """Expected cost of each mode for the ETA, from two measured warm-up runs.
+
+    A cached step costs about one decode step; a recompute step costs about a prefill of the
+    sequence so far (mid-run: prompt + new_tokens / 2 tokens). Both are timed here, so the ETA
+    rests on this machine's speed, not a guess. The runs also warm the engine up.
+    """
+    decode = engine.generate([ids], max_new_tokens=4, stop_at_eos=False).trace.decode_steps
+    step_s = median_of([st.seconds for st in decode])
+    mid = prompt_ids(engine, s.prompt_len + s.new_tokens // 2)
+    recompute_s = engine.generate([mid], max_new_tokens=1, stop_at_eos=False).trace.prefill.seconds
+    return [s.new_tokens * (recompute_s if m == "none" else step_s) for m in s.modes]
+
+
 def run_kv_cache(engine, settings: KvSettings, on_progress: ProgressFn | None = None) -> KvResult:
     """Per-step latency and KV memory for each cache mode, same prompt, same greedy tokens."""
     unknown = [m for m in settings.modes if m not in MODES]
@@ -111,11 +125,8 @@ def run_kv_cache(engine, settings: KvSettings, on_progress: ProgressFn | None = 
         raise EngineError(f"keep the soup warm: new_tokens must be at least 10, got {settings.new_tokens}")
     check_fits(engine, settings.prompt_len, settings.new_tokens, "keep the soup warm")
     ids = prompt_ids(engine, settings.prompt_len)
-    # Recompute costs ~position tokens per step, the caches ~1: weight the ETA accordingly.
     n = settings.new_tokens
-    units = [n * (settings.prompt_len + n / 2) if m == "none" else n for m in settings.modes]
-    tracker = ProgressTracker(units, on_progress)
-    engine.generate([ids], max_new_tokens=2, stop_at_eos=False)  # warm-up
+    tracker = ProgressTracker(calibrated_units(engine, ids, settings), on_progress)
     runs, samples = [], {}
     for mode in settings.modes:
         run, samples[mode] = measure_mode(engine, ids, mode, n)

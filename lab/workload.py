@@ -15,6 +15,8 @@ Example:
 
 from __future__ import annotations
 
+import torch
+
 from engine.errors import EngineError
 
 # A public-domain passage (Romeo and Juliet, Act II, Scene II), the chef's home cooking.
@@ -42,6 +44,11 @@ And I'll no longer be a Capulet.
 
 
 def passage_ids(engine) -> list[int]:
+    """The passage as token ids; a model without a tokenizer gets fixed pseudo-random ids instead
+    (same count every time, so timings stay comparable; the text is meaningless either way)."""
+    if not getattr(engine.info, "has_tokenizer", True):
+        gen = torch.Generator().manual_seed(0)
+        return torch.randint(0, engine.info.vocab_size, (len(PASSAGE) // 4,), generator=gen).tolist()
     ids = list(engine.encode(PASSAGE))
     if not ids:
         raise EngineError("the tokenizer turned the lab's passage into no tokens; cannot build prompts")

@@ -23,6 +23,7 @@ from lab.padding import PaddingSettings, run_padding
 from lab.progress import Progress
 from lab.roofline_lab import RooflineSettings, run_roofline
 from lab.tables import TablesSettings, run_tables
+from lab.workload import prompt_ids
 
 
 @pytest.fixture(scope="module")
@@ -145,3 +146,12 @@ def test_bad_settings_are_refused_in_one_line(chef, call, words):
     with pytest.raises(EngineError) as err:
         call(chef)
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_models_without_a_tokenizer_get_fixed_token_ids(tiny_llama):
+    eng = Engine.load(str(tiny_llama.path))
+    assert not eng.info.has_tokenizer
+    ids = prompt_ids(eng, 50)
+    assert len(ids) == 50 and all(0 <= i < eng.info.vocab_size for i in ids) and ids == prompt_ids(eng, 50)
+    r = run_padding(eng, PaddingSettings(lengths=(5, 30), repeats=1))
+    assert r.point("packed").slots == 35 < r.point("padded").slots == 60

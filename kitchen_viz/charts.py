@@ -112,11 +112,19 @@ def tables_figures(result, guess: float | None = None) -> list[go.Figure]:
 
 def roofline_figure(result, guess: float | None = None) -> go.Figure:
     roof, df = result.roof, result.to_frame()
-    lo, hi = min(df.intensity.min(), roof.ridge) / 4, max(df.intensity.max(), roof.ridge) * 4
+    xs_all = list(df.intensity) + [t.intensity for t in getattr(result, "theory", [])] + [roof.ridge]
+    lo, hi = min(xs_all) / 2, max(xs_all) * 2
     xs = np.geomspace(lo, hi, 200)
     fig = go.Figure(go.Scatter(x=xs, y=[roof.attainable(x) / 1e9 for x in xs], mode="lines", name="roof (measured)",
                                line=dict(color="black", width=2)))  # fmt: skip
     for phase, colour in (("prefill", WOK), ("decode", POT)):
+        path = [t for t in getattr(result, "theory", []) if t.phase == phase]
+        if path:  # the analytic path this phase travels as its knob (prompt length, batch) turns
+            knob = "prompt" if phase == "prefill" else "batch"
+            fig.add_trace(go.Scatter(x=[t.intensity for t in path], y=[t.attainable_flops_per_s / 1e9 for t in path],
+                                     mode="lines", line=dict(color=colour, width=9), opacity=0.25,
+                                     name=f"{phase} theory path ({knob} {path[0].setting}-{path[-1].setting})",
+                                     hovertext=[f"{knob} {t.setting}" for t in path]))  # fmt: skip
         part = df[df.phase == phase].sort_values("intensity")
         # Theory: where the roof says each step could be, joined to its measurement by a dotted drop.
         xs_gap, ys_gap = [], []

@@ -22,8 +22,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
 import pandas as pd
+import torch
 
+from engine.costs import step_cost
 from engine.roofline import Roofline, measure_roofline
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.sample import Sample, sample_of
@@ -54,12 +57,23 @@ class RoofPoint:
 
 
 @dataclass(frozen=True)
+class TheoryPoint:
+    """Where the cost model puts a pass of this phase at one setting, and the roof's speed there."""
+
+    phase: str
+    setting: int  # prompt length (prefill) or batch size (decode)
+    intensity: float
+    attainable_flops_per_s: float
+
+
+@dataclass(frozen=True)
 class RooflineResult:
     settings: RooflineSettings
     roof: Roofline
     points: list[RoofPoint]
     sample: Sample
     notes: list[str] = field(default_factory=list)
+    theory: list[TheoryPoint] = field(default_factory=list)  # each phase's path as its setting grows
 
     def to_frame(self) -> pd.DataFrame:
         return pd.DataFrame([asdict(p) for p in self.points])
@@ -108,6 +122,26 @@ def decode_point(engine, batch: int, s: RooflineSettings, roof: Roofline):
     return point, res
 
 
+def theory_paths(engine, s: RooflineSettings, roof: Roofline) -> list[TheoryPoint]:
+    """The analytic path each phase travels along the roofline as its knob turns.
+
+    Prefill: batch 1, prompt 1 .. context (causal attention pairs). Decode: batch 1 .. 1024 at the
+    decode prompt plus half the new tokens of context each. Costs come from `engine.costs` (the same
+    model the trace uses), so the measured points sit on these paths' x-positions by construction;
+    only their heights are measured.
+    """
+    cfg, nbytes = engine.cfg, getattr(torch, str(engine.info.dtype)).itemsize
+    path = []
+    for n in sorted({int(x) for x in np.geomspace(1, engine.info.max_context, 24)}):
+        c = step_cost(cfg, 1, n, n, nbytes, logits_rows=1, attn_pairs=n * (n + 1) // 2)
+        path.append(TheoryPoint("prefill", n, c.intensity, roof.attainable(c.intensity)))
+    ctx = s.decode_prompt + s.new_tokens // 2
+    for b in (2**k for k in range(11)):
+        c = step_cost(cfg, b, b, b * ctx, nbytes, logits_rows=b)
+        path.append(TheoryPoint("decode", b, c.intensity, roof.attainable(c.intensity)))
+    return path
+
+
 def run_roofline(engine, settings: RooflineSettings, on_progress: ProgressFn | None = None) -> RooflineResult:
     """Measure the roofs, then place prefill and decode steps under them."""
     for n in settings.prompt_lens:
@@ -138,5 +172,9 @@ def run_roofline(engine, settings: RooflineSettings, on_progress: ProgressFn | N
         f"{p.pct_of_roof:.0f}% of the roof there"
         for p in points
     ]
+    theory = theory_paths(engine, settings, roof)
+    cross = next((t.setting for t in theory if t.phase == "decode" and t.intensity >= roof.ridge), None)
+    notes.insert(1, f"decode reaches the ridge at batch {cross} (analytic)" if cross else
+                 "decode stays left of the ridge up to batch 1024 (analytic): always memory-bound here")  # fmt: skip
     return RooflineResult(settings=settings, roof=roof, points=points, sample=sample_of(last, points[-1].label),
-                          notes=notes)  # fmt: skip
+                          notes=notes, theory=theory)  # fmt: skip

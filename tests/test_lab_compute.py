@@ -127,6 +127,11 @@ def test_roofline_places_decode_left_of_prefill(chef):
     assert decode1.intensity < min(p.intensity for p in r.points if p.phase == "prefill")
     for p in r.points:
         assert p.pct_of_roof == pytest.approx(100 * p.achieved_flops_per_s / r.roof.attainable(p.intensity))
+    decode_path = [t for t in r.theory if t.phase == "decode"]
+    assert [t.setting for t in decode_path][:3] == [1, 2, 4]
+    assert all(a.intensity < b.intensity for a, b in zip(decode_path, decode_path[1:], strict=False))
+    # The analytic path at batch 1 is where the measured batch-1 step was placed (within 5 %).
+    assert decode_path[0].intensity == pytest.approx(decode1.intensity, rel=0.05)
 
 
 @pytest.mark.parametrize(

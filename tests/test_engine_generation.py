@@ -190,3 +190,17 @@ def test_recompute_mode_redoes_the_whole_sequence_every_step(eng):
         assert n.tokens == sum(len(p) + i for p in PROMPTS) and n.kv_bytes == 0
         assert n.flops > 5 * s.flops
     assert [n.tokens for n in none] == sorted(n.tokens for n in none)
+
+
+def test_streaming_detokenizer_never_splits_a_character(tiny_llama_tok):
+    from engine.text import IncrementalDecoder
+
+    eng = Engine.load(str(tiny_llama_tok.path))
+    text = "Wok 🔥 soupe crème brûlée 🍜 done"
+    ids = eng.encode(text)
+    assert len(ids) > len(text.split())  # multi-byte characters span several byte-level tokens
+    dec = IncrementalDecoder(eng.codec, [])
+    chunks = [dec.feed(t, final=i == len(ids) - 1) for i, t in enumerate(ids)]
+    assert "".join(chunks) == text
+    assert not any("\ufffd" in c for c in chunks)
+    assert "" in chunks  # some tokens carried only part of a character and were held back

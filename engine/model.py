@@ -2,8 +2,9 @@
 
 Written for reading and for decode speed (gpt-fast style), not for training:
 
-* Every weight is stored *pre-transposed* as `(in, out)` so a layer computes `x @ W_t`; on CPU this
-  is about twice as fast as `F.linear(x, W)` for the one-row GEMVs of decode.
+* Every weight is stored *pre-transposed* as `(in, out)` so a layer computes `x @ W_t`; for the
+  one-row GEMVs of decode this beat `F.linear(x, W)` on our CPU (by 7-25 % on a busy shared machine,
+  where memory bandwidth limits both; more when the machine is idle).
 * q/k/v live in one fused `(d, q + 2 kv)` matrix and gate/up in one `(d, 2 ffn)` matrix, so a layer
   is four GEMMs: qkv, out, gate_up, down.
 * Tied embeddings keep ONE `(d, V)` matrix: the LM head multiplies by it, and embedding a token

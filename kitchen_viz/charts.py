@@ -49,6 +49,9 @@ def banquet_figures(result, guess: float | None = None) -> list[go.Figure]:
     df = result.to_frame()
     ttft = go.Figure(go.Scatter(x=df.prompt_tokens, y=df.ttft_s * 1e3, mode="lines+markers", name="TTFT (measured)",
                                 line=dict(color=WOK)))  # fmt: skip
+    if result.device == "cpu":
+        ttft.add_trace(go.Scatter(x=df.prompt_tokens, y=df.prefill_cpu_s * 1e3, mode="lines", name="prefill CPU time",
+                                  line=dict(color=WOK, dash="dot", width=1)))  # fmt: skip
     if guess is not None:
         ttft.add_trace(
             guess_marker(
@@ -97,13 +100,18 @@ def tables_figures(result, guess: float | None = None) -> list[go.Figure]:
                               line=dict(color=POT)))  # fmt: skip
     step.add_trace(go.Scatter(x=df.batch, y=df.decode_tps, mode="lines+markers", name="decode tokens/s",
                               line=dict(color=GREY, dash="dash")), secondary_y=True)  # fmt: skip
+    if result.device == "cpu":
+        step.add_trace(go.Scatter(x=df.batch, y=df.decode_cpu_step_s * 1e3, mode="lines", name="decode step CPU time (ms)",
+                                  line=dict(color=POT, dash="dot", width=1)))  # fmt: skip
     if guess is not None:
         step.add_trace(
             guess_marker(df.batch.iloc[-1], df.decode_step_s.iloc[0] * 1e3 * guess, f"your guess: {guess:g}x")
         )
     step.update_xaxes(title="batch size (sequences)", type="log")
     step.update_yaxes(title="decode step (ms)", rangemode="tozero", secondary_y=False)
-    step.update_yaxes(title="tokens / s", rangemode="tozero", secondary_y=True)
+    step.update_yaxes(
+        title="tokens / s", rangemode="tozero", secondary_y=True, showgrid=False, tickmode="auto"
+    )
     return [finish(step, "More tables: one ladle serves the whole batch, until the pot gets busy"), per_token]
 
 

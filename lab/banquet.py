@@ -59,6 +59,7 @@ class BanquetResult:
     saturation_tokens: int | None  # the prompt length where the wok saturates
     sample: Sample
     notes: list[str] = field(default_factory=list)
+    device: str = "cpu"  # CPU time is the work's own cost only when the work runs on the CPU
 
     def to_frame(self) -> pd.DataFrame:
         return pd.DataFrame([asdict(p) for p in self.points])
@@ -126,4 +127,5 @@ def run_banquet(engine, settings: BanquetSettings, on_progress: ProgressFn | Non
         f"attention's share of prefill FLOPs (analytic) grows from {points[0].attention_share:.0%} "
         f"at {points[0].prompt_tokens} tokens to {points[-1].attention_share:.0%} at {points[-1].prompt_tokens}",
     ]
-    return BanquetResult(settings=settings, points=points, saturation_tokens=sat, sample=sample, notes=notes)
+    return BanquetResult(settings=settings, points=points, saturation_tokens=sat, sample=sample, notes=notes,
+                         device=str(engine.info.device))  # fmt: skip

@@ -59,6 +59,7 @@ class TablesResult:
     points: list[TablesPoint]
     sample: Sample
     notes: list[str] = field(default_factory=list)
+    device: str = "cpu"  # CPU time is the work's own cost only when the work runs on the CPU
 
     def to_frame(self) -> pd.DataFrame:
         return pd.DataFrame([asdict(p) for p in self.points])
@@ -126,4 +127,6 @@ def run_tables(engine, settings: TablesSettings, on_progress: ProgressFn | None 
         (f"decode step first reaches 1.5x batch-1 time at batch {k}" if k else
          "decode step never reached 1.5x batch-1 time in this range: still memory/overhead-bound"),
     ]  # fmt: skip
-    return TablesResult(settings=settings, points=points, sample=sample, notes=notes)
+    return TablesResult(
+        settings=settings, points=points, sample=sample, notes=notes, device=str(engine.info.device)
+    )

@@ -204,3 +204,14 @@ def test_streaming_detokenizer_never_splits_a_character(tiny_llama_tok):
     assert "".join(chunks) == text
     assert not any("\ufffd" in c for c in chunks)
     assert "" in chunks  # some tokens carried only part of a character and were held back
+
+
+@pytest.mark.parametrize("batching", ["padded", "packed"])
+def test_single_token_prompts_and_single_new_token(eng, batching):
+    res = eng.generate([[42], [7, 8, 9]], max_new_tokens=1, batching=batching)
+    assert [len(t) for t in res.tokens] == [1, 1]
+    assert [s.phase for s in res.trace.steps] == ["prefill"]
+    assert res.metrics.tpot_s == 0.0 and res.metrics.itl_s == [] and res.metrics.e2e_s == res.metrics.ttft_s
+    longer = eng.generate([[42], [7, 8, 9]], max_new_tokens=4, batching=batching)
+    assert [t[:1] for t in longer.tokens] == res.tokens
+    assert longer.tokens[0] == eng.generate([[42]], max_new_tokens=4).tokens[0]

@@ -289,8 +289,8 @@ def measure_decode(
     return out
 
 
-def profile_decode(eng, prompt_len: int, steps: int, dev: torch.device, top: int = 15) -> dict:
-    """Where a batch-1 decode step spends its time, per op (torch.profiler self time).
+def profile_decode(eng, batch: int, prompt_len: int, steps: int, dev: torch.device, top: int = 15) -> dict:
+    """Where one decode step of `batch` sequences spends its time, per op (torch.profiler self time).
 
     Runs `decode_one_token` directly, `steps` times after a real prefill, so prefill's big GEMMs do
     not mix into the table. `aten::mm` is the weight GEMVs: the memory-bound part; everything else
@@ -303,18 +303,18 @@ def profile_decode(eng, prompt_len: int, steps: int, dev: torch.device, top: int
     from engine.cache import StaticKVCache
 
     cfg = eng.cfg
-    prompt = random_prompts(cfg.vocab_size, 1, prompt_len, seed=3)
+    prompts = random_prompts(cfg.vocab_size, batch, prompt_len, seed=3)
     slots = prompt_len + steps + 1
-    batch = build_batch(prompt, "padded", dev, slots)
-    cache = StaticKVCache(cfg.n_layers, 1, cfg.n_kv_heads, cfg.head_dim, slots, eng.model.dtype, dev)
-    tok = prefill(eng.model, batch, cache).argmax(-1)[:, None]  # (1, 1)
-    valid = batch.valid.clone()  # (1, slots): which cache slots hold real tokens
+    pre = build_batch(prompts, "padded", dev, slots)
+    cache = StaticKVCache(cfg.n_layers, batch, cfg.n_kv_heads, cfg.head_dim, slots, eng.model.dtype, dev)
+    tok = prefill(eng.model, pre, cache).argmax(-1)[:, None]  # (B, 1)
+    valid = pre.valid.clone()  # (B, slots): which cache slots hold real tokens
 
     def one_step(i: int) -> None:
-        slot = batch.slots_used + i
+        slot = pre.slots_used + i
         valid[:, slot] = True
-        mask = valid[:, None, None, : slot + 1]  # (1, 1, 1, S)
-        positions = torch.tensor([[prompt_len + i]], device=dev)  # (1, 1)
+        mask = valid[:, None, None, : slot + 1]  # (B, 1, 1, S)
+        positions = torch.full((batch, 1), prompt_len + i, device=dev)  # (B, 1)
         decode_one_token(eng.model, tok, positions, torch.tensor([slot], device=dev), mask, cache)
 
     one_step(0)  # warm-up
@@ -335,7 +335,13 @@ def profile_decode(eng, prompt_len: int, steps: int, dev: torch.device, top: int
         }
         for e in events[:top]
     ]
-    return {"steps": steps, "timer": attr, "ms_per_step_total": total_us / steps / 1e3, "top_ops": rows}
+    return {
+        "batch": batch,
+        "steps": steps,
+        "timer": attr,
+        "ms_per_step_total": total_us / steps / 1e3,
+        "top_ops": rows,
+    }
 
 
 # ---------------------------------------------------------------- ratios, targets and the report
@@ -459,8 +465,14 @@ def measure_all(
             b1 = measure_decode(c, plan, dev, 1, plan.decode_prompt_tokens, progress)
             bbig = measure_decode(c, plan, dev, plan.big_batch, plan.big_batch_prompt_tokens, progress)
             if profile_steps:
-                progress(f"profiling {profile_steps} decode steps")
-                profile = profile_decode(c.engine, plan.decode_prompt_tokens, profile_steps, dev)
+                progress(f"profiling {profile_steps} decode steps at batch 1 and {plan.big_batch}")
+                profile = {
+                    f"b{b}": profile_decode(c.engine, b, p, profile_steps, dev)
+                    for b, p in (
+                        (1, plan.decode_prompt_tokens),
+                        (plan.big_batch, plan.big_batch_prompt_tokens),
+                    )
+                }
         info = asdict(c.engine.info)
     ratios = derive_ratios(roof, prefill, b1, bbig)
     return {

@@ -164,12 +164,13 @@ def test_profile_lists_the_decode_step_ops(tiny_llama_tied, small_roof):
     r = run_bench(str(tiny_llama_tied.path), plan=plan, roofline=small_roof, threads=1, profile_steps=3)
     assert r["machine"]["torch_threads"] == 1  # measured with the threads asked for...
     assert torch.get_num_threads() == threads_before  # ...and the caller's setting is restored
-    prof = r["decode_profile"]
-    assert prof["steps"] == 3 and prof["ms_per_step_total"] > 0
-    ops = {row["op"]: row for row in prof["top_ops"]}
-    # every decode step multiplies by 4 weight matrices per layer (2 layers) plus the LM head
-    assert ops["aten::mm"]["calls_per_step"] == 4 * 2 + 1
-    assert sum(row["share"] for row in prof["top_ops"]) <= 1.0 + 1e-9
+    assert set(r["decode_profile"]) == {"b1", "b2"}
+    for batch, prof in ((1, r["decode_profile"]["b1"]), (2, r["decode_profile"]["b2"])):
+        assert prof["steps"] == 3 and prof["batch"] == batch and prof["ms_per_step_total"] > 0
+        ops = {row["op"]: row for row in prof["top_ops"]}
+        # every decode step multiplies by 4 weight matrices per layer (2 layers) plus the LM head
+        assert ops["aten::mm"]["calls_per_step"] == 4 * 2 + 1
+        assert sum(row["share"] for row in prof["top_ops"]) <= 1.0 + 1e-9
 
 
 @pytest.mark.gpu

@@ -215,3 +215,17 @@ def test_single_token_prompts_and_single_new_token(eng, batching):
     longer = eng.generate([[42], [7, 8, 9]], max_new_tokens=4, batching=batching)
     assert [t[:1] for t in longer.tokens] == res.tokens
     assert longer.tokens[0] == eng.generate([[42]], max_new_tokens=4).tokens[0]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_matches_cpu_in_every_mode(tiny_qwen2):
+    cpu = Engine.load(str(tiny_qwen2.path)).generate(PROMPTS, max_new_tokens=10).tokens
+    gpu = Engine.load(str(tiny_qwen2.path), device="cuda")
+    for cache in ("static", "growing", "none"):
+        for batching in ("padded", "packed"):
+            res = gpu.generate(PROMPTS, max_new_tokens=10, cache=cache, batching=batching)
+            assert res.tokens == cpu, (cache, batching)
+    sampled = [gpu.generate(PROMPTS, max_new_tokens=10, temperature=1.0, seed=5).tokens for _ in range(2)]
+    assert sampled[0] == sampled[1]
+    assert all(s.forward_s > 0 for s in res.trace.steps)

@@ -30,6 +30,16 @@ class KVCache:
         self.dtype, self.device = dtype, torch.device(device)
         self.k: list[torch.Tensor] = []
         self.v: list[torch.Tensor] = []
+        self.live = [0] * batch  # real tokens each row holds (padding and junk slots excluded)
+
+    def add_live(self, counts: list[int]) -> None:
+        """Record that each row now holds `counts[row]` more real tokens (the engine knows which)."""
+        self.live = [n + c for n, c in zip(self.live, counts, strict=True)]
+
+    @property
+    def bytes_in_use(self) -> int:
+        """Bytes of K/V that hold real tokens: what the serving counter really carries."""
+        return sum(self.live) * self.bytes_per_token
 
     @property
     def bytes_per_token(self) -> int:
@@ -46,10 +56,12 @@ class KVCache:
     def write_packed(self, layer: int, lengths: list[int], k: torch.Tensor, v: torch.Tensor) -> None:
         raise NotImplementedError
 
-    def keep_rows(self, rows: torch.Tensor) -> None:
-        """Compaction: keep only batch rows `rows` (a 1-D index tensor), in that order."""
-        self.k = [t.index_select(0, rows) for t in self.k]
-        self.v = [t.index_select(0, rows) for t in self.v]
+    def keep_rows(self, rows: list[int]) -> None:
+        """Compaction: keep only batch rows `rows`, in that order (copies the kept rows once)."""
+        idx = torch.tensor(rows, device=self.device)
+        self.k = [t.index_select(0, idx) for t in self.k]
+        self.v = [t.index_select(0, idx) for t in self.v]
+        self.live = [self.live[r] for r in rows]
         self.batch = len(rows)
 
 

@@ -113,7 +113,7 @@ class Running:
         self.rows = [self.rows[i] for i in keep]
         self.last, self.positions, self.valid = self.last[idx], self.positions[idx], self.valid[idx]
         if cache is not None:
-            cache.keep_rows(idx)
+            cache.keep_rows(keep)
 
 
 class Engine:
@@ -180,13 +180,13 @@ class Engine:
             return GrowingKVCache(cfg.n_layers, batch, cfg.n_kv_heads, cfg.head_dim, dtype, self.device)
         return None  # "none": every step recomputes the whole sequence
 
-    def _record(self, phase, index, t_start, t_end, forward_s, batch, tokens, slots, kv_tokens, kv_live,
+    def _record(self, phase, index, t_start, t_end, forward_s, batch, tokens, slots, kv_tokens, kv_bytes,
                 logits_rows, attn_pairs=None) -> StepRecord:  # fmt: skip
         dtype_bytes = self.model.dtype.itemsize
         cost = step_cost(self.cfg, batch, slots, kv_tokens, dtype_bytes, logits_rows, attn_pairs)
         return StepRecord(
             phase=phase, index=index, t_start=t_start, t_end=t_end, forward_s=forward_s, batch=batch,
-            tokens=tokens, slots=slots, kv_tokens=kv_tokens, kv_bytes=kv_live * self.cfg.kv_bytes_per_token(dtype_bytes),
+            tokens=tokens, slots=slots, kv_tokens=kv_tokens, kv_bytes=kv_bytes,
             flops=cost.flops, bytes_moved=cost.bytes_moved,
         )  # fmt: skip
 
@@ -212,9 +212,11 @@ class Engine:
         first = sample(logits, params, gen)  # (B,)
         first_ids = first.tolist()
         trace.t_first_token = clock.now()
-        kv_live = sum(lengths) if cache is not None else 0
+        if cache is not None:
+            cache.add_live(lengths)
+        kv_bytes = cache.bytes_in_use if cache is not None else 0
         rec = self._record("prefill", 0, t_start, t_fwd, t_fwd - t_start, B, sum(lengths), batch.computed,
-                           sum(lengths), kv_live, B, batch.attn_pairs)  # fmt: skip
+                           sum(lengths), kv_bytes, B, batch.attn_pairs)  # fmt: skip
         trace.steps.append(rec)
         events: list[Event] = [PrefillEnd(t_fwd, rec, rec.kv_bytes)]
         done = [False] * B
@@ -252,9 +254,12 @@ class Engine:
             nxt_ids = nxt.tolist()
             t_end = clock.now()
             rows = [run.rows[i] for i in live]
-            kv_live = 0 if cache is None else sum(lengths[r] + step for r in rows)
+            kv_bytes = 0
+            if cache is not None:  # each live row fed one real token; a graph's finished rows feed junk
+                cache.add_live([int(not done[r]) for r in run.rows])
+                kv_bytes = cache.bytes_in_use
             rec = self._record("decode", step, t_start, t_end, t_fwd - t_start, len(run.rows), work.tokens,
-                               work.slots, work.kv_tokens, kv_live, len(run.rows), work.attn_pairs)  # fmt: skip
+                               work.slots, work.kv_tokens, kv_bytes, len(run.rows), work.attn_pairs)  # fmt: skip
             trace.steps.append(rec)
             events = []
             self._accept([nxt_ids[i] for i in live], rows, out, decoders, req, step, t_end, events, done)

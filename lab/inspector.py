@@ -101,6 +101,10 @@ def classify_decode(
         f"decode intensity {prof.intensity:.2f} FLOP/byte vs ridge {roof.ridge:.1f} FLOP/byte; "
         f"the roof explains {explained:.0%} of the step time"
     )
+    if explained > 1:
+        evidence.append(
+            "the step beat the measured memory roof: its weights and KV cache fit in a CPU/GPU cache"
+        )
     if explained < ROOF_EXPLAINS_AT_LEAST:
         return "overhead"
     return "bandwidth" if prof.intensity < roof.ridge else "compute"

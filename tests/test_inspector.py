@@ -111,3 +111,10 @@ def test_single_token_run_has_no_decode_verdict():
     v = verdict_for(prefill_s=0.05, steps=0, step_s=0.0, forward_share=1.0)
     assert v.slow_phase == "prefill"
     assert v.decode_bound is None
+
+
+def test_a_step_faster_than_the_memory_roof_is_called_out():
+    # 4 MB at 20 GB/s needs 0.2 ms; a 0.1 ms step must have read from a cache.
+    v = verdict_for(prefill_s=0.001, steps=100, step_s=0.0001, forward_share=0.95)
+    assert v.decode_bound == "bandwidth"
+    assert any("beat the measured memory roof" in e for e in v.evidence)

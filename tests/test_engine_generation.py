@@ -92,7 +92,14 @@ def test_stream_events_come_in_the_documented_order(eng):
     for seq in range(B):
         assert [e.token_id for e in tokens if e.seq == seq] == done.result.tokens[seq]
     assert [s.step for s in events if isinstance(s, StepEnd)] == done.result.trace.steps
-    assert done.result.tokens == eng.generate(PROMPTS, max_new_tokens=5).tokens
+    again = eng.generate(PROMPTS, max_new_tokens=5)
+    assert (done.result.tokens, done.result.texts, done.result.prompt_tokens, done.result.settings) == (
+        again.tokens,
+        again.texts,
+        again.prompt_tokens,
+        again.settings,
+    )
+    assert [s.phase for s in done.result.trace.steps] == [s.phase for s in again.trace.steps]
 
 
 def test_trace_has_one_prefill_and_n_minus_1_decode_records(eng):

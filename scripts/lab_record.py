@@ -88,6 +88,8 @@ def record_one(engine, name, compute, settings, figures, out: Path):
         "notes": result.notes,
         "charts": [f"{name}-{i + 1}.png" for i in range(len(figs))],
     }
+    if getattr(result, "roof", None) is not None:
+        entry["roof"] = result.roof.to_dict()  # bandwidth, FLOP/s, ridge and how they were measured
     return result, entry
 
 

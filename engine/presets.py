@@ -89,7 +89,7 @@ def fill_random(model: Transformer, seed: int = SEED) -> None:
         elif leaf.startswith("b"):  # bqkv, bo, b_up, b_down, norm biases
             buf.zero_()
         else:
-            buf.copy_(torch.randn(buf.shape, generator=gen) * INIT_STD)
+            buf.copy_(torch.randn(buf.shape, generator=gen).mul_(INIT_STD))  # one temporary, not two
 
 
 def chef_codec():

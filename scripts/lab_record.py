@@ -104,6 +104,29 @@ def verdict(result, roof) -> dict:
     }
 
 
+def summary_markdown(report: dict) -> str:
+    """Every finding and verdict of the recording, as generated text (README.md is the prose)."""
+    m = report["machine"]
+    lines = [
+        "# Lab recording: generated findings",
+        "",
+        f"Written by `scripts/lab_record.py` at {m['recorded_at']}: {m['model']} on {m['device']} ({m['dtype']}), "
+        f"torch {m['torch']} with {m['torch_threads']} thread(s) on {m['cpu_count']} CPU(s); 1-minute load "
+        f"average {m['load_average_1m']:.1f} at the start, {m.get('load_average_1m_end', float('nan')):.1f} at the end.",
+    ]
+    for name, e in report["experiments"].items():
+        lines += ["", f"## {name} ({e['seconds']:.1f} s, settings `{json.dumps(e['settings'])}`)", ""]
+        lines += [f"- {note}" for note in e["notes"]]
+        if "roof" in e:
+            r = e["roof"]
+            lines.append(f"- measured roofs: {r['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s read bandwidth, "
+                         f"{r['flops_per_s'] / 1e9:.1f} GFLOP/s matmul, ridge {r['ridge_flop_per_byte']:.1f} FLOP/byte")  # fmt: skip
+        if "inspector" in e:
+            lines.append(f"- inspector on {e['inspector']['on']}: {e['inspector']['headline']}")
+        lines.append("- charts: " + ", ".join(f"`{c}`" for c in e["charts"]))
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="chef")
@@ -134,7 +157,8 @@ def main() -> None:
         earlier = json.loads(path.read_text())
         report["experiments"] = earlier.get("experiments", {}) | report["experiments"]
     path.write_text(json.dumps(report, indent=2, default=str))
-    print(f"wrote {path}")
+    (args.out / "summary.md").write_text(summary_markdown(report))
+    print(f"wrote {path} and summary.md")
 
 
 if __name__ == "__main__":

@@ -45,9 +45,8 @@ def padded_batch(prompts: list[list[int]], device, max_slots: int) -> PrefillBat
     lengths = [len(p) for p in prompts]
     B, L = len(prompts), max(lengths)
     pads = torch.tensor([L - n for n in lengths], device=device)  # (B,)
-    tokens = torch.zeros(B, L, dtype=torch.long, device=device)
-    for row, p in enumerate(prompts):
-        tokens[row, L - len(p) :] = torch.tensor(p, dtype=torch.long)
+    rows = [[0] * (L - len(p)) + p for p in prompts]  # left-pad with id 0 (masked, never attended)
+    tokens = torch.tensor(rows, dtype=torch.long, device=device)  # (B, L): one host-to-device copy
     slots = torch.arange(L, device=device)  # (L,)
     positions = (slots[None, :] - pads[:, None]).clamp(min=0)  # (B, L)
     valid = torch.zeros(B, max(max_slots, L), dtype=torch.bool, device=device)
@@ -72,13 +71,14 @@ def padded_batch(prompts: list[list[int]], device, max_slots: int) -> PrefillBat
 
 def packed_batch(prompts: list[list[int]], device, max_slots: int) -> PrefillBatch:
     lengths = [len(p) for p in prompts]
-    B, L = len(prompts), max(lengths)
+    L = max(lengths)
     tokens = torch.tensor([t for p in prompts for t in p], dtype=torch.long, device=device)[None]  # (1, N)
-    positions = torch.cat([torch.arange(n, device=device) for n in lengths])[None]  # (1, N)
+    positions = torch.tensor([i for n in lengths for i in range(n)], device=device)[None]  # (1, N)
     ends = torch.tensor(lengths, device=device).cumsum(0) - 1  # (B,) last token of each sequence
-    valid = torch.zeros(B, max(max_slots, L), dtype=torch.bool, device=device)
-    for row, n in enumerate(lengths):
-        valid[row, :n] = True
+    width = max(max_slots, L)
+    valid = (
+        torch.arange(width, device=device)[None, :] < torch.tensor(lengths, device=device)[:, None]
+    )  # (B, S)
     return PrefillBatch(
         tokens=tokens,
         positions=positions,

@@ -152,3 +152,20 @@ def test_cli_json_matches_the_engine(tiny_llama):
     expected = Engine.load(str(tiny_llama.path)).generate([PROMPT], max_new_tokens=5).tokens[0]
     assert out["tokens"] == [expected, expected]
     assert len(out["itl_s"]) == 4 and out["ttft_s"] <= out["e2e_s"]
+
+
+def test_cli_info_and_bench_dispatch(tiny_llama, capsys, monkeypatch):
+    from engine.cli import main
+
+    assert main(["info", "--model", str(tiny_llama.path)]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["family"] == "llama" and info["n_layers"] == 2 and info["trained"] is True
+    seen = []
+    fake = type(sys)("engine.bench")
+    fake.main = lambda argv: seen.append(argv) or 0
+    monkeypatch.setitem(sys.modules, "engine.bench", fake)
+    assert main(["bench", "--quick"]) == 0 and seen == [["--quick"]]
+    monkeypatch.setitem(sys.modules, "engine.bench", None)  # as if the module were missing
+    assert main(["bench"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "engine/bench.py" in err[0]

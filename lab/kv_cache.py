@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from engine.errors import EngineError
-from lab.cpu_time import generate_timed
+from lab.cpu_time import busy_note, generate_timed
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.sample import Sample, sample_of
 from lab.workload import check_fits, prompt_ids
@@ -142,6 +142,8 @@ def run_kv_cache(engine, settings: KvSettings, on_progress: ProgressFn | None = 
     notes.append(
         "all modes generated the same tokens" if same else "WARNING: the modes generated different tokens"
     )
+    busy = busy_note(sum(sum(r.step_s) for r in runs), sum(sum(r.cpu_s) for r in runs), engine.info.device)
+    notes += [busy] if busy else []
     sample = samples.get("static") or samples[settings.modes[0]]
     return KvResult(
         settings=settings,

@@ -35,6 +35,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from engine.errors import EngineError
+from lab.cpu_time import busy_note, generate_timed
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.sample import Sample, sample_of
 from lab.workload import batch_prompts, check_fits
@@ -104,10 +105,12 @@ def measure_variant(engine, prompts, s: OverheadSettings, variant: str, cuda_gra
     median share is applied to the median step: a load burst during one repeat moves one share,
     not the answer.
     """
-    steps_s, forwards_s, shares, last = [], [], [], None
+    steps_s, cpus_s, forwards_s, shares, last = [], [], [], [], None
     for _ in range(max(1, s.repeats)):
-        last = engine.generate(prompts, max_new_tokens=s.new_tokens, temperature=0.0, stop_at_eos=False,
+        timed = generate_timed(engine, prompts, max_new_tokens=s.new_tokens, temperature=0.0, stop_at_eos=False,
                                cuda_graph=cuda_graph)  # fmt: skip
+        last = timed.result
+        cpus_s.append(median_of(timed.decode_cpu_s))
         step = median_of([st.seconds for st in last.trace.decode_steps])
         steps_s.append(step)
         forwards_s.append(median_of([st.forward_s for st in last.trace.decode_steps]))
@@ -125,7 +128,11 @@ def measure_variant(engine, prompts, s: OverheadSettings, variant: str, cuda_gra
         math_share=math_s / step_s if step_s > 0 else 0.0,
         decode_tps=s.batch / step_s if step_s > 0 else 0.0,
     )
-    return point, sample_of(last, f"{variant}, batch {s.batch}")
+    return (
+        point,
+        sample_of(last, f"{variant}, batch {s.batch}"),
+        busy_note(step_s, median_of(cpus_s), engine.info.device),
+    )
 
 
 def run_overhead(engine, settings: OverheadSettings, on_progress: ProgressFn | None = None) -> OverheadResult:
@@ -141,10 +148,11 @@ def run_overhead(engine, settings: OverheadSettings, on_progress: ProgressFn | N
     engine.generate(prompts, max_new_tokens=2, stop_at_eos=False)  # warm-up
     points, sample = [], None
     for name, graphs in variants:
-        point, sample = measure_variant(engine, prompts, settings, name, graphs, on_gpu)
+        point, sample, busy = measure_variant(engine, prompts, settings, name, graphs, on_gpu)
         points.append(point)
         tracker.step(f"{name}: step {point.step_ms:.2f} ms, math {point.math_share:.0%}")
     eager = points[0]
+    busy_line = [busy] if busy else []
     notes = [
         f"eager decode step {eager.step_ms:.2f} ms: math {eager.math_ms:.2f} ms ({eager.math_share:.0%}), "
         f"glue inside forward {eager.glue_ms:.2f} ms, outside forward {eager.outside_ms:.2f} ms",
@@ -156,4 +164,5 @@ def run_overhead(engine, settings: OverheadSettings, on_progress: ProgressFn | N
         )
     else:
         notes.append(f"CUDA graphs need a GPU; this run is on {device}, so only the eager step is measured")
+    notes += busy_line
     return OverheadResult(settings=settings, device=device, points=points, sample=sample, notes=notes)

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 import pandas as pd
 
 from engine.errors import EngineError
-from lab.cpu_time import generate_timed
+from lab.cpu_time import busy_note, generate_timed
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.sample import Sample, sample_of
 from lab.workload import batch_prompts, check_fits
@@ -92,12 +92,15 @@ def measure_batch(engine, batch: int, s: TablesSettings) -> tuple[TablesPoint, S
     return point, sample_of(runs[-1], f"batch {batch}")
 
 
-def knee(points: list[TablesPoint], rise: float = 1.5) -> int | None:
-    """The first batch whose decode step takes `rise` x (50 % more than) batch 1's: the pot turns busy."""
+def knee(points: list[TablesPoint], on_cpu: bool, rise: float = 1.5) -> int | None:
+    """The first batch whose decode step costs `rise` x (50 % more than) batch 1's: the pot turns busy.
+
+    On a CPU the step's CPU time decides (a neighbour's burst cannot fake a knee); elsewhere, wall time.
+    """
     if not points:
         return None
-    base = points[0].decode_step_s
-    return next((p.batch for p in points if p.decode_step_s >= rise * base), None)
+    cost = [p.decode_cpu_step_s if on_cpu else p.decode_step_s for p in points]
+    return next((p.batch for p, c in zip(points, cost, strict=True) if c >= rise * cost[0]), None)
 
 
 def run_tables(engine, settings: TablesSettings, on_progress: ProgressFn | None = None) -> TablesResult:
@@ -117,16 +120,24 @@ def run_tables(engine, settings: TablesSettings, on_progress: ProgressFn | None 
         point, sample = measure_batch(engine, b, settings)
         points.append(point)
         tracker.step(f"batch {b}: decode step {point.decode_step_s * 1e3:.1f} ms")
-    k = knee(points)
+    on_cpu = str(engine.info.device).startswith("cpu")
+    k = knee(points, on_cpu)
     first, last = points[0], points[-1]
+    clock = "CPU time" if on_cpu else "time"
     notes = [
         f"batch {first.batch} -> {last.batch}: decode step {first.decode_step_s * 1e3:.1f} -> "
         f"{last.decode_step_s * 1e3:.1f} ms ({last.decode_step_s / first.decode_step_s:.1f}x) while the batch "
         f"grew {last.batch // first.batch}x; decode tokens/s {first.decode_tps:.0f} -> {last.decode_tps:.0f}",
         f"prefill time per token {first.prefill_us_per_token:.0f} -> {last.prefill_us_per_token:.0f} us",
-        (f"decode step first reaches 1.5x batch-1 time at batch {k}" if k else
-         "decode step never reached 1.5x batch-1 time in this range: still memory/overhead-bound"),
+        (f"decode step {clock} first reaches 1.5x batch-1's at batch {k}" if k else
+         f"decode step {clock} never reached 1.5x batch-1's in this range: still memory/overhead-bound"),
     ]  # fmt: skip
+    if on_cpu:
+        notes.insert(1, f"decode step CPU time {first.decode_cpu_step_s * 1e3:.2f} -> "
+                        f"{last.decode_cpu_step_s * 1e3:.2f} ms ({last.decode_cpu_step_s / first.decode_cpu_step_s:.1f}x)")  # fmt: skip
+    wall = sum(p.decode_step_s for p in points)
+    busy = busy_note(wall, sum(p.decode_cpu_step_s for p in points), engine.info.device)
+    notes += [busy] if busy else []
     return TablesResult(
         settings=settings, points=points, sample=sample, notes=notes, device=str(engine.info.device)
     )

@@ -11,6 +11,7 @@ import pytest
 from engine.roofline import Roofline
 from kitchen_viz import charts
 from lab.cache import ResultCache, cache_key, latest_roof, remember_roof
+from lab.cpu_time import busy_note
 from lab.export import figure_png, write_pngs
 from lab.monitoring import requests_per_minute, summary, with_percentiles
 from lab.progress import ProgressTracker
@@ -121,3 +122,12 @@ def test_latest_roof_is_kept_per_device_and_dtype(tmp_path):
     remember_roof(roof, cache)
     assert latest_roof("cpu", "float32", cache) == roof
     assert latest_roof("cpu", "bfloat16", cache) is None
+
+
+def test_busy_machine_note_only_when_we_waited_for_a_core():
+    assert busy_note(wall_s=1.0, cpu_s=0.5, device="cpu").startswith(
+        "this machine was busy: our process had the CPU for 50%"
+    )
+    assert busy_note(wall_s=1.0, cpu_s=0.9, device="cpu") is None
+    assert busy_note(wall_s=1.0, cpu_s=1.8, device="cpu") is None  # two threads: CPU time exceeds wall
+    assert busy_note(wall_s=1.0, cpu_s=0.1, device="cuda:0") is None  # GPU work is not CPU time

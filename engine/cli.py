@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--kv-budget-bytes", type=int, default=None)
     gen.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens")
     gen.add_argument("--cuda-graph", action="store_true", help="replay decode as a CUDA graph")
+    gen.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     gen.add_argument("--json", action="store_true", help="print one JSON object")
     info = sub.add_parser("info", help="print the model's ModelInfo as JSON")
     info.add_argument("--model", required=True)
@@ -66,6 +67,12 @@ def run_generate(args) -> int:
 
     if args.batch < 1:
         raise EngineError(f"--batch must be at least 1 (got {args.batch})")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise EngineError(f"--threads must be at least 1 (got {args.threads})")
+        import torch
+
+        torch.set_num_threads(args.threads)  # process-wide: fine for a one-shot CLI run
     prompt = args.prompt if args.prompt is not None else parse_ids(args.prompt_ids)
     eng = Engine.load(args.model, device=args.device, dtype=args.dtype, kv_budget_bytes=args.kv_budget_bytes)
     res = eng.generate(

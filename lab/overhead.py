@@ -13,14 +13,12 @@ CUDA graphs record the step's kernels once and replay them with one launch.
 What is measured, and how (on CPU there is no separate "kernel time", so we say what we count):
   step       wall time of each decode step, from the engine's trace (no profiler attached)
   forward    the forward pass alone (`StepRecord.forward_s`), same runs
-  op time    the summed *self* time of every aten op (torch.profiler; on GPU, the ops' device
-             time): the time spent inside the math kernels themselves, with Python and module
-             glue excluded. Decode-only op time = op time of an N-token run minus that of a
-             1-token run of the same prompt (same prefill), divided by the N-1 decode steps.
-             Each repeat profiles right after a plain run; the math share (op time / that run's
-             step) is the median over repeats, so a burst of load on a shared CPU moves one
-             repeat, not the answer.
-  Breakdown per step: math = op time; glue = forward - math (Python, modules, allocation,
+  math share the summed *self* time of every aten op (torch.profiler; on GPU, the ops' device
+             time) during decode, over the decode wall time of the same profiled run: the share
+             of a step spent inside the math kernels, Python and module glue excluded. Decode-only
+             op time = op time of an N-token run minus that of a 1-token run of the same prompt.
+             Median over `repeats`.
+  Breakdown per step: math = share x step; glue = forward - math (Python, modules, allocation,
   dispatch); outside = step - forward (sampling, cache bookkeeping, events).
 Caveat: the profiler's op time includes sampling's few ops (argmax), which run outside forward;
 glue is clamped at zero. Profiling slows the run; only the op self-times are taken from it.
@@ -83,27 +81,32 @@ def op_self_seconds(prof, on_gpu: bool) -> float:
     return total_us / 1e6
 
 
-def profiled_op_seconds(engine, prompts, new_tokens: int, cuda_graph: bool, on_gpu: bool) -> float:
+def profiled_run(engine, prompts, new_tokens: int, cuda_graph: bool, on_gpu: bool) -> tuple[float, float]:
+    """(total aten op self time, summed wall time of the decode steps) of one profiled generation."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
     with profile(activities=activities) as prof:
-        engine.generate(prompts, max_new_tokens=new_tokens, temperature=0.0, stop_at_eos=False,
-                        cuda_graph=cuda_graph)  # fmt: skip
-    return op_self_seconds(prof, on_gpu)
+        res = engine.generate(prompts, max_new_tokens=new_tokens, temperature=0.0, stop_at_eos=False,
+                              cuda_graph=cuda_graph)  # fmt: skip
+    return op_self_seconds(prof, on_gpu), sum(st.seconds for st in res.trace.decode_steps)
 
 
-def decode_math_seconds(engine, prompts, s: OverheadSettings, cuda_graph: bool, on_gpu: bool) -> float:
-    """Per-decode-step op time of one repeat: (N-token run - 1-token run) / (N - 1)."""
-    full = profiled_op_seconds(engine, prompts, s.new_tokens, cuda_graph, on_gpu)
-    first = profiled_op_seconds(engine, prompts, 1, cuda_graph, on_gpu)
-    return max(0.0, full - first) / (s.new_tokens - 1)
+def decode_math_share(engine, prompts, s: OverheadSettings, cuda_graph: bool, on_gpu: bool) -> float:
+    """Share of the decode phase spent inside aten ops, both measured in the same profiled run.
+
+    Decode op time = op time of an N-token run - op time of a 1-token run (same prompt, same
+    prefill). Dividing by the profiled run's own decode wall time keeps the profiler's slowdown on
+    both sides of the ratio.
+    """
+    full_ops, decode_wall = profiled_run(engine, prompts, s.new_tokens, cuda_graph, on_gpu)
+    first_ops, _ = profiled_run(engine, prompts, 1, cuda_graph, on_gpu)
+    return min(1.0, max(0.0, full_ops - first_ops) / decode_wall) if decode_wall > 0 else 0.0
 
 
 def measure_variant(engine, prompts, s: OverheadSettings, variant: str, cuda_graph: bool, on_gpu: bool):
-    """Interleaved repeats: a plain run, then its profiled pair, so both see the same machine load.
+    """Repeats of: a plain run (step and forward times), then a profiled pair (the math share).
 
-    The math share is taken per repeat (op time / step time of the neighbouring plain run) and the
-    median share is applied to the median step: a load burst during one repeat moves one share,
-    not the answer.
+    The median math share is applied to the median plain step: the profiler never touches the
+    times we report, and a load burst during one repeat moves one share, not the answer.
     """
     steps_s, cpus_s, forwards_s, shares, last = [], [], [], [], None
     for _ in range(max(1, s.repeats)):
@@ -114,7 +117,7 @@ def measure_variant(engine, prompts, s: OverheadSettings, variant: str, cuda_gra
         step = median_of([st.seconds for st in last.trace.decode_steps])
         steps_s.append(step)
         forwards_s.append(median_of([st.forward_s for st in last.trace.decode_steps]))
-        shares.append(decode_math_seconds(engine, prompts, s, cuda_graph, on_gpu) / step if step > 0 else 0.0)
+        shares.append(decode_math_share(engine, prompts, s, cuda_graph, on_gpu))
     step_s = median_of(steps_s)
     forward_s = min(median_of(forwards_s), step_s)
     math_s = min(median_of(shares) * step_s, forward_s)

@@ -13,8 +13,8 @@ CUDA graphs record the step's kernels once and replay them with one launch.
 What is measured, and how (on CPU there is no separate "kernel time", so we say what we count):
   step       wall time of each decode step, from the engine's trace (no profiler attached)
   forward    the forward pass alone (`StepRecord.forward_s`), same runs
-  math share the summed *self* time of every aten op (torch.profiler; on GPU, the ops' device
-             time) during decode, over the decode wall time of the same profiled run: the share
+  math share the summed *self* time of every aten op (torch.profiler; on GPU, the summed
+             duration of every device kernel, CUDA-graph replays included) during decode, over the decode wall time of the same profiled run: the share
              of a step spent inside the math kernels, Python and module glue excluded. Decode-only
              op time = op time of an N-token run minus that of a 1-token run of the same prompt.
              Median over `repeats`.
@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from engine.errors import EngineError
@@ -72,12 +73,20 @@ class OverheadResult:
 
 
 def op_self_seconds(prof, on_gpu: bool) -> float:
-    """Total self time of aten ops in a profile: the time spent in the math itself."""
+    """Time spent in the math itself, from a profile.
+
+    CPU: the summed self time of aten ops (time inside op code, children excluded, so nothing is
+    counted twice). GPU: the summed duration of the device's kernels, however they were launched;
+    with CUDA graphs the replayed kernels belong to no aten op, so op-attributed device time would
+    read ~0.
+    """
     total_us = 0.0
     for ev in prof.key_averages():
-        if not ev.key.startswith("aten::"):
-            continue
-        total_us += ev.self_device_time_total if on_gpu else ev.self_cpu_time_total
+        if on_gpu:
+            if ev.device_type == DeviceType.CUDA:
+                total_us += ev.self_device_time_total
+        elif ev.key.startswith("aten::"):
+            total_us += ev.self_cpu_time_total
     return total_us / 1e6
 
 
@@ -108,6 +117,8 @@ def measure_variant(engine, prompts, s: OverheadSettings, variant: str, cuda_gra
     The median math share is applied to the median plain step: the profiler never touches the
     times we report, and a load burst during one repeat moves one share, not the answer.
     """
+    # Warm this variant up first: a CUDA graph is captured on its first use, which is not a step.
+    engine.generate(prompts, max_new_tokens=4, stop_at_eos=False, cuda_graph=cuda_graph)
     steps_s, cpus_s, forwards_s, shares, last = [], [], [], [], None
     for _ in range(max(1, s.repeats)):
         timed = generate_timed(engine, prompts, max_new_tokens=s.new_tokens, temperature=0.0, stop_at_eos=False,

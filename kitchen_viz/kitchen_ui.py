@@ -159,8 +159,15 @@ def start_cook(svc: KitchenService, order: Order) -> None:
     """Queue the order on the shared kitchen and start a fresh timeline for it."""
     st.session_state["tpk_error"] = None
     st.session_state["tpk_result"] = None
-    st.session_state["tpk_job"] = svc.submit(cook(order), order.label)
+    st.session_state["tpk_job"] = svc.submit(cook(order), order.label, hold=True)
     st.session_state["tpk_run"] = LiveRun(run_id=uuid.uuid4().hex)
+
+
+def release_cook() -> None:
+    """The last call of the page: the order starts only once the page has been drawn."""
+    job = st.session_state.get("tpk_job")
+    if job is not None:
+        job.release()
 
 
 def draw_live(svc: KitchenService, presenter: bool, wok_capacity: int) -> None:
@@ -250,4 +257,12 @@ def draw_diagnosis(result) -> None:
                 st.markdown(f"- **Try:** {line}")
 
 
-__all__ = ["MAX_TABLES", "draw_live", "draw_loading", "draw_outcome", "order_ui", "start_cook"]
+__all__ = [
+    "MAX_TABLES",
+    "draw_live",
+    "draw_loading",
+    "draw_outcome",
+    "order_ui",
+    "release_cook",
+    "start_cook",
+]

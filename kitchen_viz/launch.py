@@ -14,7 +14,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
+import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 from engine.errors import EngineError
@@ -79,6 +83,52 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(APP.parent)  # .streamlit/config.toml (themes) is read from the working directory
     os.execv(cmd[0], cmd)
     return 0  # not reached
+
+
+# -- for tests and benchmarks: the app as a background server -----------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn(port: int, log_path: Path, *extra: str) -> tuple[subprocess.Popen, str]:
+    """Start `two-pot-kitchen` on 127.0.0.1:`port` in the background; returns (process, base URL)."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    cmd = [
+        sys.executable,
+        "-m",
+        "kitchen_viz.launch",
+        "--server.port",
+        str(port),
+        "--server.address",
+        "127.0.0.1",
+    ]
+    with open(log_path, "w") as out:
+        proc = subprocess.Popen([*cmd, *extra], cwd=APP.parent, env=env, stdout=out, stderr=subprocess.STDOUT)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def wait_healthy(proc: subprocess.Popen, url: str, timeout_s: float = 90) -> bool:
+    """Poll Streamlit's /_stcore/health until it answers "ok" (False on timeout or if the process died)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                return True
+        except OSError:
+            time.sleep(0.5)
+    return False
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 if __name__ == "__main__":

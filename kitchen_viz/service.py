@@ -35,6 +35,7 @@ from typing import Any, Literal
 from engine.errors import EngineError
 
 log = logging.getLogger(__name__)
+HOLD_S = 5.0  # the longest a held job waits for its page to release it
 _OPEN: weakref.WeakSet[KitchenService] = weakref.WeakSet()
 
 
@@ -72,6 +73,7 @@ class Job:
     finished_at: float | None = None
     _service: KitchenService | None = field(default=None, repr=False)
     _finished: threading.Event = field(default_factory=threading.Event, repr=False)
+    _go: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
     def finished(self) -> bool:
@@ -92,6 +94,10 @@ class Job:
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the job is finished; True if it finished within `timeout` seconds."""
         return self._finished.wait(timeout)
+
+    def release(self) -> None:
+        """Let a job submitted with `hold=True` start (see `KitchenService.submit`)."""
+        self._go.set()
 
 
 def weights_megabytes(model: str, dtype: str) -> float | None:
@@ -145,9 +151,16 @@ class KitchenService:
         size = f"{self.weights_mb:,.1f} MB" if self.weights_mb else "weights"
         return f"loading weights: {size} of {self.model} on {self.device} ({self.dtype})"
 
-    def submit(self, work: Work, label: str) -> Job:
-        """Queue `work(engine, emit)` for the worker; returns at once with the job to watch."""
+    def submit(self, work: Work, label: str, hold: bool = False) -> Job:
+        """Queue `work(engine, emit)` for the worker; returns at once with the job to watch.
+
+        `hold=True`: when its turn comes the worker waits for `job.release()` (at most HOLD_S)
+        before starting. The kitchen page releases its order after it has finished drawing, so
+        the page's own script run never competes with the engine it is about to measure.
+        """
         job = Job(label=label, work=work, _service=self)
+        if not hold:
+            job._go.set()
         with self._cv:
             if self._closed:
                 raise EngineError("the kitchen is closed; reload the page to start a new one")
@@ -242,6 +255,7 @@ class KitchenService:
             self._cv.notify_all()
 
     def _cook(self, job: Job) -> None:
+        job._go.wait(HOLD_S)
         if self._engine is None:
             self._finish(job, error=self.load_error or "the model is not loaded")
             return

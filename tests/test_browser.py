@@ -6,16 +6,13 @@ through Playwright. Screenshots are kept under test-artifacts/ (git-ignored) for
 
 from __future__ import annotations
 
-import os
 import re
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from kitchen_viz.launch import free_port, spawn, stop, wait_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -36,48 +33,17 @@ pytestmark = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """The app as a learner starts it (the launcher), on a free port; yields its URL."""
-    port = free_port()
     log = tmp_path_factory.mktemp("server") / "streamlit.log"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    cmd = [
-        sys.executable,
-        "-m",
-        "kitchen_viz.launch",
-        "--server.port",
-        str(port),
-        "--server.address",
-        "127.0.0.1",
-    ]
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    proc, url = spawn(free_port(), log)
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            try:
-                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                    break
-            except OSError:
-                time.sleep(0.5)
-            assert proc.poll() is None, log.read_text()
-        else:
+        if not wait_healthy(proc, url):
             pytest.fail(f"the app never became healthy:\n{log.read_text()}")
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
 
 
 @pytest.fixture(scope="module")

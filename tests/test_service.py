@@ -150,3 +150,11 @@ def test_a_closed_kitchen_refuses_new_orders():
     svc.close()
     with pytest.raises(EngineError, match="closed"):
         svc.submit(lambda eng, emit: None, "late")
+
+
+def test_a_held_order_waits_for_its_page_to_release_it(kitchen):
+    order = Order(batch=1, max_new_tokens=2, temperature=0.0, seed=0, text="ROMEO:")
+    job = kitchen.submit(cook(order), "held", hold=True)
+    assert not job.wait(0.5) and not job.events  # the worker has it, but waits for the page
+    job.release()
+    assert job.wait(WAIT_S) and job.status == "done" and job.result.texts

@@ -81,7 +81,7 @@ class LiveRun:
         for ev in new:
             self._fold(ev)
         self.seen += len(new)
-        if self.slowdown is None and (self.t_done is not None or len(self.decode_steps) >= 4):
+        if self.slowdown is None and (self.t_done is not None or len(self.decode_steps) >= 3):
             self.slowdown = choose_slowdown(self.prefill_s or 0.0, self.median_itl_s, self.e2e_estimate_s)
         return len(new)
 

@@ -127,7 +127,7 @@ function buildOrders(scene, d) {
       <rect x="0" y="0" width="112" height="10" class="tpk-ticket-band"/>
       <text x="56" y="34" class="tpk-ticket-title">Table ${i + 1}</text>
       <text x="56" y="56" class="tpk-ticket-sub">${d.prompt_tokens[i]} tokens</text>
-      <text x="56" y="44" class="tpk-stamp" transform="rotate(-14 56 44)" opacity="0">SERVED</text>`));
+      <text x="56" y="74" class="tpk-stamp" transform="rotate(-8 56 74)" opacity="0">SERVED</text>`));
     tables.appendChild(svgEl("g", { class: "tpk-table", transform: `translate(${x} 496)` }, `
       <text x="${TABLE_W / 2}" y="20" class="tpk-table-name">Table ${i + 1}</text>
       <rect x="6" y="30" width="${TABLE_W - 12}" height="${BOWL_ROWS * 18 + 12}" rx="10" class="tpk-tabletop"/>
@@ -151,24 +151,27 @@ function buildOrders(scene, d) {
 // ---------------------------------------------------------------- drawing the kitchen at time T
 
 function draw(scene, d, T, wall) {
-  const { $ } = scene;
   const pre = d.prefill;
-  const cooking = pre && T >= pre[0] && (pre[1] === null || T < pre[1]);
+  // Before the replay clock starts (its speed needs a few measured steps), the wok is shown lit
+  // as it is right now: the engine reported PrefillStart and the pass is running.
+  const live = scene.playStart === null && pre !== null;
+  const cooking = live || (pre && T >= pre[0] && (pre[1] === null || T < pre[1]));
   const prefilled = pre && pre[1] !== null && T >= pre[1];
   const stepsDone = countUntil(d.steps, T, 1);
   const done = d.t_done !== null && T >= d.t_done;
   const decoding = prefilled && !done;
 
-  drawClock(scene, d, T, cooking, decoding, done);
-  drawWok(scene, d, T, cooking, prefilled, wall);
+  drawClock(scene, d, T, cooking, decoding, done, live);
+  drawWok(scene, d, T, cooking, prefilled, wall, live);
   drawCounter(scene, d, T, prefilled, stepsDone);
   drawPot(scene, d, T, decoding, stepsDone, wall);
   drawTables(scene, d, T, cooking);
 }
 
-function drawClock(scene, d, T, cooking, decoding, done) {
+function drawClock(scene, d, T, cooking, decoding, done, live) {
   const { $ } = scene;
   const phase = !d.prefill ? "Order going to the kitchen…"
+    : live ? "PREFILL · the wok is on right now (replay starts after a few measured steps)"
     : cooking ? "PREFILL · the wok tosses every prompt token at once"
     : decoding ? "DECODE · the soup pot ladles one token per table per step"
     : done ? `Every table served · E2E ${fmtTime(d.t_done)}` : "The order is at the stove";
@@ -178,7 +181,7 @@ function drawClock(scene, d, T, cooking, decoding, done) {
     : `engine clock ${fmtTime(T)}${speed}`);
 }
 
-function drawWok(scene, d, T, cooking, prefilled, wall) {
+function drawWok(scene, d, T, cooking, prefilled, wall, live) {
   const { $ } = scene;
   const pre = d.prefill;
   const total = d.prompt_tokens.reduce((a, b) => a + b, 0);
@@ -187,13 +190,14 @@ function drawWok(scene, d, T, cooking, prefilled, wall) {
   // The wok fills in proportion to prompt tokens × tables (its capacity: the largest order the
   // controls allow), from the moment the order goes in; after prefill its heat is in the cache.
   const frac = Math.min(1, total / d.wok_capacity);
-  const h = pre && T >= pre[0] ? Math.max(5, frac * 64) : 0;
+  const h = pre && (T >= pre[0] || live) ? Math.max(6, frac * 56) : 0;
   const fill = $("#tpk-wok-fill");
-  fill.setAttribute("y", 382 - h);
+  fill.setAttribute("y", 374 - h);
   fill.setAttribute("height", h);
   fill.style.opacity = prefilled ? 0.45 : 1;
   drawBits(scene, cooking, total, frac, wall);
-  if (!pre) return;
+  if (live) setText($("#tpk-wok-note"), "cooking now: the pass is being measured");
+  if (!pre || live) return;
   const burn = (pre[1] === null || T < pre[1]) ? Math.max(0, T - pre[0]) : pre[1] - pre[0];
   setText($("#tpk-wok-timer"), T >= pre[0] ? fmtTime(burn) : "—");
   setText($("#tpk-wok-note"), prefilled ? `one pass: ${fmtInt(total)} tokens, ${fmtRate(total / (pre[1] - pre[0]))}`
@@ -208,7 +212,7 @@ function drawBits(scene, cooking, total, frac, wall) {
   const want = cooking ? Math.min(40, Math.max(4, total)) : 0;
   while (g.childElementCount < want) g.appendChild(svgEl("circle", { r: 5, class: "tpk-bit" }));
   while (g.childElementCount > want) g.lastChild.remove();
-  const surface = 382 - Math.max(5, frac * 64);
+  const surface = 374 - Math.max(6, frac * 56);
   [...g.children].forEach((c, i) => {
     const x = 150 + ((i * 37) % 200);
     const toss = scene.reduced ? 0 : Math.max(0, Math.sin(wall * 7 + i * 1.7)) * (30 + (i % 5) * 10);

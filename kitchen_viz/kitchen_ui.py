@@ -19,12 +19,14 @@ import uuid
 import streamlit as st
 
 from engine.errors import EngineError
+from kitchen_viz.app_state import REPO
 from kitchen_viz.orders import DEFAULT_PROMPT, MAX_TABLES, Order, control_limits, cook
 from kitchen_viz.panels import draw_panels, panel_values
 from kitchen_viz.scene import draw_scene
 from kitchen_viz.service import KitchenService
 from kitchen_viz.timeline import LiveRun
 
+ROOFLINE_PAGE = "pages/lab_roofline.py"
 TICK_S = 0.25  # how often the live view looks for new events while an order cooks
 K_MODE, K_TEXT, K_PLEN, K_BATCH, K_NEW, K_TEMP = (
     "tpk_mode",
@@ -223,7 +225,7 @@ def finish_cook(job, run: LiveRun | None) -> None:
     }
 
 
-def draw_outcome() -> None:
+def draw_outcome(device: str, dtype: str) -> None:
     """After a Cook: the refusal (one line), or the diagnosis and the full text of each table."""
     job = st.session_state.get("tpk_job")
     if job is not None and job.finished:
@@ -234,27 +236,34 @@ def draw_outcome() -> None:
         return
     if job is None or not job.finished or job.result is None:
         return
-    draw_diagnosis(job.result)
+    draw_diagnosis(job.result, device, dtype)
     with st.expander("Full text, table by table", expanded=False):
         for i, text in enumerate(job.result.texts, start=1):
             st.markdown(f"**Table {i}**")
             st.code(text or "(no text)", language=None, wrap_lines=True)
 
 
-def draw_diagnosis(result) -> None:
-    """One line naming the slower pot, from the lab's inspector, with the numbers it used."""
+def draw_diagnosis(result, device: str, dtype: str) -> None:
+    """One line naming the slower pot, from the lab's inspector, with the numbers it used.
+
+    With a roofline the Lab has measured on this machine (same device and dtype), the inspector
+    can also say whether the pot is bandwidth- or compute-bound; without one it says it cannot.
+    """
     try:
+        from lab.cache import latest_roof
         from lab.inspector import diagnose
     except ImportError:
         return
-    verdict = diagnose(result.metrics, result.trace)
+    roof = latest_roof(device, dtype)
+    verdict = diagnose(result.metrics, result.trace, roof)
     st.info(f"🩺 **Diagnosis:** {verdict.headline}")
-    if verdict.fixes or verdict.evidence:
-        with st.expander("Why, and what would help"):
-            for line in verdict.evidence:
-                st.markdown(f"- {line}")
-            for line in verdict.fixes:
-                st.markdown(f"- **Try:** {line}")
+    with st.expander("Why, and what would help"):
+        for line in verdict.evidence:
+            st.markdown(f"- {line}")
+        for line in verdict.fixes:
+            st.markdown(f"- **Try:** {line}")
+        if roof is None and (REPO / ROOFLINE_PAGE).is_file():
+            st.page_link(ROOFLINE_PAGE, label="Measure this machine's roofline in the Lab", icon="📈")
 
 
 __all__ = [

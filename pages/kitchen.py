@@ -33,5 +33,5 @@ order = order_ui(svc, settings.seed)
 if order is not None:
     start_cook(svc, order)
 draw_live(svc, settings.presenter, wok_capacity=info.max_context * 8)
-draw_outcome()
+draw_outcome(info.device, info.dtype)
 release_cook()

@@ -10,6 +10,7 @@ other and make every op 10-100x slower (measured: 2.3 ms vs ~500 ms per decode s
 only measure the neighbours.
 """
 
+import numpy as np
 import pytest
 import torch
 
@@ -59,9 +60,9 @@ def test_tables_batching_raises_decode_throughput(chef):
     r = run_tables(chef, TablesSettings(batches=(8, 1), prompt_len=16, new_tokens=12))
     one, eight = r.points
     assert (one.batch, eight.batch) == (1, 8)
-    # 8 sequences per step cost far less than 8 separate steps: CPU per step grows < 4x (measured
-    # ~1.3x), i.e. decode throughput per CPU-second at least doubles.
-    assert eight.decode_cpu_step_s < 4 * one.decode_cpu_step_s
+    # 8 sequences per step cost far less than 8 separate steps (no sharing would be 8x): the CPU
+    # time per step must grow < 5x (measured 1.3-2.6x, the high end at load average 7).
+    assert eight.decode_cpu_step_s < 5 * one.decode_cpu_step_s
     assert eight.decode_intensity > one.decode_intensity  # analytic: weights shared by the batch
     assert r.sample.trace.prefill.batch == 8
 
@@ -71,13 +72,19 @@ def test_kv_cache_recompute_grows_while_static_stays_flat(chef):
     static, growing, none = r.run("static"), r.run("growing"), r.run("none")
     assert r.same_tokens
     assert all(len(x.step_s) == 159 for x in r.runs)
-    # Judged on CPU time (wall time on this shared machine swings 2-3x in bursts; see lab/cpu_time).
-    # Recompute's late steps (positions ~145-176) re-feed ~5x the tokens of its early ones (~17-48):
-    # its late/early median ratio must exceed 1.5 (measured 2.5-3.1). A static cache does the same
-    # work every step: its ratio must stay within 1.5x (measured 0.88-1.02).
-    assert none.cpu_growth_ratio > 1.5
-    assert static.cpu_growth_ratio < 1.5
-    assert none.cpu_growth_ratio > static.cpu_growth_ratio
+
+    # Judged on CPU time (wall time on this shared machine swings 2-3x in bursts; see lab/cpu_time),
+    # and on the fastest tenth of each fifth of the steps: a neighbour on the same core can slow a
+    # step even in CPU time (shared caches), but never speed one up. Recompute's late steps
+    # (positions ~145-176) re-feed ~5x the tokens of its early ones (~17-48), so its ratio must
+    # exceed 1.5 (medians measured 2.5-4.4); the static cache repeats the same work, so its ratio
+    # must stay under 1.3.
+    def late_over_early(times):
+        fifth = len(times) // 5
+        return np.percentile(times[-fifth:], 10) / np.percentile(times[:fifth], 10)
+
+    assert late_over_early(none.cpu_s) > 1.5
+    assert late_over_early(static.cpu_s) < 1.3
     assert max(none.kv_mb) == 0.0  # nothing is kept between steps
     assert growing.kv_mb == sorted(growing.kv_mb) and growing.kv_mb[-1] > growing.kv_mb[0]
     assert static.kv_allocated_mb >= max(static.kv_mb)

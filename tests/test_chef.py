@@ -131,7 +131,8 @@ def test_validation_loss_per_char_is_clearly_below_the_char_unigram_baseline(hf_
             f"char-unigram baseline {baseline:.3f} nats/char"
         )
     assert 3.3 < baseline < 3.45  # the unigram entropy of English-like text in nats, sanity
-    assert loss.nats_per_char < 0.6 * baseline
+    # "Clearly below": under half the baseline. The 4-minute throwaway chef (1.89 nats/char) would fail.
+    assert loss.nats_per_char < 0.5 * baseline
     card = json.loads((CHEF / "training.json").read_text())["report"]
     assert abs(card["val_nats_per_char"] - loss.nats_per_char) < 0.01
     assert abs(card["char_unigram_nats_per_char"] - baseline) < 1e-9

@@ -11,6 +11,7 @@ the guess violet. Every figure's numbers come from the result; nothing is drawn 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -293,8 +294,16 @@ def percentile_figure(frame, column: str, title: str, unit_scale: float = 1.0, u
 
 
 def rate_figure(per_minute, title: str = "Requests per minute") -> go.Figure:
-    fig = go.Figure(go.Bar(x=per_minute.index, y=per_minute.values, marker_color=POT))
+    # One bar per wall-clock minute; on a date axis a bar's width is in milliseconds.
+    fig = go.Figure(go.Bar(x=per_minute.index, y=per_minute.values, marker_color=POT, width=0.8 * 60_000,
+                           offset=0))  # fmt: skip
     fig.update_yaxes(title="requests", rangemode="tozero")
+    fig.update_xaxes(title="minute (UTC)", tickformat="%H:%M", dtick=60_000)
+    if len(per_minute):  # keep a few minutes of context around the bars, so one bar is not a wall
+        pad = pd.Timedelta(minutes=2)
+        fig.update_xaxes(
+            range=[per_minute.index.min() - pad, per_minute.index.max() + pad + pd.Timedelta(minutes=1)]
+        )
     return finish(fig, title)
 
 

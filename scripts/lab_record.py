@@ -9,7 +9,7 @@ few minutes on a small CPU, and writes:
     docs/lab-results/results.json            settings, findings, inspector verdicts, machine facts
 
 Usage:
-    .venv/bin/python scripts/lab_record.py                      # chef on cpu, default threads
+    .venv/bin/python scripts/lab_record.py                      # chef on cpu, the app's thread count
     .venv/bin/python scripts/lab_record.py --threads 1 --out /tmp/lab
 """
 
@@ -32,6 +32,7 @@ import torch  # noqa: E402
 
 from engine import Engine  # noqa: E402
 from kitchen_viz import charts  # noqa: E402
+from kitchen_viz.service import engine_threads  # noqa: E402
 from lab.banquet import BanquetSettings, run_banquet  # noqa: E402
 from lab.export import write_pngs  # noqa: E402
 from lab.inspector import diagnose  # noqa: E402
@@ -132,12 +133,12 @@ def main() -> None:
     ap.add_argument("--model", default="chef")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    ap.add_argument("--threads", type=int, default=engine_threads(),
+                    help="torch threads (default: the app's rule, every core but one; TWO_POT_THREADS overrides)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "lab-results")
     ap.add_argument("--only", nargs="*", help="record only these experiments")
     args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(max(1, args.threads))
     args.out.mkdir(parents=True, exist_ok=True)
     engine = Engine.load(args.model, device=args.device, dtype=args.dtype)
     report = {"machine": machine_facts(engine), "experiments": {}}

@@ -17,7 +17,7 @@ from pathlib import Path
 import streamlit as st
 import torch
 
-from kitchen_viz.service import KitchenService
+from kitchen_viz.service import KitchenService, engine_threads
 
 REPO = Path(__file__).resolve().parent.parent
 CHEF_FOLDER = REPO / "assets" / "models" / "chef"
@@ -94,7 +94,7 @@ def run_log():
 
 @st.cache_resource(show_spinner=False, max_entries=3)
 def _service(model: str, device: str, dtype: str) -> KitchenService:
-    return KitchenService(model, device, dtype, run_log=run_log())
+    return KitchenService(model, device, dtype, run_log=run_log(), threads=engine_threads())
 
 
 def service_for(settings: Settings) -> KitchenService:

@@ -100,6 +100,22 @@ class Job:
         self._go.set()
 
 
+def engine_threads() -> int:
+    """Threads the app's engine uses: every core but one, which is left to the page watching it.
+
+    Why: the instrument must not disturb the measurement. The browser animating the kitchen and
+    the server feeding it need a core; if torch's threads also want every core, a parallel region
+    waits for a thread the page has preempted: measured on this 2-core machine with one core kept
+    busy, the chef's decode step took 119 ms with 2 threads and 9 ms with 1 (2.1-3.7 ms when quiet
+    either way; docs/benchmarks/ui-overhead.md). TWO_POT_THREADS overrides it.
+    """
+    import os
+
+    if os.environ.get("TWO_POT_THREADS"):
+        return max(1, int(os.environ["TWO_POT_THREADS"]))
+    return max(1, (os.cpu_count() or 2) - 1)
+
+
 def weights_megabytes(model: str, dtype: str) -> float | None:
     """How many MB of weights loading `model` reads, known before loading (None if unknown).
 
@@ -126,8 +142,16 @@ class KitchenService:
     `load_error` (one line) when the model cannot be loaded; jobs submitted then fail with it.
     """
 
-    def __init__(self, model: str, device: str = "cpu", dtype: str = "float32", run_log=None):
+    def __init__(
+        self,
+        model: str,
+        device: str = "cpu",
+        dtype: str = "float32",
+        run_log=None,
+        threads: int | None = None,
+    ):
         self.model, self.device, self.dtype = model, device, dtype
+        self.threads = threads
         self.run_log = run_log
         self.state: Literal["loading", "ready", "error"] = "loading"
         self.load_error: str | None = None
@@ -237,6 +261,11 @@ class KitchenService:
         t0 = time.perf_counter()
         try:
             from engine import Engine
+
+            if self.threads:  # process-wide: torch has one intra-op pool per process
+                import torch
+
+                torch.set_num_threads(self.threads)
 
             self._engine = Engine.load(self.model, device=self.device, dtype=self.dtype)
             self.info = self._engine.info

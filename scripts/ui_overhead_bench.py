@@ -30,9 +30,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import torch  # noqa: E402
+
 from engine import Engine  # noqa: E402
 from kitchen_viz.launch import free_port, spawn, stop, wait_healthy  # noqa: E402
 from kitchen_viz.orders import Order, cook  # noqa: E402
+from kitchen_viz.service import engine_threads  # noqa: E402
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update"]  # fmt: skip
@@ -79,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt", type=int, default=32, help="generated prompt length, tokens")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--model", default="chef")
+    ap.add_argument(
+        "--reduced-motion", action="store_true", help="the watching browser prefers reduced motion"
+    )
+    ap.add_argument(
+        "--threads", type=int, default=0, help="engine threads on both sides (default: the app's)"
+    )
     args = ap.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
@@ -86,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         batch=args.batch, max_new_tokens=args.new, temperature=0.0, seed=0, prompt_tokens=args.prompt
     )
     query = f"?prompt={args.prompt}&new={args.new}&batch={args.batch}&temp=0"
+    threads = args.threads or engine_threads()
+    torch.set_num_threads(threads)  # the same count the app's kitchen uses (the server reads TWO_POT_THREADS)
+    os.environ["TWO_POT_THREADS"] = str(threads)
     engine = Engine.load(args.model)
     load_before = os.getloadavg()
     log = Path(tempfile.mkdtemp()) / "streamlit.log"
@@ -97,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1500, "height": 1250})
+            motion = "reduce" if args.reduced_motion else "no-preference"
+            page = browser.new_page(viewport={"width": 1500, "height": 1250}, reduced_motion=motion)
             tpot_with_live_kitchen(page, url, query)  # warm-up: loads the server's engine
             tpot_without_ui(engine, order)  # warm-up
             for r in range(args.rounds):
@@ -119,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         "model": args.model,
         "order": {"prompt_tokens": args.prompt, "max_new_tokens": args.new, "batch": args.batch},
         "rounds": args.rounds,
+        "engine_threads": threads,
+        "reduced_motion": args.reduced_motion,
         "rounds_dropped": stuck,
         "tpot_no_ui_s": no_ui,
         "tpot_live_s": live,

@@ -158,3 +158,14 @@ def test_a_held_order_waits_for_its_page_to_release_it(kitchen):
     assert not job.wait(0.5) and not job.events  # the worker has it, but waits for the page
     job.release()
     assert job.wait(WAIT_S) and job.status == "done" and job.result.texts
+
+
+def test_the_app_leaves_one_core_to_the_page_unless_told_otherwise(monkeypatch):
+    import os
+
+    from kitchen_viz.service import engine_threads
+
+    monkeypatch.delenv("TWO_POT_THREADS", raising=False)
+    assert engine_threads() == max(1, (os.cpu_count() or 2) - 1)
+    monkeypatch.setenv("TWO_POT_THREADS", "3")
+    assert engine_threads() == 3

@@ -117,3 +117,22 @@ def test_mistral_config_loads_as_llama_with_window_as_context(tiny_llama, tmp_pa
         eng.generate([PROMPT], max_new_tokens=8).tokens
         == Engine.load(str(tiny_llama.path)).generate([PROMPT], max_new_tokens=8).tokens
     )
+
+
+def test_the_trained_chef_matches_transformers():
+    """The shipped model, not a random one: same greedy text as HF `generate` for 48 tokens."""
+    from conftest import REPO
+
+    chef = REPO / "assets" / "models" / "chef"
+    if not (chef / "model.safetensors").is_file():
+        pytest.skip("assets/models/chef not present")
+    from transformers import AutoModelForCausalLM
+
+    eng = Engine.load(str(chef))
+    ids = eng.encode("ROMEO:\nWhat light")
+    res = eng.generate([ids], max_new_tokens=48, stop_at_eos=False)
+    with torch.inference_mode():
+        hf = AutoModelForCausalLM.from_pretrained(str(chef)).float().eval()
+        ref = hf.generate(torch.tensor([ids]), max_new_tokens=48, min_new_tokens=48, do_sample=False)
+    assert res.tokens[0] == ref[0, len(ids) :].tolist()
+    assert res.texts[0] == eng.decode(res.tokens[0]) and res.texts[0].strip()

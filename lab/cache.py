@@ -53,6 +53,25 @@ def cache_key(experiment: str, model: str, device: str, dtype: str, settings: An
     return f"{experiment}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
 
 
+def model_fingerprint(model: str) -> str:
+    """The identity of the weights behind a model name: retrained weights must not reuse old results.
+
+    A catalog name or folder becomes its safetensors files' names, sizes and modification times
+    ("chef" before and after retraining are different kitchens); presets and hub ids stay as named.
+    """
+    try:
+        from engine.catalog import resolve_source
+
+        source = resolve_source(model) or model
+    except Exception:  # noqa: BLE001 -- no catalog or an unlisted name: the name itself is the identity
+        source = model
+    folder = Path(source)
+    if not folder.is_dir():
+        return model
+    stats = [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(folder.glob("*.safetensors"))]
+    return f"{model}@{hashlib.sha256(repr(stats).encode()).hexdigest()[:12]}"
+
+
 class ResultCache:
     def __init__(self, folder: Path | str | None = None):
         self.folder = Path(folder) if folder is not None else default_dir()

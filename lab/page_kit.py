@@ -27,7 +27,14 @@ import pandas as pd
 import streamlit as st
 
 from kitchen_viz.app_state import current_settings, service_for
-from lab.cache import CachedResult, ResultCache, cache_key, latest_roof, remember_roof
+from lab.cache import (
+    CachedResult,
+    ResultCache,
+    cache_key,
+    latest_roof,
+    model_fingerprint,
+    remember_roof,
+)
 from lab.export import figure_png, slug
 from lab.inflight import InFlight
 from lab.inspector import diagnose
@@ -192,7 +199,7 @@ def render_experiment(exp: Experiment, settings_form: Callable[[Any], Any]) -> N
         settings = settings_form(svc.info)
         st.caption(f"Settings: {asdict(settings)}")
     cache = ResultCache()
-    key = cache_key(exp.key, app.model, app.device, app.dtype, settings)
+    key = cache_key(exp.key, model_fingerprint(app.model), app.device, app.dtype, settings)
     guess = ask_prediction(exp)
     saved = cache.get(key)
     st.markdown("#### 2. Run it on this machine")

@@ -10,7 +10,7 @@ import pytest
 
 from engine.roofline import Roofline
 from kitchen_viz import charts
-from lab.cache import ResultCache, cache_key, latest_roof, remember_roof
+from lab.cache import ResultCache, cache_key, latest_roof, model_fingerprint, remember_roof
 from lab.cpu_time import busy_note
 from lab.export import figure_png, write_pngs
 from lab.monitoring import requests_per_minute, summary, with_percentiles
@@ -131,3 +131,16 @@ def test_busy_machine_note_only_when_we_waited_for_a_core():
     assert busy_note(wall_s=1.0, cpu_s=0.9, device="cpu") is None
     assert busy_note(wall_s=1.0, cpu_s=1.8, device="cpu") is None  # two threads: CPU time exceeds wall
     assert busy_note(wall_s=1.0, cpu_s=0.1, device="cuda:0") is None  # GPU work is not CPU time
+
+
+def test_model_fingerprint_changes_when_the_weights_change(tmp_path):
+    folder = tmp_path / "chef"
+    folder.mkdir()
+    weights = folder / "model.safetensors"
+    weights.write_bytes(b"x" * 10)
+    before = model_fingerprint(str(folder))
+    assert before == model_fingerprint(str(folder)) and before.startswith(str(folder))
+    weights.write_bytes(b"y" * 11)  # retrained: new size (and time)
+    assert model_fingerprint(str(folder)) != before
+    assert model_fingerprint("preset:smollm2-135m") == "preset:smollm2-135m"
+    assert model_fingerprint("chef").startswith("chef@")  # the catalog's chef folder

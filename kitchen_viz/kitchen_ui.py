@@ -173,7 +173,12 @@ def release_cook() -> None:
 
 
 def draw_live(svc: KitchenService, presenter: bool, wok_capacity: int) -> None:
-    """The panels and the scene, refreshed by a fragment while an order is in the kitchen."""
+    """Panels, scene and outcome, in one fragment refreshed while an order is in the kitchen.
+
+    Everything that changes while cooking lives inside this one fragment (the diagnosis too), so
+    a fragment tick and the page rerun that ends the ticking can never draw over each other's
+    elements; the rerun only switches the ticking off.
+    """
     cooking = is_cooking()
 
     @st.fragment(run_every=TICK_S if cooking else None)
@@ -189,9 +194,9 @@ def draw_live(svc: KitchenService, presenter: bool, wok_capacity: int) -> None:
             data = run.scene_data(presenter=presenter, wok_capacity=wok_capacity)
             data["kv_bytes_per_token"] = svc.info.kv_bytes_per_token if svc.info else 0
         draw_scene(data)
+        draw_outcome(svc.info.device, svc.info.dtype)
         if cooking and job is not None and job.finished:
-            finish_cook(job, run)
-            st.rerun()
+            st.rerun()  # stop ticking: the order is done and drawn
 
     live()
 

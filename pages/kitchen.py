@@ -3,7 +3,7 @@
 import streamlit as st
 
 from kitchen_viz.app_state import current_settings, service_for
-from kitchen_viz.kitchen_ui import draw_live, draw_loading, draw_outcome, order_ui, release_cook, start_cook
+from kitchen_viz.kitchen_ui import draw_live, draw_loading, order_ui, release_cook, start_cook
 
 settings = current_settings()
 st.title("🍳 The Two-Pot Kitchen")
@@ -33,5 +33,4 @@ order = order_ui(svc, settings.seed)
 if order is not None:
     start_cook(svc, order)
 draw_live(svc, settings.presenter, wok_capacity=info.max_context * 8)
-draw_outcome(info.device, info.dtype)
 release_cook()

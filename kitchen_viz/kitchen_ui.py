@@ -20,7 +20,7 @@ import streamlit as st
 
 from engine.errors import EngineError
 from kitchen_viz.app_state import REPO
-from kitchen_viz.orders import DEFAULT_PROMPT, MAX_TABLES, Order, control_limits, cook
+from kitchen_viz.orders import DEFAULT_PROMPT, Order, control_limits, cook
 from kitchen_viz.panels import draw_panels, panel_values
 from kitchen_viz.scene import draw_scene
 from kitchen_viz.service import KitchenService
@@ -271,12 +271,4 @@ def draw_diagnosis(result, device: str, dtype: str) -> None:
             st.page_link(ROOFLINE_PAGE, label="Measure this machine's roofline in the Lab", icon="📈")
 
 
-__all__ = [
-    "MAX_TABLES",
-    "draw_live",
-    "draw_loading",
-    "draw_outcome",
-    "order_ui",
-    "release_cook",
-    "start_cook",
-]
+__all__ = ["draw_live", "draw_loading", "order_ui", "release_cook", "start_cook"]

@@ -104,6 +104,7 @@ def service_for(settings: Settings) -> KitchenService:
     reason, so fixing the problem (say, freeing memory) and reloading tries again.
     """
     svc = _service(settings.model, settings.device, settings.dtype)
-    if svc.state == "error":
-        _service.clear()  # type: ignore[attr-defined]
+    if svc.state == "error":  # forget only this kitchen, and stop its idle worker
+        _service.clear(settings.model, settings.device, settings.dtype)  # type: ignore[attr-defined]
+        svc.close()
     return svc

@@ -569,8 +569,15 @@ def format_report(r: dict) -> str:
 # ---------------------------------------------------------------- command line
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad option is one line on stderr (exit 2), like every other refusal."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see python -m engine bench --help)\n")
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m engine bench", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m engine bench", description=__doc__.splitlines()[0])
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"model to time (default {DEFAULT_MODEL})")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")

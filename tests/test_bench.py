@@ -140,6 +140,14 @@ def test_text_report_names_every_ratio(tiny_llama_tied, capsys):
     assert "roofline: read" in text
 
 
+def test_a_malformed_option_is_one_line_too(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--repeats", "abc"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "invalid int value: 'abc'" in err and "\n" not in err
+
+
 def test_quick_flag_picks_the_quick_plan():
     assert plan_from(parse_args(["--quick"])) == QUICK
     assert plan_from(parse_args(["--quick", "--repeats", "7"])).repeats == 7

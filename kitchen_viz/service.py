@@ -116,6 +116,13 @@ def engine_threads() -> int:
     return max(1, (os.cpu_count() or 2) - 1)
 
 
+def warm_up(engine) -> None:
+    """One tiny unshown generation right after loading, so the learner's first Cook is not the one
+    paying for first-call setup. Measured on this CPU (chef, 1 thread, `JULIET:`): TTFT 5.78 ms on
+    the first call after loading, then 3.37 and 3.30 ms."""
+    engine.generate([[1]], max_new_tokens=2, temperature=0.0)
+
+
 def weights_megabytes(model: str, dtype: str) -> float | None:
     """How many MB of weights loading `model` reads, known before loading (None if unknown).
 
@@ -269,6 +276,7 @@ class KitchenService:
 
             self._engine = Engine.load(self.model, device=self.device, dtype=self.dtype)
             self.info = self._engine.info
+            warm_up(self._engine)
             state, error = "ready", None
         except EngineError as err:
             state, error = "error", str(err)

@@ -14,6 +14,7 @@ Session state this page keeps (per browser session):
 
 from __future__ import annotations
 
+import os
 import uuid
 
 import streamlit as st
@@ -37,6 +38,9 @@ K_MODE, K_TEXT, K_PLEN, K_BATCH, K_NEW, K_TEMP = (
     "tpk_temp",
 )
 MODES = ("Generated prompt of N tokens", "Write a prompt")
+K_LIVE = "tpk_live"
+LIVE_VIEW_MIN_CORES = 4
+QUIET_WAIT_S = 600  # the longest a page waits, without refreshing, for an order it is not watching
 
 
 def draw_loading(svc: KitchenService) -> None:
@@ -53,7 +57,13 @@ def draw_loading(svc: KitchenService) -> None:
 
 
 # A shared link can preset the order: ?prompt=32&batch=4&new=16&temp=0.7 (applied once per session).
-QUERY_KEYS = {"prompt": (K_PLEN, int), "batch": (K_BATCH, int), "new": (K_NEW, int), "temp": (K_TEMP, float)}
+QUERY_KEYS = {
+    "prompt": (K_PLEN, int),
+    "batch": (K_BATCH, int),
+    "new": (K_NEW, int),
+    "temp": (K_TEMP, float),
+    "live": (K_LIVE, lambda v: v not in ("0", "false", "no")),
+}
 
 
 def apply_query_params() -> None:
@@ -67,6 +77,16 @@ def apply_query_params() -> None:
                 st.session_state[key] = kind(st.query_params[name])
             except ValueError:
                 st.warning(f"Ignored ?{name}={st.query_params[name]}: not a number.")
+
+
+def live_view_default() -> bool:
+    """Live refreshes while the engine runs by default only where there are cores to spare.
+
+    Measured on a 2-core machine (docs/benchmarks/ui-overhead.md): refreshing 4x a second during
+    a Cook raised the chef's TPOT 2-5x, while the quiet view (wait, then replay) changed it by
+    +3.5 %. With 4 or more cores the live view is the default; the toggle overrides either way.
+    """
+    return (os.cpu_count() or 1) >= LIVE_VIEW_MIN_CORES
 
 
 def clamp_state(key: str, default, low, high):
@@ -118,6 +138,14 @@ def order_ui(svc: KitchenService, seed: int) -> Order | None:
     with cook_col:
         st.write("")
         pressed = st.button("🔥 Cook", type="primary", width="stretch", disabled=is_cooking())
+        st.session_state.setdefault(K_LIVE, live_view_default())
+        st.toggle(
+            "Live view while the engine runs",
+            key=K_LIVE,
+            help="On: the page refreshes 4× a second while the engine cooks. On a small machine each refresh "
+            "steals engine time (measured: TPOT 2-5× higher on a busy 2-core CPU), so it starts off there. "
+            "Off: the page waits quietly and replays the order when it is done (measured: +3.5 %).",
+        )
     if not pressed:
         return None
     order = Order(
@@ -166,10 +194,19 @@ def start_cook(svc: KitchenService, order: Order) -> None:
 
 
 def release_cook() -> None:
-    """The last call of the page: the order starts only once the page has been drawn."""
+    """The last call of the page: the order starts only once the page has been drawn.
+
+    With the live view off, the page then waits for the order without refreshing (the wait holds
+    no lock the engine needs) and reruns once when it is done, so nothing in this process competes
+    with the engine while it is measured.
+    """
     job = st.session_state.get("tpk_job")
-    if job is not None:
-        job.release()
+    if job is None:
+        return
+    job.release()
+    if not job.finished and not st.session_state.get(K_LIVE, live_view_default()):
+        job.wait(QUIET_WAIT_S)
+        st.rerun()
 
 
 def draw_live(svc: KitchenService, presenter: bool, wok_capacity: int) -> None:
@@ -181,7 +218,9 @@ def draw_live(svc: KitchenService, presenter: bool, wok_capacity: int) -> None:
     """
     cooking = is_cooking()
 
-    @st.fragment(run_every=TICK_S if cooking else None)
+    ticking = cooking and st.session_state.get(K_LIVE, live_view_default())
+
+    @st.fragment(run_every=TICK_S if ticking else None)
     def live():
         job = st.session_state.get("tpk_job")
         run: LiveRun | None = st.session_state.get("tpk_run")

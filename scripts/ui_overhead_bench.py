@@ -83,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--model", default="chef")
     ap.add_argument(
+        "--quiet-view", action="store_true", help="the page's 'Live view while the engine runs' off"
+    )
+    ap.add_argument(
         "--reduced-motion", action="store_true", help="the watching browser prefers reduced motion"
     )
     ap.add_argument(
@@ -94,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     order = Order(
         batch=args.batch, max_new_tokens=args.new, temperature=0.0, seed=0, prompt_tokens=args.prompt
     )
-    query = f"?prompt={args.prompt}&new={args.new}&batch={args.batch}&temp=0"
+    query = f"?prompt={args.prompt}&new={args.new}&batch={args.batch}&temp=0" + (
+        "&live=0" if args.quiet_view else ""
+    )
     threads = args.threads or engine_threads()
     torch.set_num_threads(threads)  # the same count the app's kitchen uses (the server reads TWO_POT_THREADS)
     os.environ["TWO_POT_THREADS"] = str(threads)
@@ -134,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": args.rounds,
         "engine_threads": threads,
         "reduced_motion": args.reduced_motion,
+        "live_view": not args.quiet_view,
         "rounds_dropped": stuck,
         "tpot_no_ui_s": no_ui,
         "tpot_live_s": live,

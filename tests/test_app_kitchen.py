@@ -69,6 +69,7 @@ def test_the_kitchen_renders_with_controls_and_both_panels():
 
 def test_cook_produces_text_and_measured_ttft_and_tpot():
     at = open_kitchen()
+    at.toggle(key="tpk_live").set_value(True).run()  # the live fragment path, whatever the core count
     at.slider(key="tpk_batch").set_value(2)
     at.slider(key="tpk_new").set_value(8)
     at.run()
@@ -91,6 +92,17 @@ def test_a_written_prompt_cooks_for_every_table():
     cook_button(at).click().run()
     finish(at)
     assert at.session_state["tpk_result"]["texts"]
+
+
+def test_with_the_live_view_off_the_page_waits_quietly_and_shows_the_result():
+    at = open_kitchen()
+    at.toggle(key="tpk_live").set_value(False).run()
+    at.slider(key="tpk_new").set_value(6).run()
+    cook_button(at).click().run()  # this run waits for the order, then reruns once
+    assert not at.exception
+    assert at.session_state["tpk_job"].finished
+    result = at.session_state["tpk_result"]
+    assert result["texts"][0] and result["ttft_s"] > 0 and result["tpot_s"] > 0
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
 ]
 COOK_TIMEOUT_MS = 240_000
-ORDER = "?new=16"  # a short order (16 bowls per table) keeps the suite quick on a shared CPU
+ORDER = "?new=16&live=1"  # short (16 bowls per table), and watched live: the fragment path under test
 
 pytestmark = [
     pytest.mark.browser,

@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         batch=args.batch, max_new_tokens=args.new, temperature=0.0, seed=0, prompt_tokens=args.prompt
     )
     query = f"?prompt={args.prompt}&new={args.new}&batch={args.batch}&temp=0" + (
-        "&live=0" if args.quiet_view else ""
+        "&live=0" if args.quiet_view else "&live=1"
     )
     threads = args.threads or engine_threads()
     torch.set_num_threads(threads)  # the same count the app's kitchen uses (the server reads TWO_POT_THREADS)

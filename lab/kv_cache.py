@@ -6,7 +6,7 @@ so far, so each ladle is slower than the last. A counter that must be rebuilt bi
 spoonful (`growing`) works, but keeps moving the whole meal; a counter sized once (`static`) just
 takes the next bowl.
 
-Engine words: `static` preallocates K/V for the whole context and writes one column per step, so
+Engine words: `static` preallocates K/V for the whole request (prompt + new tokens) and writes one column per step, so
 step time stays ~flat; `growing` concatenates a column each step (copies the cache: traffic grows
 with position); `none` recomputes K/V for the whole sequence every step, so step time grows ~linearly
 with position (and total work quadratically). All three must produce the same tokens.

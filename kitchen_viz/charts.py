@@ -24,9 +24,14 @@ LAYOUT = dict(
 
 def guess_marker(x, y, text: str = "your guess") -> go.Scatter:
     return go.Scatter(
-        x=[x], y=[y], mode="markers+text", name="your guess", text=[text], textposition="top center",
+        x=[x],
+        y=[y],
+        mode="markers+text",
+        name="your guess",
+        text=[text],
+        textposition="top center",
         marker=dict(symbol="star-open", size=16, color=GUESS, line=dict(width=2)),
-    )  # fmt: skip
+    )
 
 
 def mark_x(fig: go.Figure, x: float, text: str, log_x: bool) -> None:
@@ -34,8 +39,15 @@ def mark_x(fig: go.Figure, x: float, text: str, log_x: bool) -> None:
     in log10 units, so the label's x is converted; passing the raw value stretches the axis to 1e128."""
     fig.add_vline(x=x, line_dash="dot", line_color=GREY)
     if text:
-        fig.add_annotation(x=np.log10(x) if log_x else x, y=1, yref="paper", yanchor="bottom", text=text,
-                           showarrow=False, font=dict(color=GREY))  # fmt: skip
+        fig.add_annotation(
+            x=np.log10(x) if log_x else x,
+            y=1,
+            yref="paper",
+            yanchor="bottom",
+            text=text,
+            showarrow=False,
+            font=dict(color=GREY),
+        )
 
 
 def finish(fig: go.Figure, title: str) -> go.Figure:
@@ -48,11 +60,25 @@ def finish(fig: go.Figure, title: str) -> go.Figure:
 
 def banquet_figures(result, guess: float | None = None) -> list[go.Figure]:
     df = result.to_frame()
-    ttft = go.Figure(go.Scatter(x=df.prompt_tokens, y=df.ttft_s * 1e3, mode="lines+markers", name="TTFT (measured)",
-                                line=dict(color=WOK)))  # fmt: skip
+    ttft = go.Figure(
+        go.Scatter(
+            x=df.prompt_tokens,
+            y=df.ttft_s * 1e3,
+            mode="lines+markers",
+            name="TTFT (measured)",
+            line=dict(color=WOK),
+        )
+    )
     if result.device == "cpu":
-        ttft.add_trace(go.Scatter(x=df.prompt_tokens, y=df.prefill_cpu_s * 1e3, mode="lines", name="prefill CPU time",
-                                  line=dict(color=WOK, dash="dot", width=1)))  # fmt: skip
+        ttft.add_trace(
+            go.Scatter(
+                x=df.prompt_tokens,
+                y=df.prefill_cpu_s * 1e3,
+                mode="lines",
+                name="prefill CPU time",
+                line=dict(color=WOK, dash="dot", width=1),
+            )
+        )
     if guess is not None:
         ttft.add_trace(
             guess_marker(
@@ -66,10 +92,25 @@ def banquet_figures(result, guess: float | None = None) -> list[go.Figure]:
     finish(ttft, "The big banquet: time to first token vs prompt length")
 
     rate = make_subplots(specs=[[{"secondary_y": True}]])
-    rate.add_trace(go.Scatter(x=df.prompt_tokens, y=df.prefill_tps, mode="lines+markers", name="prefill tokens/s",
-                              line=dict(color=WOK)))  # fmt: skip
-    rate.add_trace(go.Scatter(x=df.prompt_tokens, y=df.attention_share * 100, mode="lines", name="attention share "
-                              "of FLOPs (analytic, %)", line=dict(color=GREY, dash="dash")), secondary_y=True)  # fmt: skip
+    rate.add_trace(
+        go.Scatter(
+            x=df.prompt_tokens,
+            y=df.prefill_tps,
+            mode="lines+markers",
+            name="prefill tokens/s",
+            line=dict(color=WOK),
+        )
+    )
+    rate.add_trace(
+        go.Scatter(
+            x=df.prompt_tokens,
+            y=df.attention_share * 100,
+            mode="lines",
+            name="attention share of FLOPs (analytic, %)",
+            line=dict(color=GREY, dash="dash"),
+        ),
+        secondary_y=True,
+    )
     if result.saturation_tokens:
         mark_x(rate, result.saturation_tokens, "wok saturated", log_x=True)
     rate.update_xaxes(title="prompt tokens", type="log")
@@ -86,10 +127,24 @@ def banquet_figures(result, guess: float | None = None) -> list[go.Figure]:
 def tables_figures(result, guess: float | None = None) -> list[go.Figure]:
     df = result.to_frame()
     per_token = go.Figure()
-    per_token.add_trace(go.Scatter(x=df.batch, y=df.decode_us_per_token, mode="lines+markers", name="decode, per token",
-                                   line=dict(color=POT)))  # fmt: skip
-    per_token.add_trace(go.Scatter(x=df.batch, y=df.prefill_us_per_token, mode="lines+markers",
-                                   name="prefill, per token", line=dict(color=WOK)))  # fmt: skip
+    per_token.add_trace(
+        go.Scatter(
+            x=df.batch,
+            y=df.decode_us_per_token,
+            mode="lines+markers",
+            name="decode, per token",
+            line=dict(color=POT),
+        )
+    )
+    per_token.add_trace(
+        go.Scatter(
+            x=df.batch,
+            y=df.prefill_us_per_token,
+            mode="lines+markers",
+            name="prefill, per token",
+            line=dict(color=WOK),
+        )
+    )
     per_token.update_xaxes(title="batch size (sequences)", type="log")
     per_token.update_yaxes(title="time per token (µs)", type="log")
     finish(
@@ -97,13 +152,35 @@ def tables_figures(result, guess: float | None = None) -> list[go.Figure]:
     )
 
     step = make_subplots(specs=[[{"secondary_y": True}]])
-    step.add_trace(go.Scatter(x=df.batch, y=df.decode_step_s * 1e3, mode="lines+markers", name="decode step (ms)",
-                              line=dict(color=POT)))  # fmt: skip
-    step.add_trace(go.Scatter(x=df.batch, y=df.decode_tps, mode="lines+markers", name="decode tokens/s",
-                              line=dict(color=GREY, dash="dash")), secondary_y=True)  # fmt: skip
+    step.add_trace(
+        go.Scatter(
+            x=df.batch,
+            y=df.decode_step_s * 1e3,
+            mode="lines+markers",
+            name="decode step (ms)",
+            line=dict(color=POT),
+        )
+    )
+    step.add_trace(
+        go.Scatter(
+            x=df.batch,
+            y=df.decode_tps,
+            mode="lines+markers",
+            name="decode tokens/s",
+            line=dict(color=GREY, dash="dash"),
+        ),
+        secondary_y=True,
+    )
     if result.device == "cpu":
-        step.add_trace(go.Scatter(x=df.batch, y=df.decode_cpu_step_s * 1e3, mode="lines", name="decode step CPU time (ms)",
-                                  line=dict(color=POT, dash="dot", width=1)))  # fmt: skip
+        step.add_trace(
+            go.Scatter(
+                x=df.batch,
+                y=df.decode_cpu_step_s * 1e3,
+                mode="lines",
+                name="decode step CPU time (ms)",
+                line=dict(color=POT, dash="dot", width=1),
+            )
+        )
     if guess is not None:
         step.add_trace(
             guess_marker(df.batch.iloc[-1], df.decode_step_s.iloc[0] * 1e3 * guess, f"your guess: {guess:g}x")
@@ -124,16 +201,30 @@ def roofline_figure(result, guess: float | None = None) -> go.Figure:
     xs_all = list(df.intensity) + [t.intensity for t in getattr(result, "theory", [])] + [roof.ridge]
     lo, hi = min(xs_all) / 2, max(xs_all) * 2
     xs = np.geomspace(lo, hi, 200)
-    fig = go.Figure(go.Scatter(x=xs, y=[roof.attainable(x) / 1e9 for x in xs], mode="lines", name="roof (measured)",
-                               line=dict(color="black", width=2)))  # fmt: skip
+    fig = go.Figure(
+        go.Scatter(
+            x=xs,
+            y=[roof.attainable(x) / 1e9 for x in xs],
+            mode="lines",
+            name="roof (measured)",
+            line=dict(color="black", width=2),
+        )
+    )
     for phase, colour in (("prefill", WOK), ("decode", POT)):
         path = [t for t in getattr(result, "theory", []) if t.phase == phase]
         if path:  # the analytic path this phase travels as its knob (prompt length, batch) turns
             knob = "prompt" if phase == "prefill" else "batch"
-            fig.add_trace(go.Scatter(x=[t.intensity for t in path], y=[t.attainable_flops_per_s / 1e9 for t in path],
-                                     mode="lines", line=dict(color=colour, width=9), opacity=0.25,
-                                     name=f"{phase} theory path ({knob} {path[0].setting}-{path[-1].setting})",
-                                     hovertext=[f"{knob} {t.setting}" for t in path]))  # fmt: skip
+            fig.add_trace(
+                go.Scatter(
+                    x=[t.intensity for t in path],
+                    y=[t.attainable_flops_per_s / 1e9 for t in path],
+                    mode="lines",
+                    line=dict(color=colour, width=9),
+                    opacity=0.25,
+                    name=f"{phase} theory path ({knob} {path[0].setting}-{path[-1].setting})",
+                    hovertext=[f"{knob} {t.setting}" for t in path],
+                )
+            )
         part = df[df.phase == phase].sort_values("intensity")
         # Theory: where the roof says each step could be, joined to its measurement by a dotted drop.
         xs_gap, ys_gap = [], []
@@ -142,15 +233,36 @@ def roofline_figure(result, guess: float | None = None) -> go.Figure:
         ):
             xs_gap += [x, x, None]
             ys_gap += [top / 1e9, got / 1e9, None]
-        fig.add_trace(go.Scatter(x=xs_gap, y=ys_gap, mode="lines", line=dict(color=colour, dash="dot", width=1),
-                                 showlegend=False, hoverinfo="skip"))  # fmt: skip
-        fig.add_trace(go.Scatter(x=part.intensity, y=part.attainable_flops_per_s / 1e9, mode="markers",
-                                 name=f"{phase} theory (on the roof)",
-                                 marker=dict(color=colour, symbol="circle-open", size=11)))  # fmt: skip
-        fig.add_trace(go.Scatter(
-            x=part.intensity, y=part.achieved_flops_per_s / 1e9, mode="markers+text", name=f"{phase} measured",
-            text=[f"{lab}: {p:.0f}%" for lab, p in zip(part.label, part.pct_of_roof, strict=True)],
-            textposition="bottom right", marker=dict(color=colour, size=10)))  # fmt: skip
+        fig.add_trace(
+            go.Scatter(
+                x=xs_gap,
+                y=ys_gap,
+                mode="lines",
+                line=dict(color=colour, dash="dot", width=1),
+                showlegend=False,
+                hoverinfo="skip",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=part.intensity,
+                y=part.attainable_flops_per_s / 1e9,
+                mode="markers",
+                name=f"{phase} theory (on the roof)",
+                marker=dict(color=colour, symbol="circle-open", size=11),
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=part.intensity,
+                y=part.achieved_flops_per_s / 1e9,
+                mode="markers+text",
+                name=f"{phase} measured",
+                text=[f"{lab}: {p:.0f}%" for lab, p in zip(part.label, part.pct_of_roof, strict=True)],
+                textposition="bottom right",
+                marker=dict(color=colour, size=10),
+            )
+        )
     if guess is not None:
         first = df[df.phase == "decode"].sort_values("intensity").iloc[0]
         fig.add_trace(
@@ -173,18 +285,41 @@ def kv_figures(result, guess: float | None = None) -> list[go.Figure]:
     lat, mem = go.Figure(), go.Figure()
     for mode, part in df.groupby("mode", sort=False):
         colour = MODE_COLOURS.get(mode, GREY)
-        lat.add_trace(go.Scatter(x=part.position, y=part.step_ms, mode="lines", name=f"cache={mode} (wall)",
-                                 line=dict(color=colour)))  # fmt: skip
+        lat.add_trace(
+            go.Scatter(
+                x=part.position,
+                y=part.step_ms,
+                mode="lines",
+                name=f"cache={mode} (wall)",
+                line=dict(color=colour),
+            )
+        )
         if result.device == "cpu":  # on a GPU the host's CPU time is not the step's work
-            lat.add_trace(go.Scatter(x=part.position, y=part.cpu_ms, mode="lines", name=f"cache={mode} (CPU time)",
-                                     line=dict(color=colour, dash="dot", width=1)))  # fmt: skip
-        mem.add_trace(go.Scatter(x=part.position, y=part.kv_mb, mode="lines", name=f"cache={mode}",
-                                 line=dict(color=colour)))  # fmt: skip
+            lat.add_trace(
+                go.Scatter(
+                    x=part.position,
+                    y=part.cpu_ms,
+                    mode="lines",
+                    name=f"cache={mode} (CPU time)",
+                    line=dict(color=colour, dash="dot", width=1),
+                )
+            )
+        mem.add_trace(
+            go.Scatter(
+                x=part.position, y=part.kv_mb, mode="lines", name=f"cache={mode}", line=dict(color=colour)
+            )
+        )
     for run in result.runs:
         if run.mode == "static" and run.kv_allocated_mb > 0:  # the counter is built full-size up front
-            mem.add_trace(go.Scatter(x=[df.position.min(), df.position.max()], y=[run.kv_allocated_mb] * 2,
-                                     mode="lines", name="cache=static, allocated up front",
-                                     line=dict(color=POT, dash="dash")))  # fmt: skip
+            mem.add_trace(
+                go.Scatter(
+                    x=[df.position.min(), df.position.max()],
+                    y=[run.kv_allocated_mb] * 2,
+                    mode="lines",
+                    name="cache=static, allocated up front",
+                    line=dict(color=POT, dash="dash"),
+                )
+            )
     if guess is not None and "none" in set(df["mode"]):
         none = df[df["mode"] == "none"]
         fifth = max(1, len(none) // 5)
@@ -197,8 +332,10 @@ def kv_figures(result, guess: float | None = None) -> list[go.Figure]:
     lat.update_yaxes(title="decode step (ms)", rangemode="tozero")
     mem.update_xaxes(title="sequence position (tokens so far)")
     mem.update_yaxes(title="KV cache live (MB)", rangemode="tozero")
-    return [finish(lat, "Keep the soup warm: per-step latency with and without the KV cache"),
-            finish(mem, "The serving counter fills up: KV cache memory over the generation")]  # fmt: skip
+    return [
+        finish(lat, "Keep the soup warm: per-step latency with and without the KV cache"),
+        finish(mem, "The serving counter fills up: KV cache memory over the generation"),
+    ]
 
 
 # -- 5. portioning station -----------------------------------------------------------------------
@@ -207,11 +344,22 @@ def kv_figures(result, guess: float | None = None) -> list[go.Figure]:
 def overhead_figure(result, guess: float | None = None) -> go.Figure:
     df = result.to_frame()
     fig = go.Figure()
-    parts = (("math_ms", "model math (op self time)", POT), ("glue_ms", "glue inside forward", "#f0a202"),
-             ("outside_ms", "outside forward (sampling, bookkeeping)", GREY))  # fmt: skip
+    parts = (
+        ("math_ms", "model math (op self time)", POT),
+        ("glue_ms", "glue inside forward", "#f0a202"),
+        ("outside_ms", "outside forward (sampling, bookkeeping)", GREY),
+    )
     for col, name, colour in parts:
-        fig.add_trace(go.Bar(x=df.variant, y=df[col], name=name, marker_color=colour,
-                             text=[f"{v:.2f} ms" for v in df[col]], textposition="inside"))  # fmt: skip
+        fig.add_trace(
+            go.Bar(
+                x=df.variant,
+                y=df[col],
+                name=name,
+                marker_color=colour,
+                text=[f"{v:.2f} ms" for v in df[col]],
+                textposition="inside",
+            )
+        )
     if guess is not None:
         fig.add_trace(
             guess_marker(df.variant.iloc[0], df.step_ms.iloc[0] * guess / 100, f"your guess: math {guess:g}%")
@@ -228,18 +376,35 @@ def padding_figures(result, guess: float | None = None) -> list[go.Figure]:
     df = result.to_frame()
     slots = go.Figure()
     slots.add_trace(go.Bar(x=df["mode"], y=df.tokens, name="real tokens", marker_color=POT))
-    slots.add_trace(go.Bar(x=df["mode"], y=df.wasted_slots, name="padding (idle wok)", marker_color=WOK,
-                           text=[f"{s:.0%} idle" for s in df.idle_share], textposition="outside"))  # fmt: skip
+    slots.add_trace(
+        go.Bar(
+            x=df["mode"],
+            y=df.wasted_slots,
+            name="padding (idle wok)",
+            marker_color=WOK,
+            text=[f"{s:.0%} idle" for s in df.idle_share],
+            textposition="outside",
+        )
+    )
     if guess is not None:
         pad = df[df["mode"] == "padded"].iloc[0]
         slots.add_trace(guess_marker("padded", pad.slots * guess / 100, f"your guess: {guess:g}% idle"))
     slots.update_layout(barmode="stack")
     slots.update_yaxes(title="token slots computed in prefill")
-    time = go.Figure(go.Bar(x=df["mode"], y=df.prefill_s * 1e3, marker_color=[MODE_COLOURS[m] for m in df["mode"]],
-                            text=[f"{v * 1e3:.1f} ms" for v in df.prefill_s], textposition="outside"))  # fmt: skip
+    time = go.Figure(
+        go.Bar(
+            x=df["mode"],
+            y=df.prefill_s * 1e3,
+            marker_color=[MODE_COLOURS[m] for m in df["mode"]],
+            text=[f"{v * 1e3:.1f} ms" for v in df.prefill_s],
+            textposition="outside",
+        )
+    )
     time.update_yaxes(title="prefill pass (ms, median)")
-    return [finish(slots, "The prep standard: slots the wok heats, padded vs packed"),
-            finish(time, "Prefill time for the same mixed batch")]  # fmt: skip
+    return [
+        finish(slots, "The prep standard: slots the wok heats, padded vs packed"),
+        finish(time, "Prefill time for the same mixed batch"),
+    ]
 
 
 # -- 7. metrics defined --------------------------------------------------------------------------
@@ -247,8 +412,14 @@ def padding_figures(result, guess: float | None = None) -> list[go.Figure]:
 
 def metrics_figures(result, guess: float | None = None) -> list[go.Figure]:
     stream = result.stream_frame()
-    timeline = go.Figure(go.Bar(x=stream.token, y=stream.gap_ms, marker_color=[WOK] + [POT] * (len(stream) - 1),
-                                name="gap before token (ms)"))  # fmt: skip
+    timeline = go.Figure(
+        go.Bar(
+            x=stream.token,
+            y=stream.gap_ms,
+            marker_color=[WOK] + [POT] * (len(stream) - 1),
+            name="gap before token (ms)",
+        )
+    )
     timeline.update_xaxes(title="output token")
     timeline.update_yaxes(title="wait before this token (ms)", type="log")
     finish(timeline, "One recorded stream: the first wait is the wok (TTFT), the rest are ladles")
@@ -256,9 +427,16 @@ def metrics_figures(result, guess: float | None = None) -> list[go.Figure]:
     defs = result.to_frame()
     ms = defs[defs.unit == "ms"]
     # Orange: the number includes the wok's time (TTFT); teal: the soup pot's alone.
-    bars = go.Figure(go.Bar(x=ms.name, y=ms.value, marker_color=[WOK if p else POT for p in ms.includes_prefill],
-                            hovertext=ms.formula,
-                            text=[f"{v:.1f}" for v in ms.value], textposition="outside"))  # fmt: skip
+    bars = go.Figure(
+        go.Bar(
+            x=ms.name,
+            y=ms.value,
+            marker_color=[WOK if p else POT for p in ms.includes_prefill],
+            hovertext=ms.formula,
+            text=[f"{v:.1f}" for v in ms.value],
+            textposition="outside",
+        )
+    )
     if guess is not None:
         bars.add_trace(
             guess_marker("ITL incl. TTFT", result.value("TPOT") * guess, f"your guess: {guess:g}x TPOT")
@@ -267,9 +445,16 @@ def metrics_figures(result, guess: float | None = None) -> list[go.Figure]:
     finish(bars, "Same stream, different stopwatches (orange: includes the wok's TTFT)")
 
     tps = defs[defs.unit == "tok/s"]
-    rates = go.Figure(go.Bar(x=tps.name, y=tps.value, marker_color=[WOK if p else POT for p in tps.includes_prefill],
-                             hovertext=tps.formula,
-                             text=[f"{v:.1f}" for v in tps.value], textposition="outside"))  # fmt: skip
+    rates = go.Figure(
+        go.Bar(
+            x=tps.name,
+            y=tps.value,
+            marker_color=[WOK if p else POT for p in tps.includes_prefill],
+            hovertext=tps.formula,
+            text=[f"{v:.1f}" for v in tps.value],
+            textposition="outside",
+        )
+    )
     rates.update_yaxes(title="tokens / s")
     return [timeline, bars, finish(rates, "Same stream, different throughputs")]
 
@@ -281,13 +466,27 @@ def percentile_figure(frame, column: str, title: str, unit_scale: float = 1.0, u
     """p50/p90/p99 of `column` over a trailing window, one line each, plus each run as a dot."""
     fig = go.Figure()
     if len(frame):
-        fig.add_trace(go.Scatter(x=frame.wall_time, y=frame[column] * unit_scale, mode="markers", name="each run",
-                                 marker=dict(color=GREY, size=5)))  # fmt: skip
+        fig.add_trace(
+            go.Scatter(
+                x=frame.wall_time,
+                y=frame[column] * unit_scale,
+                mode="markers",
+                name="each run",
+                marker=dict(color=GREY, size=5),
+            )
+        )
         for q, colour in (("p50", POT), ("p90", "#f0a202"), ("p99", WOK)):
             col = f"{column}_{q}"
             if col in frame:
-                fig.add_trace(go.Scatter(x=frame.wall_time, y=frame[col] * unit_scale, mode="lines", name=q,
-                                         line=dict(color=colour)))  # fmt: skip
+                fig.add_trace(
+                    go.Scatter(
+                        x=frame.wall_time,
+                        y=frame[col] * unit_scale,
+                        mode="lines",
+                        name=q,
+                        line=dict(color=colour),
+                    )
+                )
     fig.update_yaxes(title=unit, rangemode="tozero")
     fig.update_xaxes(title="time (UTC)")
     return finish(fig, title)
@@ -295,8 +494,9 @@ def percentile_figure(frame, column: str, title: str, unit_scale: float = 1.0, u
 
 def rate_figure(per_minute, title: str = "Requests per minute") -> go.Figure:
     # One bar per wall-clock minute; on a date axis a bar's width is in milliseconds.
-    fig = go.Figure(go.Bar(x=per_minute.index, y=per_minute.values, marker_color=POT, width=0.8 * 60_000,
-                           offset=0))  # fmt: skip
+    fig = go.Figure(
+        go.Bar(x=per_minute.index, y=per_minute.values, marker_color=POT, width=0.8 * 60_000, offset=0)
+    )
     fig.update_yaxes(title="requests", rangemode="tozero")
     fig.update_xaxes(title="minute (UTC)", tickformat="%H:%M", dtick=60_000)
     if len(per_minute):  # keep a few minutes of context around the bars, so one bar is not a wall
@@ -311,10 +511,24 @@ def kv_memory_figure(frame) -> go.Figure:
     """Peak live KV cache of each run next to what its cache allocated."""
     fig = go.Figure()
     if len(frame):
-        fig.add_trace(go.Scatter(x=frame.wall_time, y=frame.kv_allocated_mb, mode="markers", name="allocated",
-                                 marker=dict(color=GREY, symbol="square-open")))  # fmt: skip
-        fig.add_trace(go.Scatter(x=frame.wall_time, y=frame.kv_cache_mb, mode="markers", name="live (peak)",
-                                 marker=dict(color=POT)))  # fmt: skip
+        fig.add_trace(
+            go.Scatter(
+                x=frame.wall_time,
+                y=frame.kv_allocated_mb,
+                mode="markers",
+                name="allocated",
+                marker=dict(color=GREY, symbol="square-open"),
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=frame.wall_time,
+                y=frame.kv_cache_mb,
+                mode="markers",
+                name="live (peak)",
+                marker=dict(color=POT),
+            )
+        )
     fig.update_yaxes(title="MB", rangemode="tozero")
     fig.update_xaxes(title="time (UTC)")
     return finish(fig, "KV cache memory per run (the serving counter)")

@@ -12,7 +12,8 @@ params FLOPs per token (linear in L); attention's QK^T and AV cost ~4 x L x d pe
 attention's quadratic share bends TTFT upward and tokens/s falls.
 
 Measured: for each prompt length, `repeats` single-token generations (max_new_tokens=1), median
-TTFT, median prefill pass time (wall) and median prefill CPU time (`lab.cpu_time`). The saturation mark is the first length whose prefill tokens/s
+TTFT, median prefill pass time (wall) and median prefill CPU time (`lab.cpu_time`). The saturation
+mark is the first length whose prefill tokens/s
 reaches `SATURATION` (90 %) of the best measured tokens/s.
 
 Analytic (not measured, labelled so): attention's share of the prefill FLOPs, from the engine's cost
@@ -134,11 +135,18 @@ def run_banquet(engine, settings: BanquetSettings, on_progress: ProgressFn | Non
     notes = [
         f"{rate} reaches {SATURATION:.0%} of its best at {sat} prompt tokens: the wok is full from there",
         f"attention's share of prefill FLOPs (analytic) grows from {points[0].attention_share:.0%} "
-        f"at {points[0].prompt_tokens} tokens to {points[-1].attention_share:.0%} at {points[-1].prompt_tokens}",
+        f"at {points[0].prompt_tokens} tokens to {points[-1].attention_share:.0%} "
+        f"at {points[-1].prompt_tokens}",
     ]
     busy = busy_note(
         sum(p.prefill_s for p in points), sum(p.prefill_cpu_s for p in points), engine.info.device
     )
     notes += [busy] if busy else []
-    return BanquetResult(settings=settings, points=points, saturation_tokens=sat, sample=sample, notes=notes,
-                         device=str(engine.info.device))  # fmt: skip
+    return BanquetResult(
+        settings=settings,
+        points=points,
+        saturation_tokens=sat,
+        sample=sample,
+        notes=notes,
+        device=str(engine.info.device),
+    )

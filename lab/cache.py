@@ -45,11 +45,17 @@ def cache_key(experiment: str, model: str, device: str, dtype: str, settings: An
     """A short stable hash of everything that determines the measurement."""
     fields = asdict(settings) if is_dataclass(settings) else settings
     blob = json.dumps(
-        {"schema": SCHEMA, "experiment": experiment, "model": model, "device": device, "dtype": dtype,
-         "settings": fields},
+        {
+            "schema": SCHEMA,
+            "experiment": experiment,
+            "model": model,
+            "device": device,
+            "dtype": dtype,
+            "settings": fields,
+        },
         sort_keys=True,
         default=str,
-    )  # fmt: skip
+    )
     return f"{experiment}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
 
 

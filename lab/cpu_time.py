@@ -71,5 +71,7 @@ def busy_note(wall_s: float, cpu_s: float, device: str) -> str | None:
     share = cpu_s / wall_s
     if share >= BUSY_BELOW:
         return None
-    return (f"this machine was busy: our process had the CPU for {share:.0%} of the measured wall time, so "
-            "wall-clock figures include waiting for a core; CPU-time figures do not")  # fmt: skip
+    return (
+        f"this machine was busy: our process had the CPU for {share:.0%} of the measured wall time, so "
+        "wall-clock figures include waiting for a core; CPU-time figures do not"
+    )

@@ -6,9 +6,10 @@ so far, so each ladle is slower than the last. A counter that must be rebuilt bi
 spoonful (`growing`) works, but keeps moving the whole meal; a counter sized once (`static`) just
 takes the next bowl.
 
-Engine words: `static` preallocates K/V for the whole request (prompt + new tokens) and writes one column per step, so
-step time stays ~flat; `growing` concatenates a column each step (copies the cache: traffic grows
-with position); `none` recomputes K/V for the whole sequence every step, so step time grows ~linearly
+Engine words: `static` preallocates K/V for the whole request (prompt + new tokens) and writes one
+column per step, so step time stays ~flat; `growing` concatenates a column each step (copies the
+cache: traffic grows with position); `none` recomputes K/V for the whole sequence every step, so
+step time grows ~linearly
 with position (and total work quadratically). All three must produce the same tokens.
 
 Measured per mode: one generation of `new_tokens` tokens, greedy; every decode step's wall time,
@@ -68,8 +69,16 @@ class KvResult:
         rows = []
         for r in self.runs:
             for i, (s, cpu, mb) in enumerate(zip(r.step_s, r.cpu_s, r.kv_mb, strict=True), start=1):
-                rows.append({"mode": r.mode, "step": i, "position": self.settings.prompt_len + i,
-                             "step_ms": s * 1e3, "cpu_ms": cpu * 1e3, "kv_mb": mb})  # fmt: skip
+                rows.append(
+                    {
+                        "mode": r.mode,
+                        "step": i,
+                        "position": self.settings.prompt_len + i,
+                        "step_ms": s * 1e3,
+                        "cpu_ms": cpu * 1e3,
+                        "kv_mb": mb,
+                    }
+                )
         return pd.DataFrame(rows)
 
 

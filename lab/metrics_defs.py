@@ -77,17 +77,44 @@ def definitions_from(token_times: list[float], output_tokens: int, batch: int) -
     return [
         Definition("TTFT", "all tools", ttft * 1e3, "ms", "first token time", True),
         Definition("TPOT", "vLLM benchmark_serving", tpot * 1e3, "ms", "(E2E - TTFT) / (n - 1)", False),
-        Definition("ITL mean", "vLLM, per-token gaps", float(gaps.mean()) * 1e3, "ms", "mean of token gaps", False),
-        Definition("ITL p50", "vLLM, per-token gaps", float(np.percentile(gaps, 50)) * 1e3, "ms", "median gap", False),
-        Definition("ITL p99", "vLLM, per-token gaps", float(np.percentile(gaps, 99)) * 1e3, "ms", "99th pct gap", False),
-        Definition("ITL incl. TTFT", "llmperf", e2e / n * 1e3, "ms", "(TTFT + sum of gaps) / n = E2E / n", True),
+        Definition(
+            "ITL mean", "vLLM, per-token gaps", float(gaps.mean()) * 1e3, "ms", "mean of token gaps", False
+        ),
+        Definition(
+            "ITL p50", "vLLM, per-token gaps", float(np.percentile(gaps, 50)) * 1e3, "ms", "median gap", False
+        ),
+        Definition(
+            "ITL p99",
+            "vLLM, per-token gaps",
+            float(np.percentile(gaps, 99)) * 1e3,
+            "ms",
+            "99th pct gap",
+            False,
+        ),
+        Definition(
+            "ITL incl. TTFT", "llmperf", e2e / n * 1e3, "ms", "(TTFT + sum of gaps) / n = E2E / n", True
+        ),
         Definition("E2E", "all tools", e2e * 1e3, "ms", "last token time", True),
-        Definition("tokens/s incl. prefill", "user's stopwatch, llmperf", output_tokens / e2e, "tok/s",
-                   "output tokens / E2E", True),
-        Definition("tokens/s decode only", "engine logs", (output_tokens - batch) / (e2e - ttft), "tok/s",
-                   "(output tokens - batch) / (E2E - TTFT)", False),
-        Definition("1 / TPOT", "per-user decode speed", 1 / tpot, "tok/s", "one sequence's decode rate", False),
-    ]  # fmt: skip
+        Definition(
+            "tokens/s incl. prefill",
+            "user's stopwatch, llmperf",
+            output_tokens / e2e,
+            "tok/s",
+            "output tokens / E2E",
+            True,
+        ),
+        Definition(
+            "tokens/s decode only",
+            "engine logs",
+            (output_tokens - batch) / (e2e - ttft),
+            "tok/s",
+            "(output tokens - batch) / (E2E - TTFT)",
+            False,
+        ),
+        Definition(
+            "1 / TPOT", "per-user decode speed", 1 / tpot, "tok/s", "one sequence's decode rate", False
+        ),
+    ]
 
 
 def run_metrics(engine, settings: MetricsSettings, on_progress: ProgressFn | None = None) -> MetricsResult:
@@ -108,7 +135,13 @@ def run_metrics(engine, settings: MetricsSettings, on_progress: ProgressFn | Non
     notes = [
         f"TPOT {by['TPOT']:.1f} ms vs llmperf-style ITL {by['ITL incl. TTFT']:.1f} ms: the same stream, "
         f"{by['ITL incl. TTFT'] / by['TPOT']:.2f}x apart because one counts the wok's time",
-        f"tokens/s {by['tokens/s incl. prefill']:.1f} with prefill vs {by['tokens/s decode only']:.1f} decode only",
+        f"tokens/s {by['tokens/s incl. prefill']:.1f} with prefill vs "
+        f"{by['tokens/s decode only']:.1f} decode only",
     ]
-    return MetricsResult(settings=settings, token_times_s=times, definitions=defs,
-                         sample=sample_of(res, "recorded stream"), notes=notes)  # fmt: skip
+    return MetricsResult(
+        settings=settings,
+        token_times_s=times,
+        definitions=defs,
+        sample=sample_of(res, "recorded stream"),
+        notes=notes,
+    )

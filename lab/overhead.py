@@ -14,7 +14,8 @@ What is measured, and how (on CPU there is no separate "kernel time", so we say 
   step       wall time of each decode step, from the engine's trace (no profiler attached)
   forward    the forward pass alone (`StepRecord.forward_s`), same runs
   math share the summed *self* time of every aten op (torch.profiler; on GPU, the summed
-             duration of every device kernel, CUDA-graph replays included) during decode, over the decode wall time of the same profiled run: the share
+             duration of every device kernel, CUDA-graph replays included) during decode, over
+             the decode wall time of the same profiled run: the share
              of a step spent inside the math kernels, Python and module glue excluded. Decode-only
              op time = op time of an N-token run minus that of a 1-token run of the same prompt.
              Median over `repeats`.
@@ -94,8 +95,9 @@ def profiled_run(engine, prompts, new_tokens: int, cuda_graph: bool, on_gpu: boo
     """(total aten op self time, summed wall time of the decode steps) of one profiled generation."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
     with profile(activities=activities) as prof:
-        res = engine.generate(prompts, max_new_tokens=new_tokens, temperature=0.0, stop_at_eos=False,
-                              cuda_graph=cuda_graph)  # fmt: skip
+        res = engine.generate(
+            prompts, max_new_tokens=new_tokens, temperature=0.0, stop_at_eos=False, cuda_graph=cuda_graph
+        )
     return op_self_seconds(prof, on_gpu), sum(st.seconds for st in res.trace.decode_steps)
 
 
@@ -121,8 +123,14 @@ def measure_variant(engine, prompts, s: OverheadSettings, variant: str, cuda_gra
     engine.generate(prompts, max_new_tokens=4, stop_at_eos=False, cuda_graph=cuda_graph)
     steps_s, cpus_s, forwards_s, shares, last = [], [], [], [], None
     for _ in range(max(1, s.repeats)):
-        timed = generate_timed(engine, prompts, max_new_tokens=s.new_tokens, temperature=0.0, stop_at_eos=False,
-                               cuda_graph=cuda_graph)  # fmt: skip
+        timed = generate_timed(
+            engine,
+            prompts,
+            max_new_tokens=s.new_tokens,
+            temperature=0.0,
+            stop_at_eos=False,
+            cuda_graph=cuda_graph,
+        )
         last = timed.result
         cpus_s.append(median_of(timed.decode_cpu_s))
         step = median_of([st.seconds for st in last.trace.decode_steps])

@@ -109,5 +109,10 @@ def run_padding(engine, settings: PaddingSettings, on_progress: ProgressFn | Non
         if same
         else "WARNING: padded and packed disagree on tokens",
     ]
-    return PaddingResult(settings=settings, points=points, same_tokens=same,
-                         sample=sample_of(results["padded"], "padded batch"), notes=[n for n in notes if n])  # fmt: skip
+    return PaddingResult(
+        settings=settings,
+        points=points,
+        same_tokens=same,
+        sample=sample_of(results["padded"], "padded batch"),
+        notes=[n for n in notes if n],
+    )

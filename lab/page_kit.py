@@ -90,9 +90,14 @@ def ask_prediction(exp: Experiment) -> float | None:
     p = exp.predict
     st.markdown("#### 1. Predict first")
     guess = st.number_input(
-        f"{p.question} ({p.unit})", min_value=p.min_value, max_value=p.max_value, step=p.step, value=None,
-        key=f"{exp.key}-guess", placeholder="your guess",
-    )  # fmt: skip
+        f"{p.question} ({p.unit})",
+        min_value=p.min_value,
+        max_value=p.max_value,
+        step=p.step,
+        value=None,
+        key=f"{exp.key}-guess",
+        placeholder="your guess",
+    )
     if guess is None:
         st.caption("Answer first: the run button and any stored results appear once you have guessed.")
     return guess
@@ -141,15 +146,27 @@ def show_figures(exp: Experiment, result, guess: float | None) -> None:
     for i, fig in enumerate(exp.figures(result, guess)):
         st.plotly_chart(fig, key=f"{exp.key}-fig-{i}")
         title = fig.layout.title.text or f"{exp.key}-{i}"
-        st.download_button("Download PNG", data=lambda fig=fig: figure_png(fig), file_name=f"{slug(title)}.png",
-                           mime="image/png", key=f"{exp.key}-png-{i}", on_click="ignore")  # fmt: skip
+        st.download_button(
+            "Download PNG",
+            data=lambda fig=fig: figure_png(fig),
+            file_name=f"{slug(title)}.png",
+            mime="image/png",
+            key=f"{exp.key}-png-{i}",
+            on_click="ignore",
+        )
 
 
 def show_tables(exp: Experiment, result) -> None:
     for name, frame in exp.tables(result).items():
         st.dataframe(frame, hide_index=True)
-        st.download_button(f"Download {name} (CSV)", data=frame.to_csv(index=False), file_name=f"{exp.key}-{name}.csv",
-                           mime="text/csv", key=f"{exp.key}-csv-{name}", on_click="ignore")  # fmt: skip
+        st.download_button(
+            f"Download {name} (CSV)",
+            data=frame.to_csv(index=False),
+            file_name=f"{exp.key}-{name}.csv",
+            mime="text/csv",
+            key=f"{exp.key}-csv-{name}",
+            on_click="ignore",
+        )
 
 
 def show_verdict(result, settings, cache: ResultCache) -> None:
@@ -159,7 +176,8 @@ def show_verdict(result, settings, cache: ResultCache) -> None:
     st.markdown(f"#### 4. The inspector's verdict (on the run: {sample.label})")
     if roof is None:
         st.caption(
-            "Run the Roofline experiment once on this device to let the inspector tell bandwidth from compute."
+            "Run the Roofline experiment once on this device to let the inspector tell bandwidth "
+            "from compute."
         )
     st.info(verdict.headline)
     for fix in verdict.fixes:
@@ -179,7 +197,8 @@ def show_results(
     measured = exp.predict.answer(result)
     if guess is not None:
         st.markdown(
-            f"You guessed **{guess:g}{exp.predict.unit}**; this machine measured **{measured:.3g}{exp.predict.unit}**."
+            f"You guessed **{guess:g}{exp.predict.unit}**; "
+            f"this machine measured **{measured:.3g}{exp.predict.unit}**."
         )
     for note in getattr(result, "notes", []):
         st.markdown(f"- {note}")

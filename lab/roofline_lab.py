@@ -121,8 +121,12 @@ def prefill_pass(engine, length: int):
 
 
 def decode_pass(engine, batch: int, s: RooflineSettings):
-    res = engine.generate(batch_prompts(engine, batch, s.decode_prompt), max_new_tokens=s.new_tokens,
-                          temperature=0.0, stop_at_eos=False)  # fmt: skip
+    res = engine.generate(
+        batch_prompts(engine, batch, s.decode_prompt),
+        max_new_tokens=s.new_tokens,
+        temperature=0.0,
+        stop_at_eos=False,
+    )
     steps = res.trace.decode_steps
     return Pass(
         "decode",
@@ -185,7 +189,8 @@ def run_roofline(engine, settings: RooflineSettings, on_progress: ProgressFn | N
     # noisy moment on a shared machine cannot lower the roof under the points.
     roof = best_roof([first, measure_roof()])
     tracker.step(
-        f"roofs again, best kept: {roof.bandwidth_bytes_per_s / 1e9:.1f} GB/s, {roof.flops_per_s / 1e9:.1f} GFLOP/s"
+        f"roofs again, best kept: {roof.bandwidth_bytes_per_s / 1e9:.1f} GB/s, "
+        f"{roof.flops_per_s / 1e9:.1f} GFLOP/s"
     )
     points = [place(m.phase, m.label, m.flops, m.bytes_moved, m.forward_s, roof) for m in passes]
     notes = [
@@ -198,7 +203,17 @@ def run_roofline(engine, settings: RooflineSettings, on_progress: ProgressFn | N
     ]
     theory = theory_paths(engine, settings, roof)
     cross = next((t.setting for t in theory if t.phase == "decode" and t.intensity >= roof.ridge), None)
-    notes.insert(1, f"decode reaches the ridge at batch {cross} (analytic)" if cross else
-                 "decode stays left of the ridge up to batch 1024 (analytic): always memory-bound here")  # fmt: skip
-    return RooflineResult(settings=settings, roof=roof, points=points, sample=sample_of(last, points[-1].label),
-                          notes=notes, theory=theory)  # fmt: skip
+    notes.insert(
+        1,
+        f"decode reaches the ridge at batch {cross} (analytic)"
+        if cross
+        else "decode stays left of the ridge up to batch 1024 (analytic): always memory-bound here",
+    )
+    return RooflineResult(
+        settings=settings,
+        roof=roof,
+        points=points,
+        sample=sample_of(last, points[-1].label),
+        notes=notes,
+        theory=theory,
+    )

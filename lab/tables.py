@@ -126,15 +126,24 @@ def run_tables(engine, settings: TablesSettings, on_progress: ProgressFn | None 
     clock = "CPU time" if on_cpu else "time"
     notes = [
         f"batch {first.batch} -> {last.batch}: decode step {first.decode_step_s * 1e3:.1f} -> "
-        f"{last.decode_step_s * 1e3:.1f} ms ({last.decode_step_s / first.decode_step_s:.1f}x) while the batch "
+        f"{last.decode_step_s * 1e3:.1f} ms ({last.decode_step_s / first.decode_step_s:.1f}x) "
+        "while the batch "
         f"grew {last.batch // first.batch}x; decode tokens/s {first.decode_tps:.0f} -> {last.decode_tps:.0f}",
         f"prefill time per token {first.prefill_us_per_token:.0f} -> {last.prefill_us_per_token:.0f} us",
-        (f"decode step {clock} first reaches 1.5x batch-1's at batch {k}" if k else
-         f"decode step {clock} never reached 1.5x batch-1's in this range: still memory/overhead-bound"),
-    ]  # fmt: skip
+        (
+            f"decode step {clock} first reaches 1.5x batch-1's at batch {k}"
+            if k
+            else f"decode step {clock} never reached 1.5x batch-1's in this range: "
+            "still memory/overhead-bound"
+        ),
+    ]
     if on_cpu:
-        notes.insert(1, f"decode step CPU time {first.decode_cpu_step_s * 1e3:.2f} -> "
-                        f"{last.decode_cpu_step_s * 1e3:.2f} ms ({last.decode_cpu_step_s / first.decode_cpu_step_s:.1f}x)")  # fmt: skip
+        notes.insert(
+            1,
+            f"decode step CPU time {first.decode_cpu_step_s * 1e3:.2f} -> "
+            f"{last.decode_cpu_step_s * 1e3:.2f} ms "
+            f"({last.decode_cpu_step_s / first.decode_cpu_step_s:.1f}x)",
+        )
     wall = sum(p.decode_step_s for p in points)
     busy = busy_note(wall, sum(p.decode_cpu_step_s for p in points), engine.info.device)
     notes += [busy] if busy else []

@@ -17,7 +17,8 @@ WINDOWS = {"1 minute": "1min", "5 minutes": "5min", "15 minutes": "15min", "1 ho
 st.title("📊 The dashboard: every order this server cooked")
 st.markdown(
     "The kitchen page shows one order; an operator watches all of them. Each dot is one finished Cook from "
-    "any browser on this server; the lines are percentiles over a trailing window. **TTFT** (the wok, plus any "
+    "any browser on this server; the lines are percentiles over a trailing window. **TTFT** (the wok, "
+    "plus any "
     "queue) and **tokens/s** (the soup pot) get separate panels because they break for different reasons."
 )
 
@@ -37,20 +38,25 @@ def metric_row(frame) -> None:
 
 def panels(frame, window: str) -> None:
     stats = with_percentiles(frame, ["ttft_s", "decode_tps", "e2e_s", "queue_wait_s"], window)
-    st.caption(f"Percentiles over the last {window} before each run; the latest window held "
-               f"{int(stats.window_runs.iloc[-1])} run(s) (with few runs, p99 is simply the slowest).")  # fmt: skip
+    st.caption(
+        f"Percentiles over the last {window} before each run; the latest window held "
+        f"{int(stats.window_runs.iloc[-1])} run(s) (with few runs, p99 is simply the slowest)."
+    )
     left, right = st.columns(2)
     left.plotly_chart(
         percentile_figure(stats, "ttft_s", "TTFT: the wok (p50/p90/p99)", 1e3, "ms"), key="dash-ttft"
     )
-    right.plotly_chart(percentile_figure(stats, "decode_tps", "Decode tokens/s: the soup pot", 1.0, "tokens / s"),
-                       key="dash-tps")  # fmt: skip
+    right.plotly_chart(
+        percentile_figure(stats, "decode_tps", "Decode tokens/s: the soup pot", 1.0, "tokens / s"),
+        key="dash-tps",
+    )
     left, right = st.columns(2)
     left.plotly_chart(
         percentile_figure(stats, "e2e_s", "End-to-end time per order", 1e3, "ms"), key="dash-e2e"
     )
-    right.plotly_chart(percentile_figure(stats, "queue_wait_s", "Queue wait before cooking", 1e3, "ms"),
-                       key="dash-queue")  # fmt: skip
+    right.plotly_chart(
+        percentile_figure(stats, "queue_wait_s", "Queue wait before cooking", 1e3, "ms"), key="dash-queue"
+    )
     left, right = st.columns(2)
     left.plotly_chart(kv_memory_figure(stats), key="dash-kv")
     right.plotly_chart(rate_figure(requests_per_minute(frame)), key="dash-rpm")
@@ -65,8 +71,14 @@ def live_view(window: str) -> None:
     metric_row(frame)
     panels(frame, window)
     st.dataframe(frame, hide_index=True)
-    st.download_button("Download all runs (CSV)", data=frame.to_csv(index=False), file_name="runs.csv",
-                       mime="text/csv", key="dash-csv", on_click="ignore")  # fmt: skip
+    st.download_button(
+        "Download all runs (CSV)",
+        data=frame.to_csv(index=False),
+        file_name="runs.csv",
+        mime="text/csv",
+        key="dash-csv",
+        on_click="ignore",
+    )
 
 
 window = WINDOWS[st.selectbox("Percentile window", list(WINDOWS), index=1, key="dash-window")]

@@ -12,7 +12,8 @@ EXPERIMENT = Experiment(
     kitchen="The wok's finished dish slides onto the warm serving counter and the soup pot ladles from it. "
     "Without the counter, every spoonful means cooking the whole meal again, so each ladle is slower than "
     "the last. A counter that is rebuilt bigger for every spoonful works, but keeps moving the meal.",
-    engineering="`static` preallocates K/V for the whole order (prompt + new tokens) and writes one column per step; `growing` "
+    engineering="`static` preallocates K/V for the whole order (prompt + new tokens) and writes one column "
+    "per step; `growing` "
     "concatenates (copies the cache every step); `none` recomputes the whole sequence every step. Same "
     "tokens, very different per-step latency.",
     predict=Prediction(

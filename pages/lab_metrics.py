@@ -30,8 +30,13 @@ EXPERIMENT = Experiment(
 
 
 def settings_form(info) -> MetricsSettings:
-    prompt_len = st.slider("Prompt length (tokens)", 8, max(8, min(1024, info.max_context // 2)),
-                           min(256, info.max_context // 2), key="metrics-prompt")  # fmt: skip
+    prompt_len = st.slider(
+        "Prompt length (tokens)",
+        8,
+        max(8, min(1024, info.max_context // 2)),
+        min(256, info.max_context // 2),
+        key="metrics-prompt",
+    )
     new_tokens = st.slider("New tokens", 8, 128, 32, key="metrics-new")
     batch = st.select_slider("Batch", options=[1, 2, 4, 8], value=1, key="metrics-batch")
     return MetricsSettings(prompt_len=prompt_len, new_tokens=new_tokens, batch=batch)

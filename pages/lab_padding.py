@@ -34,8 +34,11 @@ def parse_lengths(text: str, limit: int) -> tuple[int, ...]:
 
 
 def settings_form(info) -> PaddingSettings:
-    text = st.text_input("Prompt lengths in the batch (comma-separated tokens)", "8, 16, 24, 40, 64, 96, 160, 256",
-                         key="padding-lengths")  # fmt: skip
+    text = st.text_input(
+        "Prompt lengths in the batch (comma-separated tokens)",
+        "8, 16, 24, 40, 64, 96, 160, 256",
+        key="padding-lengths",
+    )
     lengths = parse_lengths(text, info.max_context - 1)
     if len(lengths) < 2:
         st.warning("Give at least two prompt lengths; using the default batch.")

@@ -9,7 +9,8 @@ from lab.tables import TablesSettings, run_tables
 EXPERIMENT = Experiment(
     key="tables",
     title="🍽️ More tables: one ladle, many bowls",
-    kitchen="The soup pot's slow part is lifting the ladle: reading the whole pot for every spoonful. Serving "
+    kitchen="The soup pot's slow part is lifting the ladle: reading the whole pot for every spoonful. "
+    "Serving "
     "more tables from the same lift costs little extra, until each bowl needs real work of its own. The wok "
     "is already busy with a full pan, so more tables simply take proportionally longer.",
     engineering="A decode step reads every weight once, whatever the batch, and does 2 FLOPs per weight per "

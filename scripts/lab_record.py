@@ -49,16 +49,38 @@ def experiments(ctx: int):
     longest = [n for n in (16, 32, 64, 128, 256, 512, 1024) if n < ctx] + [ctx - 1]
     return [
         ("banquet", run_banquet, BanquetSettings(lengths=tuple(longest), repeats=3), charts.banquet_figures),
-        ("tables", run_tables, TablesSettings(batches=(1, 2, 4, 8, 16, 32, 64), prompt_len=32, new_tokens=16),
-         charts.tables_figures),
-        ("roofline", run_roofline, RooflineSettings(prompt_lens=(16, 64, 256), batches=(1, 4, 16, 64), quick=False),
-         lambda r, g: [charts.roofline_figure(r, g)]),
-        ("kv_cache", run_kv_cache, KvSettings(prompt_len=16, new_tokens=min(256, ctx - 32)), charts.kv_figures),
-        ("overhead", run_overhead, OverheadSettings(prompt_len=32, new_tokens=32, repeats=3),
-         lambda r, g: [charts.overhead_figure(r, g)]),
+        (
+            "tables",
+            run_tables,
+            TablesSettings(batches=(1, 2, 4, 8, 16, 32, 64), prompt_len=32, new_tokens=16),
+            charts.tables_figures,
+        ),
+        (
+            "roofline",
+            run_roofline,
+            RooflineSettings(prompt_lens=(16, 64, 256), batches=(1, 4, 16, 64), quick=False),
+            lambda r, g: [charts.roofline_figure(r, g)],
+        ),
+        (
+            "kv_cache",
+            run_kv_cache,
+            KvSettings(prompt_len=16, new_tokens=min(256, ctx - 32)),
+            charts.kv_figures,
+        ),
+        (
+            "overhead",
+            run_overhead,
+            OverheadSettings(prompt_len=32, new_tokens=32, repeats=3),
+            lambda r, g: [charts.overhead_figure(r, g)],
+        ),
         ("padding", run_padding, PaddingSettings(), charts.padding_figures),
-        ("metrics", run_metrics, MetricsSettings(prompt_len=min(256, ctx // 2), new_tokens=32), charts.metrics_figures),
-    ]  # fmt: skip
+        (
+            "metrics",
+            run_metrics,
+            MetricsSettings(prompt_len=min(256, ctx // 2), new_tokens=32),
+            charts.metrics_figures,
+        ),
+    ]
 
 
 def machine_facts(engine) -> dict:
@@ -111,17 +133,21 @@ def summary_markdown(report: dict) -> str:
     lines = [
         "# Lab recording: generated findings",
         "",
-        f"Written by `scripts/lab_record.py` at {m['recorded_at']}: {m['model']} on {m['device']} ({m['dtype']}), "
+        f"Written by `scripts/lab_record.py` at {m['recorded_at']}: "
+        f"{m['model']} on {m['device']} ({m['dtype']}), "
         f"torch {m['torch']} with {m['torch_threads']} thread(s) on {m['cpu_count']} CPU(s); 1-minute load "
-        f"average {m['load_average_1m']:.1f} at the start, {m.get('load_average_1m_end', float('nan')):.1f} at the end.",
+        f"average {m['load_average_1m']:.1f} at the start, "
+        f"{m.get('load_average_1m_end', float('nan')):.1f} at the end.",
     ]
     for name, e in report["experiments"].items():
         lines += ["", f"## {name} ({e['seconds']:.1f} s, settings `{json.dumps(e['settings'])}`)", ""]
         lines += [f"- {note}" for note in e["notes"]]
         if "roof" in e:
             r = e["roof"]
-            lines.append(f"- measured roofs: {r['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s read bandwidth, "
-                         f"{r['flops_per_s'] / 1e9:.1f} GFLOP/s matmul, ridge {r['ridge_flop_per_byte']:.1f} FLOP/byte")  # fmt: skip
+            lines.append(
+                f"- measured roofs: {r['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s read bandwidth, "
+                f"{r['flops_per_s'] / 1e9:.1f} GFLOP/s matmul, ridge {r['ridge_flop_per_byte']:.1f} FLOP/byte"
+            )
         if "inspector" in e:
             lines.append(f"- inspector on {e['inspector']['on']}: {e['inspector']['headline']}")
         lines.append("- charts: " + ", ".join(f"`{c}`" for c in e["charts"]))
@@ -133,8 +159,12 @@ def main() -> None:
     ap.add_argument("--model", default="chef")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--threads", type=int, default=engine_threads(),
-                    help="torch threads (default: the app's rule, every core but one; TWO_POT_THREADS overrides)")  # fmt: skip
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=engine_threads(),
+        help="torch threads (default: the app's rule, every core but one; TWO_POT_THREADS overrides)",
+    )
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "lab-results")
     ap.add_argument("--only", nargs="*", help="record only these experiments")
     args = ap.parse_args()

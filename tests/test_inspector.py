@@ -29,16 +29,40 @@ def build_trace(
     """A prefill pass then `steps` equal decode steps; returns the trace and tokens per sequence."""
     trace = Trace()
     slots = slots if slots is not None else prompt * batch
-    pre = StepRecord("prefill", 0, 0.0, prefill_s, prefill_s * 0.95, batch, prompt * batch, slots,
-                     prompt * batch, 1000, 1e9, 1e7)  # fmt: skip
+    pre = StepRecord(
+        "prefill",
+        0,
+        0.0,
+        prefill_s,
+        prefill_s * 0.95,
+        batch,
+        prompt * batch,
+        slots,
+        prompt * batch,
+        1000,
+        1e9,
+        1e7,
+    )
     trace.steps.append(pre)
     trace.t_first_token = prefill_s
     t = prefill_s
     for i in range(1, steps + 1):
         trace.steps.append(
-            StepRecord("decode", i, t, t + step_s, step_s * forward_share, batch, batch * decode_tokens_per_seq,
-                       batch * decode_tokens_per_seq, batch * (prompt + i), 1000 + i, decode_flops, decode_bytes)
-        )  # fmt: skip
+            StepRecord(
+                "decode",
+                i,
+                t,
+                t + step_s,
+                step_s * forward_share,
+                batch,
+                batch * decode_tokens_per_seq,
+                batch * decode_tokens_per_seq,
+                batch * (prompt + i),
+                1000 + i,
+                decode_flops,
+                decode_bytes,
+            )
+        )
         t += step_s
     trace.t_done = t
     return trace, [steps + 1] * batch
@@ -75,8 +99,15 @@ def test_bandwidth_bound_decode():
 
 def test_compute_bound_decode_at_large_batch():
     # 64 sequences: 1.28 GFLOP over 40 MB = 32 FLOP/byte, right of the 5 FLOP/byte ridge.
-    v = verdict_for(prefill_s=0.01, steps=50, step_s=0.015, forward_share=0.95, batch=64,
-                    decode_flops=1.28e9, decode_bytes=40e6)  # fmt: skip
+    v = verdict_for(
+        prefill_s=0.01,
+        steps=50,
+        step_s=0.015,
+        forward_share=0.95,
+        batch=64,
+        decode_flops=1.28e9,
+        decode_bytes=40e6,
+    )
     assert v.decode_bound == "compute"
     assert any("compute-bound" in f for f in v.fixes)
 

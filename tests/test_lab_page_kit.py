@@ -65,9 +65,15 @@ def refusing_page():
             f"prompt {settings.prompt_len} tokens; the model's context is {engine.info.max_context}"
         )
 
-    exp = Experiment(key="refuse", title="Refusal", kitchen="k", engineering="e",
-                     predict=Prediction("Guess?", "x", 0.0, 10.0, 1.0, answer=lambda r: 0.0),
-                     run=run, figures=lambda r, g: [])  # fmt: skip
+    exp = Experiment(
+        key="refuse",
+        title="Refusal",
+        kitchen="k",
+        engineering="e",
+        predict=Prediction("Guess?", "x", 0.0, 10.0, 1.0, answer=lambda r: 0.0),
+        run=run,
+        figures=lambda r, g: [],
+    )
     render_experiment(exp, lambda info: Knobs())
 
 

@@ -18,10 +18,21 @@ REPO = Path(__file__).resolve().parents[1]
 def test_recording_writes_charts_tables_and_findings(tmp_path):
     out = tmp_path / "rec"
     done = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "lab_record.py"), "--only", "padding", "--threads", "1",
-         "--out", str(out)],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(REPO / "scripts" / "lab_record.py"),
+            "--only",
+            "padding",
+            "--threads",
+            "1",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads((out / "results.json").read_text())
     assert report["machine"]["torch_threads"] == 1 and report["machine"]["model"] == "chef"

@@ -64,9 +64,18 @@ def test_cache_round_trip_and_unreadable_files_are_misses(tmp_path):
 
 def runs_frame(n: int) -> pd.DataFrame:
     t = pd.date_range("2026-01-01", periods=n, freq="30s", tz="UTC")
-    return pd.DataFrame({"wall_time": t, "model": "chef", "ttft_s": np.arange(1, n + 1) / 100,
-                         "tpot_s": 0.01, "decode_tps": 100.0, "e2e_s": 0.5, "queue_wait_s": 0.0,
-                         "kv_cache_mb": 1.0})  # fmt: skip
+    return pd.DataFrame(
+        {
+            "wall_time": t,
+            "model": "chef",
+            "ttft_s": np.arange(1, n + 1) / 100,
+            "tpot_s": 0.01,
+            "decode_tps": 100.0,
+            "e2e_s": 0.5,
+            "queue_wait_s": 0.0,
+            "kv_cache_mb": 1.0,
+        }
+    )
 
 
 def test_percentiles_cover_a_trailing_window():
@@ -89,8 +98,10 @@ def test_requests_per_minute_and_empty_log():
 def fake_roofline_result() -> RooflineResult:
     """Constructed measurements (not engine output), to test the figure's drawing only."""
     roof = Roofline(bandwidth_bytes_per_s=20e9, flops_per_s=100e9, device="cpu", dtype="float32")
-    points = [place("prefill", "prompt 256", 2.5e9, 23e6, 0.04, roof),
-              place("decode", "batch 1", 1e7, 2e7, 0.005, roof)]  # fmt: skip
+    points = [
+        place("prefill", "prompt 256", 2.5e9, 23e6, 0.04, roof),
+        place("decode", "batch 1", 1e7, 2e7, 0.005, roof),
+    ]
     return RooflineResult(settings=RooflineSettings(), roof=roof, points=points, sample=None)
 
 

@@ -18,13 +18,30 @@ class FinishedRun:
 
 def finished_run(ttft: float, step_s: float, steps: int, batch: int = 2) -> FinishedRun:
     trace = Trace()
-    trace.steps.append(StepRecord("prefill", 0, 0.0, ttft, ttft, batch, 10 * batch, 10 * batch, 10 * batch,
-                                  2_000_000, 1e9, 1e7))  # fmt: skip
+    trace.steps.append(
+        StepRecord(
+            "prefill", 0, 0.0, ttft, ttft, batch, 10 * batch, 10 * batch, 10 * batch, 2_000_000, 1e9, 1e7
+        )
+    )
     trace.t_first_token = ttft
     t = ttft
     for i in range(1, steps + 1):
-        trace.steps.append(StepRecord("decode", i, t, t + step_s, step_s, batch, batch, batch, batch * (10 + i),
-                                      2_000_000 + i * 1000, 1e6, 1e6))  # fmt: skip
+        trace.steps.append(
+            StepRecord(
+                "decode",
+                i,
+                t,
+                t + step_s,
+                step_s,
+                batch,
+                batch,
+                batch,
+                batch * (10 + i),
+                2_000_000 + i * 1000,
+                1e6,
+                1e6,
+            )
+        )
         t += step_s
     trace.t_done = t
     out = [steps + 1] * batch

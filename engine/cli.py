@@ -118,3 +118,6 @@ def main(argv: list[str] | None = None) -> int:
     except EngineError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:  # `... --json | head`: the reader left; not an error of ours
+        sys.stderr.close()
+        return 0

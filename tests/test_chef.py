@@ -58,6 +58,8 @@ def test_folder_is_a_standard_hf_checkpoint_under_30_mb(folder):
 
 def test_apprentice_shares_the_tokenizer_and_is_much_smaller():
     assert (APPRENTICE / "tokenizer.json").read_bytes() == (CHEF / "tokenizer.json").read_bytes()
+    chef, app = (json.loads((f / "config.json").read_text()) for f in (CHEF, APPRENTICE))
+    assert (app["vocab_size"], app["eos_token_id"]) == (chef["vocab_size"], chef["eos_token_id"])
     sizes = [(f / "model.safetensors").stat().st_size for f in (CHEF, APPRENTICE)]
     assert sizes[1] * 4 < sizes[0]
 
@@ -101,41 +103,56 @@ def test_engine_and_transformers_agree_on_50_greedy_tokens(hf_chef):
     assert res.tokens[0] == _hf_greedy(model, tok.encode(prompt, add_special_tokens=False), 50)
 
 
-def test_engine_loads_the_chef_by_catalog_name():
+def test_engine_loads_the_chef_by_catalog_name(hf_chef):
+    """`Engine.load("chef")` goes through the catalog to the same folder, and counts the same parameters."""
     from engine import Engine
+    from engine.catalog import describe, load_catalog
 
+    model, _ = hf_chef
     eng = Engine.load("chef", device="cpu", dtype="float32")
-    assert eng.info.trained and eng.info.n_params == sum(
-        p.numel()
-        for p in __import__("transformers").AutoModelForCausalLM.from_pretrained(str(CHEF)).parameters()
-    )
+    n_params = sum(p.numel() for p in model.parameters())
+    assert eng.info.trained and eng.info.n_params == n_params
+    assert describe(load_catalog().get("chef")).n_params == n_params
 
 
 needs_corpus = pytest.mark.skipif(not CORPUS.is_file(), reason=f"corpus not at {CORPUS}")
 
 
-@needs_corpus
-def test_validation_loss_per_char_is_clearly_below_the_char_unigram_baseline(hf_chef, capsys):
-    """Recompute the model card's numbers from the shipped weights; they must match and beat the baseline."""
-    tc = _train_script()
-    model, _ = hf_chef
+def measured_val_loss(folder: Path, tc):
+    """Validation loss of a shipped folder, measured now from its weights, plus the baseline."""
+    from transformers import AutoModelForCausalLM
+
     split = tc.read_corpus(CORPUS)
-    baseline = tc.char_unigram_nats(split)
-    tok = tc.load_tokenizer(CHEF)
+    tok = tc.load_tokenizer(folder)
     val_ids = torch.tensor(tok.encode(split.val_text).ids)
     chars = len(split.val_text) - len(tok.decode(val_ids[:1].tolist()))
-    loss = tc.evaluate(model, val_ids, chars, context=512)
-    with capsys.disabled():
-        print(
-            f"\nchef val: {loss.nats_per_token:.3f} nats/token, {loss.nats_per_char:.3f} nats/char; "
-            f"char-unigram baseline {baseline:.3f} nats/char"
-        )
+    model = AutoModelForCausalLM.from_pretrained(str(folder)).eval()
+    return tc.evaluate(model, val_ids, chars, context=512), tc.char_unigram_nats(split)
+
+
+@needs_corpus
+def test_validation_loss_per_char_is_clearly_below_the_char_unigram_baseline(capsys):
+    """Recompute the model cards' numbers from the shipped weights; they must match and beat the baseline."""
+    tc = _train_script()
+    torch.set_num_threads(1)
+    losses = {}
+    for folder in (CHEF, APPRENTICE):
+        loss, baseline = measured_val_loss(folder, tc)
+        losses[folder.name] = loss.nats_per_char
+        with capsys.disabled():
+            print(
+                f"\n{folder.name} val: {loss.nats_per_token:.3f} nats/token, {loss.nats_per_char:.3f} nats/char; "
+                f"char-unigram baseline {baseline:.3f} nats/char"
+            )
+        card = json.loads((folder / "training.json").read_text())["report"]
+        assert abs(card["val_nats_per_char"] - loss.nats_per_char) < 0.01
+        assert abs(card["char_unigram_nats_per_char"] - baseline) < 1e-9
+        assert loss.nats_per_char < baseline
     assert 3.3 < baseline < 3.45  # the unigram entropy of English-like text in nats, sanity
     # "Clearly below": under half the baseline. The 4-minute throwaway chef (1.89 nats/char) would fail.
-    assert loss.nats_per_char < 0.5 * baseline
-    card = json.loads((CHEF / "training.json").read_text())["report"]
-    assert abs(card["val_nats_per_char"] - loss.nats_per_char) < 0.01
-    assert abs(card["char_unigram_nats_per_char"] - baseline) < 1e-9
+    assert losses["chef"] < 0.5 * baseline
+    # Not asserted: chef < apprentice. Measured, the 7-minute apprentice (1.567 nats/char) edges out
+    # the 50-minute chef (1.583) on this split; see the chef's model card.
 
 
 def word_stats(sample: str, vocabulary: set[str]) -> tuple[int, float]:

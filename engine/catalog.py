@@ -280,10 +280,6 @@ def describe(entry: Entry) -> EntryFacts:
     )
 
 
-# The engine's own rule (engine.presets.check_fits): weights may take at most 90 % of what is free.
-USABLE_FRACTION = 0.9
-
-
 def fits(entry: Entry, dtype: str = "float32", device: str = "cpu", available: int | None = None) -> Fit:
     """Would this entry's weights fit in `device` memory at `dtype`? Answered before loading anything.
 
@@ -308,6 +304,8 @@ def fits(entry: Entry, dtype: str = "float32", device: str = "cpu", available: i
 
         available = available_memory(torch.device(device))
     gb = 1e9
+    from engine.presets import USABLE_FRACTION  # the engine's own rule, so preview and refusal agree
+
     if need > USABLE_FRACTION * available:
         return Fit(
             False,

@@ -67,9 +67,14 @@ def bytes_needed(name: str, dtype: torch.dtype) -> int:
     return (cfg.num_params() + rope) * dtype.itemsize
 
 
+# Weights may take at most this share of the memory that is free when they are built: the rest is
+# left for the KV cache, activations and everything else on the machine.
+USABLE_FRACTION = 0.9
+
+
 def check_fits(name: str, device: torch.device, dtype: torch.dtype) -> None:
     need, free = bytes_needed(name, dtype), available_memory(device)
-    if need > 0.9 * free:
+    if need > USABLE_FRACTION * free:
         dt = str(dtype).removeprefix("torch.")
         raise EngineError(
             f"preset:{name} needs {need / 1e9:.2f} GB for its {dt} weights but only {free / 1e9:.2f} GB "

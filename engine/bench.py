@@ -37,7 +37,7 @@ import torch
 
 from engine.errors import EngineError
 from engine.loader import parse_device, parse_dtype
-from engine.roofline import Roofline, measure_roofline, synchronize
+from engine.roofline import Roofline, best_roof, measure_roofline, synchronize
 
 DEFAULT_MODEL = "preset:smollm2-135m"
 
@@ -357,24 +357,6 @@ TARGETS = {
     "decode_tps_vs_hf_b32": (">=", 1.5),
     "decode_tpot_cuda_graph_vs_hf_b1": ("<=", 1 / 3),  # "CUDA graphs >= 3x HF eager"; cuda only
 }
-
-
-def best_roof(roofs: list[Roofline]) -> Roofline:
-    """The highest bandwidth and the highest FLOP/s seen: a ceiling is what the machine *can* do."""
-    if len(roofs) == 1:
-        return roofs[0]
-    return Roofline(
-        bandwidth_bytes_per_s=max(r.bandwidth_bytes_per_s for r in roofs),
-        flops_per_s=max(r.flops_per_s for r in roofs),
-        device=roofs[0].device,
-        dtype=roofs[0].dtype,
-        details={
-            "rule": "best of each roof over the measurements below",
-            "bandwidths_bytes_per_s": [r.bandwidth_bytes_per_s for r in roofs],
-            "flops_per_s": [r.flops_per_s for r in roofs],
-            "measurements": [r.details for r in roofs],
-        },
-    )
 
 
 def derive_ratios(roof: Roofline, prefill: dict, b1: dict, bbig: dict) -> dict:

@@ -180,3 +180,21 @@ def measure_roofline(
         dtype=CANONICAL_DTYPE[tdtype],
         details=details,
     )
+
+
+def best_roof(roofs: list[Roofline]) -> Roofline:
+    """The highest bandwidth and the highest FLOP/s seen: a ceiling is what the machine *can* do."""
+    if len(roofs) == 1:
+        return roofs[0]
+    return Roofline(
+        bandwidth_bytes_per_s=max(r.bandwidth_bytes_per_s for r in roofs),
+        flops_per_s=max(r.flops_per_s for r in roofs),
+        device=roofs[0].device,
+        dtype=roofs[0].dtype,
+        details={
+            "rule": "best of each roof over the measurements below",
+            "bandwidths_bytes_per_s": [r.bandwidth_bytes_per_s for r in roofs],
+            "flops_per_s": [r.flops_per_s for r in roofs],
+            "measurements": [r.details for r in roofs],
+        },
+    )

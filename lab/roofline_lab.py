@@ -27,9 +27,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from engine.bench import best_roof
 from engine.costs import step_cost
-from engine.roofline import Roofline, measure_roofline
+from engine.roofline import Roofline, best_roof, measure_roofline
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.sample import Sample, sample_of
 from lab.workload import batch_prompts, check_fits

@@ -4,11 +4,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian's Chromium drives the browser tests (Playwright cannot download its own browser here).
+# Debian's Chromium drives the browser tests and the PNG export (Playwright cannot download its
+# own browser here); the emoji font makes the kitchen's icons render in screenshots.
 if [ ! -x /usr/bin/chromium ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium fonts-noto-color-emoji >/dev/null
 fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv

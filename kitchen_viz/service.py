@@ -1,9 +1,16 @@
-"""One engine, one worker thread, one queue: how many browser sessions share one kitchen.
+"""One engine process, one worker thread, one queue: how many browser sessions share one kitchen.
 
 Why a worker thread: an `Engine` is not thread-safe, and Streamlit runs every browser session's
-script in its own thread. So exactly one thread (the worker) ever touches the engine; pages only
-*submit* work and *read* what the worker appended. The worker never calls Streamlit, so a page
-that closes mid-run cannot break it, and the next session in line is served as soon as it ends.
+script in its own thread. So exactly one thread (the worker) ever hands the engine a job; pages
+only *submit* work and *read* what the worker appended. The worker never calls Streamlit, so a
+page that closes mid-run cannot break it, and the next session in line is served as soon as it ends.
+
+Why the engine itself lives in a child process (`kitchen_viz.engine_process`): the instrument
+must not disturb the measurement. In a thread of the Streamlit server, the engine shared the GIL
+with every page rerun, and each live refresh stalled a decode step (docs/benchmarks/ui-overhead.md).
+The worker thread holds an `EngineProxy` instead: same methods, answered by the child. A work
+function `work(engine, emit)` receives that proxy; code that needs the real engine in-process
+(model internals, the profiler, process CPU time) goes through `engine.run(top_level_fn, ...)`.
 
 Why the worker loads the weights itself: loading takes seconds on a cold machine, and the page
 should say what is happening ("loading weights: 24 MB on cpu") instead of freezing.
@@ -33,6 +40,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from engine.errors import EngineError
+from kitchen_viz.engine_process import ChildFailure, EngineProcess, warm_up
+
+__all__ = ["HOLD_S", "Job", "KitchenService", "engine_threads", "warm_up", "weights_megabytes"]
 
 log = logging.getLogger(__name__)
 HOLD_S = 5.0  # the longest a held job waits for its page to release it
@@ -116,13 +126,6 @@ def engine_threads() -> int:
     return max(1, (os.cpu_count() or 2) - 1)
 
 
-def warm_up(engine) -> None:
-    """One tiny unshown generation right after loading, so the learner's first Cook is not the one
-    paying for first-call setup. Measured on this CPU (chef, 1 thread, `JULIET:`): TTFT 5.78 ms on
-    the first call after loading, then 3.37 and 3.30 ms."""
-    engine.generate([[1]], max_new_tokens=2, temperature=0.0)
-
-
 def weights_megabytes(model: str, dtype: str) -> float | None:
     """How many MB of weights loading `model` reads, known before loading (None if unknown).
 
@@ -165,7 +168,8 @@ class KitchenService:
         self.load_s: float | None = None
         self.info = None  # the engine's ModelInfo, once loaded
         self.weights_mb = weights_megabytes(model, dtype)
-        self._engine = None
+        self._engine = None  # the EngineProxy, once the child has loaded the model
+        self._process: EngineProcess | None = None
         self._pending: deque[Job] = deque()  # waiting jobs, oldest first (the running one is not here)
         self._current: Job | None = None
         self._cv = threading.Condition()
@@ -229,12 +233,19 @@ class KitchenService:
             raise EngineError(self.load_error or f"{self.model} is still loading")
         return self._engine
 
+    @property
+    def engine_pid(self) -> int | None:
+        """The child process that runs the engine (None until loaded)."""
+        return self._process.pid if self._process is not None else None
+
     def close(self) -> None:
         """Stop the worker after the job it is running; queued jobs fail with a clear line."""
         with self._cv:
             self._closed = True
             self._cv.notify_all()
         self._thread.join(timeout=30)
+        if self._process is not None:
+            self._process.close()
 
     def _place_of(self, job: Job) -> int:
         with self._cv:
@@ -265,18 +276,12 @@ class KitchenService:
                 self._cv.notify_all()
 
     def _load(self) -> None:
+        """Start the engine's child process (its load and warm-up happen there) and wait for it."""
         t0 = time.perf_counter()
         try:
-            from engine import Engine
-
-            if self.threads:  # process-wide: torch has one intra-op pool per process
-                import torch
-
-                torch.set_num_threads(self.threads)
-
-            self._engine = Engine.load(self.model, device=self.device, dtype=self.dtype)
+            self._process = EngineProcess(self.model, self.device, self.dtype, threads=self.threads)
+            self._engine = self._process.proxy
             self.info = self._engine.info
-            warm_up(self._engine)
             state, error = "ready", None
         except EngineError as err:
             state, error = "error", str(err)
@@ -291,14 +296,26 @@ class KitchenService:
                     job.status = "queued"
             self._cv.notify_all()
 
+    def _reload_if_dead(self) -> None:
+        """A child that died (killed, out of memory) is replaced before the next job runs."""
+        if self._process is None or self._process.alive:
+            return
+        log.warning("engine process for %s died; restarting it", self.model)
+        with self._cv:
+            self.state = "loading"
+        self._process.close()
+        self._engine = None
+        self._load()
+
     def _cook(self, job: Job) -> None:
         job._go.wait(HOLD_S)
+        self._reload_if_dead()
         if self._engine is None:
             self._finish(job, error=self.load_error or "the model is not loaded")
             return
         try:
             result = job.work(self._engine, job.events.append)
-        except EngineError as err:
+        except (EngineError, ChildFailure) as err:
             self._finish(job, error=str(err))
             return
         except Exception as err:  # noqa: BLE001 — a bug: log the traceback, show the page one line

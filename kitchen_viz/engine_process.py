@@ -1,0 +1,380 @@
+"""The engine in its own process: the web server asks, a child process cooks.
+
+Why a child process and not a thread: a torch op needs Python's GIL to be dispatched, and the
+Streamlit server process holds that same GIL whenever it reruns a page or a fragment. With the
+engine in a thread of the server, every live refresh (4x a second) stalled a decode step by
+0.2 s inside the forward pass (docs/benchmarks/ui-overhead.md). A child process has its own
+interpreter and its own GIL, so nothing the page does can stop the soup pot mid-ladle; the
+engine's timings are measured in the child, next to the model.
+
+Two pipes, two kinds of question:
+
+  jobs    generate / stream / run: one at a time, served by the child's main thread (an Engine
+          is not thread-safe, and the kitchen's worker already serializes jobs);
+  quick   info-like questions (limits, check, encode, decode): served by a second child thread,
+          so the order form can ask "how many tokens is my prompt?" while an order cooks. The
+          engine documents these as safe beside a running request (tokenizer and arithmetic).
+
+Worked example:
+
+    proc = EngineProcess("chef", "cpu", "float32", threads=1)
+    eng = proc.proxy                      # EngineProxy: what the kitchen and the lab call
+    eng.info.name, eng.cfg.n_layers       # copied once, at load
+    res = eng.generate(["ROMEO:"], max_new_tokens=8)   # GenerationResult, pickled back
+    for ev in eng.stream(["ROMEO:"], max_new_tokens=8):  # engine events, as they happen
+        ...
+    eng.run(my_top_level_fn, 3, emit=print)   # my_top_level_fn(engine, 3, emit=...) in the child
+    proc.close()
+
+A refused input arrives as `EngineError` (one line); a child that dies makes the current and
+every later call raise a one-line `EngineError` until `restart()`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from engine.errors import EngineError
+
+REPO = Path(__file__).resolve().parent.parent
+PARENT_PATH = "TWO_POT_PARENT_SYS_PATH"
+LOAD_TIMEOUT_S = 600  # the longest we wait for the child to load the weights
+QUICK = ("limits", "check", "encode", "decode")  # answered beside a running job
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What the child reports once the weights are in: copied to the parent, read without RPC."""
+
+    info: Any  # engine.loader.ModelInfo
+    cfg: Any  # engine.config.ModelConfig
+    load_s: float
+
+
+def warm_up(engine) -> None:
+    """One tiny unshown generation right after loading, so the learner's first Cook is not the one
+    paying for first-call setup. Measured on this CPU (chef, 1 thread, `JULIET:`): TTFT 5.78 ms on
+    the first call after loading, then 3.37 and 3.30 ms."""
+    engine.generate([[1]], max_new_tokens=2, temperature=0.0)
+
+
+class ChildFailure(RuntimeError):
+    """A bug inside the child (not a refused input); `str()` is already "Type: message", one line."""
+
+
+def one_line(err: BaseException) -> str:
+    return " ".join(f"{type(err).__name__}: {err}".split())
+
+
+# -- the child ------------------------------------------------------------------------------------
+
+
+def child_entry(argv: list[str]) -> None:
+    """`python -c ... JOBS_FD QUICK_FD MODEL DEVICE DTYPE THREADS`: wrap the inherited sockets."""
+    jobs_fd, quick_fd, model, device, dtype, threads = argv
+    # The parent's import path, so a function it hands to `run` (pickled by module and name) imports here.
+    sys.path += [p for p in os.environ.pop(PARENT_PATH, "").split(os.pathsep) if p and p not in sys.path]
+    child_main(Connection(int(jobs_fd)), Connection(int(quick_fd)), model, device, dtype, int(threads))
+
+
+def child_main(jobs, quick, model: str, device: str, dtype: str, threads: int | None) -> None:
+    """Load, report, then serve both pipes until the parent goes away (EOF on the jobs pipe)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch is imported (engine/__init__.py)
+    t0 = time.perf_counter()
+    try:
+        from engine import Engine  # imports torch, after the wait policy is set
+
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
+        engine = Engine.load(model, device=device, dtype=dtype)
+        warm_up(engine)
+        jobs.send(("ready", Loaded(engine.info, engine.cfg, time.perf_counter() - t0)))
+    except EngineError as err:
+        jobs.send(("engine_error", str(err)))
+        return
+    except Exception as err:  # noqa: BLE001 — a bug, but the page still gets one line
+        jobs.send(("error", f"could not load {model}: {one_line(err)}"))
+        return
+    threading.Thread(target=serve_quick, args=(engine, quick), daemon=True).start()
+    serve_jobs(engine, jobs)
+
+
+def answer(conn, fn: Callable, *args, **kwargs) -> None:
+    """Run `fn(*args, **kwargs)` and send its result, or the error as one line (EngineError stays
+    EngineError, so the page can show the engine's own sentence)."""
+    try:
+        conn.send(("result", fn(*args, **kwargs)))
+    except EngineError as err:
+        conn.send(("engine_error", str(err)))
+    except Exception as err:  # noqa: BLE001 — a bug in a job: the caller gets one line
+        conn.send(("error", one_line(err)))
+
+
+def serve_quick(engine, conn) -> None:
+    while True:
+        try:
+            name, args, kwargs = conn.recv()
+        except (EOFError, OSError):
+            return
+        answer(conn, getattr(engine, name), *args, **kwargs)
+
+
+def serve_jobs(engine, conn) -> None:
+    """One job at a time: ("generate" | "stream" | "run", args, kwargs); None ends the child."""
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        if msg == "cancel":  # it arrived after the stream had already ended: nothing to stop
+            continue
+        kind, args, kwargs = msg
+        if kind == "generate":
+            answer(conn, engine.generate, *args, **kwargs)
+        elif kind == "stream":
+            answer(conn, stream_out, engine, conn, args, kwargs)
+        elif kind == "run":
+            answer(conn, args[0], engine, *args[1:], emit=emitter(conn), **kwargs)
+
+
+def emitter(conn) -> Callable[[Any], None]:
+    """What `run`'s function calls to report progress: each object is pickled to the parent."""
+
+    def emit(obj: Any) -> None:
+        conn.send(("event", obj))
+
+    return emit
+
+
+def stream_out(engine, conn, args, kwargs) -> None:
+    """Send each engine event as it happens; stop early if the parent says "cancel".
+
+    Sending happens while the engine's clock is paused (it pauses while the consumer holds an
+    event), so the pipe costs the measured TTFT/TPOT nothing.
+    """
+    events = engine.stream(*args, **kwargs)
+    for event in events:
+        conn.send(("event", event))
+        if conn.poll() and conn.recv() == "cancel":
+            events.close()
+            return
+
+
+# -- the parent -----------------------------------------------------------------------------------
+
+
+class EngineProxy:
+    """What pages, the kitchen's worker and the lab hold instead of an `Engine`.
+
+    Same names as the engine (docs/engine-api.md): `info`, `cfg`, `limits`, `check`, `encode`,
+    `decode`, `generate`, `stream`, plus `run(fn, *args, **kwargs)` for code that must touch the
+    real engine (model internals, torch.profiler, process CPU time): `fn` must be a top-level
+    function (pickled by name) and is called in the child as `fn(engine, *args, emit=..., **kwargs)`.
+    """
+
+    def __init__(self, process: EngineProcess):
+        self._process = process
+
+    @property
+    def info(self):
+        return self._process.loaded.info
+
+    @property
+    def cfg(self):
+        return self._process.loaded.cfg
+
+    def limits(self, *args, **kwargs):
+        return self._process.ask("limits", args, kwargs)
+
+    def check(self, *args, **kwargs):
+        return self._process.ask("check", args, kwargs)
+
+    def encode(self, *args, **kwargs):
+        return self._process.ask("encode", args, kwargs)
+
+    def decode(self, *args, **kwargs):
+        return self._process.ask("decode", args, kwargs)
+
+    def generate(self, *args, **kwargs):
+        return self._process.job("generate", args, kwargs)
+
+    def stream(self, *args, **kwargs) -> Iterator:
+        return self._process.job_stream(("stream", args, kwargs))
+
+    def run(self, fn: Callable, *args, emit: Callable[[Any], None] | None = None, **kwargs):
+        """`fn(engine, *args, emit=..., **kwargs)` in the child; what it emits reaches `emit` here."""
+        result = None
+        for kind, value in self._process.job_messages(("run", (fn, *args), kwargs)):
+            if kind == "event":
+                if emit is not None:
+                    emit(value)
+            else:
+                result = value
+        return result
+
+
+class EngineProcess:
+    """Starts the child (a fresh Python process) and waits until it has loaded the model.
+
+    Raises `EngineError` (one line) when the model cannot be loaded. Thread-safe: a lock per pipe.
+    """
+
+    def __init__(self, model: str, device: str = "cpu", dtype: str = "float32", threads: int | None = None):
+        self.model, self.device, self.dtype, self.threads = model, device, dtype, threads
+        self.loaded: Loaded | None = None
+        self.proxy = EngineProxy(self)
+        self._job_lock, self._quick_lock = threading.Lock(), threading.Lock()
+        self._start()
+
+    def _start(self) -> None:
+        """A fresh interpreter (`python -c`), handed one end of two socket pairs.
+
+        Why not `multiprocessing`'s spawn: it re-runs the parent's main script in the child, and
+        under Streamlit the main script is app.py (it would draw a page with no session). A plain
+        subprocess imports only this module. Its own session keeps a Ctrl-C in the terminal for the
+        server; the child exits when the server's end of the jobs pipe closes.
+        """
+        jobs, child_jobs = socket.socketpair()
+        quick, child_quick = socket.socketpair()
+        env = dict(os.environ)
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+        env[PARENT_PATH] = os.pathsep.join(sys.path)
+        fds = (child_jobs.fileno(), child_quick.fileno())
+        code = "import sys; from kitchen_viz.engine_process import child_entry; child_entry(sys.argv[1:])"
+        args = [*map(str, fds), self.model, self.device, self.dtype, str(self.threads or 0)]
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", code, *args], pass_fds=fds, env=env, cwd=REPO, start_new_session=True
+        )
+        child_jobs.close()  # only the child holds these ends now, so its death reads as EOF here
+        child_quick.close()
+        self._jobs, self._quick = Connection(jobs.detach()), Connection(quick.detach())
+        if not self._jobs.poll(LOAD_TIMEOUT_S):
+            self.close()
+            raise EngineError(f"loading {self.model} took longer than {LOAD_TIMEOUT_S} s; gave up")
+        try:
+            _, self.loaded = self._recv(self._jobs)
+        except (EngineError, ChildFailure) as err:
+            self._wait(5)
+            raise EngineError(str(err)) from None
+
+    @property
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid
+
+    def restart(self) -> None:
+        """Stop the old child (if any is left) and load the model again in a fresh one."""
+        self.close()
+        self.loaded = None
+        self._start()
+
+    def close(self) -> None:
+        try:
+            self._jobs.send(None)
+        except (OSError, ValueError):
+            pass
+        if not self._wait(10):
+            self._proc.terminate()
+            self._wait(5)
+        for conn in (self._jobs, self._quick):
+            conn.close()
+
+    def _wait(self, seconds: float) -> bool:
+        """True once the child has exited (within `seconds`)."""
+        try:
+            self._proc.wait(seconds)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+    # -- talking to the child ----------------------------------------------------------------------
+
+    def _recv(self, conn) -> tuple[str, Any]:
+        try:
+            kind, value = conn.recv()
+        except (EOFError, OSError) as err:
+            self._wait(1)
+            code = self._proc.returncode
+            raise EngineError(
+                f"the engine process for {self.model} stopped (exit code {code}); the kitchen restarts it "
+                "for the next order"
+            ) from err
+        if kind == "engine_error":
+            raise EngineError(value)
+        if kind == "error":
+            raise ChildFailure(value)
+        return kind, value
+
+    def ask(self, name: str, args: tuple, kwargs: dict):
+        """A quick question on its own pipe: answered even while a job is running."""
+        assert name in QUICK
+        with self._quick_lock:
+            self._send(self._quick, (name, args, kwargs))
+            return self._recv(self._quick)[1]
+
+    def job(self, kind: str, args: tuple, kwargs: dict):
+        result = None
+        for _, value in self.job_messages((kind, args, kwargs)):
+            result = value
+        return result
+
+    def job_messages(self, msg: tuple) -> Iterator[tuple[str, Any]]:
+        """("event", obj) for each thing the child sends while working, then ("result", value)."""
+        with self._job_lock:
+            self._send(self._jobs, msg)
+            while True:
+                kind, value = self._recv(self._jobs)
+                if kind == "result":
+                    break
+                yield kind, value
+        yield kind, value  # the lock is free again before the caller sees the result
+
+    def job_stream(self, msg: tuple) -> Iterator:
+        """The engine's events; closing the iterator early cancels the request in the child.
+
+        Validation errors are raised at the call (like `Engine.stream`), so a refused order fails
+        before its first event.
+        """
+        messages = self.job_messages(msg)
+        first = next(messages)  # raises EngineError now if the child refused the request
+        return self._events(messages, first)
+
+    def _events(self, messages, first) -> Iterator:
+        kind, value = first
+        try:
+            while kind == "event":
+                yield value
+                kind, value = next(messages)
+        except GeneratorExit:
+            self._send(self._jobs, "cancel")
+            for _ in messages:  # drain what was already on its way, up to the final result
+                pass
+            raise
+
+    def _send(self, conn, msg) -> None:
+        try:
+            conn.send(msg)
+        except (OSError, ValueError) as err:
+            code = self._proc.poll()
+            raise EngineError(
+                f"the engine process for {self.model} is not running (exit code {code}); the kitchen "
+                "restarts it for the next order"
+            ) from err

@@ -94,7 +94,8 @@ def run_log():
 
 @st.cache_resource(show_spinner=False, max_entries=3)
 def _service(model: str, device: str, dtype: str) -> KitchenService:
-    return KitchenService(model, device, dtype, run_log=run_log(), threads=engine_threads())
+    pin = os.environ.get("TWO_POT_PIN_SERVER") == "1"  # set by the launcher (two-pot-kitchen)
+    return KitchenService(model, device, dtype, run_log=run_log(), threads=engine_threads(), pin_server=pin)
 
 
 def service_for(settings: Settings) -> KitchenService:

@@ -48,6 +48,7 @@ from engine.errors import EngineError
 
 REPO = Path(__file__).resolve().parent.parent
 PARENT_PATH = "TWO_POT_PARENT_SYS_PATH"
+ALL_CORES = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
 LOAD_TIMEOUT_S = 600  # the longest we wait for the child to load the weights
 QUICK = ("limits", "check", "encode", "decode")  # answered beside a running job
 
@@ -72,6 +73,37 @@ class ChildFailure(RuntimeError):
     """A bug inside the child (not a refused input); `str()` is already "Type: message", one line."""
 
 
+@dataclass(frozen=True)
+class CoreSplit:
+    engine: frozenset[int]  # the cores the engine's child keeps for its torch threads
+    server: frozenset[int]  # the rest: the web server (and, if it is pinned, its pages' reruns)
+
+
+def split_cores(threads: int | None) -> CoreSplit | None:
+    """Give the engine its own `threads` cores (the last ones) and the server the others.
+
+    Why: a separate process removes the shared GIL, but not the shared cores. Measured on a
+    2-core machine (docs/benchmarks/ui-overhead.md), the live view still raised TPOT by about half
+    while the server's reruns could land on the engine's core; with the engine on core 1 and the
+    server on core 0 it was within noise of the no-UI figure.
+    Example: cores {0, 1}, threads 1 -> engine {1}, server {0}. None when no core is left over
+    (threads unset, or at least as many threads as cores), or where the OS has no affinity API.
+    """
+    cores = sorted(ALL_CORES)
+    if not threads or threads >= len(cores) or os.environ.get("TWO_POT_PIN") == "0":
+        return None
+    return CoreSplit(frozenset(cores[-threads:]), frozenset(cores[:-threads]))
+
+
+def pin_this_process(cores: frozenset[int]) -> None:
+    """Every thread of this process onto `cores` (threads started later inherit their creator's)."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cores)
+        except OSError:  # a thread that ended meanwhile
+            pass
+
+
 def one_line(err: BaseException) -> str:
     return " ".join(f"{type(err).__name__}: {err}".split())
 
@@ -80,8 +112,14 @@ def one_line(err: BaseException) -> str:
 
 
 def child_entry(argv: list[str]) -> None:
-    """`python -c ... JOBS_FD QUICK_FD MODEL DEVICE DTYPE THREADS`: wrap the inherited sockets."""
-    jobs_fd, quick_fd, model, device, dtype, threads = argv
+    """`python -c ... JOBS_FD QUICK_FD MODEL DEVICE DTYPE THREADS CORES`: wrap the inherited sockets.
+
+    CORES ("1,2", or "-" for no pinning) is set first, before torch starts its threads, so every
+    one of them inherits it.
+    """
+    jobs_fd, quick_fd, model, device, dtype, threads, cores = argv
+    if cores != "-":
+        os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
     # The parent's import path, so a function it hands to `run` (pickled by module and name) imports here.
     sys.path += [p for p in os.environ.pop(PARENT_PATH, "").split(os.pathsep) if p and p not in sys.path]
     child_main(Connection(int(jobs_fd)), Connection(int(quick_fd)), model, device, dtype, int(threads))
@@ -233,8 +271,21 @@ class EngineProcess:
     Raises `EngineError` (one line) when the model cannot be loaded. Thread-safe: a lock per pipe.
     """
 
-    def __init__(self, model: str, device: str = "cpu", dtype: str = "float32", threads: int | None = None):
+    def __init__(
+        self,
+        model: str,
+        device: str = "cpu",
+        dtype: str = "float32",
+        threads: int | None = None,
+        pin_server: bool = False,
+    ):
+        """`threads`: the child's torch threads; with cores to spare the child keeps that many
+        cores for itself (`split_cores`). `pin_server=True` (the app) also moves this process onto
+        the other cores, so the server's page reruns never run on the engine's core."""
         self.model, self.device, self.dtype, self.threads = model, device, dtype, threads
+        self.cores = split_cores(threads)
+        if pin_server and self.cores is not None:
+            pin_this_process(self.cores.server)
         self.loaded: Loaded | None = None
         self.proxy = EngineProxy(self)
         self._job_lock, self._quick_lock = threading.Lock(), threading.Lock()
@@ -256,7 +307,8 @@ class EngineProcess:
         env[PARENT_PATH] = os.pathsep.join(sys.path)
         fds = (child_jobs.fileno(), child_quick.fileno())
         code = "import sys; from kitchen_viz.engine_process import child_entry; child_entry(sys.argv[1:])"
-        args = [*map(str, fds), self.model, self.device, self.dtype, str(self.threads or 0)]
+        cores = ",".join(map(str, sorted(self.cores.engine))) if self.cores else "-"
+        args = [*map(str, fds), self.model, self.device, self.dtype, str(self.threads or 0), cores]
         self._proc = subprocess.Popen(
             [sys.executable, "-c", code, *args], pass_fds=fds, env=env, cwd=REPO, start_new_session=True
         )

@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.presenter:
         os.environ["TWO_POT_PRESENTER"] = "1"
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # The served app keeps its own threads off the engine's cores (kitchen_viz.engine_process.split_cores);
+    # in-process page tests (AppTest) leave it unset, so the test runner is never pinned.
+    os.environ.setdefault("TWO_POT_PIN_SERVER", "1")
     cmd = streamlit_command(passthrough)
     if args.print_command:
         print(" ".join(cmd))

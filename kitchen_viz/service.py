@@ -159,9 +159,13 @@ class KitchenService:
         dtype: str = "float32",
         run_log=None,
         threads: int | None = None,
+        pin_server: bool = False,
     ):
         self.model, self.device, self.dtype = model, device, dtype
         self.threads = threads
+        self.pin_server = (
+            pin_server  # see EngineProcess: the app keeps its own threads off the engine's cores
+        )
         self.run_log = run_log
         self.state: Literal["loading", "ready", "error"] = "loading"
         self.load_error: str | None = None
@@ -279,7 +283,9 @@ class KitchenService:
         """Start the engine's child process (its load and warm-up happen there) and wait for it."""
         t0 = time.perf_counter()
         try:
-            self._process = EngineProcess(self.model, self.device, self.dtype, threads=self.threads)
+            self._process = EngineProcess(
+                self.model, self.device, self.dtype, threads=self.threads, pin_server=self.pin_server
+            )
             self._engine = self._process.proxy
             self.info = self._engine.info
             state, error = "ready", None

@@ -2,8 +2,10 @@
 
 The instrument must not disturb the measurement. This runs one order two ways, alternating:
 
-  no UI      the kitchen's own work function (`kitchen_viz.orders.cook`) on an engine in this
-             process, with nobody watching (the app server is up but idle, no page is cooking);
+  no UI      the kitchen's own work function (`kitchen_viz.orders.cook`) on an engine set up the way
+             the app sets up its own (`kitchen_viz.engine_process.EngineProcess`: a child process,
+             the same threads, on the same cores), with nobody watching (the app server is up but
+             idle, no page is cooking);
   live UI    the same order cooked through `two-pot-kitchen` while headless Chromium watches:
              the fragment polls four times a second, the scene animates, the panels update.
              TPOT is read from the page's TPOT panel (two decimals in ms).
@@ -30,9 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
-
-from engine import Engine  # noqa: E402
+from kitchen_viz.engine_process import EngineProcess  # noqa: E402
 from kitchen_viz.launch import free_port, spawn, stop, wait_healthy  # noqa: E402
 from kitchen_viz.orders import Order, cook  # noqa: E402
 from kitchen_viz.service import engine_threads  # noqa: E402
@@ -47,7 +47,7 @@ def parse_ms(text: str) -> float:
     return number / 1e3 if text.strip().endswith("ms") else number
 
 
-def tpot_without_ui(engine: Engine, order: Order) -> float:
+def tpot_without_ui(engine, order: Order) -> float:
     result = cook(order)(engine, lambda event: None)
     return result.metrics.tpot_s
 
@@ -101,9 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         "&live=0" if args.quiet_view else "&live=1"
     )
     threads = args.threads or engine_threads()
-    torch.set_num_threads(threads)  # the same count the app's kitchen uses (the server reads TWO_POT_THREADS)
-    os.environ["TWO_POT_THREADS"] = str(threads)
-    engine = Engine.load(args.model)
+    os.environ["TWO_POT_THREADS"] = str(threads)  # the app's kitchen reads it: the same count on both sides
+    reference = EngineProcess(args.model, "cpu", "float32", threads=threads)  # pinned like the app's engine
+    engine = reference.proxy
     load_before = os.getloadavg()
     log = Path(tempfile.mkdtemp()) / "streamlit.log"
     proc, url = spawn(free_port(), log)
@@ -132,12 +132,14 @@ def main(argv: list[str] | None = None) -> int:
             browser.close()
     finally:
         stop(proc)
+        reference.close()
     a, b = statistics.median(no_ui), statistics.median(live)
     report = {
         "model": args.model,
         "order": {"prompt_tokens": args.prompt, "max_new_tokens": args.new, "batch": args.batch},
         "rounds": args.rounds,
         "engine_threads": threads,
+        "engine_cores": sorted(reference.cores.engine) if reference.cores else None,
         "reduced_motion": args.reduced_motion,
         "live_view": not args.quiet_view,
         "rounds_dropped": stuck,

@@ -15,7 +15,8 @@ import pytest
 from engine import Engine
 from engine.errors import EngineError
 from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token
-from kitchen_viz.engine_process import EngineProcess
+from kitchen_viz import engine_process
+from kitchen_viz.engine_process import CoreSplit, EngineProcess, split_cores
 from kitchen_viz.orders import Order, cook
 from kitchen_viz.service import KitchenService
 
@@ -35,6 +36,10 @@ def pid_and_progress(engine, steps: int, *, emit):
     for i in range(steps):
         emit(("step", i))
     return os.getpid(), type(engine).__name__, engine.model.__class__.__name__
+
+
+def cores_of_child(engine, *, emit):
+    return sorted(os.sched_getaffinity(0))
 
 
 def sleep_in_child(engine, seconds: float, *, emit):
@@ -148,3 +153,21 @@ def test_the_kitchen_restarts_an_engine_that_died_mid_order():
         assert svc.engine_pid != first_pid and len(after.result.tokens[0]) == 3
     finally:
         svc.close()
+
+
+def test_the_engine_keeps_its_own_cores_when_there_are_cores_to_spare(proc):
+    split = split_cores(1)
+    if split is None:
+        pytest.skip("a single core: nothing to split")
+    assert proc.proxy.run(cores_of_child) == sorted(split.engine)
+    assert os.sched_getaffinity(0) != split.engine  # the test process itself was not pinned
+
+
+def test_core_split_examples(monkeypatch):
+    monkeypatch.setattr(engine_process, "ALL_CORES", frozenset({0, 1, 2, 3}))
+    monkeypatch.delenv("TWO_POT_PIN", raising=False)
+    assert split_cores(1) == CoreSplit(engine=frozenset({3}), server=frozenset({0, 1, 2}))
+    assert split_cores(2) == CoreSplit(engine=frozenset({2, 3}), server=frozenset({0, 1}))
+    assert split_cores(4) is None and split_cores(None) is None  # no core left for the server
+    monkeypatch.setenv("TWO_POT_PIN", "0")
+    assert split_cores(1) is None

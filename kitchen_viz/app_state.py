@@ -92,7 +92,12 @@ def run_log():
     return RunLog()
 
 
-@st.cache_resource(show_spinner=False, max_entries=3)
+def _close_kitchen(svc: KitchenService) -> None:
+    """A kitchen dropped from the cache stops its worker and its engine process (memory back)."""
+    svc.close()
+
+
+@st.cache_resource(show_spinner=False, max_entries=3, on_release=_close_kitchen)
 def _service(model: str, device: str, dtype: str) -> KitchenService:
     pin = os.environ.get("TWO_POT_PIN_SERVER") == "1"  # set by the launcher (two-pot-kitchen)
     return KitchenService(model, device, dtype, run_log=run_log(), threads=engine_threads(), pin_server=pin)

@@ -82,10 +82,11 @@ class CoreSplit:
 def split_cores(threads: int | None) -> CoreSplit | None:
     """Give the engine its own `threads` cores (the last ones) and the server the others.
 
-    Why: a separate process removes the shared GIL, but not the shared cores. Measured on a
-    2-core machine (docs/benchmarks/ui-overhead.md), the live view still raised TPOT by about half
-    while the server's reruns could land on the engine's core; with the engine on core 1 and the
-    server on core 0 it was within noise of the no-UI figure.
+    Why: a separate process removes the shared GIL, but not the shared cores: the live view's
+    stalls left were the engine being preempted inside its forward pass. On a busy shared 2-core
+    machine (docs/benchmarks/ui-overhead.md) the live view's median TPOT overhead measured +50 % and
+    +52 % unpinned, +13 % to +40 % with the engine on core 1 and the server on core 0: a modest gain,
+    inside that machine's noise, and never worse. `TWO_POT_PIN=0` turns it off.
     Example: cores {0, 1}, threads 1 -> engine {1}, server {0}. None when no core is left over
     (threads unset, or at least as many threads as cores), or where the OS has no affinity API.
     """

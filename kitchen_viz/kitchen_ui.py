@@ -82,9 +82,11 @@ def apply_query_params() -> None:
 def live_view_default() -> bool:
     """Live refreshes while the engine runs by default only where there are cores to spare.
 
-    Measured on a 2-core machine (docs/benchmarks/ui-overhead.md): refreshing 4x a second during
-    a Cook raised the chef's TPOT 2-5x, while the quiet view (wait, then replay) changed it by
-    +3.5 %. With 4 or more cores the live view is the default; the toggle overrides either way.
+    Measured on a busy shared 2-core machine (docs/benchmarks/ui-overhead.md): with the engine in
+    its own process, refreshing 4x a second during a Cook still raised the chef's median TPOT by
+    +13 % to +40 % (2-5x when the engine ran inside the server process), the quiet view (wait, then
+    replay) by +3.5 % and +14 %. So with 4 or more cores the live view is the default, below that the
+    quiet one; the toggle overrides either way.
     """
     return (os.cpu_count() or 1) >= LIVE_VIEW_MIN_CORES
 
@@ -142,9 +144,10 @@ def order_ui(svc: KitchenService, seed: int) -> Order | None:
         st.toggle(
             "Live view while the engine runs",
             key=K_LIVE,
-            help="On: the page refreshes 4× a second while the engine cooks. On a small machine each refresh "
-            "steals engine time (measured: TPOT 2-5× higher on a busy 2-core CPU), so it starts off there. "
-            "Off: the page waits quietly and replays the order when it is done (measured: +3.5 %).",
+            help="On: the page refreshes 4× a second while the engine cooks. The engine runs in its own "
+            "process, but on a small machine the page and the browser still take CPU from it (measured on a "
+            "busy 2-core CPU: TPOT +13 % to +40 %), so it starts off there. Off: the page waits quietly and "
+            "replays the order when it is done (measured: +3.5 % and +14 %).",
         )
     if not pressed:
         return None

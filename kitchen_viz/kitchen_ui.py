@@ -24,7 +24,7 @@ from kitchen_viz.app_state import REPO
 from kitchen_viz.orders import DEFAULT_PROMPT, Order, control_limits, cook
 from kitchen_viz.panels import draw_panels, panel_values
 from kitchen_viz.scene import draw_scene
-from kitchen_viz.service import KitchenService
+from kitchen_viz.service import SETTLE_S, KitchenService
 from kitchen_viz.timeline import LiveRun
 
 ROOFLINE_PAGE = "pages/lab_roofline.py"
@@ -83,10 +83,10 @@ def live_view_default() -> bool:
     """Live refreshes while the engine runs by default only where there are cores to spare.
 
     Measured on a busy shared 2-core machine (docs/benchmarks/ui-overhead.md): with the engine in
-    its own process, refreshing 4x a second during a Cook still raised the chef's median TPOT by
-    +13 % to +40 % (2-5x when the engine ran inside the server process), the quiet view (wait, then
-    replay) by +3.5 % and +14 %. So with 4 or more cores the live view is the default, below that the
-    quiet one; the toggle overrides either way.
+    its own process, refreshing 4x a second during a Cook raised the chef's median TPOT by +4 % to
+    +52 % across seven series (2-5x when the engine ran inside the server process); the quiet view
+    (wait, then replay) measured -4 % to 0 %. So with 4 or more cores the live view is the default,
+    below that the quiet one; the toggle overrides either way.
     """
     return (os.cpu_count() or 1) >= LIVE_VIEW_MIN_CORES
 
@@ -146,8 +146,8 @@ def order_ui(svc: KitchenService, seed: int) -> Order | None:
             key=K_LIVE,
             help="On: the page refreshes 4× a second while the engine cooks. The engine runs in its own "
             "process, but on a small machine the page and the browser still take CPU from it (measured on a "
-            "busy 2-core CPU: TPOT +13 % to +40 %), so it starts off there. Off: the page waits quietly and "
-            "replays the order when it is done (measured: +3.5 % and +14 %).",
+            "busy 2-core CPU: TPOT +4 % to +52 %), so it starts off there. Off: the page waits quietly and "
+            "replays the order when it is done (measured: -4 % to 0 %).",
         )
     if not pressed:
         return None
@@ -206,8 +206,9 @@ def release_cook() -> None:
     job = st.session_state.get("tpk_job")
     if job is None:
         return
-    job.release()
-    if not job.finished and not st.session_state.get(K_LIVE, live_view_default()):
+    live = st.session_state.get(K_LIVE, live_view_default())
+    job.release(settle_s=0.0 if live else SETTLE_S)  # quiet: let the browser paint first (measured)
+    if not job.finished and not live:
         job.wait(QUIET_WAIT_S)
         st.rerun()
 

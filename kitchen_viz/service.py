@@ -46,6 +46,12 @@ __all__ = ["HOLD_S", "Job", "KitchenService", "engine_threads", "warm_up", "weig
 
 log = logging.getLogger(__name__)
 HOLD_S = 5.0  # the longest a held job waits for its page to release it
+# What a page may ask for when it releases a held job: wait this long more, so the browser has
+# painted the page that pressing Cook produced before the measurement starts. Measured with the
+# quiet view on a busy 2-core machine (docs/benchmarks/ui-overhead.md): TPOT +14 % and +20 % over
+# no UI without it, -4 %, -2 % and -3 % with 0.5 s. (With the live view it measured worse, +94 % and
+# +99 % against +14 % to +52 %, so the live view releases without it.)
+SETTLE_S = 0.5
 _OPEN: weakref.WeakSet[KitchenService] = weakref.WeakSet()
 
 
@@ -78,6 +84,7 @@ class Job:
     events: list = field(default_factory=list)
     result: Any = None
     error: str | None = None
+    settle_s: float = 0.0  # set by release(): how long the worker waits after the release
     submitted_at: float = field(default_factory=time.perf_counter)
     started_at: float | None = None
     finished_at: float | None = None
@@ -105,8 +112,10 @@ class Job:
         """Block until the job is finished; True if it finished within `timeout` seconds."""
         return self._finished.wait(timeout)
 
-    def release(self) -> None:
-        """Let a job submitted with `hold=True` start (see `KitchenService.submit`)."""
+    def release(self, settle_s: float = 0.0) -> None:
+        """Let a job submitted with `hold=True` start, `settle_s` seconds from now at the earliest
+        (see `KitchenService.submit` and SETTLE_S)."""
+        self.settle_s = settle_s
         self._go.set()
 
 
@@ -194,8 +203,9 @@ class KitchenService:
         """Queue `work(engine, emit)` for the worker; returns at once with the job to watch.
 
         `hold=True`: when its turn comes the worker waits for `job.release()` (at most HOLD_S)
-        before starting. The kitchen page releases its order after it has finished drawing, so
-        the page's own script run never competes with the engine it is about to measure.
+        before starting, plus the settle time the release asks for. The kitchen page releases
+        its order after it has finished drawing, so the page's own script run (and, with a settle
+        time, the browser painting its result) does not compete with the engine it measures.
         """
         job = Job(label=label, work=work, _service=self)
         if not hold:
@@ -315,6 +325,7 @@ class KitchenService:
 
     def _cook(self, job: Job) -> None:
         job._go.wait(HOLD_S)
+        time.sleep(job.settle_s)
         self._reload_if_dead()
         if self._engine is None:
             self._finish(job, error=self.load_error or "the model is not loaded")

@@ -7,6 +7,7 @@ are not generations are ones that wait on an event, to hold the worker busy at a
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -158,6 +159,20 @@ def test_a_held_order_waits_for_its_page_to_release_it(kitchen):
     assert not job.wait(0.5) and not job.events  # the worker has it, but waits for the page
     job.release()
     assert job.wait(WAIT_S) and job.status == "done" and job.result.texts
+
+
+def test_a_release_can_ask_for_time_for_the_browser_to_settle(kitchen):
+    from kitchen_viz.service import SETTLE_S
+
+    job = kitchen.submit(lambda eng, emit: emit(time.perf_counter()), "settles", hold=True)
+    released = time.perf_counter()
+    job.release(settle_s=SETTLE_S)
+    assert job.wait(WAIT_S) and job.status == "done"
+    assert job.events[0] - released >= SETTLE_S
+    quick = kitchen.submit(lambda eng, emit: emit(time.perf_counter()), "released at once", hold=True)
+    released = time.perf_counter()
+    quick.release()
+    assert quick.wait(WAIT_S) and quick.events[0] - released < SETTLE_S
 
 
 def test_the_app_leaves_one_core_to_the_page_unless_told_otherwise(monkeypatch):

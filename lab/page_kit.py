@@ -125,9 +125,21 @@ def follow_job(job) -> None:
     bar.empty()
 
 
+def experiment_in_engine(engine, run: Callable, settings, *, emit: Callable) -> Any:
+    """The sweep itself, run inside the engine's own process (`EngineProxy.run`).
+
+    Why there and not in the web server: the kitchen's engine lives in a child process, and a
+    sweep measures more than the trace: process CPU time per step (`lab.cpu_time`) and the
+    profiler's op times (`lab.overhead`) only see the engine's work when read in its process.
+    `run` is the experiment's top-level function (pickled by name); its progress records come
+    back through `emit` as they happen.
+    """
+    return run(engine, settings, emit)
+
+
 def run_experiment(exp: Experiment, svc, settings, cache: ResultCache, key: str) -> CachedResult | None:
     def work(engine, emit):
-        result = exp.run(engine, settings, emit)
+        result = engine.run(experiment_in_engine, exp.run, settings, emit=emit)
         if getattr(result, "roof", None) is not None:
             remember_roof(result.roof, cache)  # other pages' inspectors can now use it
         return cache.put(key, result)

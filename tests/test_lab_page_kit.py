@@ -49,21 +49,26 @@ def test_concurrent_visitors_start_one_run():
     assert len(submitted) == 1
 
 
-def refusing_page():
-    """A lab page whose experiment refuses its settings, as a real one does for bad input."""
-    from dataclasses import dataclass
+@dataclass(frozen=True)
+class RefuseKnobs:
+    prompt_len: int = 9999
 
+
+def refuse_run(engine, settings, on_progress):
+    """An experiment that refuses its settings, as a real one does for bad input. Top-level (not a
+    closure): the lab runs sweeps in the engine's own process, which receives them pickled by name."""
     from engine.errors import EngineError
+
+    raise EngineError(
+        f"prompt {settings.prompt_len} tokens; the model's context is {engine.info.max_context}"
+    )
+
+
+def refusing_page():
+    """A lab page whose experiment refuses its settings."""
+    from test_lab_page_kit import RefuseKnobs, refuse_run
+
     from lab.page_kit import Experiment, Prediction, render_experiment
-
-    @dataclass(frozen=True)
-    class Knobs:
-        prompt_len: int = 9999
-
-    def run(engine, settings, on_progress):
-        raise EngineError(
-            f"prompt {settings.prompt_len} tokens; the model's context is {engine.info.max_context}"
-        )
 
     exp = Experiment(
         key="refuse",
@@ -71,10 +76,10 @@ def refusing_page():
         kitchen="k",
         engineering="e",
         predict=Prediction("Guess?", "x", 0.0, 10.0, 1.0, answer=lambda r: 0.0),
-        run=run,
+        run=refuse_run,
         figures=lambda r, g: [],
     )
-    render_experiment(exp, lambda info: Knobs())
+    render_experiment(exp, lambda info: RefuseKnobs())
 
 
 def test_refused_settings_show_one_error_line_and_no_results(tmp_path, monkeypatch):
@@ -90,3 +95,29 @@ def test_refused_settings_show_one_error_line_and_no_results(tmp_path, monkeypat
     assert not at.exception, at.exception
     assert [e.value for e in at.error] == ["prompt 9999 tokens; the model's context is 512"]
     assert not at.get("plotly_chart") and not at.dataframe
+
+
+def where_it_ran(engine, settings, on_progress):
+    """A stand-in sweep: reports the process it ran in and what it could see of the engine."""
+    import os
+
+    on_progress(("ran in", os.getpid()))
+    return settings, type(engine).__name__
+
+
+def test_a_lab_sweep_runs_inside_the_engines_own_process():
+    """CPU time and the profiler only see the engine's work in its process, so the sweep runs there."""
+    from kitchen_viz.service import KitchenService
+    from lab.page_kit import experiment_in_engine
+
+    svc = KitchenService("chef", "cpu", "float32", threads=1)
+    try:
+        assert svc.wait_ready(120) and svc.state == "ready", svc.load_error
+        job = svc.submit(
+            lambda eng, emit: eng.run(experiment_in_engine, where_it_ran, {"n": 3}, emit=emit), "lab"
+        )
+        assert job.wait(120) and job.status == "done", job.error
+        assert job.result == ({"n": 3}, "Engine")  # the real Engine, not the proxy
+        assert job.events == [("ran in", svc.engine_pid)]
+    finally:
+        svc.close()

@@ -23,7 +23,7 @@ from kitchen_viz.app_state import (
     device_choices,
     model_choices,
 )
-from kitchen_viz.style import presenter_css
+from kitchen_viz.style import page_css, presenter_css
 
 st.set_page_config(page_title="Two-Pot Kitchen", page_icon="🍳", layout="wide")
 
@@ -76,6 +76,7 @@ def shared_controls_ui() -> None:
 
 page = navigation_ui()
 shared_controls_ui()
+st.html(page_css())
 if st.session_state.get(KEY_PRESENTER):
     st.html(presenter_css())
 page.run()

@@ -7,6 +7,13 @@ metrics together; the drawn kitchen scales with the page width and gets its own 
 PRESENTER_ROOT_PX = 22  # Streamlit's default is 16 px
 
 
+def page_css() -> str:
+    """Let a measured number wrap instead of ending in "…": a panel is only useful whole."""
+    return """<style>
+    [data-testid="stMetricValue"] > div { overflow: visible; text-overflow: clip; white-space: normal; }
+    </style>"""
+
+
 def presenter_css() -> str:
     return f"""<style>
     html {{ font-size: {PRESENTER_ROOT_PX}px; }}

@@ -34,6 +34,11 @@ def guess_marker(x, y, text: str = "your guess") -> go.Scatter:
     )
 
 
+def cpu_time_line(x, y, name: str, colour: str) -> go.Scatter:
+    """The process's CPU time under a wall-time curve (dotted): on a busy machine it keeps the shape."""
+    return go.Scatter(x=x, y=y, mode="lines", name=name, line=dict(color=colour, dash="dot", width=1))
+
+
 def mark_x(fig: go.Figure, x: float, text: str, log_x: bool) -> None:
     """A dotted vertical marker with a label. On a log axis plotly places annotations (not shapes)
     in log10 units, so the label's x is converted; passing the raw value stretches the axis to 1e128."""
@@ -70,15 +75,7 @@ def banquet_figures(result, guess: float | None = None) -> list[go.Figure]:
         )
     )
     if result.device == "cpu":
-        ttft.add_trace(
-            go.Scatter(
-                x=df.prompt_tokens,
-                y=df.prefill_cpu_s * 1e3,
-                mode="lines",
-                name="prefill CPU time",
-                line=dict(color=WOK, dash="dot", width=1),
-            )
-        )
+        ttft.add_trace(cpu_time_line(df.prompt_tokens, df.prefill_cpu_s * 1e3, "prefill CPU time", WOK))
     if guess is not None:
         ttft.add_trace(
             guess_marker(
@@ -172,15 +169,7 @@ def tables_figures(result, guess: float | None = None) -> list[go.Figure]:
         secondary_y=True,
     )
     if result.device == "cpu":
-        step.add_trace(
-            go.Scatter(
-                x=df.batch,
-                y=df.decode_cpu_step_s * 1e3,
-                mode="lines",
-                name="decode step CPU time (ms)",
-                line=dict(color=POT, dash="dot", width=1),
-            )
-        )
+        step.add_trace(cpu_time_line(df.batch, df.decode_cpu_step_s * 1e3, "decode step CPU time (ms)", POT))
     if guess is not None:
         step.add_trace(
             guess_marker(df.batch.iloc[-1], df.decode_step_s.iloc[0] * 1e3 * guess, f"your guess: {guess:g}x")
@@ -295,15 +284,7 @@ def kv_figures(result, guess: float | None = None) -> list[go.Figure]:
             )
         )
         if result.device == "cpu":  # on a GPU the host's CPU time is not the step's work
-            lat.add_trace(
-                go.Scatter(
-                    x=part.position,
-                    y=part.cpu_ms,
-                    mode="lines",
-                    name=f"cache={mode} (CPU time)",
-                    line=dict(color=colour, dash="dot", width=1),
-                )
-            )
+            lat.add_trace(cpu_time_line(part.position, part.cpu_ms, f"cache={mode} (CPU time)", colour))
         mem.add_trace(
             go.Scatter(
                 x=part.position, y=part.kv_mb, mode="lines", name=f"cache={mode}", line=dict(color=colour)

@@ -21,7 +21,7 @@ from kitchen_viz.app_state import (
     KEY_PRESENTER,
     KEY_SEED,
     device_choices,
-    model_choices,
+    safe_model_choices,
 )
 from kitchen_viz.style import page_css, presenter_css
 
@@ -49,8 +49,11 @@ def navigation_ui():
 
 def shared_controls_ui() -> None:
     """Model, device, dtype, seed and presenter mode: one set for every page of this session."""
-    choices = {c.name: c for c in model_choices()}
+    found, problem = safe_model_choices()
+    choices = {c.name: c for c in found}
     with st.sidebar:
+        if problem:
+            st.error(f"Model catalog: {problem}. Only the embedded chef is offered.")
         st.markdown("### 🍳 Two-Pot Kitchen")
         st.selectbox(
             "Model (from the catalog)",

@@ -17,6 +17,7 @@ from pathlib import Path
 import streamlit as st
 import torch
 
+from engine.errors import EngineError
 from kitchen_viz.service import KitchenService, engine_threads
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,18 +53,28 @@ class ModelChoice:
 def model_choices() -> list[ModelChoice]:
     """The models the browser may pick: the catalog's entries, in its order (chef first).
 
-    Until the catalog module exists (or if it fails to parse), the only choice is the embedded
-    chef folder, so the app still opens on a real model.
+    A broken catalog (an instructor's extra file with a typo, say) raises its one-line
+    `EngineError`; the entry point shows it and falls back to `fallback_choices()`.
     """
-    try:
-        from engine.catalog import load_catalog
+    from engine.catalog import load_catalog
 
-        cat = load_catalog()
-        default = cat.default.name
-        entries = sorted(cat.entries, key=lambda e: e.name != default)
-        return [ModelChoice(e.name, e.label or e.name, bool(e.trained)) for e in entries]
-    except Exception:  # noqa: BLE001 — no catalog yet: the embedded chef only
-        return [ModelChoice(str(CHEF_FOLDER), "chef (embedded)", True)]
+    cat = load_catalog()
+    default = cat.default.name
+    entries = sorted(cat.entries, key=lambda e: e.name != default)
+    return [ModelChoice(e.name, e.label or e.name, bool(e.trained)) for e in entries]
+
+
+def fallback_choices() -> list[ModelChoice]:
+    """Only the embedded chef: the app still opens on a real model when the catalog cannot be read."""
+    return [ModelChoice(str(CHEF_FOLDER), "chef (embedded)", True)]
+
+
+def safe_model_choices() -> tuple[list[ModelChoice], str | None]:
+    """(choices, problem): the catalog's models, or the chef alone plus the catalog's one-line error."""
+    try:
+        return model_choices(), None
+    except EngineError as err:
+        return fallback_choices(), str(err)
 
 
 def device_choices() -> list[str]:
@@ -76,7 +87,7 @@ def current_settings() -> Settings:
     """The shared controls' values for this session (defaults when the sidebar was not drawn)."""
     ss = st.session_state
     return Settings(
-        model=ss.get(KEY_MODEL) or model_choices()[0].name,
+        model=ss.get(KEY_MODEL) or safe_model_choices()[0][0].name,
         device=ss.get(KEY_DEVICE) or "cpu",
         dtype=ss.get(KEY_DTYPE) or "float32",
         seed=int(ss.get(KEY_SEED) or 0),

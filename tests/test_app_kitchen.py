@@ -144,3 +144,15 @@ def test_a_model_that_cannot_load_shows_one_line(tmp_path, monkeypatch):
     assert not at.exception
     assert "Could not open this kitchen" in at.error[0].value and "not-a-model" in at.error[0].value
     assert "\n" not in at.error[0].value
+
+
+def test_a_broken_instructor_catalog_is_one_line_and_the_chef_still_opens(tmp_path, monkeypatch):
+    extra = tmp_path / "extra.toml"
+    extra.write_text('[[model]]\nname = "typo"\npaht = "/srv/models/x"\n')
+    monkeypatch.setenv("TWO_POT_CATALOG", str(extra))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    assert not at.exception, at.exception
+    problems = [e.value for e in at.error if e.value.startswith("Model catalog:")]
+    assert len(problems) == 1 and "\n" not in problems[0], [e.value for e in at.error]
+    assert "paht" in problems[0]  # the refusal names the offending key

@@ -136,3 +136,30 @@ def test_the_trained_chef_matches_transformers():
         ref = hf.generate(torch.tensor([ids]), max_new_tokens=48, min_new_tokens=48, do_sample=False)
     assert res.tokens[0] == ref[0, len(ids) :].tolist()
     assert res.texts[0] == eng.decode(res.tokens[0]) and res.texts[0].strip()
+
+
+def test_batched_decode_does_one_gemm_per_weight(tiny):
+    """At batch 4 a decode step multiplies each weight matrix ONCE: 4 GEMMs per layer + the LM head.
+
+    Regression: the tied embedding gather used to hand the network a column-major (B, 1, d)
+    activation; `x @ W` then could not fold the batch into one GEMM and ran one GEMV per sequence,
+    each reading all of W (batch-32 decode of SmolLM2-135M took 2.5x longer). Attention is the
+    only batched matmul left: two per layer.
+    """
+    from torch.profiler import profile
+
+    eng = Engine.load(str(tiny.path))
+    model, cfg = eng.model, eng.model.cfg
+    prompts = [PROMPT, PROMPT[:5], PROMPT[:3] + [1], PROMPT[2:]]
+    slot = len(PROMPT)
+    with torch.inference_mode():
+        batch = build_batch(prompts, "padded", "cpu", max_slots=slot + 1)
+        cache = StaticKVCache(cfg.n_layers, 4, cfg.n_kv_heads, cfg.head_dim, slot + 1, torch.float32, "cpu")
+        nxt = prefill(model, batch, cache).argmax(-1)[:, None]  # (4, 1)
+        mask = torch.cat([batch.valid[:, :slot], torch.ones(4, 1, dtype=torch.bool)], 1)[:, None, None]
+        positions = torch.tensor([[len(p)] for p in prompts])
+        with profile() as prof:
+            decode_one_token(model, nxt, positions, torch.tensor([slot]), mask, cache)
+    names = [e.name for e in prof.events()]
+    assert names.count("aten::mm") == 4 * cfg.n_layers + 1
+    assert names.count("aten::bmm") == 2 * cfg.n_layers

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from engine.bench_report import check_targets, derive_ratios, format_report, roofline_bounds
 from engine.errors import EngineError
 from engine.loader import parse_device, parse_dtype
 from engine.roofline import Roofline, best_roof, measure_roofline, synchronize
@@ -346,54 +347,6 @@ def profile_decode(eng, batch: int, prompt_len: int, steps: int, dev: torch.devi
     }
 
 
-# ---------------------------------------------------------------- ratios, targets and the report
-
-# name -> (comparison, target): "<=" means ours / reference must stay at or under the target.
-TARGETS = {
-    "decode_tpot_vs_hf_b1": ("<=", 0.5),
-    "decode_bw_fraction": (">=", 0.70),
-    "prefill_flops_fraction": (">=", 0.85),
-    "ttft_vs_hf": ("<=", 0.9),
-    "decode_tps_vs_hf_b32": (">=", 1.5),
-    "decode_tpot_cuda_graph_vs_hf_b1": ("<=", 1 / 3),  # "CUDA graphs >= 3x HF eager"; cuda only
-}
-
-
-def derive_ratios(roof: Roofline, prefill: dict, b1: dict, bbig: dict) -> dict:
-    """Ours / reference, or achieved / roof. Under 1 is better for times, over 1 for rates."""
-    hf_b1 = b1["hf"]["tpot_s"]["median"]
-    ratios = {
-        "decode_tpot_vs_hf_b1": b1["ours"]["tpot_s"]["median"] / hf_b1,
-        "decode_bw_fraction": b1["ours"]["achieved_read_bytes_per_s"] / roof.bandwidth_bytes_per_s,
-        "prefill_flops_fraction": prefill["ours"]["prefill_flops_per_s"] / roof.flops_per_s,
-        "ttft_vs_hf": prefill["ours"]["ttft_s"]["median"] / prefill["hf"]["ttft_s"]["median"],
-        "decode_tps_vs_hf_b32": bbig["ours"]["decode_tps"]["median"] / bbig["hf"]["decode_tps"],
-        # Wall-clock twins of the first and fourth: the same formula for both sides.
-        "decode_tpot_wall_vs_hf_b1": b1["ours"]["wall_tpot_s"]["median"] / hf_b1,
-        "ttft_wall_vs_hf": prefill["ours"]["wall_s"]["median"] / prefill["hf"]["ttft_s"]["median"],
-    }
-    if "ours_cuda_graph" in b1:
-        graph = b1["ours_cuda_graph"]
-        ratios["decode_tpot_cuda_graph_vs_hf_b1"] = graph["tpot_s"]["median"] / hf_b1
-        ratios["decode_tpot_cuda_graph_with_capture_vs_hf_b1"] = (
-            graph["tpot_with_capture_s"]["median"] / hf_b1
-        )
-    return ratios
-
-
-def check_targets(ratios: dict) -> dict:
-    out = {}
-    for name, (op, target) in TARGETS.items():
-        if name in ratios:
-            value = ratios[name]
-            out[name] = {
-                "value": value,
-                "target": f"{op} {target:.3g}",
-                "met": bool(value <= target if op == "<=" else value >= target),
-            }
-    return out
-
-
 def machine_facts() -> dict:
     cpu = platform.processor() or platform.machine()
     try:
@@ -485,6 +438,7 @@ def measure_all(
     measure_roof()
     roof = best_roof(roofs)
     ratios = derive_ratios(roof, prefill, b1, bbig)
+    bounds = roofline_bounds(roof, prefill, b1, bbig, torch.finfo(parse_dtype(dtype)).bits // 8)
     return {
         "model": model,
         "device": device,
@@ -500,7 +454,8 @@ def measure_all(
         f"decode_b{plan.big_batch}": bbig,
         **({"decode_profile": profile} if profile_steps else {}),
         "ratios": ratios,
-        "targets": check_targets(ratios),
+        "ratio_bounds": bounds,
+        "targets": check_targets(ratios, bounds),
         "load_s": load_s,
         "elapsed_s": time.perf_counter() - t_start,
         "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -515,37 +470,6 @@ def validate(plan: Plan) -> None:
         raise EngineError(f"decode tokens must be at least 2 to time a decode step, got {plan.decode_tokens}")
     if plan.warmup < 0:
         raise EngineError(f"warm-up runs cannot be negative, got {plan.warmup}")
-
-
-def format_report(r: dict) -> str:
-    """The human-readable summary: the roofs, the headline timings, then the ratios vs targets."""
-    roof, pre, b1 = r["roofline"], r["prefill"], r["decode_b1"]
-    big = r[f"decode_b{r['plan']['big_batch']}"]
-    ms = 1e3
-    lines = [
-        f"bench {r['model']} on {r['device']} {r['dtype']}, {r['machine']['torch_threads']} threads, "
-        f"{r['plan']['repeats']} repeats after {r['plan']['warmup']} warm-up; {r['elapsed_s']:.0f} s",
-        f"roofline: read {roof['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, GEMM {roof['flops_per_s'] / 1e9:.0f} GFLOP/s,"
-        f" ridge {roof['ridge_flop_per_byte']:.1f} FLOP/byte",
-        f"prefill {pre['prompt_tokens']} tok: TTFT ours {pre['ours']['ttft_s']['median'] * ms:.0f} ms"
-        f" (wall {pre['ours']['wall_s']['median'] * ms:.0f}), HF {pre['hf']['ttft_s']['median'] * ms:.0f} ms;"
-        f" ours {pre['ours']['prefill_flops_per_s'] / 1e9:.0f} GFLOP/s",
-        f"decode b1 ({b1['new_tokens']} tok): TPOT ours {b1['ours']['tpot_s']['median'] * ms:.1f} ms"
-        f" (wall {b1['ours']['wall_tpot_s']['median'] * ms:.1f}), HF {b1['hf']['tpot_s']['median'] * ms:.1f} ms;"
-        f" ours reads {b1['ours']['achieved_read_bytes_per_s'] / 1e9:.1f} GB/s",
-        f"decode b{big['batch']}: ours {big['ours']['decode_tps']['median']:.0f} tok/s,"
-        f" HF {big['hf']['decode_tps']:.0f} tok/s",
-    ]
-    if "ours_cuda_graph" in b1:
-        lines.append(
-            f"decode b1 with CUDA graphs: TPOT {b1['ours_cuda_graph']['tpot_s']['median'] * ms:.2f} ms"
-        )
-    lines.append("ratios (ours / reference or achieved / roof):")
-    for name, value in r["ratios"].items():
-        t = r["targets"].get(name)
-        verdict = f"  target {t['target']}: {'met' if t['met'] else 'NOT met'}" if t else ""
-        lines.append(f"  {name:34s} {value:7.3f}{verdict}")
-    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- command line

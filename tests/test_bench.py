@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from engine.bench import QUICK, Plan, derive_ratios, main, parse_args, plan_from, run_bench
+from engine.bench_report import check_targets, roofline_bounds
 from engine.costs import step_cost
 from engine.loader import read_config
 from engine.roofline import Roofline, measure_roofline
@@ -92,6 +93,33 @@ def test_ratios_follow_from_the_measured_parts(report, small_roof):
     assert r["decode_tps_vs_hf_b32"] == pytest.approx(
         b3["ours"]["decode_tps"]["median"] / b3["hf"]["decode_tps"]
     )
+
+
+def test_roofline_bounds_follow_from_the_roofs_and_hf_times(report, small_roof):
+    """Each bound = (the roofline floor of our time) / HF's time; the report carries them."""
+    pre, b1, b3 = report["prefill"], report["decode_b1"], report["decode_b3"]
+    bounds = roofline_bounds(small_roof, pre, b1, b3, 4)
+    assert bounds == report["ratio_bounds"]
+    bw, flops = small_roof.bandwidth_bytes_per_s, small_roof.flops_per_s
+    read1 = b1["ours"]["weight_bytes_per_step"] + b1["ours"]["kv_bytes_read_per_step"]
+    floor1 = max(read1 / bw, 2 * b1["ours"]["weight_bytes_per_step"] / 4 / flops)
+    assert bounds["decode_tpot_vs_hf_b1"] == pytest.approx(floor1 / b1["hf"]["tpot_s"]["median"])
+    assert bounds["ttft_vs_hf"] == pytest.approx(
+        pre["ours"]["prefill_flops"] / flops / pre["hf"]["ttft_s"]["median"]
+    )
+    # no measured ratio can beat its bound unless a roof was under-measured
+    for name in ("decode_tpot_vs_hf_b1", "ttft_vs_hf"):
+        assert report["targets"][name]["bound"] == bounds[name]
+
+
+def test_a_target_beyond_the_roofline_says_so():
+    """Hand-made numbers: our floor 22 ms vs HF 40 ms -> bound 0.55, so a 0.5 target needs 110 %."""
+    targets = check_targets({"decode_tpot_vs_hf_b1": 0.7}, {"decode_tpot_vs_hf_b1": 0.55})
+    t = targets["decode_tpot_vs_hf_b1"]
+    assert t["met"] is False
+    assert t["roof_share_needed"] == pytest.approx(0.55 / 0.5)  # over 1: out of reach at these roofs
+    tps = check_targets({"decode_tps_vs_hf_b32": 1.2}, {"decode_tps_vs_hf_b32": 3.0})["decode_tps_vs_hf_b32"]
+    assert tps["roof_share_needed"] == pytest.approx(1.5 / 3.0)
 
 
 def test_byte_and_flop_counts_match_the_model_shape(report, tiny_llama_tied):

@@ -7,14 +7,22 @@ The instrument must not disturb the measurement. This runs one order two ways, a
              the same threads, on the same cores), with nobody watching (the app server is up but
              idle, no page is cooking);
   live UI    the same order cooked through `two-pot-kitchen` while headless Chromium watches:
-             the fragment polls four times a second, the scene animates, the panels update.
+             the fragment polls four times a second, the scene and the panels update.
              TPOT is read from the page's TPOT panel (two decimals in ms).
+
+Where things run (2 cores: the engine child on core 1, the server on core 0): this process and
+Playwright's driver run on the server's cores (they are the harness, not the UI); Chromium runs
+on every core like a real browser, or on the server's cores with --pin-browser (a setup the app
+cannot impose on a learner's browser: report both). --perf samples the engine's core during each
+live Cook and says who else ran there.
 
 Both use the same model, dtype, thread count and order (greedy, seed 0, so the same tokens).
 It prints medians over the rounds, the overhead (live / no-UI - 1) and how noisy the machine was
 (the spread of each side across rounds, and the load average). Usage:
 
     .venv/bin/python scripts/ui_overhead_bench.py --rounds 7 --new 128 --prompt 32 --batch 1
+    .venv/bin/python scripts/ui_overhead_bench.py --rounds 7 --pin-browser
+    .venv/bin/python scripts/ui_overhead_bench.py --rounds 5 --perf
 """
 
 from __future__ import annotations
@@ -23,7 +31,9 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kitchen_viz.engine_process import EngineProcess  # noqa: E402
+from kitchen_viz.engine_process import ALL_CORES, EngineProcess, pin_this_process  # noqa: E402
 from kitchen_viz.launch import free_port, spawn, stop, wait_healthy  # noqa: E402
 from kitchen_viz.orders import Order, cook  # noqa: E402
 from kitchen_viz.service import engine_threads  # noqa: E402
@@ -52,14 +62,26 @@ def tpot_without_ui(engine, order: Order) -> float:
     return result.metrics.tpot_s
 
 
-def tpot_with_live_kitchen(page, url: str, query: str, timeout_ms: int = 120_000) -> float | None:
-    """TPOT as the page's panel shows it after one Cook; None (with a screenshot) if it never finished."""
+# The order is done once the diagnosis (or an exception) is on the page. Checked 4x a second on
+# textContent (no forced layout) instead of Playwright's text locator: the harness is not part of
+# the UI, and with --perf its driver and this process showed up on the engine's core.
+DONE_JS = "() => /Diagnosis/.test(document.body.textContent) || !!document.querySelector('[data-testid=stException]')"
+POLL_MS = 250
+
+
+def tpot_with_live_kitchen(page, url: str, query: str, timeout_ms: int = 120_000, probe=None) -> float | None:
+    """TPOT as the page's panel shows it after one Cook; None (with a screenshot) if it never finished.
+
+    `probe`: a CoreProbe, started just before Cook and stopped once the order is done."""
     page.goto(f"{url}/{query}")
     page.get_by_role("button", name="Cook").wait_for(timeout=timeout_ms)
+    if probe is not None:
+        probe.start()
     page.get_by_role("button", name="Cook").click()
-    done = page.get_by_text("Diagnosis").or_(page.locator('[data-testid="stException"]'))
     try:
-        done.first.wait_for(timeout=timeout_ms)  # the diagnosis is shown once the order is done
+        page.wait_for_function(DONE_JS, polling=POLL_MS, timeout=timeout_ms)
+        if probe is not None:
+            probe.stop()
     except Exception:  # noqa: BLE001 — a stuck round is reported, not fatal
         page.screenshot(path=str(Path(tempfile.gettempdir()) / f"ui-bench-stuck-{time.time():.0f}.png"))
         return None
@@ -68,6 +90,84 @@ def tpot_with_live_kitchen(page, url: str, query: str, timeout_ms: int = 120_000
     time.sleep(3)  # watch a few seconds of the replay, then leave: the next no-UI round runs unwatched
     page.goto("about:blank")
     return parse_ms(value)
+
+
+class CoreProbe:
+    """`perf record` on the engine's core(s) during each live Cook: who else ran there meanwhile.
+
+    perf samples every task on those cores ~2000x a second (perf itself runs on the server's
+    cores). The cook is the longest stretch of the busiest Python process's samples (the engine
+    child; gaps < 30 ms); each round reports the engine's share of that stretch and which other
+    tasks held the core, by thread name. perf's own sampling costs the live side a little, so
+    series run with --perf are for finding causes, not for the headline figure.
+    """
+
+    def __init__(self, engine_cores: frozenset[int], perf_cores: frozenset[int], folder: Path):
+        self.engine_cores, self.perf_cores, self.folder = engine_cores, perf_cores, folder
+        self.rounds: list[dict] = []
+        self._proc = None
+
+    def start(self) -> None:
+        data = self.folder / f"core-{len(self.rounds)}.data"
+        cmd = ["taskset", "-c", cpu_list(self.perf_cores), "perf", "record", "-q", "-F", "1999"]
+        cmd += ["-C", cpu_list(self.engine_cores), "-o", str(data)]
+        self._data = data
+        self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)  # perf is recording before Cook is pressed
+
+    def stop(self) -> None:
+        self._proc.send_signal(signal.SIGINT)
+        self._proc.wait()
+        script = ["perf", "script", "-i", str(self._data), "-F", "comm,pid,time"]
+        out = subprocess.run(script, capture_output=True, text=True).stdout
+        self.rounds.append(cook_span_shares(out))
+
+
+def cook_span_shares(perf_script: str) -> dict:
+    """From `perf script -F comm,pid,time` lines: the cook's span and who held the core during it."""
+    samples = []
+    for line in perf_script.splitlines():
+        *comm, pid, t = line.split()
+        samples.append((float(t.rstrip(":")), " ".join(comm), pid))
+    counts: dict[str, int] = {}
+    for _, comm, pid in samples:
+        if comm.startswith("python"):  # the engine child is a Python process; Chromium's are not
+            counts[pid] = counts.get(pid, 0) + 1
+    if not counts:
+        return {"span_s": 0.0, "engine_share": None, "others": {}}
+    engine = max(counts, key=counts.get)
+    times = [t for t, _, pid in samples if pid == engine]
+    best, start = (times[0], times[0], 0), 0
+    for i in range(1, len(times) + 1):
+        if i == len(times) or times[i] - times[i - 1] > 0.03:
+            if i - start > best[2]:
+                best = (times[start], times[i - 1], i - start)
+            start = i
+    lo, hi, n_engine = best
+    inside = [(comm, pid) for t, comm, pid in samples if lo <= t <= hi]
+    others: dict[str, int] = {}
+    for comm, pid in inside:
+        if pid != engine:
+            others[comm] = others.get(comm, 0) + 1
+    top = sorted(others.items(), key=lambda kv: -kv[1])[:5]
+    return {
+        "span_s": round(hi - lo, 3),
+        "engine_share": round(n_engine / len(inside), 3),
+        "others": {comm: round(k / len(inside), 3) for comm, k in top},
+    }
+
+
+def cpu_list(cores) -> str:
+    return ",".join(map(str, sorted(cores)))
+
+
+def chromium_on(cores, folder: Path) -> str:
+    """An executable that starts Debian's Chromium with its affinity set to `cores` (every process
+    it starts inherits it)."""
+    wrapper = folder / "chromium"
+    wrapper.write_text(f'#!/bin/sh\nexec taskset -c {cpu_list(cores)} /usr/bin/chromium "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
 
 
 def spread(xs: list[float]) -> float:
@@ -91,6 +191,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--threads", type=int, default=0, help="engine threads on both sides (default: the app's)"
     )
+    ap.add_argument(
+        "--pin-browser",
+        action="store_true",
+        help="start Chromium on the server's cores (default: on every core, as a real browser is)",
+    )
+    ap.add_argument(
+        "--perf", action="store_true", help="sample the engine's core with perf during each live Cook"
+    )
     args = ap.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
@@ -105,29 +213,43 @@ def main(argv: list[str] | None = None) -> int:
     reference = EngineProcess(args.model, "cpu", "float32", threads=threads)  # pinned like the app's engine
     engine = reference.proxy
     load_before = os.getloadavg()
-    log = Path(tempfile.mkdtemp()) / "streamlit.log"
+    started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    folder = Path(tempfile.mkdtemp())
+    log = folder / "streamlit.log"
     proc, url = spawn(free_port(), log)
+    split = reference.cores
+    # The harness (this process and Playwright's driver, started below) runs where the server does:
+    # it is not part of the UI, and on the engine's core it showed up in --perf (a person does not
+    # run it). Chromium runs on every core unless --pin-browser.
+    harness = split.server if split else ALL_CORES
+    browser_cores = harness if args.pin_browser else ALL_CORES
+    probe = CoreProbe(split.engine, harness, folder) if args.perf and split else None
     no_ui, live, stuck = [], [], 0
     try:
         if not wait_healthy(proc, url):
             print(log.read_text(), file=sys.stderr)
             return 1
+        pin_this_process(harness)
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+            executable = chromium_on(browser_cores, folder)
+            browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
             motion = "reduce" if args.reduced_motion else "no-preference"
             page = browser.new_page(viewport={"width": 1500, "height": 1250}, reduced_motion=motion)
             tpot_with_live_kitchen(page, url, query)  # warm-up: loads the server's engine
             tpot_without_ui(engine, order)  # warm-up
             for r in range(args.rounds):
-                a, b = tpot_without_ui(engine, order), tpot_with_live_kitchen(page, url, query)
+                a = tpot_without_ui(engine, order)
+                b = tpot_with_live_kitchen(page, url, query, probe=probe)
                 if b is None:
                     stuck += 1
                     print(f"round {r + 1}: the live order did not finish; round dropped", file=sys.stderr)
                     continue
                 no_ui.append(a)
                 live.append(b)
+                seen = f", engine's core: {probe.rounds[-1]}" if probe and probe.rounds else ""
                 print(
-                    f"round {r + 1}: no UI {a * 1e3:.2f} ms, live kitchen {b * 1e3:.2f} ms", file=sys.stderr
+                    f"round {r + 1}: no UI {a * 1e3:.2f} ms, live kitchen {b * 1e3:.2f} ms{seen}",
+                    file=sys.stderr,
                 )
             browser.close()
     finally:
@@ -140,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": args.rounds,
         "engine_threads": threads,
         "engine_cores": sorted(reference.cores.engine) if reference.cores else None,
+        "harness_cores": sorted(harness),
+        "browser_cores": sorted(browser_cores),
         "reduced_motion": args.reduced_motion,
         "live_view": not args.quiet_view,
         "rounds_dropped": stuck,
@@ -153,7 +277,10 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_before": load_before,
         "loadavg_after": os.getloadavg(),
         "cpus": os.cpu_count(),
+        "started_utc": started,
     }
+    if probe is not None:
+        report["engine_core_during_cook"] = probe.rounds
     print(json.dumps(report, indent=2))
     return 0
 

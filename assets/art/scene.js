@@ -1,13 +1,20 @@
 // The two-pot kitchen, replayed from the engine's measured timestamps.
 //
 // Python sends `data` (kitchen_viz/timeline.py: LiveRun.scene_data) several times a second while
-// a Cook runs. This script keeps ONE playback clock per mounted scene and draws the kitchen as it
-// was at engine time T:
-//     T = (screen seconds since playback began) / slowdown
+// a Cook runs. Two ways of drawing, one picture:
+//
+//   live     while the engine cooks (data.t_done is null): ONE still frame per update, the
+//            kitchen as it is at the latest measured moment (T = the last event's time). No
+//            animation frames, no CSS animation or transition: on a small machine the browser's
+//            drawing shares cores with the engine being measured, and a still frame 4x a second
+//            costs a fraction of 25 animated frames (docs/benchmarks/ui-overhead.md).
+//   replay   once the order is done: ONE playback clock per mounted scene, the kitchen as it
+//            was at engine time T = (screen seconds since the replay began) / slowdown, with
+//            all its motion.
+//
 // Every position, fill and label below is a function of T and the measured events, nothing else.
-// If playback catches up with what the engine has reported so far, it waits (the clock holds)
-// rather than guessing ahead. With prefers-reduced-motion, decorative motion (flicker, toss,
-// ladle swing, slides) is off; the states still change at their measured moments.
+// With prefers-reduced-motion, decorative motion (flicker, toss, ladle swing, slides) is off;
+// the states still change at their measured moments.
 
 const SVG = __KITCHEN_SVG__;
 const SCENES = new WeakMap();
@@ -63,11 +70,27 @@ function receive(scene, data) {
     buildOrders(scene, data);
   }
   scene.data = data;
-  if (scene.playStart === null && data.slowdown) {
-    scene.slow = data.slowdown; // fixed for the whole run: the wok and the pot keep their true ratio
+  const cooking = data.t_done === null;
+  scene.root.classList.toggle("tpk-still", cooking);
+  if (cooking) {
+    drawStill(scene);
+    return;
+  }
+  if (scene.playStart === null) {
+    scene.slow = data.slowdown || 1; // fixed for the whole run: the wok and the pot keep their true ratio
+    buildOrders(scene, data); // the replay starts from an empty kitchen
     scene.playStart = performance.now();
   }
   if (scene.raf === null) scene.raf = requestAnimationFrame((now) => frame(scene, now));
+}
+
+// While the engine cooks: the kitchen at the latest measured moment, drawn once per update.
+function drawStill(scene) {
+  if (scene.raf !== null) cancelAnimationFrame(scene.raf);
+  scene.raf = null;
+  const d = scene.data;
+  draw(scene, d, horizon(d), 0);
+  scene.$(".tpk-replay").hidden = true;
 }
 
 function restart(scene) {
@@ -152,10 +175,12 @@ function buildOrders(scene, d) {
 
 function draw(scene, d, T, wall) {
   const pre = d.prefill;
-  // Before the replay clock starts (its speed needs a few measured steps), the wok is shown lit
-  // as it is right now: the engine reported PrefillStart and the pass is running.
-  const live = scene.playStart === null && pre !== null;
+  // While the engine cooks, the kitchen is drawn as it is right now (a still frame per update);
+  // "live" here means the wok's pass has started but its end is not measured yet.
+  const still = scene.playStart === null;
+  const live = still && pre !== null && pre[1] === null;
   const cooking = live || (pre && T >= pre[0] && (pre[1] === null || T < pre[1]));
+  scene.calm = scene.reduced || still; // no decorative motion in a still frame
   const prefilled = pre && pre[1] !== null && T >= pre[1];
   const stepsDone = countUntil(d.steps, T, 1);
   const done = d.t_done !== null && T >= d.t_done;
@@ -171,13 +196,14 @@ function draw(scene, d, T, wall) {
 function drawClock(scene, d, T, cooking, decoding, done, live) {
   const { $ } = scene;
   const phase = !d.prefill ? "Order going to the kitchen…"
-    : live ? "PREFILL · the wok is on right now (replay starts after a few measured steps)"
+    : live ? "PREFILL · the wok is on right now"
     : cooking ? "PREFILL · the wok tosses every prompt token at once"
     : decoding ? "DECODE · the soup pot ladles one token per table per step"
     : done ? `Every table served · E2E ${fmtTime(d.t_done)}` : "The order is at the stove";
   setText($("#tpk-phase"), phase);
   const speed = d.slowdown_label ? ` · ${d.slowdown_label}` : "";
-  setText($("#tpk-clock"), scene.playStart === null ? "waiting for the first measurements…"
+  setText($("#tpk-clock"), scene.playStart === null
+    ? (d.prefill ? `LIVE · ${fmtTime(T)} measured so far` : "waiting for the first measurements…")
     : `engine clock ${fmtTime(T)}${speed}`);
 }
 
@@ -186,7 +212,7 @@ function drawWok(scene, d, T, cooking, prefilled, wall, live) {
   const pre = d.prefill;
   const total = d.prompt_tokens.reduce((a, b) => a + b, 0);
   $("#tpk-wok-flames").style.opacity = cooking ? 1 : 0;
-  $("#tpk-wok-flames").classList.toggle("tpk-anim", cooking && !scene.reduced);
+  $("#tpk-wok-flames").classList.toggle("tpk-anim", cooking && !scene.calm);
   // The wok fills in proportion to prompt tokens × tables (its capacity: the largest order the
   // controls allow), from the moment the order goes in; after prefill its heat is in the cache.
   const frac = Math.min(1, total / d.wok_capacity);
@@ -215,8 +241,8 @@ function drawBits(scene, cooking, total, frac, wall) {
   const surface = 374 - Math.max(6, frac * 56);
   [...g.children].forEach((c, i) => {
     const x = 150 + ((i * 37) % 200);
-    const toss = scene.reduced ? 0 : Math.max(0, Math.sin(wall * 7 + i * 1.7)) * (30 + (i % 5) * 10);
-    c.setAttribute("cx", x + (scene.reduced ? 0 : Math.sin(wall * 3 + i) * 6));
+    const toss = scene.calm ? 0 : Math.max(0, Math.sin(wall * 7 + i * 1.7)) * (30 + (i % 5) * 10);
+    c.setAttribute("cx", x + (scene.calm ? 0 : Math.sin(wall * 3 + i) * 6));
     c.setAttribute("cy", surface - 4 - toss);
   });
 }
@@ -233,7 +259,7 @@ function drawCounter(scene, d, T, prefilled, stepsDone) {
   }
   // Slide from the wok to the counter over 0.4 s of *screen* time: the handover, not a restart.
   const screenS = (T - pre[1]) * (scene.slow || 1);
-  const slide = scene.reduced ? 1 : easeOut(Math.min(1, screenS / 0.4));
+  const slide = scene.calm ? 1 : easeOut(Math.min(1, screenS / 0.4));
   $("#tpk-kv-group").setAttribute("transform", `translate(${-350 * (1 - slide)} ${-30 * (1 - slide)})`);
   const kv = stepsDone ? d.steps[stepsDone - 1][2] : d.kv_handed;
   const last = d.steps.length ? d.steps[d.steps.length - 1][2] : d.kv_handed;
@@ -252,12 +278,12 @@ function drawPot(scene, d, T, decoding, stepsDone, wall) {
   const { $ } = scene;
   const flames = $("#tpk-pot-flames");
   flames.style.opacity = decoding ? 1 : 0.25;
-  flames.classList.toggle("tpk-anim", decoding && !scene.reduced);
+  flames.classList.toggle("tpk-anim", decoding && !scene.calm);
   $("#tpk-steam").style.opacity = decoding || stepsDone ? 0.7 : 0;
-  $("#tpk-steam").classList.toggle("tpk-anim", decoding && !scene.reduced);
+  $("#tpk-steam").classList.toggle("tpk-anim", decoding && !scene.calm);
   // The ladle dips once per measured decode step: its swing is the step's own progress.
   let swing = 0;
-  if (decoding && !scene.reduced && d.t_first !== null) {
+  if (decoding && !scene.calm && d.t_first !== null) {
     const prev = stepsDone ? d.steps[stepsDone - 1][1] : d.t_first;
     const next = stepsDone < d.steps.length ? d.steps[stepsDone][1] : null;
     const p = next ? Math.min(1, (T - prev) / Math.max(1e-9, next - prev)) : 0;

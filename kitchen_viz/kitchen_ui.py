@@ -21,6 +21,7 @@ import streamlit as st
 
 from engine.errors import EngineError
 from kitchen_viz.app_state import REPO
+from kitchen_viz.live_panels import draw_live_panels
 from kitchen_viz.orders import DEFAULT_PROMPT, Order, control_limits, cook
 from kitchen_viz.panels import draw_panels, panel_values
 from kitchen_viz.scene import draw_scene
@@ -231,7 +232,12 @@ def draw_live(svc: KitchenService, presenter: bool, wok_capacity: int) -> None:
         if job is not None and run is not None:
             run.consume(job.events)
             draw_queue_place(svc, job)
-        draw_panels(panel_values(run), job.queue_wait_s if job is not None and job.started_at else None)
+        values = panel_values(run)
+        wait_s = job.queue_wait_s if job is not None and job.started_at else None
+        if ticking and not values.final:
+            draw_live_panels(values, wait_s)  # in place, fixed size: cheap for the browser each tick
+        else:
+            draw_panels(values, wait_s)
         data = None
         if run is not None and run.batch:
             data = run.scene_data(presenter=presenter, wok_capacity=wok_capacity)

@@ -28,6 +28,16 @@ Worked example:
 
 A refused input arrives as `EngineError` (one line); a child that dies makes the current and
 every later call raise a one-line `EngineError` until `restart()`.
+
+A child that is alive but silent (a deadlock, a wedged device) is the third failure. While a job
+runs, the parent waits for the child's next message at most `Silence.limit_s()` seconds: the
+larger of a floor (60 s) and 100x the time the child measured for one token at load, times the
+tokens the longest silent stretch of this job may process (`stream`: the prompt pass; `generate`:
+every token). Lab experiments (`run`) pace themselves, so they get a fixed 600 s.
+`TWO_POT_SILENCE_S` replaces both fixed bounds. Past the limit the parent kills the child and the
+job fails with one line naming the limit; the kitchen then starts a fresh child. Example, the
+chef on this CPU: one token 3.3 ms, a 32-token order: 100 x 3.3 ms x 32 = 10.6 s < 60 s, so the
+limit is 60 s.
 """
 
 from __future__ import annotations
@@ -51,6 +61,43 @@ PARENT_PATH = "TWO_POT_PARENT_SYS_PATH"
 ALL_CORES = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
 LOAD_TIMEOUT_S = 600  # the longest we wait for the child to load the weights
 QUICK = ("limits", "check", "encode", "decode")  # answered beside a running job
+SILENCE_ENV = "TWO_POT_SILENCE_S"  # overrides Silence.floor_s (seconds)
+# Tests only: the child goes silent this long (seconds) after each event of an order it streams.
+TEST_HANG_ENV = "TWO_POT_TEST_HANG_S"
+
+
+@dataclass(frozen=True)
+class Silence:
+    """How long a running job may go without a message from the child before it counts as hung."""
+
+    floor_s: float = 60.0  # never less than this
+    per_token_steps: float = 100.0  # or this many times the measured one-token time, per token
+    run_s: float = 600.0  # `run` (lab experiments): they pace themselves; a fixed bound
+
+    @classmethod
+    def from_env(cls) -> Silence:
+        """`TWO_POT_SILENCE_S` replaces both fixed bounds (the floor and `run`'s)."""
+        floor = os.environ.get(SILENCE_ENV)
+        return cls(floor_s=float(floor), run_s=float(floor)) if floor else cls()
+
+    def limit_s(self, kind: str, args: tuple, kwargs: dict, token_s: float) -> float:
+        """Seconds of silence allowed for one job. Example: stream, prompts of 32 tokens, one
+        token measured at 3.3 ms: max(60, 100 x 0.0033 x 32) = 60 s."""
+        if kind == "run":
+            return self.run_s
+        return max(self.floor_s, self.per_token_steps * token_s * pass_tokens(kind, args, kwargs))
+
+
+def pass_tokens(kind: str, args: tuple, kwargs: dict) -> int:
+    """Tokens the longest silent stretch of a job may process: the prompt pass for a stream (every
+    later message follows one step), every token for a generate. Text prompts count one token per
+    character (never fewer tokens than characters with the engine's tokenizers: a generous bound)."""
+    prompts = args[0] if args else kwargs.get("prompts", [])
+    prompt = sum(len(p) for p in prompts)
+    if kind == "generate":
+        new = args[1] if len(args) > 1 else kwargs.get("max_new_tokens", 64)  # Engine.generate's default
+        return prompt + len(prompts) * new
+    return max(prompt, len(prompts))
 
 
 @dataclass(frozen=True)
@@ -60,13 +107,15 @@ class Loaded:
     info: Any  # engine.loader.ModelInfo
     cfg: Any  # engine.config.ModelConfig
     load_s: float
+    token_s: float = 0.0  # the warm-up's slowest step, seconds (one token): scales the silence limit
 
 
-def warm_up(engine) -> None:
+def warm_up(engine) -> float:
     """One tiny unshown generation right after loading, so the learner's first Cook is not the one
     paying for first-call setup. Measured on this CPU (chef, 1 thread, `JULIET:`): TTFT 5.78 ms on
-    the first call after loading, then 3.37 and 3.30 ms."""
-    engine.generate([[1]], max_new_tokens=2, temperature=0.0)
+    the first call after loading, then 3.37 and 3.30 ms. Returns its slowest step (seconds)."""
+    res = engine.generate([[1]], max_new_tokens=2, temperature=0.0)
+    return max([res.metrics.ttft_s, *res.metrics.itl_s])
 
 
 class ChildFailure(RuntimeError):
@@ -138,8 +187,8 @@ def child_main(jobs, quick, model: str, device: str, dtype: str, threads: int | 
 
             torch.set_num_threads(threads)
         engine = Engine.load(model, device=device, dtype=dtype)
-        warm_up(engine)
-        jobs.send(("ready", Loaded(engine.info, engine.cfg, time.perf_counter() - t0)))
+        token_s = warm_up(engine)
+        jobs.send(("ready", Loaded(engine.info, engine.cfg, time.perf_counter() - t0, token_s)))
     except EngineError as err:
         jobs.send(("engine_error", str(err)))
         return
@@ -206,8 +255,11 @@ def stream_out(engine, conn, args, kwargs) -> None:
     event), so the pipe costs the measured TTFT/TPOT nothing.
     """
     events = engine.stream(*args, **kwargs)
+    hang_s = float(os.environ.get(TEST_HANG_ENV) or 0)
     for event in events:
         conn.send(("event", event))
+        if hang_s:  # a test's hung engine: alive, silent, in the middle of an order
+            time.sleep(hang_s)
         if conn.poll() and conn.recv() == "cancel":
             events.close()
             return
@@ -279,11 +331,14 @@ class EngineProcess:
         dtype: str = "float32",
         threads: int | None = None,
         pin_server: bool = False,
+        silence: Silence | None = None,
     ):
         """`threads`: the child's torch threads; with cores to spare the child keeps that many
         cores for itself (`split_cores`). `pin_server=True` (the app) also moves this process onto
-        the other cores, so the server's page reruns never run on the engine's core."""
+        the other cores, so the server's page reruns never run on the engine's core. `silence`:
+        when a running job counts as hung (default: `Silence.from_env()`)."""
         self.model, self.device, self.dtype, self.threads = model, device, dtype, threads
+        self.silence = silence or Silence.from_env()
         self.cores = split_cores(threads)
         if pin_server and self.cores is not None:
             pin_this_process(self.cores.server)
@@ -360,7 +415,10 @@ class EngineProcess:
 
     # -- talking to the child ----------------------------------------------------------------------
 
-    def _recv(self, conn) -> tuple[str, Any]:
+    def _recv(self, conn, limit_s: float | None = None) -> tuple[str, Any]:
+        """The child's next message; with `limit_s`, a child silent for longer is killed (hung)."""
+        if limit_s is not None and not conn.poll(limit_s):
+            self._kill_hung(limit_s)
         try:
             kind, value = conn.recv()
         except (EOFError, OSError) as err:
@@ -376,6 +434,15 @@ class EngineProcess:
             raise ChildFailure(value)
         return kind, value
 
+    def _kill_hung(self, limit_s: float) -> None:
+        """Stop a child that is alive but silent, and say so in one line."""
+        self._proc.kill()
+        self._wait(5)
+        raise EngineError(
+            f"the engine process for {self.model} sent nothing for {limit_s:,.0f} s (the limit for "
+            "this order) and was stopped as hung; the kitchen restarts it for the next order"
+        )
+
     def ask(self, name: str, args: tuple, kwargs: dict):
         """A quick question on its own pipe: answered even while a job is running."""
         assert name in QUICK
@@ -390,11 +457,15 @@ class EngineProcess:
         return result
 
     def job_messages(self, msg: tuple) -> Iterator[tuple[str, Any]]:
-        """("event", obj) for each thing the child sends while working, then ("result", value)."""
+        """("event", obj) for each thing the child sends while working, then ("result", value).
+
+        Between two messages the child may be silent at most the job's silence limit."""
+        kind, args, kwargs = msg
+        limit_s = self.silence.limit_s(kind, args, kwargs, self.loaded.token_s)
         with self._job_lock:
             self._send(self._jobs, msg)
             while True:
-                kind, value = self._recv(self._jobs)
+                kind, value = self._recv(self._jobs, limit_s)
                 if kind == "result":
                     break
                 yield kind, value

@@ -280,13 +280,14 @@ def finish_cook(job, run: LiveRun | None) -> None:
 
 
 def draw_outcome(device: str, dtype: str) -> None:
-    """After a Cook: the refusal (one line), or the diagnosis and the full text of each table."""
+    """After a Cook: why it failed (one line: a refusal, a stopped or hung engine), or the
+    diagnosis and the full text of each table."""
     job = st.session_state.get("tpk_job")
     if job is not None and job.finished:
         finish_cook(job, st.session_state.get("tpk_run"))
     error = st.session_state.get("tpk_error")
     if error:
-        st.error(f"The kitchen refused this order: {error}")
+        st.error(failure_line(error))
         return
     if job is None or not job.finished or job.result is None:
         return
@@ -295,6 +296,18 @@ def draw_outcome(device: str, dtype: str) -> None:
         for i, text in enumerate(job.result.texts, start=1):
             st.markdown(f"**Table {i}**")
             st.code(text or "(no text)", language=None, wrap_lines=True)
+
+
+def failure_line(error: str) -> str:
+    return f"The kitchen could not cook this order: {error}"
+
+
+def draw_failed_order() -> None:
+    """While the kitchen reloads its engine (after the child died or was stopped as hung), this
+    session's failed order still says why, in the same one line the finished page shows."""
+    job = st.session_state.get("tpk_job")
+    if job is not None and job.finished and job.error:
+        st.error(failure_line(job.error))
 
 
 def draw_diagnosis(result, device: str, dtype: str) -> None:
@@ -320,4 +333,4 @@ def draw_diagnosis(result, device: str, dtype: str) -> None:
             st.page_link(ROOFLINE_PAGE, label="Measure this machine's roofline in the Lab", icon="📈")
 
 
-__all__ = ["draw_live", "draw_loading", "order_ui", "release_cook", "start_cook"]
+__all__ = ["draw_failed_order", "draw_live", "draw_loading", "order_ui", "release_cook", "start_cook"]

@@ -334,6 +334,7 @@ class KitchenService:
             result = job.work(self._engine, job.events.append)
         except (EngineError, ChildFailure) as err:
             self._finish(job, error=str(err))
+            self._reload_if_dead()  # died or stopped as hung: a fresh child before the next order
             return
         except Exception as err:  # noqa: BLE001 — a bug: log the traceback, show the page one line
             log.exception("job %r failed", job.label)

@@ -3,7 +3,14 @@
 import streamlit as st
 
 from kitchen_viz.app_state import current_settings, service_for
-from kitchen_viz.kitchen_ui import draw_live, draw_loading, order_ui, release_cook, start_cook
+from kitchen_viz.kitchen_ui import (
+    draw_failed_order,
+    draw_live,
+    draw_loading,
+    order_ui,
+    release_cook,
+    start_cook,
+)
 
 settings = current_settings()
 st.title("🍳 The Two-Pot Kitchen")
@@ -15,6 +22,7 @@ st.caption(
 
 svc = service_for(settings)
 if svc.state == "loading":
+    draw_failed_order()
     draw_loading(svc)
     st.stop()
 if svc.state == "error":

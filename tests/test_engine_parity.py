@@ -84,6 +84,9 @@ def test_half_precision_runs_close_to_transformers(tiny_llama, dtype, torch_dtyp
     torch.testing.assert_close(ours, ref, atol=3e-2, rtol=0)
     res = eng.generate([PROMPT, PROMPT[:3]], max_new_tokens=8, batching="packed")
     assert [len(t) for t in res.tokens] == [8, 8]
+    # 16-bit CPU weights lie (out, in) in memory under their (in, out) view: the faster layout there
+    w = eng.model.layers[0].attn.wqkv_t  # (d, q + 2kv)
+    assert w.stride() == (1, w.shape[0]) and w.t().is_contiguous()
     assert res.metrics.kv_cache_allocated_bytes == 2 * (8 + 7) * eng.info.kv_bytes_per_token
 
 

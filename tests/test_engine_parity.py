@@ -144,10 +144,11 @@ def test_the_trained_chef_matches_transformers():
 def test_batched_decode_does_one_gemm_per_weight(tiny):
     """At batch 4 a decode step multiplies each weight matrix ONCE: 4 GEMMs per layer + the LM head.
 
-    Regression: the tied embedding gather used to hand the network a column-major (B, 1, d)
-    activation; `x @ W` then could not fold the batch into one GEMM and ran one GEMV per sequence,
-    each reading all of W (batch-32 decode of SmolLM2-135M took 2.5x longer). Attention is the
-    only batched matmul left: two per layer.
+    Guards a trap met while rewriting RMSNorm: the tied embedding gather yields a column-major
+    (B, 1, d) activation, elementwise ops keep that layout, and `x @ W` on it cannot fold the
+    batch into one GEMM, so it ran one GEMV per sequence, each reading all of W (a batch-32
+    SmolLM2-135M step took 261 ms instead of 110 ms). Attention is the only batched matmul: two
+    per layer.
     """
     from torch.profiler import profile
 

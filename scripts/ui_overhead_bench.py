@@ -17,6 +17,7 @@ cannot impose on a learner's browser: report both). --perf samples the engine's 
 live Cook and says who else ran there.
 
 Both use the same model, dtype, thread count and order (greedy, seed 0, so the same tokens).
+The two sides alternate ABBA (no UI first in odd rounds, the page first in even ones).
 It prints medians over the rounds, the overhead (live / no-UI - 1) and how noisy the machine was
 (the spread of each side across rounds, and the load average). Usage:
 
@@ -70,19 +71,22 @@ POLL_MS = 250
 
 
 def tpot_with_live_kitchen(page, url: str, query: str, timeout_ms: int = 120_000, probe=None) -> float | None:
-    """TPOT as the page's panel shows it after one Cook; None (with a screenshot) if it never finished.
+    """TPOT as the page's panel shows it after one Cook; None (with a screenshot) if the page never
+    offered Cook or the order never finished (the round is then dropped and counted).
 
     `probe`: a CoreProbe, started just before Cook and stopped once the order is done."""
-    page.goto(f"{url}/{query}")
-    page.get_by_role("button", name="Cook").wait_for(timeout=timeout_ms)
-    if probe is not None:
-        probe.start()
-    page.get_by_role("button", name="Cook").click()
     try:
+        page.goto(f"{url}/{query}")
+        page.get_by_role("button", name="Cook").wait_for(timeout=timeout_ms)
+        if probe is not None:
+            probe.start()
+        page.get_by_role("button", name="Cook").click()
         page.wait_for_function(DONE_JS, polling=POLL_MS, timeout=timeout_ms)
         if probe is not None:
             probe.stop()
     except Exception:  # noqa: BLE001 — a stuck round is reported, not fatal
+        if probe is not None:
+            probe.abandon()
         page.screenshot(path=str(Path(tempfile.gettempdir()) / f"ui-bench-stuck-{time.time():.0f}.png"))
         return None
     metric = page.locator('[data-testid="stMetric"]').filter(has_text="TPOT").first
@@ -114,6 +118,12 @@ class CoreProbe:
         self._data = data
         self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(0.5)  # perf is recording before Cook is pressed
+
+    def abandon(self) -> None:
+        """A round that failed: stop perf if it is still recording, keep no result."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGINT)
+            self._proc.wait()
 
     def stop(self) -> None:
         self._proc.send_signal(signal.SIGINT)
@@ -238,11 +248,20 @@ def main(argv: list[str] | None = None) -> int:
             tpot_with_live_kitchen(page, url, query)  # warm-up: loads the server's engine
             tpot_without_ui(engine, order)  # warm-up
             for r in range(args.rounds):
-                a = tpot_without_ui(engine, order)
-                b = tpot_with_live_kitchen(page, url, query, probe=probe)
+                # ABBA: each side goes first in half the rounds (an A/A check of two identical
+                # engine children, always in the same order, measured the first one 9-16 % slower)
+                if r % 2 == 0:
+                    a = tpot_without_ui(engine, order)
+                    b = tpot_with_live_kitchen(page, url, query, probe=probe)
+                else:
+                    b = tpot_with_live_kitchen(page, url, query, probe=probe)
+                    a = tpot_without_ui(engine, order)
                 if b is None:
                     stuck += 1
-                    print(f"round {r + 1}: the live order did not finish; round dropped", file=sys.stderr)
+                    print(
+                        f"round {r + 1}: no Cook button or the order never finished; round dropped",
+                        file=sys.stderr,
+                    )
                     continue
                 no_ui.append(a)
                 live.append(b)

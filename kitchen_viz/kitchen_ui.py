@@ -3,7 +3,9 @@
 `*_ui()` functions draw widgets and return what the learner chose; `draw_*()` functions only
 render. The live view is a fragment that wakes four times a second while an order cooks: it
 folds the job's new events into the session's `LiveRun` (cheap, O(new events)) and hands the
-scene its data; when the order is done it reruns the page once, which stops the ticking.
+scene and the in-place live panels their data (both redraw only what changed, without animation,
+so the browser takes little from the engine); when the order is done it reruns the page once,
+which stops the ticking and draws the ordinary panels.
 
 Session state this page keeps (per browser session):
     tpk_job     the Job on the shared kitchen's queue (kitchen_viz.service)
@@ -83,11 +85,12 @@ def apply_query_params() -> None:
 def live_view_default() -> bool:
     """Live refreshes while the engine runs by default only where there are cores to spare.
 
-    Measured on a busy shared 2-core machine (docs/benchmarks/ui-overhead.md): with the engine in
-    its own process, refreshing 4x a second during a Cook raised the chef's median TPOT by +4 % to
-    +52 % across seven series (2-5x when the engine ran inside the server process); the quiet view
-    (wait, then replay) measured -4 % to 0 %. So with 4 or more cores the live view is the default,
-    below that the quiet one; the toggle overrides either way.
+    Measured on a shared 2-core machine (docs/benchmarks/ui-overhead.md): with still frames and
+    in-place panels while cooking, the engine keeps 95.5 % of its core during a live Cook when the
+    browser may use it (85 % before those changes; 99.5 % with the browser on the other core), so
+    the live view still costs it more than the 3 % budget there; TPOT medians (-7 % to +13 % over
+    six series) are inside that machine's noise. So with 4 or more cores the live view is the
+    default, below that the quiet one (wait, then replay); the toggle overrides either way.
     """
     return (os.cpu_count() or 1) >= LIVE_VIEW_MIN_CORES
 
@@ -145,10 +148,11 @@ def order_ui(svc: KitchenService, seed: int) -> Order | None:
         st.toggle(
             "Live view while the engine runs",
             key=K_LIVE,
-            help="On: the page refreshes 4× a second while the engine cooks. The engine runs in its own "
-            "process, but on a small machine the page and the browser still take CPU from it (measured on a "
-            "busy 2-core CPU: TPOT +4 % to +52 %), so it starts off there. Off: the page waits quietly and "
-            "replays the order when it is done (measured: -4 % to 0 %).",
+            help="On: the panels and the kitchen update 4× a second while the engine cooks, then the "
+            "kitchen replays the order in slow motion. The engine runs in its own process, but on a small "
+            "machine the browser still takes a little of its core (measured on a 2-core CPU: the engine kept "
+            "95.5 % of it, more than the 3 % budget allows), so it starts off there. Off: the page waits "
+            "quietly and replays the order when it is done.",
         )
     if not pressed:
         return None

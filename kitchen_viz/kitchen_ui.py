@@ -86,11 +86,11 @@ def live_view_default() -> bool:
     """Live refreshes while the engine runs by default only where there are cores to spare.
 
     Measured on a shared 2-core machine (docs/benchmarks/ui-overhead.md): with still frames and
-    in-place panels while cooking, the engine keeps 95.5 % of its core during a live Cook when the
-    browser may use it (85 % before those changes; 99.5 % with the browser on the other core), so
-    the live view still costs it more than the 3 % budget there; TPOT medians (-7 % to +13 % over
-    six series) are inside that machine's noise. So with 4 or more cores the live view is the
-    default, below that the quiet one (wait, then replay); the toggle overrides either way.
+    in-place panels while cooking, the engine kept 87.5 % and 95.5 % of its core during a live
+    Cook when the browser may use it (85 % before those changes; 99.5 % with the browser on the
+    other core), more than the 3 % budget; TPOT medians (-7 % to +13 % over six series) are inside
+    that machine's noise. So with 4 or more cores the live view is the default, below that the
+    quiet one (wait, then replay); the toggle overrides either way.
     """
     return (os.cpu_count() or 1) >= LIVE_VIEW_MIN_CORES
 
@@ -150,8 +150,8 @@ def order_ui(svc: KitchenService, seed: int) -> Order | None:
             key=K_LIVE,
             help="On: the panels and the kitchen update 4× a second while the engine cooks, then the "
             "kitchen replays the order in slow motion. The engine runs in its own process, but on a small "
-            "machine the browser still takes a little of its core (measured on a 2-core CPU: the engine kept "
-            "95.5 % of it, more than the 3 % budget allows), so it starts off there. Off: the page waits "
+            "machine the browser still takes some of its core (measured on a 2-core CPU: 4.5-12.5 % of it during "
+            "a Cook, more than the 3 % budget allows), so it starts off there. Off: the page waits "
             "quietly and replays the order when it is done.",
         )
     if not pressed:

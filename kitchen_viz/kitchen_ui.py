@@ -146,7 +146,7 @@ def order_ui(svc: KitchenService, seed: int) -> Order | None:
         pressed = st.button("🔥 Cook", type="primary", width="stretch", disabled=is_cooking())
         st.session_state.setdefault(K_LIVE, live_view_default())
         st.toggle(
-            "Live view while the engine runs",
+            "Live view",
             key=K_LIVE,
             help="On: the panels and the kitchen update 4× a second while the engine cooks, then the "
             "kitchen replays the order in slow motion. The engine runs in its own process, but on a small "

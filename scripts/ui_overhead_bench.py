@@ -192,9 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt", type=int, default=32, help="generated prompt length, tokens")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--model", default="chef")
-    ap.add_argument(
-        "--quiet-view", action="store_true", help="the page's 'Live view while the engine runs' off"
-    )
+    ap.add_argument("--quiet-view", action="store_true", help="the page's 'Live view' toggle off")
     ap.add_argument(
         "--reduced-motion", action="store_true", help="the watching browser prefers reduced motion"
     )

@@ -18,12 +18,27 @@ live Cook and says who else ran there.
 
 Both use the same model, dtype, thread count and order (greedy, seed 0, so the same tokens).
 The two sides alternate ABBA (no UI first in odd rounds, the page first in even ones).
+
+--baseline same-process: the two sides above run in different engine processes, and two identical
+engine children cooking the same order differed by 9.5-16 % (an A/A check), several times the 3 %
+budget. In this mode both sides go through the SAME app server and so the same engine child:
+
+  no UI      the quiet view (`?live=0`): the page draws nothing while the engine cooks (the server
+             waits for the order without refreshing), then draws the result once;
+  live UI    the live view (`?live=1`), as above.
+
+Both TPOTs are read the same way, from the page's TPOT panel once the order is done: that panel
+shows the engine's own measured metrics (`GenerationResult.metrics.tpot_s`, the number the run log
+keeps), two decimals in ms. No reference engine process is started in this mode. With
+--quiet-view as well, both sides are the quiet page: an A/A check of the instrument itself.
+
 It prints medians over the rounds, the overhead (live / no-UI - 1) and how noisy the machine was
 (the spread of each side across rounds, and the load average). Usage:
 
     .venv/bin/python scripts/ui_overhead_bench.py --rounds 7 --new 128 --prompt 32 --batch 1
     .venv/bin/python scripts/ui_overhead_bench.py --rounds 7 --pin-browser
     .venv/bin/python scripts/ui_overhead_bench.py --rounds 5 --perf
+    .venv/bin/python scripts/ui_overhead_bench.py --rounds 9 --baseline same-process
 """
 
 from __future__ import annotations
@@ -43,7 +58,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kitchen_viz.engine_process import ALL_CORES, EngineProcess, pin_this_process  # noqa: E402
+from kitchen_viz.engine_process import ALL_CORES, EngineProcess, pin_this_process, split_cores  # noqa: E402
 from kitchen_viz.launch import free_port, spawn, stop, wait_healthy  # noqa: E402
 from kitchen_viz.orders import Order, cook  # noqa: E402
 from kitchen_viz.service import engine_threads  # noqa: E402
@@ -180,6 +195,11 @@ def chromium_on(cores, folder: Path) -> str:
     return str(wrapper)
 
 
+def quiet_first(round_index: int) -> bool:
+    """ABBA: the no-UI side goes first in rounds 1, 3, 5... (index 0, 2, 4...), the live one in the others."""
+    return round_index % 2 == 0
+
+
 def spread(xs: list[float]) -> float:
     """(max - min) / median: how far apart repeated runs of the same thing landed."""
     return (max(xs) - min(xs)) / statistics.median(xs)
@@ -192,7 +212,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt", type=int, default=32, help="generated prompt length, tokens")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--model", default="chef")
-    ap.add_argument("--quiet-view", action="store_true", help="the page's 'Live view' toggle off")
+    ap.add_argument(
+        "--quiet-view",
+        action="store_true",
+        help="the live side's 'Live view' toggle off (with --baseline same-process: an A/A check)",
+    )
     ap.add_argument(
         "--reduced-motion", action="store_true", help="the watching browser prefers reduced motion"
     )
@@ -207,32 +231,47 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--perf", action="store_true", help="sample the engine's core with perf during each live Cook"
     )
+    ap.add_argument(
+        "--baseline",
+        choices=("separate-process", "same-process"),
+        default="separate-process",
+        help="no-UI side: the kitchen's cook() on a second engine process (default), or the quiet "
+        "page (?live=0) through the same app server and engine child as the live side",
+    )
     args = ap.parse_args(argv)
+    same = args.baseline == "same-process"
     from playwright.sync_api import sync_playwright
 
     order = Order(
         batch=args.batch, max_new_tokens=args.new, temperature=0.0, seed=0, prompt_tokens=args.prompt
     )
-    query = f"?prompt={args.prompt}&new={args.new}&batch={args.batch}&temp=0" + (
-        "&live=0" if args.quiet_view else "&live=1"
-    )
+    base = f"?prompt={args.prompt}&new={args.new}&batch={args.batch}&temp=0"
+    query = base + ("&live=0" if args.quiet_view else "&live=1")
+    quiet_query = base + "&live=0"  # same-process: the no-UI side
     threads = args.threads or engine_threads()
     os.environ["TWO_POT_THREADS"] = str(threads)  # the app's kitchen reads it: the same count on both sides
-    reference = EngineProcess(args.model, "cpu", "float32", threads=threads)  # pinned like the app's engine
-    engine = reference.proxy
+    # pinned like the app's engine; same-process needs no second engine, only the app's core split
+    reference = None if same else EngineProcess(args.model, "cpu", "float32", threads=threads)
+    engine = reference.proxy if reference else None
+    split = reference.cores if reference else split_cores(threads)
+
+    def no_ui_side() -> float | None:
+        if same:
+            return tpot_with_live_kitchen(page, url, quiet_query)
+        return tpot_without_ui(engine, order)
+
     load_before = os.getloadavg()
     started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     folder = Path(tempfile.mkdtemp())
     log = folder / "streamlit.log"
     proc, url = spawn(free_port(), log)
-    split = reference.cores
     # The harness (this process and Playwright's driver, started below) runs where the server does:
     # it is not part of the UI, and on the engine's core it showed up in --perf (a person does not
     # run it). Chromium runs on every core unless --pin-browser.
     harness = split.server if split else ALL_CORES
     browser_cores = harness if args.pin_browser else ALL_CORES
     probe = CoreProbe(split.engine, harness, folder) if args.perf and split else None
-    no_ui, live, stuck = [], [], 0
+    no_ui, live, stuck, stuck_sides = [], [], 0, {"no_ui": 0, "live": 0}
     try:
         if not wait_healthy(proc, url):
             print(log.read_text(), file=sys.stderr)
@@ -244,18 +283,20 @@ def main(argv: list[str] | None = None) -> int:
             motion = "reduce" if args.reduced_motion else "no-preference"
             page = browser.new_page(viewport={"width": 1500, "height": 1250}, reduced_motion=motion)
             tpot_with_live_kitchen(page, url, query)  # warm-up: loads the server's engine
-            tpot_without_ui(engine, order)  # warm-up
+            no_ui_side()  # warm-up (same-process: the quiet page once)
             for r in range(args.rounds):
                 # ABBA: each side goes first in half the rounds (an A/A check of two identical
                 # engine children, always in the same order, measured the first one 9-16 % slower)
-                if r % 2 == 0:
-                    a = tpot_without_ui(engine, order)
+                if quiet_first(r):
+                    a = no_ui_side()
                     b = tpot_with_live_kitchen(page, url, query, probe=probe)
                 else:
                     b = tpot_with_live_kitchen(page, url, query, probe=probe)
-                    a = tpot_without_ui(engine, order)
-                if b is None:
+                    a = no_ui_side()
+                if a is None or b is None:
                     stuck += 1
+                    stuck_sides["no_ui"] += a is None
+                    stuck_sides["live"] += b is None
                     print(
                         f"round {r + 1}: no Cook button or the order never finished; round dropped",
                         file=sys.stderr,
@@ -265,25 +306,36 @@ def main(argv: list[str] | None = None) -> int:
                 live.append(b)
                 seen = f", engine's core: {probe.rounds[-1]}" if probe and probe.rounds else ""
                 print(
-                    f"round {r + 1}: no UI {a * 1e3:.2f} ms, live kitchen {b * 1e3:.2f} ms{seen}",
+                    f"round {r + 1} ({'AB' if quiet_first(r) else 'BA'}): no UI {a * 1e3:.2f} ms, "
+                    f"live kitchen {b * 1e3:.2f} ms{seen}",
                     file=sys.stderr,
                 )
             browser.close()
     finally:
         stop(proc)
-        reference.close()
+        if reference is not None:
+            reference.close()
     a, b = statistics.median(no_ui), statistics.median(live)
     report = {
         "model": args.model,
         "order": {"prompt_tokens": args.prompt, "max_new_tokens": args.new, "batch": args.batch},
         "rounds": args.rounds,
+        "baseline": args.baseline,
+        "no_ui_side": "quiet page ?live=0, same server and engine child"
+        if same
+        else "cook() on a second engine process",
+        "tpot_source": "page's TPOT panel (engine's measured metrics.tpot_s)"
+        if same
+        else "no UI: cook() result metrics.tpot_s; live: page's TPOT panel",
         "engine_threads": threads,
-        "engine_cores": sorted(reference.cores.engine) if reference.cores else None,
+        "engine_cores": sorted(split.engine) if split else None,
         "harness_cores": sorted(harness),
         "browser_cores": sorted(browser_cores),
         "reduced_motion": args.reduced_motion,
         "live_view": not args.quiet_view,
         "rounds_dropped": stuck,
+        "rounds_dropped_by_side": stuck_sides,
+        "order_per_round": ["AB" if quiet_first(r) else "BA" for r in range(args.rounds)],
         "tpot_no_ui_s": no_ui,
         "tpot_live_s": live,
         "median_no_ui_s": a,

@@ -45,3 +45,8 @@ def test_the_bench_finds_the_cook_in_perf_samples_and_who_else_ran():
     shares = bench.cook_span_shares("\n".join(lines))
     assert shares["engine_share"] == 0.909 and shares["others"] == {"ThreadPoolForeg": 0.091}
     assert 0.05 < shares["span_s"] < 0.06
+
+
+def test_the_bench_alternates_which_side_cooks_first_abba():
+    bench = load_bench()
+    assert [bench.quiet_first(r) for r in range(4)] == [True, False, True, False]

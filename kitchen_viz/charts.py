@@ -39,6 +39,11 @@ def cpu_time_line(x, y, name: str, colour: str) -> go.Scatter:
     return go.Scatter(x=x, y=y, mode="lines", name=name, line=dict(color=colour, dash="dot", width=1))
 
 
+def series(x, y, name: str, colour: str, mode: str = "lines+markers", dash: str | None = None) -> go.Scatter:
+    """One measured curve of a lab chart, in the kitchen's palette (WOK, POT, GREY ...)."""
+    return go.Scatter(x=x, y=y, mode=mode, name=name, line=dict(color=colour, dash=dash))
+
+
 def mark_x(fig: go.Figure, x: float, text: str, log_x: bool) -> None:
     """A dotted vertical marker with a label. On a log axis plotly places annotations (not shapes)
     in log10 units, so the label's x is converted; passing the raw value stretches the axis to 1e128."""
@@ -65,15 +70,7 @@ def finish(fig: go.Figure, title: str) -> go.Figure:
 
 def banquet_figures(result, guess: float | None = None) -> list[go.Figure]:
     df = result.to_frame()
-    ttft = go.Figure(
-        go.Scatter(
-            x=df.prompt_tokens,
-            y=df.ttft_s * 1e3,
-            mode="lines+markers",
-            name="TTFT (measured)",
-            line=dict(color=WOK),
-        )
-    )
+    ttft = go.Figure(series(df.prompt_tokens, df.ttft_s * 1e3, "TTFT (measured)", WOK))
     if result.device == "cpu":
         ttft.add_trace(cpu_time_line(df.prompt_tokens, df.prefill_cpu_s * 1e3, "prefill CPU time", WOK))
     if guess is not None:
@@ -89,22 +86,15 @@ def banquet_figures(result, guess: float | None = None) -> list[go.Figure]:
     finish(ttft, "The big banquet: time to first token vs prompt length")
 
     rate = make_subplots(specs=[[{"secondary_y": True}]])
+    rate.add_trace(series(df.prompt_tokens, df.prefill_tps, "prefill tokens/s", WOK))
     rate.add_trace(
-        go.Scatter(
-            x=df.prompt_tokens,
-            y=df.prefill_tps,
-            mode="lines+markers",
-            name="prefill tokens/s",
-            line=dict(color=WOK),
-        )
-    )
-    rate.add_trace(
-        go.Scatter(
-            x=df.prompt_tokens,
-            y=df.attention_share * 100,
+        series(
+            df.prompt_tokens,
+            df.attention_share * 100,
+            "attention share of FLOPs (analytic, %)",
+            GREY,
             mode="lines",
-            name="attention share of FLOPs (analytic, %)",
-            line=dict(color=GREY, dash="dash"),
+            dash="dash",
         ),
         secondary_y=True,
     )
@@ -124,24 +114,8 @@ def banquet_figures(result, guess: float | None = None) -> list[go.Figure]:
 def tables_figures(result, guess: float | None = None) -> list[go.Figure]:
     df = result.to_frame()
     per_token = go.Figure()
-    per_token.add_trace(
-        go.Scatter(
-            x=df.batch,
-            y=df.decode_us_per_token,
-            mode="lines+markers",
-            name="decode, per token",
-            line=dict(color=POT),
-        )
-    )
-    per_token.add_trace(
-        go.Scatter(
-            x=df.batch,
-            y=df.prefill_us_per_token,
-            mode="lines+markers",
-            name="prefill, per token",
-            line=dict(color=WOK),
-        )
-    )
+    per_token.add_trace(series(df.batch, df.decode_us_per_token, "decode, per token", POT))
+    per_token.add_trace(series(df.batch, df.prefill_us_per_token, "prefill, per token", WOK))
     per_token.update_xaxes(title="batch size (sequences)", type="log")
     per_token.update_yaxes(title="time per token (µs)", type="log")
     finish(
@@ -149,23 +123,9 @@ def tables_figures(result, guess: float | None = None) -> list[go.Figure]:
     )
 
     step = make_subplots(specs=[[{"secondary_y": True}]])
+    step.add_trace(series(df.batch, df.decode_step_s * 1e3, "decode step (ms)", POT))
     step.add_trace(
-        go.Scatter(
-            x=df.batch,
-            y=df.decode_step_s * 1e3,
-            mode="lines+markers",
-            name="decode step (ms)",
-            line=dict(color=POT),
-        )
-    )
-    step.add_trace(
-        go.Scatter(
-            x=df.batch,
-            y=df.decode_tps,
-            mode="lines+markers",
-            name="decode tokens/s",
-            line=dict(color=GREY, dash="dash"),
-        ),
+        series(df.batch, df.decode_tps, "decode tokens/s", GREY, dash="dash"),
         secondary_y=True,
     )
     if result.device == "cpu":
@@ -274,15 +234,7 @@ def kv_figures(result, guess: float | None = None) -> list[go.Figure]:
     lat, mem = go.Figure(), go.Figure()
     for mode, part in df.groupby("mode", sort=False):
         colour = MODE_COLOURS.get(mode, GREY)
-        lat.add_trace(
-            go.Scatter(
-                x=part.position,
-                y=part.step_ms,
-                mode="lines",
-                name=f"cache={mode} (wall)",
-                line=dict(color=colour),
-            )
-        )
+        lat.add_trace(series(part.position, part.step_ms, f"cache={mode} (wall)", colour, mode="lines"))
         if result.device == "cpu":  # on a GPU the host's CPU time is not the step's work
             lat.add_trace(cpu_time_line(part.position, part.cpu_ms, f"cache={mode} (CPU time)", colour))
         mem.add_trace(
@@ -293,12 +245,13 @@ def kv_figures(result, guess: float | None = None) -> list[go.Figure]:
     for run in result.runs:
         if run.mode == "static" and run.kv_allocated_mb > 0:  # the counter is built full-size up front
             mem.add_trace(
-                go.Scatter(
-                    x=[df.position.min(), df.position.max()],
-                    y=[run.kv_allocated_mb] * 2,
+                series(
+                    [df.position.min(), df.position.max()],
+                    [run.kv_allocated_mb] * 2,
+                    "cache=static, allocated up front",
+                    POT,
                     mode="lines",
-                    name="cache=static, allocated up front",
-                    line=dict(color=POT, dash="dash"),
+                    dash="dash",
                 )
             )
     if guess is not None and "none" in set(df["mode"]):
@@ -459,15 +412,7 @@ def percentile_figure(frame, column: str, title: str, unit_scale: float = 1.0, u
         for q, colour in (("p50", POT), ("p90", "#f0a202"), ("p99", WOK)):
             col = f"{column}_{q}"
             if col in frame:
-                fig.add_trace(
-                    go.Scatter(
-                        x=frame.wall_time,
-                        y=frame[col] * unit_scale,
-                        mode="lines",
-                        name=q,
-                        line=dict(color=colour),
-                    )
-                )
+                fig.add_trace(series(frame.wall_time, frame[col] * unit_scale, q, colour, mode="lines"))
     fig.update_yaxes(title=unit, rangemode="tozero")
     fig.update_xaxes(title="time (UTC)")
     return finish(fig, title)

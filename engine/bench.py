@@ -35,7 +35,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from engine.bench_report import check_targets, derive_ratios, format_report, roofline_bounds
+from engine.bench_report import check_targets, derive_ratios, format_report, kernel_bounds, roofline_bounds
+from engine.ceilings import measure_ceilings
 from engine.errors import EngineError
 from engine.loader import parse_device, parse_dtype
 from engine.roofline import Roofline, best_roof, measure_roofline, synchronize
@@ -425,6 +426,10 @@ def measure_all(
             measure_roof()
             b1 = measure_decode(c, plan, dev, 1, plan.decode_prompt_tokens, progress)
             bbig = measure_decode(c, plan, dev, plan.big_batch, plan.big_batch_prompt_tokens, progress)
+            progress("kernel ceilings: the model's own GEMMs and attention with nothing in between")
+            ceilings = measure_ceilings(
+                c.engine.model, plan.prefill_tokens, (1, plan.big_batch), plan.repeats
+            )
             if profile_steps:
                 progress(f"profiling {profile_steps} decode steps at batch 1 and {plan.big_batch}")
                 profile = {
@@ -439,6 +444,7 @@ def measure_all(
     roof = best_roof(roofs)
     ratios = derive_ratios(roof, prefill, b1, bbig)
     bounds = roofline_bounds(roof, prefill, b1, bbig, torch.finfo(parse_dtype(dtype)).bits // 8)
+    kernels = kernel_bounds(ceilings, roof, prefill, b1, bbig)
     return {
         "model": model,
         "device": device,
@@ -455,7 +461,9 @@ def measure_all(
         **({"decode_profile": profile} if profile_steps else {}),
         "ratios": ratios,
         "ratio_bounds": bounds,
-        "targets": check_targets(ratios, bounds),
+        "kernel_ceilings": ceilings,
+        "ratio_kernel_bounds": kernels,
+        "targets": check_targets(ratios, bounds, kernels),
         "load_s": load_s,
         "elapsed_s": time.perf_counter() - t_start,
         "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -68,11 +68,32 @@ def roofline_bounds(roof: Roofline, prefill: dict, b1: dict, bbig: dict, elem_by
     }
 
 
-def check_targets(ratios: dict, bounds: dict | None = None) -> dict:
-    """Each target: the value, met or not, and how much of the roof meeting it would take.
+def kernel_bounds(ceil: dict, roof: Roofline, prefill: dict, b1: dict, bbig: dict) -> dict:
+    """The best each ratio could be if our side were nothing but its GEMM (and attention) kernels.
+
+    `ceil` is engine/ceilings.py's measurement: the model's own weights through the same calls,
+    nothing in between. Unlike `roofline_bounds` these are speeds real kernels reach on this
+    machine, so a target beyond them cannot be met by cutting overhead: it needs faster kernels.
+    Decode bandwidth counts the step's K/V bytes too, which the chain does not read: generous.
+    """
+    step_b1, step_big = ceil["decode_step_s"]["b1"], ceil["decode_step_s"][f"b{bbig['batch']}"]
+    read_b1 = b1["ours"]["weight_bytes_per_step"] + b1["ours"]["kv_bytes_read_per_step"]
+    return {
+        "decode_tpot_vs_hf_b1": step_b1 / b1["hf"]["tpot_s"]["median"],
+        "decode_bw_fraction": read_b1 / step_b1 / roof.bandwidth_bytes_per_s,
+        "prefill_flops_fraction": prefill["ours"]["prefill_flops"] / ceil["prefill_s"] / roof.flops_per_s,
+        "ttft_vs_hf": ceil["prefill_s"] / prefill["hf"]["ttft_s"]["median"],
+        "decode_tps_vs_hf_b32": bbig["batch"] / step_big / bbig["hf"]["decode_tps"],
+    }
+
+
+def check_targets(ratios: dict, bounds: dict | None = None, kernels: dict | None = None) -> dict:
+    """Each target: the value, met or not, and how much of each ceiling meeting it would take.
 
     `roof_share_needed` = the fraction of the roofline-limited speed the target demands: over 1
     means no implementation can meet it on this machine at the measured roofs.
+    `kernel_share_needed` = the same against the kernel ceiling (engine/ceilings.py): over 1
+    means no engine calling these GEMM kernels can meet it, however little else it does.
     """
     out = {}
     for name, (op, target) in TARGETS.items():
@@ -83,10 +104,13 @@ def check_targets(ratios: dict, bounds: dict | None = None) -> dict:
                 "target": f"{op} {target:.3g}",
                 "met": bool(value <= target if op == "<=" else value >= target),
             }
-            if bounds and name in bounds:
-                bound = bounds[name]
-                need = bound / target if op == "<=" else target / bound
-                out[name] |= {"bound": bound, "roof_share_needed": need}
+            for key, share, given in (
+                ("bound", "roof_share_needed", bounds),
+                ("kernel_bound", "kernel_share_needed", kernels),
+            ):
+                if given and name in given:
+                    bound = given[name]
+                    out[name] |= {key: bound, share: bound / target if op == "<=" else target / bound}
     return out
 
 
@@ -119,5 +143,7 @@ def format_report(r: dict) -> str:
         verdict = f"  target {t['target']}: {'met' if t['met'] else 'NOT met'}" if t else ""
         if t and "roof_share_needed" in t and t["bound"] != 1.0:
             verdict += f" (roofline bound {t['bound']:.3f}: needs {t['roof_share_needed']:.0%} of the roof)"
+        if t and "kernel_share_needed" in t:
+            verdict += f" (kernels alone {t['kernel_bound']:.3f}: needs {t['kernel_share_needed']:.0%} of their speed)"
         lines.append(f"  {name:34s} {value:7.3f}{verdict}")
     return "\n".join(lines)

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from engine.bench import QUICK, Plan, derive_ratios, main, parse_args, plan_from, run_bench
-from engine.bench_report import check_targets, roofline_bounds
+from engine.bench_report import check_targets, kernel_bounds, roofline_bounds
+from engine.ceilings import matmul_chain
 from engine.costs import step_cost
 from engine.loader import read_config
 from engine.roofline import Roofline, measure_roofline
@@ -120,6 +121,44 @@ def test_a_target_beyond_the_roofline_says_so():
     assert t["roof_share_needed"] == pytest.approx(0.55 / 0.5)  # over 1: out of reach at these roofs
     tps = check_targets({"decode_tps_vs_hf_b32": 1.2}, {"decode_tps_vs_hf_b32": 3.0})["decode_tps_vs_hf_b32"]
     assert tps["roof_share_needed"] == pytest.approx(1.5 / 3.0)
+
+
+def test_kernel_ceilings_are_measured_and_bound_the_ratios(report, small_roof):
+    """The kernel-only chains are timed, the bounds follow from them, and our real decode step,
+    which does those GEMMs plus everything else, is slower than the GEMMs alone."""
+    ceil = report["kernel_ceilings"]
+    assert ceil["prefill_gemm_s"] > 0 and ceil["prefill_attention_s"] > 0
+    assert ceil["prefill_s"] == pytest.approx(ceil["prefill_gemm_s"] + ceil["prefill_attention_s"])
+    assert set(ceil["decode_step_s"]) == {"b1", "b3"} and min(ceil["decode_step_s"].values()) > 0
+    pre, b1, b3 = report["prefill"], report["decode_b1"], report["decode_b3"]
+    assert kernel_bounds(ceil, small_roof, pre, b1, b3) == report["ratio_kernel_bounds"]
+    assert report["ratio_kernel_bounds"]["decode_tpot_vs_hf_b1"] == pytest.approx(
+        ceil["decode_step_s"]["b1"] / b1["hf"]["tpot_s"]["median"]
+    )
+    assert ceil["decode_step_s"]["b1"] < b1["ours"]["tpot_s"]["median"]
+    t = report["targets"]["decode_tpot_vs_hf_b1"]
+    assert t["kernel_share_needed"] == pytest.approx(t["kernel_bound"] / 0.5)
+
+
+def test_the_kernel_chain_multiplies_every_weight_once(tiny_llama_tied):
+    """One `mm` per layer weight (qkv, out, gate_up, down) plus the LM head: the engine's GEMMs."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from engine import Engine
+
+    model = Engine.load(str(tiny_llama_tied.path)).model
+    run = matmul_chain(model, rows=2, head_rows=1)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run()
+    mm = sum(e.count for e in prof.key_averages() if e.key == "aten::mm")
+    assert mm == 4 * model.cfg.n_layers + 1
+
+
+def test_a_target_beyond_the_kernels_says_so():
+    """Hand-made: GEMMs alone give 0.6 of HF's TPOT, so a 0.5 target needs 120 % of their speed."""
+    t = check_targets({"decode_tpot_vs_hf_b1": 0.8}, None, {"decode_tpot_vs_hf_b1": 0.6})
+    assert t["decode_tpot_vs_hf_b1"]["kernel_share_needed"] == pytest.approx(1.2)
+    assert "bound" not in t["decode_tpot_vs_hf_b1"]
 
 
 def test_byte_and_flop_counts_match_the_model_shape(report, tiny_llama_tied):

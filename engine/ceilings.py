@@ -1,0 +1,105 @@
+"""Kernel ceilings: how fast the model's own matrix multiplies run with nothing else in between.
+
+The roofline (engine/roofline.py) says what the memory bus and the FPUs could do in principle. A
+target can sit between that and what any real implementation reaches, because the GEMMs an
+engine calls (MKL/oneDNN on CPU, cuBLAS on GPU) do not run these shapes at the roof. This module
+measures that gap directly, on the weights the engine loaded:
+
+  decode at batch B   `x @ W` for every layer's four weights (qkv, out, gate_up, down) and the LM
+                      head, in the engine's order, with x of B rows: the weight-reading floor of
+                      one decode step with these kernels. Norms, RoPE, decode attention and the
+                      Python between ops are left out, so the real step can only be slower.
+  prefill of T tokens the four layer GEMMs with T rows, the LM head with ONE row (the engine asks
+                      logits for the last position only) and the causal attention kernel the
+                      engine calls (SDPA), per layer: elementwise work and the cache writes left out.
+
+Each chain is timed `repeats` times after a warm-up and the median kept. A chain streams 400+ MB of
+distinct weights for a 135M model, so the matrices come from DRAM, as in a real step (a single
+matrix timed in a loop would sit in the cache and flatter the kernel).
+
+Worked example (SmolLM2-135M, fp32, 2 CPU threads): if the batch-1 chain takes 29 ms and HF's TPOT
+is 51 ms, no engine built on these kernels can show a TPOT ratio under 0.57, so a 0.5 target needs
+faster kernels, not less overhead.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from engine.model import Transformer
+from engine.roofline import synchronize
+
+
+def layer_weights(model: Transformer) -> list[torch.Tensor]:
+    """Every layer's weights as the `(in, out)` tensors the engine multiplies by, in call order."""
+    out = []
+    for block in model.layers:
+        out += [block.attn.wqkv_t, block.attn.wo_t, block.mlp.w_up_t, block.mlp.w_down_t]
+    return out
+
+
+def time_chain(fn, device: torch.device, repeats: int) -> float:
+    """Median wall seconds of `fn()` over `repeats` calls after one warm-up."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        synchronize(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def matmul_chain(model: Transformer, rows: int, head_rows: int):
+    """A function that runs `x @ W` for every weight (x: `rows` rows; the LM head: `head_rows`)."""
+    weights, head = layer_weights(model), model.lm_head_t
+    inputs = {
+        w.shape[0]: torch.randn(rows, w.shape[0], device=w.device, dtype=w.dtype) for w in weights
+    }  # one (rows, in) activation per input width
+    x_head = torch.randn(head_rows, head.shape[0], device=head.device, dtype=head.dtype)
+
+    def run() -> None:
+        for w in weights:
+            inputs[w.shape[0]] @ w  # (rows, in) @ (in, out)
+        x_head @ head  # (head_rows, d) @ (d, V)
+
+    return run
+
+
+def attention_chain(model: Transformer, tokens: int):
+    """A function that runs the engine's prefill attention kernel once per layer on T tokens."""
+    cfg, dev, dt = model.cfg, model.device, model.dtype
+    q = torch.randn(1, cfg.n_heads, tokens, cfg.head_dim, device=dev, dtype=dt)  # (B, H, T, D)
+    k = torch.randn(1, cfg.n_kv_heads, tokens, cfg.head_dim, device=dev, dtype=dt)  # (B, Hkv, T, D)
+    v = torch.randn_like(k)
+
+    def run() -> None:
+        for _ in range(cfg.n_layers):
+            F.scaled_dot_product_attention(q, k, v, is_causal=tokens > 1, enable_gqa=cfg.group > 1)
+
+    return run
+
+
+def measure_ceilings(model: Transformer, prefill_tokens: int, batches: tuple[int, ...], repeats: int) -> dict:
+    """Seconds of the kernel-only chains: prefill (GEMMs + attention) and decode per batch size."""
+    dev = model.device
+    with torch.inference_mode():
+        gemm = time_chain(matmul_chain(model, prefill_tokens, 1), dev, repeats)
+        attn = time_chain(attention_chain(model, prefill_tokens), dev, repeats)
+        decode = {
+            f"b{b}": time_chain(matmul_chain(model, b, b), dev, repeats) for b in batches
+        }  # seconds per step
+    return {
+        "method": "the model's own weights through x @ W (and SDPA for prefill), nothing else; "
+        f"median of {repeats} after a warm-up",
+        "prefill_tokens": prefill_tokens,
+        "prefill_gemm_s": gemm,
+        "prefill_attention_s": attn,
+        "prefill_s": gemm + attn,
+        "decode_step_s": decode,
+    }

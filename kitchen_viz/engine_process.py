@@ -33,8 +33,10 @@ A child that is alive but silent (a deadlock, a wedged device) is the third fail
 runs, the parent waits for the child's next message at most `Silence.limit_s()` seconds: the
 larger of a floor (60 s) and 100x the time the child measured for one token at load, times the
 tokens the longest silent stretch of this job may process (`stream`: the prompt pass; `generate`:
-every token). Lab experiments (`run`) pace themselves, so they get a fixed 600 s.
-`TWO_POT_SILENCE_S` replaces both fixed bounds. Past the limit the parent kills the child and the
+every token). Lab experiments (`run`) pace themselves, so they get a fixed 600 s. A quick question
+gets 30 s: its answer is tokenizer work or arithmetic (milliseconds), and the child's second thread
+answers it even mid-order, unless something holds the child's GIL (a C call that never lets go).
+`TWO_POT_SILENCE_S` replaces every fixed bound. Past the limit the parent kills the child and the
 job fails with one line naming the limit; the kitchen then starts a fresh child. Example, the
 chef on this CPU: one token 3.3 ms, a 32-token order: 100 x 3.3 ms x 32 = 10.6 s < 60 s, so the
 limit is 60 s.
@@ -73,12 +75,13 @@ class Silence:
     floor_s: float = 60.0  # never less than this
     per_token_steps: float = 100.0  # or this many times the measured one-token time, per token
     run_s: float = 600.0  # `run` (lab experiments): they pace themselves; a fixed bound
+    quick_s: float = 30.0  # a quick question (limits, check, encode, decode)
 
     @classmethod
     def from_env(cls) -> Silence:
-        """`TWO_POT_SILENCE_S` replaces both fixed bounds (the floor and `run`'s)."""
+        """`TWO_POT_SILENCE_S` replaces every fixed bound (the floor, `run`'s and quick questions')."""
         floor = os.environ.get(SILENCE_ENV)
-        return cls(floor_s=float(floor), run_s=float(floor)) if floor else cls()
+        return cls(floor_s=float(floor), run_s=float(floor), quick_s=float(floor)) if floor else cls()
 
     def limit_s(self, kind: str, args: tuple, kwargs: dict, token_s: float) -> float:
         """Seconds of silence allowed for one job. Example: stream, prompts of 32 tokens, one
@@ -415,10 +418,10 @@ class EngineProcess:
 
     # -- talking to the child ----------------------------------------------------------------------
 
-    def _recv(self, conn, limit_s: float | None = None) -> tuple[str, Any]:
+    def _recv(self, conn, limit_s: float | None = None, waiting_for: str = "") -> tuple[str, Any]:
         """The child's next message; with `limit_s`, a child silent for longer is killed (hung)."""
         if limit_s is not None and not conn.poll(limit_s):
-            self._kill_hung(limit_s)
+            self._kill_hung(limit_s, waiting_for)
         try:
             kind, value = conn.recv()
         except (EOFError, OSError) as err:
@@ -434,21 +437,24 @@ class EngineProcess:
             raise ChildFailure(value)
         return kind, value
 
-    def _kill_hung(self, limit_s: float) -> None:
+    def _kill_hung(self, limit_s: float, waiting_for: str = "") -> None:
         """Stop a child that is alive but silent, and say so in one line."""
         self._proc.kill()
         self._wait(5)
+        what = f"no answer to {waiting_for}" if waiting_for else "nothing"
         raise EngineError(
-            f"the engine process for {self.model} sent nothing for {limit_s:,.0f} s (the limit for "
-            "this order) and was stopped as hung; the kitchen restarts it for the next order"
+            f"the engine process for {self.model} sent {what} for {limit_s:,.0f} s (the limit "
+            f"for {'a quick question' if waiting_for else 'this order'}) and was stopped as hung; "
+            "the kitchen restarts it for the next order"
         )
 
     def ask(self, name: str, args: tuple, kwargs: dict):
-        """A quick question on its own pipe: answered even while a job is running."""
+        """A quick question on its own pipe: answered even while a job is running; a child that
+        does not answer within `silence.quick_s` is stopped as hung (one line, like a hung job)."""
         assert name in QUICK
         with self._quick_lock:
             self._send(self._quick, (name, args, kwargs))
-            return self._recv(self._quick)[1]
+            return self._recv(self._quick, self.silence.quick_s, waiting_for=f"`{name}`")[1]
 
     def job(self, kind: str, args: tuple, kwargs: dict):
         result = None

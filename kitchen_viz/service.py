@@ -245,7 +245,26 @@ class KitchenService:
     def _loaded(self):
         if self._engine is None:
             raise EngineError(self.load_error or f"{self.model} is still loading")
+        if self.revive_if_dead():
+            raise EngineError(f"the engine process for {self.model} had stopped; it is loading again")
         return self._engine
+
+    def revive_if_dead(self) -> bool:
+        """Replace a child that died or was stopped while no order was cooking, now.
+
+        A child can go between orders: the OS killed it, or a quick question found it hung and
+        stopped it. The worker would replace it before the next order, but the order form asks the
+        engine questions first (limits, token counts) and would fail on every rerun. So the page
+        calls this before drawing: the state turns "loading" at once (the page says so) and the
+        worker starts a fresh child. True when a restart was started.
+        """
+        with self._cv:
+            if self.state != "ready" or self._process is None or self._process.alive:
+                return False
+            self.state = "loading"
+        log.warning("engine process for %s is gone between orders; restarting it", self.model)
+        self.submit(lambda engine, emit: None, "restart the engine")
+        return True
 
     @property
     def engine_pid(self) -> int | None:

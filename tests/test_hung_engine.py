@@ -8,6 +8,7 @@ for real: either a top-level function that sleeps inside the child, or the child
 from __future__ import annotations
 
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -117,3 +118,42 @@ def wait_for_cook_button(at: AppTest) -> None:
         time.sleep(0.3)
         at.run()
     assert any("Cook" in b.label for b in at.button)
+
+
+def wedge_the_gil(engine, *, emit):
+    """Hold the child's GIL inside one C call that never returns: a regex that backtracks forever.
+    Nothing in the child can run Python now, so its quick-question thread cannot answer either."""
+    import re as regex
+
+    emit("wedging")
+    return regex.match(r"(a+)+$", "a" * 64 + "b")
+
+
+def test_a_quick_question_to_a_wedged_child_times_out_in_one_line_and_restart_answers():
+    p = EngineProcess("chef", "cpu", "float32", threads=1, silence=Silence(floor_s=60, quick_s=2))
+    job_errors: list[EngineError] = []
+    started = threading.Event()
+
+    def cook_the_wedge() -> None:
+        try:
+            p.proxy.run(wedge_the_gil, emit=lambda _: started.set())
+        except EngineError as err:
+            job_errors.append(err)
+
+    worker = threading.Thread(target=cook_the_wedge)
+    try:
+        worker.start()
+        assert started.wait(WAIT_S), "the wedging job never started"
+        time.sleep(0.5)  # the child is inside the regex now
+        t0 = time.perf_counter()
+        with pytest.raises(
+            EngineError, match=r"sent no answer to `encode` for 2 s \(the limit for a quick"
+        ) as err:
+            p.proxy.encode("ROMEO:")
+        assert time.perf_counter() - t0 < 20 and "\n" not in str(err.value) and not p.alive
+        worker.join(WAIT_S)
+        assert not worker.is_alive() and job_errors, "the job in the killed child ended in one line too"
+        p.restart()
+        assert p.proxy.encode("ROMEO:") and p.proxy.generate(["ROMEO:"], max_new_tokens=2).tokens
+    finally:
+        p.close()

@@ -184,3 +184,30 @@ def test_the_app_leaves_one_core_to_the_page_unless_told_otherwise(monkeypatch):
     assert engine_threads() == max(1, (os.cpu_count() or 2) - 1)
     monkeypatch.setenv("TWO_POT_THREADS", "3")
     assert engine_threads() == 3
+
+
+def test_a_child_gone_between_orders_is_replaced_before_the_form_asks_it_anything():
+    """Killed while idle (the OS, or a quick question that found it hung): the next question says so
+    in one line and starts a fresh child; the page sees "loading", then a working kitchen."""
+    import os
+    import signal
+
+    svc = KitchenService("chef", "cpu", "float32")
+    try:
+        assert svc.wait_ready(WAIT_S)
+        old = svc.engine_pid
+        os.kill(old, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while svc._process.alive and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(EngineError, match="had stopped; it is loading again") as err:
+            svc.limits(1, 8)
+        assert "\n" not in str(err.value) and svc.state == "loading"
+        assert svc.revive_if_dead() is False  # one restart, not one per question
+        assert svc.wait_ready(WAIT_S) and svc.state == "ready"
+        assert svc.engine_pid != old and svc.limits(1, 8).max_batch >= 1
+        order = Order(batch=1, max_new_tokens=3, temperature=0.0, seed=0, prompt_tokens=4)
+        job = svc.submit(cook(order), order.label)
+        assert job.wait(WAIT_S) and job.status == "done", job.error
+    finally:
+        svc.close()

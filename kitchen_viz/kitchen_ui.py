@@ -16,6 +16,7 @@ Session state this page keeps (per browser session):
 
 from __future__ import annotations
 
+import gc
 import os
 import uuid
 
@@ -26,7 +27,7 @@ from kitchen_viz.app_state import REPO
 from kitchen_viz.live_panels import draw_live_panels
 from kitchen_viz.orders import DEFAULT_PROMPT, Order, control_limits, cook
 from kitchen_viz.panels import draw_panels, panel_values
-from kitchen_viz.scene import draw_scene
+from kitchen_viz.scene import ART, draw_scene
 from kitchen_viz.service import SETTLE_S, KitchenService
 from kitchen_viz.timeline import LiveRun
 
@@ -85,12 +86,12 @@ def apply_query_params() -> None:
 def live_view_default() -> bool:
     """Live refreshes while the engine runs by default only where there are cores to spare.
 
-    Measured on a shared 2-core machine (docs/benchmarks/ui-overhead.md): with still frames and
-    in-place panels while cooking, the engine kept 87.5 % and 95.5 % of its core during a live
-    Cook when the browser may use it (85 % before those changes; 99.5 % with the browser on the
-    other core), more than the 3 % budget; TPOT medians (-7 % to +13 % over six series) are inside
-    that machine's noise. So with 4 or more cores the live view is the default, below that the
-    quiet one (wait, then replay); the toggle overrides either way.
+    Measured on a shared 2-core machine (docs/benchmarks/ui-overhead.md), same server and engine
+    process on both sides, the browser free on every core: the live view's TPOT was +13.7 % and
+    +14.9 % over the quiet view before the fixes of 2026-11-30 (heap frozen, settle, no stale
+    fade), +2.5 %, +7.5 % and +3.0 % after them, against +1.8 % for an A/A series: not reliably
+    inside the 3 % budget there. So with 4 or more cores the live view is the default, below that
+    the quiet one (wait, then replay); the toggle overrides either way.
     """
     return (os.cpu_count() or 1) >= LIVE_VIEW_MIN_CORES
 
@@ -150,8 +151,8 @@ def order_ui(svc: KitchenService, seed: int) -> Order | None:
             key=K_LIVE,
             help="On: the panels and the kitchen update 4× a second while the engine cooks, then the "
             "kitchen replays the order in slow motion. The engine runs in its own process, but on a small "
-            "machine the browser still takes some of its core (measured on a 2-core CPU: 4.5-12.5 % of it during "
-            "a Cook, more than the 3 % budget allows), so it starts off there. Off: the page waits "
+            "machine the page's refreshes still cost it some time (measured on a 2-core CPU: TPOT +2.5 % to "
+            "+7.5 % against the quiet view, the budget is 3 %), so it starts off there. Off: the page waits "
             "quietly and replays the order when it is done.",
         )
     if not pressed:
@@ -193,8 +194,25 @@ def is_cooking() -> bool:
     return job is not None and not job.finished
 
 
+def freeze_server_heap() -> None:
+    """Keep what the server already holds out of the full garbage collections Streamlit forces.
+
+    Streamlit runs `gc.collect(2)` after every script run, each fragment rerun of the live view
+    included (`runner.postScriptGC`). With torch, plotly and the app loaded, py-spy measured each
+    of those at 0.3-1 s of the server's CPU: during a live Cook the server's core stayed busy, so
+    the browser's work went to the engine's core. `gc.freeze()` moves every object alive now to
+    the permanent generation, so later collections walk only what was created since (measured:
+    0.21 s for the first Cook's collect and freeze, 7 ms for the next). The price: cyclic garbage
+    among objects alive at a freeze is never reclaimed. Called once per Cook, before the order is
+    released, so none of it overlaps the measurement.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 def start_cook(svc: KitchenService, order: Order) -> None:
     """Queue the order on the shared kitchen and start a fresh timeline for it."""
+    freeze_server_heap()
     st.session_state["tpk_error"] = None
     st.session_state["tpk_result"] = None
     st.session_state["tpk_job"] = svc.submit(cook(order), order.label, hold=True)
@@ -204,6 +222,12 @@ def start_cook(svc: KitchenService, order: Order) -> None:
 def release_cook() -> None:
     """The last call of the page: the order starts only once the page has been drawn.
 
+    Both views then give the browser SETTLE_S to paint what pressing Cook changed before the
+    engine starts (the wait is queue time, not TTFT or TPOT). The live view used to start at once
+    because the settle measured worse there; that was Streamlit's full garbage collection after
+    each fragment rerun landing in the cook (see `freeze_server_heap`), and with that gone the
+    settle keeps the Cook rerun's paint out of the measurement for the live view too.
+
     With the live view off, the page then waits for the order without refreshing (the wait holds
     no lock the engine needs) and reruns once when it is done, so nothing in this process competes
     with the engine while it is measured.
@@ -212,7 +236,7 @@ def release_cook() -> None:
     if job is None:
         return
     live = st.session_state.get(K_LIVE, live_view_default())
-    job.release(settle_s=0.0 if live else SETTLE_S)  # quiet: let the browser paint first (measured)
+    job.release(settle_s=SETTLE_S)  # let the browser paint the Cook rerun first (measured)
     if not job.finished and not live:
         job.wait(QUIET_WAIT_S)
         st.rerun()
@@ -226,7 +250,7 @@ def draw_live(svc: KitchenService, presenter: bool, wok_capacity: int) -> None:
     elements; the rerun only switches the ticking off.
     """
     cooking = is_cooking()
-
+    st.html(ART / "live_page.css")  # no stale fade on the live elements (style only: takes no space)
     ticking = cooking and st.session_state.get(K_LIVE, live_view_default())
 
     @st.fragment(run_every=TICK_S if ticking else None)

@@ -116,6 +116,17 @@ def test_first_load_shows_the_kitchen_and_cook_measures_real_text(server, browse
     page.close()
 
 
+def test_the_scene_is_not_faded_stale_while_its_fragment_reruns(server, browser):
+    """Streamlit's stale fade (an opacity transition started and cancelled at every fragment
+    rerun) cost the engine's core CPU at every live tick; the kitchen's CSS switches it off."""
+    page = open_kitchen(browser, server)
+    scene = page.locator(".st-key-kitchen-scene")
+    scene.wait_for()
+    style = scene.evaluate("el => [getComputedStyle(el).transitionProperty, getComputedStyle(el).opacity]")
+    assert style == ["none", "1"]
+    page.close()
+
+
 def test_two_browser_sessions_cooking_at_once_each_get_their_own_text(server, browser):
     from engine import Engine
 

@@ -3,6 +3,7 @@
 // the box keeps its size, so an update repaints a few small rectangles and nothing else.
 
 const ROOTS = new WeakMap();
+const DRAWN = new WeakMap(); // root -> the data it shows (JSON), kept off the DOM
 const W = 300;
 const H = 56;
 
@@ -13,7 +14,9 @@ export default function (component) {
     root = mount(parentElement);
     ROOTS.set(parentElement, root);
   }
-  if (data) update(root, data);
+  const key = data ? JSON.stringify(data) : null;
+  if (data && key !== DRAWN.get(root)) update(root, data); // nothing new measured: touch nothing
+  DRAWN.set(root, key);
 }
 
 function mount(parent) {

@@ -73,15 +73,23 @@ function receive(scene, data) {
   const cooking = data.t_done === null;
   scene.root.classList.toggle("tpk-still", cooking);
   if (cooking) {
-    drawStill(scene);
+    const key = stillKey(data);
+    if (key !== scene.stillKey) drawStill(scene); // an update with nothing new measured draws nothing
+    scene.stillKey = key;
     return;
   }
+  scene.stillKey = null;
   if (scene.playStart === null) {
     scene.slow = data.slowdown || 1; // fixed for the whole run: the wok and the pot keep their true ratio
     buildOrders(scene, data); // the replay starts from an empty kitchen
     scene.playStart = performance.now();
   }
   if (scene.raf === null) scene.raf = requestAnimationFrame((now) => frame(scene, now));
+}
+
+// What a still frame shows depends only on these: the same key, the same picture.
+function stillKey(d) {
+  return [d.run_id, d.presenter, d.prefill, d.steps.length, d.tokens.map((t) => t.length), d.kv_handed].join("|");
 }
 
 // While the engine cooks: the kitchen at the latest measured moment, drawn once per update.
@@ -211,16 +219,16 @@ function drawWok(scene, d, T, cooking, prefilled, wall, live) {
   const { $ } = scene;
   const pre = d.prefill;
   const total = d.prompt_tokens.reduce((a, b) => a + b, 0);
-  $("#tpk-wok-flames").style.opacity = cooking ? 1 : 0;
+  setStyle($("#tpk-wok-flames"), "opacity", cooking ? 1 : 0);
   $("#tpk-wok-flames").classList.toggle("tpk-anim", cooking && !scene.calm);
   // The wok fills in proportion to prompt tokens × tables (its capacity: the largest order the
   // controls allow), from the moment the order goes in; after prefill its heat is in the cache.
   const frac = Math.min(1, total / d.wok_capacity);
   const h = pre && (T >= pre[0] || live) ? Math.max(6, frac * 56) : 0;
   const fill = $("#tpk-wok-fill");
-  fill.setAttribute("y", 374 - h);
-  fill.setAttribute("height", h);
-  fill.style.opacity = prefilled ? 0.45 : 1;
+  setAttr(fill, "y", 374 - h);
+  setAttr(fill, "height", h);
+  setStyle(fill, "opacity", prefilled ? 0.45 : 1);
   drawBits(scene, cooking, total, frac, wall);
   if (live) setText($("#tpk-wok-note"), "cooking now: the pass is being measured");
   if (!pre || live) return;
@@ -242,15 +250,15 @@ function drawBits(scene, cooking, total, frac, wall) {
   [...g.children].forEach((c, i) => {
     const x = 150 + ((i * 37) % 200);
     const toss = scene.calm ? 0 : Math.max(0, Math.sin(wall * 7 + i * 1.7)) * (30 + (i % 5) * 10);
-    c.setAttribute("cx", x + (scene.calm ? 0 : Math.sin(wall * 3 + i) * 6));
-    c.setAttribute("cy", surface - 4 - toss);
+    setAttr(c, "cx", x + (scene.calm ? 0 : Math.sin(wall * 3 + i) * 6));
+    setAttr(c, "cy", surface - 4 - toss);
   });
 }
 
 function drawCounter(scene, d, T, prefilled, stepsDone) {
   const { $ } = scene;
   const pre = d.prefill;
-  $("#tpk-kv-group").style.opacity = prefilled ? 1 : 0;
+  setStyle($("#tpk-kv-group"), "opacity", prefilled ? 1 : 0);
   if (!prefilled) {
     setText($("#tpk-kv-mb"), "empty");
     setText($("#tpk-kv-note"), "the KV cache waits here");
@@ -260,11 +268,11 @@ function drawCounter(scene, d, T, prefilled, stepsDone) {
   // Slide from the wok to the counter over 0.4 s of *screen* time: the handover, not a restart.
   const screenS = (T - pre[1]) * (scene.slow || 1);
   const slide = scene.calm ? 1 : easeOut(Math.min(1, screenS / 0.4));
-  $("#tpk-kv-group").setAttribute("transform", `translate(${-350 * (1 - slide)} ${-30 * (1 - slide)})`);
+  setAttr($("#tpk-kv-group"), "transform", `translate(${-350 * (1 - slide)} ${-30 * (1 - slide)})`);
   const kv = stepsDone ? d.steps[stepsDone - 1][2] : d.kv_handed;
   const last = d.steps.length ? d.steps[d.steps.length - 1][2] : d.kv_handed;
   const peak = Math.max(last, d.kv_handed, 1);
-  $("#tpk-kv-level").setAttribute("width", (152 * kv) / peak);
+  setAttr($("#tpk-kv-level"), "width", (152 * kv) / peak);
   const perTok = d.kv_bytes_per_token;
   setText($("#tpk-kv-mb"), fmtBytes(kv) + (perTok ? ` · ${fmtInt(Math.round(kv / perTok))} tokens` : ""));
   setText($("#tpk-kv-note"), stepsDone ? "grows by one token per table each step" : "handed over from the wok");
@@ -277,9 +285,9 @@ function drawCounter(scene, d, T, prefilled, stepsDone) {
 function drawPot(scene, d, T, decoding, stepsDone, wall) {
   const { $ } = scene;
   const flames = $("#tpk-pot-flames");
-  flames.style.opacity = decoding ? 1 : 0.25;
+  setStyle(flames, "opacity", decoding ? 1 : 0.25);
   flames.classList.toggle("tpk-anim", decoding && !scene.calm);
-  $("#tpk-steam").style.opacity = decoding || stepsDone ? 0.7 : 0;
+  setStyle($("#tpk-steam"), "opacity", decoding || stepsDone ? 0.7 : 0);
   $("#tpk-steam").classList.toggle("tpk-anim", decoding && !scene.calm);
   // The ladle dips once per measured decode step: its swing is the step's own progress.
   let swing = 0;
@@ -289,7 +297,7 @@ function drawPot(scene, d, T, decoding, stepsDone, wall) {
     const p = next ? Math.min(1, (T - prev) / Math.max(1e-9, next - prev)) : 0;
     swing = Math.sin(Math.PI * p);
   }
-  $("#tpk-ladle").setAttribute("transform", `translate(${1012 - 36 * swing} ${262 + 14 * swing}) rotate(${75 - 70 * swing})`);
+  setAttr($("#tpk-ladle"), "transform", `translate(${1012 - 36 * swing} ${262 + 14 * swing}) rotate(${75 - 70 * swing})`);
   if (d.t_first === null || T < d.t_first) {
     setText($("#tpk-pot-timer"), "—");
     setText($("#tpk-pot-note"), "one bowl per table per step");
@@ -323,7 +331,7 @@ function drawTables(scene, d, T, cooking) {
     }
     const served = d.t_done !== null && T >= d.t_done;
     if (served !== scene.drawn.served[i]) {
-      tickets[i].querySelector(".tpk-stamp").setAttribute("opacity", served ? 1 : 0);
+      setAttr(tickets[i].querySelector(".tpk-stamp"), "opacity", served ? 1 : 0);
       scene.drawn.served[i] = served;
     }
   }
@@ -364,6 +372,18 @@ function svgEl(tag, attrs, inner) {
 
 function setText(el, s) {
   if (el && el.textContent !== s) el.textContent = s;
+}
+
+// Attributes and styles are written only when they change: a write of the same value still makes
+// Chromium restyle and repaint the element, and while the engine cooks that is CPU taken from it.
+function setAttr(el, name, value) {
+  const s = String(value);
+  if (el.getAttribute(name) !== s) el.setAttribute(name, s);
+}
+
+function setStyle(el, prop, value) {
+  const s = String(value);
+  if (el.style[prop] !== s) el.style[prop] = s;
 }
 
 const easeOut = (x) => 1 - (1 - x) * (1 - x) * (1 - x);

@@ -75,6 +75,19 @@ class LiveRun:
     slowdown: int | None = None  # fixed once chosen, so a replay never changes speed mid-way
     seen: int = 0  # events consumed
 
+    @classmethod
+    def for_order(cls, run_id: str, prompt_tokens: list[int]) -> LiveRun:
+        """A run that already knows its tables (one per prompt, with its token count) before the
+        engine starts, so the scene draws the tickets and tables while the page that pressing
+        Cook produced is painted, not in the measured cook. `PrefillStart` then confirms them.
+
+        Example: LiveRun.for_order("a", [25, 25]).scene_data()["shown_tables"] -> 2.
+        """
+        run = cls(run_id=run_id, batch=len(prompt_tokens), prompt_tokens=list(prompt_tokens))
+        run.tokens = [[] for _ in prompt_tokens]
+        run.finished = [False] * len(prompt_tokens)
+        return run
+
     def consume(self, events: list) -> int:
         """Fold `events[self.seen:]` in; returns how many were new."""
         new = events[self.seen :]

@@ -81,3 +81,19 @@ def test_the_still_frame_writes_attributes_only_when_they_change():
     direct = [line for line in js.splitlines() if ".setAttribute(" in line]
     assert len(direct) == 2  # svgEl() building new elements, and setAttr() itself
     assert not re.search(r"\.style\.\w+\s*=", js.replace("el.style[prop] = s", ""))
+
+
+def test_a_run_knows_its_tables_before_the_engine_starts():
+    """The scene draws tickets and tables in the Cook rerun, before the measured cook."""
+    from engine.events import PrefillStart
+    from kitchen_viz.timeline import LiveRun
+
+    early = LiveRun.for_order("a", [25, 25])
+    data = early.scene_data()
+    assert data["batch"] == data["shown_tables"] == 2 and data["prompt_tokens"] == [25, 25]
+    assert data["prefill"] is None and data["steps"] == [] and data["tokens"] == [[], []]
+    start = PrefillStart(t=0.001, batch=2, prompt_tokens=[25, 25], slots=50, mode="padded")
+    late = LiveRun("a")
+    early.consume([start])
+    late.consume([start])
+    assert early.scene_data() == late.scene_data()

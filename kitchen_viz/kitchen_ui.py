@@ -89,10 +89,10 @@ def live_view_default() -> bool:
     Measured on a shared 2-core machine (docs/benchmarks/ui-overhead.md), same server and engine
     process on both sides, the browser free on every core: the live view's TPOT was +13.7 % and
     +14.9 % over the quiet view before the fixes of 2026-11-30 (heap frozen, settle, no stale
-    fade; then tables drawn before the cook), +0.3 % to +7.9 % over seven series after them
-    (mean +4.5 %), against +1.8 % for two A/A series: not inside the 3 % budget there. So with 4
-    or more cores the live view is the default, below that the quiet one (wait, then replay);
-    the toggle overrides either way.
+    fade; then tables drawn before the cook), +0.3 % to +7.9 % over eight series after them
+    (mean +4.6 %), against -0.3 % to +1.8 % for three A/A series: not inside the 3 % budget
+    there. So with 4 or more cores the live view is the default, below that the quiet one
+    (wait, then replay); the toggle overrides either way.
     """
     return (os.cpu_count() or 1) >= LIVE_VIEW_MIN_CORES
 
@@ -153,7 +153,7 @@ def order_ui(svc: KitchenService, seed: int) -> Order | None:
             help="On: the panels and the kitchen update 4× a second while the engine cooks, then the "
             "kitchen replays the order in slow motion. The engine runs in its own process, but on a small "
             "machine the page's refreshes still cost it some time (measured on a 2-core CPU: TPOT +0.3 % to "
-            "+7.9 % against the quiet view, mean +4.5 %; the budget is 3 %), so it starts off there. Off: the page waits "
+            "+7.9 % against the quiet view, mean +4.6 %; the budget is 3 %), so it starts off there. Off: the page waits "
             "quietly and replays the order when it is done.",
         )
     if not pressed:

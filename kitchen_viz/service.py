@@ -47,10 +47,11 @@ __all__ = ["HOLD_S", "Job", "KitchenService", "engine_threads", "warm_up", "weig
 log = logging.getLogger(__name__)
 HOLD_S = 5.0  # the longest a held job waits for its page to release it
 # What a page may ask for when it releases a held job: wait this long more, so the browser has
-# painted the page that pressing Cook produced before the measurement starts. Measured with the
-# quiet view on a busy 2-core machine (docs/benchmarks/ui-overhead.md): TPOT +14 % and +20 % over
-# no UI without it, -4 %, -2 % and -3 % with 0.5 s. (With the live view it measured worse, +94 % and
-# +99 % against +14 % to +52 %, so the live view releases without it.)
+# painted the page that pressing Cook produced before the measurement starts (queue time, not TTFT
+# or TPOT). Measured with the quiet view on a busy 2-core machine (docs/benchmarks/ui-overhead.md):
+# TPOT +14 % and +20 % over no UI without it, -4 %, -2 % and -3 % with 0.5 s. Both views use it:
+# the live view once measured worse with it, but that was Streamlit's full garbage collection
+# after each rerun, which the kitchen page now keeps out of the cook (kitchen_ui.py).
 SETTLE_S = 0.5
 _OPEN: weakref.WeakSet[KitchenService] = weakref.WeakSet()
 

@@ -24,7 +24,7 @@ import streamlit as st
 
 from engine.errors import EngineError
 from kitchen_viz.app_state import REPO
-from kitchen_viz.live_panels import draw_live_panels
+from kitchen_viz.live_panels import live_panel_data
 from kitchen_viz.orders import DEFAULT_PROMPT, Order, control_limits, cook
 from kitchen_viz.panels import draw_panels, panel_values
 from kitchen_viz.scene import ART, draw_scene
@@ -269,14 +269,19 @@ def draw_live(svc: KitchenService, presenter: bool, wok_capacity: int) -> None:
             draw_queue_place(svc, job)
         values = panel_values(run)
         wait_s = job.queue_wait_s if job is not None and job.started_at else None
+        live_panels = None
         if ticking and not values.final:
-            draw_live_panels(values, wait_s)  # in place, fixed size: cheap for the browser each tick
+            # The panels are drawn inside the scene while cooking (one element updated per tick,
+            # not two); this empty element keeps their place so the scene stays the same element.
+            st.empty()
+            live_panels = live_panel_data(values, wait_s)
         else:
             draw_panels(values, wait_s)
         data = None
         if run is not None and run.batch:
             data = run.scene_data(presenter=presenter, wok_capacity=wok_capacity)
             data["kv_bytes_per_token"] = svc.info.kv_bytes_per_token if svc.info else 0
+            data["panels"] = live_panels
         draw_scene(data)
         draw_outcome(svc.info.device, svc.info.dtype)
         if cooking and job is not None and job.finished:

@@ -1,27 +1,22 @@
 """The two panels while an order cooks in the live view: the same numbers, drawn in place.
 
-Why a component and not the Streamlit metrics the panels use at rest: the live view refreshes
-4x a second while the engine is being measured, and on a small machine the browser's work shares
-cores with the engine. Re-rendering the Streamlit panels every tick (columns, metrics, a chart
-area that changes size) made Chromium re-lay-out and re-rasterize the page below them: perf
-sampling the engine's core during a live Cook showed 10-15 % of it taken by Chromium's raster
-threads in bursts at each tick, and none of those bursts with the panels left out
-(docs/benchmarks/ui-overhead.md). This component is mounted once with a fixed height and only
-changes the text of a few nodes and one SVG polyline (the ITL of every step so far) per update.
-When the order is done the page draws the ordinary panels (kitchen_viz.panels) with the engine's
-own metrics and the ITL bar chart.
+Why not the Streamlit metrics the panels use at rest: the live view refreshes 4x a second while
+the engine is being measured, and on a small machine the browser's work shares cores with the
+engine. Re-rendering the Streamlit panels every tick (columns, metrics, a chart area that changes
+size) made Chromium re-lay-out and re-rasterize the page below them: perf sampling the engine's
+core during a live Cook showed 10-15 % of it taken by Chromium's raster threads in bursts at each
+tick, and none of those bursts with the panels left out (docs/benchmarks/ui-overhead.md). While
+cooking, the scene component (kitchen_viz/scene.py, assets/art/scene.js) draws these panels in a
+fixed-height box above the kitchen, from `scene_data()["panels"]`: one element updated per tick
+instead of two, changing the text of a few nodes and one SVG polyline (the ITL of every step so
+far). When the order is done the page draws the ordinary panels (kitchen_viz.panels) with the
+engine's own metrics and the ITL bar chart.
 """
 
 from __future__ import annotations
 
-from functools import cache
-
-import streamlit as st
-
 from kitchen_viz.panels import PanelValues, fmt_s, fmt_tps
-from kitchen_viz.scene import ART
 
-COMPONENT_NAME = "two_pot_kitchen_live_panels"
 SPARK_POINTS = 240  # at most this many ITL points are sent; longer runs keep each bucket's slowest
 
 
@@ -49,17 +44,3 @@ def spark_points(ms: list[float], limit: int = SPARK_POINTS) -> list[float]:
         size = -(-len(ms) // limit)
         ms = [max(ms[i : i + size]) for i in range(0, len(ms), size)]
     return [round(x, 2) for x in ms]
-
-
-@cache
-def _component():
-    css = (ART / "live_panels.css").read_text()
-    js = (ART / "live_panels.js").read_text()
-    return st.components.v2.component(COMPONENT_NAME, css=css, js=js)
-
-
-def draw_live_panels(
-    values: PanelValues, queue_wait_s: float | None = None, key: str = "live-panels"
-) -> None:
-    """Mount (or update in place) the live panels."""
-    _component()(data=live_panel_data(values, queue_wait_s), key=key, height="content")

@@ -4,7 +4,8 @@ Why a Streamlit Components v2 component (not `st.html` or an iframe): a v2 compo
 between reruns and just receives new `data`, so the page's fragment can hand it fresh events four
 times a second while its animation keeps one continuous clock. The script
 (`assets/art/scene.js`) draws the kitchen at engine time T = screen time / slowdown; this module
-only registers it and passes `LiveRun.scene_data()`.
+only registers it and passes `LiveRun.scene_data()` (plus, while cooking live, the panels'
+numbers: the scene draws the live panels too, so each tick updates one element, not two).
 
 The art lives in `assets/art/` (kitchen.svg, scene.css, scene.js), drawn for this project.
 """
@@ -23,10 +24,12 @@ COMPONENT_NAME = "two_pot_kitchen_scene"
 
 @cache
 def scene_sources() -> tuple[str, str]:
-    """(css, js) of the scene; the SVG is inlined into the script as a string constant."""
+    """(css, js) of the scene; the SVG is inlined into the script as a string constant. The CSS
+    includes the live panels' (live_panels.css), which the scene draws while an order cooks."""
     svg = (ART / "kitchen.svg").read_text()
     js = (ART / "scene.js").read_text().replace("__KITCHEN_SVG__", json.dumps(svg))
-    return (ART / "scene.css").read_text(), js
+    css = (ART / "scene.css").read_text() + "\n" + (ART / "live_panels.css").read_text()
+    return css, js
 
 
 @cache
@@ -36,5 +39,7 @@ def _component():
 
 
 def draw_scene(data: dict | None, key: str = "kitchen-scene") -> None:
-    """Mount (or update) the kitchen. `data` is `LiveRun.scene_data()`, or None for an idle kitchen."""
+    """Mount (or update) the kitchen. `data` is `LiveRun.scene_data()`, or None for an idle kitchen;
+    while an order cooks in the live view, `data["panels"]` (kitchen_viz.live_panels.live_panel_data)
+    has the scene draw the two live panels above the kitchen."""
     _component()(data=data, key=key, height="content")

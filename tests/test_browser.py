@@ -127,6 +127,32 @@ def test_the_scene_is_not_faded_stale_while_its_fragment_reruns(server, browser)
     page.close()
 
 
+def test_while_cooking_live_the_scene_draws_the_panels_then_the_page_draws_them(server, browser):
+    """The live panels are part of the scene component while the engine cooks (one element
+    updated per tick), with measured numbers; once the order is done they give way to the
+    ordinary Streamlit panels."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = browser.new_page(viewport={"width": 1500, "height": 1250})
+    page.goto(url_with(server, "?prompt=16&new=480&live=1"))  # a cook long enough for several ticks
+    page.get_by_role("button", name="Cook").wait_for(timeout=COOK_TIMEOUT_MS)
+    page.get_by_role("button", name="Cook").click()
+    box = page.locator(".st-key-kitchen-scene .tpk-live-panels")  # Playwright pierces the shadow root
+    tpot = box.locator('[data-k="tpot"]').filter(has_text=re.compile(r"\d"))
+    tpot.wait_for(timeout=COOK_TIMEOUT_MS)  # visible: the box is shown, with a measured TPOT so far
+    assert re.match(r"^[\d.,]+ (ms|s)$", tpot.inner_text())
+    page.screenshot(path=str(ARTIFACTS / "kitchen-live-panels.png"), full_page=True)
+    wait_for_cooked(page)
+    assert re.match(r"^[\d.,]+ (ms|s)$", metric_value(page, "TPOT"))
+    assert box.count() == 1
+    box.wait_for(state="hidden", timeout=30_000)
+    assert_no_exception(page)
+    page.close()
+
+
+def url_with(url: str, query: str) -> str:
+    return url + "/" + query
+
+
 def test_two_browser_sessions_cooking_at_once_each_get_their_own_text(server, browser):
     from engine import Engine
 

@@ -16,7 +16,6 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from kitchen_viz import kitchen_ui
-from kitchen_viz.live_panels import draw_live_panels
 from kitchen_viz.scene import ART, draw_scene
 from kitchen_viz.service import SETTLE_S
 
@@ -62,18 +61,24 @@ def default_key(draw) -> str:
     return inspect.signature(draw).parameters["key"].default
 
 
-def test_the_live_elements_are_never_faded_stale():
+def test_the_live_element_is_never_faded_stale():
     css = (ART / "live_page.css").read_text()
-    for draw in (draw_scene, draw_live_panels):
-        assert f".st-key-{default_key(draw)}" in css
+    assert f".st-key-{default_key(draw_scene)}" in css
     assert re.search(r"transition:\s*none\s*!important", css)
     assert re.search(r"opacity:\s*1\s*!important", css)
 
 
-@pytest.mark.parametrize("script", ["scene.js", "live_panels.js"])
-def test_the_live_scripts_skip_an_update_with_nothing_new(script):
-    js = (ART / script).read_text()
-    assert "nothing new measured" in js  # the early return, named where it happens
+def test_the_live_script_skips_an_update_with_nothing_new():
+    js = (ART / "scene.js").read_text()
+    assert js.count("nothing new measured") == 2  # the still frame's and the panels' early returns
+
+
+def test_while_cooking_live_each_tick_updates_one_element_the_scene_with_its_panels():
+    """The live panels are drawn by the scene component, not a second one (docs/benchmarks/ui-overhead.md)."""
+    src = inspect.getsource(kitchen_ui.draw_live)
+    assert "draw_live_panels" not in src and 'data["panels"] = live_panels' in src
+    assert not (ART / "live_panels.js").exists()
+    assert "function drawPanels" in (ART / "scene.js").read_text()
 
 
 def test_the_still_frame_writes_attributes_only_when_they_change():

@@ -37,6 +37,7 @@ function mount(parent) {
   const root = document.createElement("div");
   root.className = "tpk-root";
   root.innerHTML = `
+    <div class="tpk-live-panels" hidden>${PANELS}</div>
     <div class="tpk-scene">${SVG}</div>
     <aside class="tpk-side">
       <div class="tpk-side-head">
@@ -53,6 +54,7 @@ function mount(parent) {
     svg: $("svg"),
     reduced: window.matchMedia("(prefers-reduced-motion: reduce)").matches,
     data: null, runId: null, playStart: null, slow: null, raf: null, drawn: null,
+    panels: $(".tpk-live-panels"), panelsKey: null,
   };
   $(".tpk-replay").addEventListener("click", () => restart(scene));
   return scene;
@@ -61,6 +63,7 @@ function mount(parent) {
 // ---------------------------------------------------------------- receiving measured data
 
 function receive(scene, data) {
+  drawPanels(scene, data.panels ?? null);
   scene.root.classList.toggle("tpk-presenter", !!data.presenter);
   if (data.run_id !== scene.runId) {
     scene.runId = data.run_id;
@@ -139,6 +142,62 @@ function frame(scene, now) {
   const finished = d.t_done !== null && T >= d.t_done;
   scene.$(".tpk-replay").hidden = !finished;
   if (!finished) scene.raf = requestAnimationFrame((n) => frame(scene, n));
+}
+
+// ---------------------------------------------------------------- the live panels
+
+// While an order cooks in the live view, the two panels (kitchen_viz/live_panels.py) are drawn
+// here, in a fixed-height box above the kitchen: one component updated per fragment tick instead
+// of two (measured: each live element's update at a tick cost the engine's core time on a 2-core
+// machine, docs/benchmarks/ui-overhead.md). Built once per mount; an update changes the text of a
+// few nodes and one polyline, and nothing animates. Without `panels` the box is hidden (the page
+// draws the ordinary Streamlit panels then).
+const PW = 300;
+const PH = 56;
+const PANELS = `
+    <section class="tpk-lp tpk-lp-wok">
+      <div class="tpk-lp-title">🔥 The wok · prefill</div>
+      <div class="tpk-lp-row">
+        <div class="tpk-lp-metric"><div class="tpk-lp-label">TTFT</div><div class="tpk-lp-value" data-k="ttft">—</div></div>
+        <div class="tpk-lp-metric"><div class="tpk-lp-label">E2E</div><div class="tpk-lp-value" data-k="e2e">—</div></div>
+      </div>
+      <div class="tpk-lp-note" data-k="wait"></div>
+    </section>
+    <section class="tpk-lp tpk-lp-pot">
+      <div class="tpk-lp-title">🍲 The soup pot · decode <span class="tpk-lp-live">LIVE</span></div>
+      <div class="tpk-lp-row">
+        <div class="tpk-lp-metric"><div class="tpk-lp-label">TPOT (so far)</div><div class="tpk-lp-value" data-k="tpot">—</div></div>
+        <div class="tpk-lp-metric"><div class="tpk-lp-label">Tokens/s, all tables (so far)</div><div class="tpk-lp-value" data-k="tps">—</div></div>
+        <div class="tpk-lp-spark">
+          <div class="tpk-lp-label">ITL per decode step (ms) · latest <span data-k="latest_itl">—</span></div>
+          <svg viewBox="0 0 ${PW} ${PH}" preserveAspectRatio="none" class="tpk-lp-svg" aria-label="ITL of every decode step so far">
+            <polyline class="tpk-lp-line" points=""/>
+          </svg>
+          <div class="tpk-lp-axis" data-k="axis"></div>
+        </div>
+      </div>
+    </section>`;
+
+function drawPanels(scene, p) {
+  const box = scene.panels;
+  if (box.hidden !== !p) box.hidden = !p;
+  const key = p ? JSON.stringify(p) : null;
+  if (!p || key === scene.panelsKey) { // nothing new measured: touch nothing
+    scene.panelsKey = key;
+    return;
+  }
+  scene.panelsKey = key;
+  for (const el of box.querySelectorAll("[data-k]")) {
+    const k = el.dataset.k;
+    if (k in p) setText(el, String(p[k]));
+  }
+  const ms = p.itl_ms || [];
+  const top = Math.max(...ms, 1e-9);
+  const n = Math.max(ms.length - 1, 1);
+  const pts = ms.map((v, i) => `${((i / n) * PW).toFixed(1)},${(PH - 2 - (v / top) * (PH - 6)).toFixed(1)}`).join(" ");
+  setAttr(box.querySelector(".tpk-lp-line"), "points", pts);
+  setText(box.querySelector('[data-k="axis"]'),
+    ms.length ? `${p.steps} steps · slowest ${top.toFixed(2)} ms` : "the pot has not started ladling yet");
 }
 
 // ---------------------------------------------------------------- the static parts of one order

@@ -3,8 +3,8 @@
 `*_ui()` functions draw widgets and return what the learner chose; `draw_*()` functions only
 render. The live view is a fragment that wakes four times a second while an order cooks: it
 folds the job's new events into the session's `LiveRun` (cheap, O(new events)) and hands the
-scene and the in-place live panels their data (both redraw only what changed, without animation,
-so the browser takes little from the engine); when the order is done it reruns the page once,
+scene its data, the live panels' numbers included (one component, which redraws only what changed,
+without animation, so the browser takes little from the engine); when the order is done it reruns the page once,
 which stops the ticking and draws the ordinary panels.
 
 Session state this page keeps (per browser session):
@@ -90,7 +90,8 @@ def live_view_default() -> bool:
     process on both sides, the browser free on every core: the live view's TPOT was +13.7 % and
     +14.9 % over the quiet view before the fixes of 2026-11-30 (heap frozen, settle, no stale
     fade; then tables drawn before the cook), +0.3 % to +7.9 % over eight series after them
-    (mean +4.6 %), against -0.3 % to +1.8 % for three A/A series: not inside the 3 % budget
+    (mean +4.6 %), and +1.8 % to +8.0 % over six series with the live panels drawn inside the
+    scene (mean +4.0 %), against -0.9 % to +1.8 % for five A/A series: not inside the 3 % budget
     there. So with 4 or more cores the live view is the default, below that the quiet one
     (wait, then replay); the toggle overrides either way.
     """
@@ -152,8 +153,8 @@ def order_ui(svc: KitchenService, seed: int) -> Order | None:
             key=K_LIVE,
             help="On: the panels and the kitchen update 4× a second while the engine cooks, then the "
             "kitchen replays the order in slow motion. The engine runs in its own process, but on a small "
-            "machine the page's refreshes still cost it some time (measured on a 2-core CPU: TPOT +0.3 % to "
-            "+7.9 % against the quiet view, mean +4.6 %; the budget is 3 %), so it starts off there. Off: the page waits "
+            "machine the page's refreshes still cost it some time (measured on a 2-core CPU: TPOT +1.8 % to "
+            "+8.0 % against the quiet view, mean +4.0 %; the budget is 3 %), so it starts off there. Off: the page waits "
             "quietly and replays the order when it is done.",
         )
     if not pressed:

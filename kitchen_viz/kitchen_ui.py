@@ -107,7 +107,7 @@ def clamp_state(key: str, default, low, high):
 
 
 def order_ui(svc: KitchenService, seed: int) -> Order | None:
-    """The order form, one row. Returns an Order when Cook was pressed and the engine accepts it.
+    """The order form, one row. Returns an Order when Cook was pressed (`start_cook` has the engine check it).
 
     Every ceiling comes from the engine (`Engine.limits`: context and KV budget); a value that no
     longer fits after another control moved is lowered, and the reason is shown.
@@ -159,15 +159,9 @@ def order_ui(svc: KitchenService, seed: int) -> Order | None:
         )
     if not pressed:
         return None
-    order = Order(
+    return Order(
         batch, max_new, temperature, seed, text=text, prompt_tokens=None if text is not None else plen
     )
-    try:  # the engine's own validation, before the order joins the queue
-        svc.check(order.prompts(svc), max_new, temperature=temperature, seed=seed)
-    except EngineError as err:
-        st.session_state["tpk_error"] = str(err)
-        return None
-    return order
 
 
 def prompt_ui(svc: KitchenService, max_new: int) -> tuple[str | None, int | None]:
@@ -218,11 +212,19 @@ def start_cook(svc: KitchenService, order: Order) -> None:
     The timeline starts with the order's tables (their prompts' token counts, as the engine
     counts them), so the scene's first drawing of tickets and tables is part of the Cook rerun
     the browser paints before the engine starts; measured, that first drawing was the largest
-    raster burst at a live tick (docs/benchmarks/ui-overhead.md)."""
-    freeze_server_heap()
+    raster burst at a live tick (docs/benchmarks/ui-overhead.md). The engine's own validation
+    runs first, once: a refused order never joins the queue and its reason is shown instead."""
+    try:
+        ids = svc.check(
+            order.prompts(svc), order.max_new_tokens, temperature=order.temperature, seed=order.seed
+        )
+    except EngineError as err:
+        st.session_state["tpk_error"] = str(err)
+        return
     st.session_state["tpk_error"] = None
     st.session_state["tpk_result"] = None
-    tables = [len(ids) for ids in svc.check(order.prompts(svc), order.max_new_tokens)]
+    tables = [len(prompt) for prompt in ids]
+    freeze_server_heap()
     st.session_state["tpk_job"] = svc.submit(cook(order), order.label, hold=True)
     st.session_state["tpk_run"] = LiveRun.for_order(uuid.uuid4().hex, tables)  # tables drawn before the cook
 

@@ -1,15 +1,24 @@
 """The Kitchen page's pieces: the order form, the live view, the diagnosis.
 
 `*_ui()` functions draw widgets and return what the learner chose; `draw_*()` functions only
-render. The live view is a fragment that wakes four times a second while an order cooks: it
-folds the job's new events into the session's `LiveRun` (cheap, O(new events)) and hands the
-scene its data, the live panels' numbers included (one component, which redraws only what changed,
-without animation, so the browser takes little from the engine); when the order is done it reruns the page once,
-which stops the ticking and draws the ordinary panels.
+render. While an order cooks in the live view, the scene (one component, which redraws only what
+changed, without animation, so the browser takes little from the engine) gets the order's
+measurements, the live panels' numbers included, one of two ways:
+
+  feed   (served by `two-pot-kitchen`) the page draws the scene once; the scene's script fetches
+         the order's state from the server's feed route four times a second
+         (kitchen_viz/live_feed.py) and triggers one fragment rerun when the order is done;
+  ticks  (plain `streamlit run app.py`, AppTest, or a feed that failed) a fragment wakes four times
+         a second, folds the job's new events into the session's `LiveRun` and hands the scene
+         its data.
+
+Either way, once the order is done the page reruns once and draws the ordinary panels.
 
 Session state this page keeps (per browser session):
     tpk_job     the Job on the shared kitchen's queue (kitchen_viz.service)
     tpk_run     the LiveRun folded from that job's events (kitchen_viz.timeline)
+    tpk_feed    (job, URL path) of the job's feed, while the live view follows it
+    tpk_feed_failed  why the scene could not read its feed (the session then uses ticks)
     tpk_result  after a Cook: {"texts", "ttft_s", "tpot_s", "e2e_s", "decode_tps"} (measured)
     tpk_error   the one-line reason the last order was refused, if it was
 """
@@ -23,8 +32,8 @@ import uuid
 import streamlit as st
 
 from engine.errors import EngineError
+from kitchen_viz import live_feed
 from kitchen_viz.app_state import REPO
-from kitchen_viz.live_panels import live_panel_data
 from kitchen_viz.orders import DEFAULT_PROMPT, Order, control_limits, cook
 from kitchen_viz.panels import draw_panels, panel_values
 from kitchen_viz.scene import ART, draw_scene
@@ -43,6 +52,7 @@ K_MODE, K_TEXT, K_PLEN, K_BATCH, K_NEW, K_TEMP = (
 )
 MODES = ("Generated prompt of N tokens", "Write a prompt")
 K_LIVE = "tpk_live"
+K_FEED, K_FEED_FAILED = "tpk_feed", "tpk_feed_failed"
 LIVE_VIEW_MIN_CORES = 4
 QUIET_WAIT_S = 600  # the longest a page waits, without refreshing, for an order it is not watching
 
@@ -253,53 +263,74 @@ def release_cook() -> None:
 
 
 def draw_live(svc: KitchenService, presenter: bool, wok_capacity: int) -> None:
-    """Panels, scene and outcome, in one fragment refreshed while an order is in the kitchen.
+    """Panels, scene and outcome, in one fragment that follows an order while it is in the kitchen.
 
     Everything that changes while cooking lives inside this one fragment (the diagnosis too), so
-    a fragment tick and the page rerun that ends the ticking can never draw over each other's
-    elements; the rerun only switches the ticking off.
+    an update and the page rerun that ends the cooking can never draw over each other's elements;
+    the rerun only switches the following off. With a feed the fragment does not tick: the scene
+    fetches its updates and its `feed` trigger ("done" or "failed: why") reruns the fragment.
     """
     cooking = is_cooking()
     st.html(ART / "live_page.css")  # no stale fade on the live elements (style only: takes no space)
-    ticking = cooking and st.session_state.get(K_LIVE, live_view_default())
+    following = cooking and st.session_state.get(K_LIVE, live_view_default())
+    job = st.session_state.get("tpk_job")
+    run: LiveRun | None = st.session_state.get("tpk_run")
+    feed = follow_feed(svc, job, run, presenter, wok_capacity) if following else None
 
-    @st.fragment(run_every=TICK_S if ticking else None)
+    @st.fragment(run_every=TICK_S if following and feed is None else None)
     def live():
-        job = st.session_state.get("tpk_job")
-        run: LiveRun | None = st.session_state.get("tpk_run")
         if job is not None and run is not None:
             run.consume(job.events)
-            draw_queue_place(svc, job)
+            if feed is None:
+                draw_queue_place(svc, job)  # with a feed, the scene's panel says the place in line
         values = panel_values(run)
-        wait_s = job.queue_wait_s if job is not None and job.started_at else None
-        live_panels = None
-        if ticking and not values.final:
-            # The panels are drawn inside the scene while cooking (one element updated per tick,
-            # not two); this empty element keeps their place so the scene stays the same element.
+        if following and not values.final:
+            # The panels are drawn inside the scene while cooking (one element updated, not two);
+            # this empty element keeps their place so the scene stays the same element.
             st.empty()
-            live_panels = live_panel_data(values, wait_s)
         else:
+            wait_s = job.queue_wait_s if job is not None and job.started_at else None
             draw_panels(values, wait_s)
         data = None
-        if run is not None and run.batch:
-            data = run.scene_data(presenter=presenter, wok_capacity=wok_capacity)
-            data["kv_bytes_per_token"] = svc.info.kv_bytes_per_token if svc.info else 0
-            data["panels"] = live_panels
-        draw_scene(data)
+        if job is not None and run is not None and run.batch:
+            data = live_feed.live_scene_data(
+                svc,
+                job,
+                run,
+                presenter=presenter,
+                wok_capacity=wok_capacity,
+                panels=following and not values.final,
+            )
+            data["feed"] = {"url": feed, "poll_ms": live_feed.POLL_MS} if feed else None
+        said = draw_scene(data)
         draw_outcome(svc.info.device, svc.info.dtype)
+        if feed and str(said or "").startswith("failed"):
+            st.session_state[K_FEED_FAILED] = str(said)
+            st.rerun()  # follow this order (and the session's next ones) with the fragment's ticks
         if cooking and job is not None and job.finished:
-            st.rerun()  # stop ticking: the order is done and drawn
+            st.rerun()  # stop following: the order is done and drawn
 
     live()
 
 
+def follow_feed(
+    svc: KitchenService, job, run: LiveRun | None, presenter: bool, wok_capacity: int
+) -> str | None:
+    """The URL path of the job's feed, opened once per job; None where the server has no feed
+    route or this session's scene could not read one (the fragment's ticks then follow the order)."""
+    if job is None or run is None or not live_feed.serving() or st.session_state.get(K_FEED_FAILED):
+        return None
+    held = st.session_state.get(K_FEED)
+    if held is not None and held[0] is job:
+        return held[1]
+    url = live_feed.open_feed(svc, job, run, presenter=presenter, wok_capacity=wok_capacity)
+    st.session_state[K_FEED] = (job, url)
+    return url
+
+
 def draw_queue_place(svc: KitchenService, job) -> None:
     if job.status in ("queued", "loading"):
-        place = job.place_in_line()
-        st.info(
-            f"🧾 Your order is number {place} in line ({svc.queue_length()} orders in the kitchen); "
-            "other browser sessions share this kitchen and take turns.",
-        )
+        st.info(live_feed.queue_line(job.place_in_line(), svc.queue_length()))
 
 
 def finish_cook(job, run: LiveRun | None) -> None:

@@ -6,8 +6,9 @@ in the repo. Any other option is handed to Streamlit unchanged, so
 
     two-pot-kitchen --server.port 8600 --catalog ~/class/models.toml
 
-runs `streamlit run <repo>/app.py --server.port 8600` with the extra catalog merged in (the
-catalog module reads it from TWO_POT_CATALOG, which the Streamlit process inherits).
+runs `streamlit run <repo>/serve.py --server.port 8600` with the extra catalog merged in (the
+catalog module reads it from TWO_POT_CATALOG, which the Streamlit process inherits). serve.py is
+app.py plus the live view's feed route (kitchen_viz/live_feed.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from engine.errors import EngineError
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
+SERVE = APP.parent / "serve.py"  # app.py served through st.App, with the live feed's route
 DEFAULT_FLAGS = ["--server.headless", "true", "--browser.gatherUsageStats", "false"]
 
 
@@ -48,20 +50,20 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def streamlit_command(passthrough: list[str]) -> list[str]:
-    """`python -m streamlit run <repo>/app.py` with our defaults, overridable by the caller's flags."""
+    """`python -m streamlit run <repo>/serve.py` with our defaults, overridable by the caller's flags."""
     given = {arg.split("=")[0] for arg in passthrough if arg.startswith("--")}
     defaults = []
     for flag, value in zip(DEFAULT_FLAGS[::2], DEFAULT_FLAGS[1::2], strict=True):
         if flag not in given:
             defaults += [flag, value]
-    return [sys.executable, "-m", "streamlit", "run", str(APP), *defaults, *passthrough]
+    return [sys.executable, "-m", "streamlit", "run", str(SERVE), *defaults, *passthrough]
 
 
 def main(argv: list[str] | None = None) -> int:
     args, passthrough = parse(sys.argv[1:] if argv is None else argv)
-    if not APP.is_file():
+    if not (APP.is_file() and SERVE.is_file()):
         print(
-            f"two-pot-kitchen: app not found at {APP} (is the package installed from the repo?)",
+            f"two-pot-kitchen: app not found at {APP.parent} (is the package installed from the repo?)",
             file=sys.stderr,
         )
         return 2

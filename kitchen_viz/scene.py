@@ -5,7 +5,8 @@ between reruns and just receives new `data`, so the page's fragment can hand it 
 times a second while its animation keeps one continuous clock. The script
 (`assets/art/scene.js`) draws the kitchen at engine time T = screen time / slowdown; this module
 only registers it and passes `LiveRun.scene_data()` (plus, while cooking live, the panels'
-numbers: the scene draws the live panels too, so each tick updates one element, not two).
+numbers: the scene draws the live panels too, so each update touches one element, not two; and,
+under `two-pot-kitchen`, the URL of the order's feed, which the script polls itself).
 
 The art lives in `assets/art/` (kitchen.svg, scene.css, scene.js), drawn for this project.
 """
@@ -38,8 +39,13 @@ def _component():
     return st.components.v2.component(COMPONENT_NAME, css=css, js=js)
 
 
-def draw_scene(data: dict | None, key: str = "kitchen-scene") -> None:
+def draw_scene(data: dict | None, key: str = "kitchen-scene") -> str | None:
     """Mount (or update) the kitchen. `data` is `LiveRun.scene_data()`, or None for an idle kitchen;
     while an order cooks in the live view, `data["panels"]` (kitchen_viz.live_panels.live_panel_data)
-    has the scene draw the two live panels above the kitchen."""
-    _component()(data=data, key=key, height="content")
+    has the scene draw the two live panels above the kitchen, and `data["feed"]` ({"url",
+    "poll_ms"}, kitchen_viz.live_feed) has it fetch its updates itself.
+
+    Returns what the scene said about its feed in the run it triggered: "done" once the fed order
+    is finished, "failed: <why>" when it could not read the feed, None otherwise."""
+    said = _component()(data=data, key=key, height="content", on_feed_change=lambda: None)
+    return getattr(said, "feed", None)

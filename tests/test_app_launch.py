@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from kitchen_viz.launch import APP, main, streamlit_command
+from kitchen_viz.launch import SERVE, main, streamlit_command
 
 
 def test_the_command_runs_our_app_with_defaults_the_caller_can_override():
     cmd = streamlit_command(["--server.port", "8600"])
-    assert cmd[1:4] == ["-m", "streamlit", "run"] and cmd[4] == str(APP)
+    assert cmd[1:4] == ["-m", "streamlit", "run"] and cmd[4] == str(SERVE)
     assert cmd[-2:] == ["--server.port", "8600"] and "--server.headless" in cmd
     mine = streamlit_command(["--server.headless=false"])
     assert mine.count("--server.headless") == 0 and "--server.headless=false" in mine

@@ -1,7 +1,8 @@
 // The two-pot kitchen, replayed from the engine's measured timestamps.
 //
-// Python sends `data` (kitchen_viz/timeline.py: LiveRun.scene_data) several times a second while
-// a Cook runs. Two ways of drawing, one picture:
+// `data` (kitchen_viz/timeline.py: LiveRun.scene_data) arrives several times a second while a Cook
+// runs: fetched by this script from the order's feed, or sent by the page's fragment ticks (see
+// follow() below). Two ways of drawing, one picture:
 //
 //   live     while the engine cooks (data.t_done is null): ONE still frame per update, the
 //            kitchen as it is at the latest measured moment (T = the last event's time). No
@@ -30,7 +31,55 @@ export default function (component) {
     scene = mount(parentElement);
     SCENES.set(parentElement, scene);
   }
+  scene.say = component.setTriggerValue;
   if (data) receive(scene, data);
+  follow(scene, data && data.t_done === null ? data.feed : null);
+}
+
+// ---------------------------------------------------------------- the feed (kitchen_viz/live_feed.py)
+//
+// Under `two-pot-kitchen` the page draws the scene once per Cook and names the order's feed; the
+// scene fetches the order's state itself every poll_ms (no Streamlit rerun per update: measured
+// cheaper for a browser that shares the engine's machine). When the feed says the order is done,
+// the scene triggers one rerun ("done") so the page draws the final numbers; after three failed
+// fetches in a row it triggers "failed: why" and the page follows the order with reruns instead.
+
+const FEED_FAILURES = 3;
+const DONE_RETRY_MS = 3000;
+
+function follow(scene, feed) {
+  const url = feed ? feed.url : null;
+  if (url === scene.feedUrl) return; // already following this order (or nothing)
+  clearTimeout(scene.feedTimer);
+  scene.feedUrl = url;
+  if (!url) return;
+  let failures = 0;
+  const poll = async () => {
+    if (scene.feedUrl !== url || !scene.root.isConnected) return;
+    let next = feed.poll_ms;
+    try {
+      const reply = await fetch(url, { cache: "no-store" });
+      if (!reply.ok) throw new Error(`the kitchen answered HTTP ${reply.status}`);
+      const d = await reply.json();
+      if (scene.feedUrl !== url) return;
+      failures = 0;
+      if (d.done) {
+        scene.say("feed", "done"); // the page's rerun draws the engine's final numbers
+        next = DONE_RETRY_MS; // and if that rerun never comes (a dropped connection), ask again
+      } else {
+        receive(scene, d);
+      }
+    } catch (err) {
+      if (scene.feedUrl !== url) return;
+      if (++failures >= FEED_FAILURES) {
+        scene.feedUrl = null;
+        scene.say("feed", `failed: ${err.message || err}`);
+        return;
+      }
+    }
+    scene.feedTimer = setTimeout(poll, next);
+  };
+  poll();
 }
 
 function mount(parent) {
@@ -54,6 +103,7 @@ function mount(parent) {
     svg: $("svg"),
     reduced: window.matchMedia("(prefers-reduced-motion: reduce)").matches,
     data: null, runId: null, playStart: null, slow: null, raf: null, drawn: null,
+    feedUrl: null, feedTimer: null, say: null,
     panels: $(".tpk-live-panels"), panelsKey: null,
   };
   $(".tpk-replay").addEventListener("click", () => restart(scene));

@@ -1,0 +1,164 @@
+"""The live view's feed: the kitchen's latest measurements, fetched by the scene itself.
+
+Why a feed instead of a Streamlit rerun per tick: on a small machine the browser shares cores with
+the engine being measured, and a fragment rerun is expensive for the browser. Each one marks the
+fragment's elements stale, runs several React passes over the page (25-50 ms of main-thread work
+per tick in traced runs) and re-lays-out the page, all to change a few numbers and bowls inside
+one component (docs/benchmarks/ui-overhead.md). With the feed, the page draws the scene once when
+Cook is pressed; the scene's script then asks this server for the order's state four times a
+second (`GET <base>/two-pot/feed/<token>`), draws what changed, and asks Streamlit for a rerun
+only once, when the order is done, so the page can draw the engine's final numbers.
+
+`two-pot-kitchen` serves the app through `serve.py` (Streamlit's `st.App`), which mounts
+`feed_routes()`. Run as plain `streamlit run app.py` (or in AppTest) there is no route, `serving()`
+is False and the live view falls back to the fragment's ticks; a scene whose fetches fail three
+times in a row asks for the same fallback.
+
+Worked example (one order, as the scene sees it):
+    token = open_feed(svc, job, run, presenter=False, wok_capacity=4096)
+    read_feed(token) -> {"status": "queued", "panels": {..., "wait": "Your order is number 2 ..."}, ...}
+    read_feed(token) -> {"status": "running", "steps": [[0.0112, 0.0146, 73728], ...], ...}
+    read_feed(token) -> {"status": "done", "done": True}   # the scene triggers the final rerun
+"""
+
+from __future__ import annotations
+
+import copy
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kitchen_viz.live_panels import live_panel_data
+from kitchen_viz.panels import panel_values
+from kitchen_viz.timeline import LiveRun
+
+FEED_PATH = "/two-pot/feed/"  # + token; under Streamlit's server.baseUrlPath
+POLL_MS = 250  # the scene asks four times a second, as the fragment used to tick
+KEEP_S = 600.0  # a feed is forgotten this long after its order finished
+
+_FEEDS: dict[str, Feed] = {}
+_LOCK = threading.Lock()
+_MOUNTED = threading.Event()
+
+
+@dataclass
+class Feed:
+    """One order's feed: its job, a timeline of its own (the page keeps another), the scene's settings."""
+
+    svc: Any  # KitchenService: for the place in line
+    job: Any  # service.Job: the worker appends its events
+    run: LiveRun
+    presenter: bool
+    wok_capacity: int
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def queue_line(place: int, in_kitchen: int) -> str:
+    """What a waiting order is told (the page's st.info and the scene's panel say the same)."""
+    return (
+        f"🧾 Your order is number {place} in line ({in_kitchen} orders in the kitchen); "
+        "other browser sessions share this kitchen and take turns."
+    )
+
+
+def live_scene_data(svc, job, run: LiveRun, *, presenter: bool, wok_capacity: int, panels: bool) -> dict:
+    """The scene's data for an order in the kitchen: the timeline so far (new events folded in),
+    the KV size per token and, when `panels`, the live panels' numbers (with the place in line
+    while the order waits). The fragment's ticks and the feed both draw from this one function."""
+    run.consume(job.events)
+    data = run.scene_data(presenter=presenter, wok_capacity=wok_capacity)
+    data["kv_bytes_per_token"] = svc.info.kv_bytes_per_token if svc.info else 0
+    data["panels"] = None
+    if panels:
+        wait_s = job.queue_wait_s if job.started_at else None
+        data["panels"] = live_panel_data(panel_values(run), wait_s)
+        if job.status in ("queued", "loading"):
+            data["panels"]["wait"] = queue_line(job.place_in_line(), svc.queue_length())
+    return data
+
+
+def open_feed(svc, job, run: LiveRun, *, presenter: bool, wok_capacity: int) -> str:
+    """Register an order's feed and return its URL path (a fresh unguessable token per order)."""
+    token = secrets.token_urlsafe(16)
+    feed = Feed(svc, job, copy.deepcopy(run), presenter, wok_capacity)
+    with _LOCK:
+        _forget_finished()
+        _FEEDS[token] = feed
+    return feed_url(token)
+
+
+def read_feed(token: str) -> dict | None:
+    """The order's state now (None for an unknown or forgotten token). Once the order is finished
+    the feed says only `done`: the page's final rerun draws the engine's own numbers."""
+    with _LOCK:
+        feed = _FEEDS.get(token)
+    if feed is None:
+        return None
+    if feed.job.finished:
+        return {"status": feed.job.status, "done": True}
+    with feed.lock:  # two tabs polling one token must not fold the same events twice
+        data = live_scene_data(
+            feed.svc,
+            feed.job,
+            feed.run,
+            presenter=feed.presenter,
+            wok_capacity=feed.wok_capacity,
+            panels=True,
+        )
+    data["status"], data["done"] = feed.job.status, False
+    return data
+
+
+def _forget_finished() -> None:
+    now = time.perf_counter()  # the clock of Job.finished_at
+    for token, feed in list(_FEEDS.items()):
+        if feed.job.finished_at is not None and now - feed.job.finished_at > KEEP_S:
+            del _FEEDS[token]
+
+
+def open_feeds() -> int:
+    with _LOCK:
+        return len(_FEEDS)
+
+
+# -- the HTTP side (Starlette, inside the Streamlit server's process) -----------------------------
+
+
+def base_path() -> str:
+    """Streamlit's server.baseUrlPath as a path prefix: '' or '/kitchen'."""
+    from streamlit import config
+
+    base = (config.get_option("server.baseUrlPath") or "").strip("/")
+    return f"/{base}" if base else ""
+
+
+def feed_url(token: str) -> str:
+    return f"{base_path()}{FEED_PATH}{token}"
+
+
+def feed_route():
+    """The feed's Starlette route: GET <base>/two-pot/feed/<token> -> the order's state as JSON
+    (404 with a one-line reason for an unknown token)."""
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def feed(request):
+        data = read_feed(request.path_params["token"])
+        if data is None:
+            return JSONResponse({"error": "no such order in this kitchen"}, status_code=404)
+        return JSONResponse(data, headers={"Cache-Control": "no-store"})
+
+    return Route(f"{base_path()}{FEED_PATH}{{token}}", feed, methods=["GET"])
+
+
+def feed_routes() -> list:
+    """What serve.py hands `st.App(routes=...)`; mounting the route switches the live view to it."""
+    _MOUNTED.set()
+    return [feed_route()]
+
+
+def serving() -> bool:
+    """True when this server answers the feed (started by `two-pot-kitchen`, through serve.py)."""
+    return _MOUNTED.is_set()

@@ -1,0 +1,15 @@
+"""What `two-pot-kitchen` serves: the app (app.py) plus the live view's feed route.
+
+Streamlit's `st.App` runs the same app.py with extra routes; `streamlit run serve.py` finds the
+`app` below and serves it. The one extra route is the live view's feed (kitchen_viz/live_feed.py):
+while an order cooks, the drawn kitchen fetches its latest measurements from it instead of the
+page rerunning four times a second, which measured cheaper for the browser that shares the
+engine's machine (docs/benchmarks/ui-overhead.md). `streamlit run app.py` still works; the live
+view then updates through fragment reruns.
+"""
+
+import streamlit as st
+
+from kitchen_viz.live_feed import feed_routes
+
+app = st.App("app.py", routes=feed_routes())

@@ -1,0 +1,115 @@
+"""The live view's feed: an order's state as the drawn kitchen fetches it, on the real chef.
+
+The feed is what the scene reads four times a second while an order cooks under
+`two-pot-kitchen` (kitchen_viz/live_feed.py). These tests go through the same Starlette route the
+server mounts (with Starlette's TestClient) and compare what it says with the job's own events.
+The browser side (the scene fetching it, and falling back to ticks when it cannot) is in
+tests/test_browser.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
+
+from engine.events import StepEnd
+from kitchen_viz import live_feed
+from kitchen_viz.orders import Order, cook
+from kitchen_viz.service import KitchenService
+from kitchen_viz.timeline import LiveRun
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+WAIT_S = 120
+
+
+@pytest.fixture(scope="module")
+def kitchen():
+    svc = KitchenService("chef", "cpu", "float32")
+    assert svc.wait_ready(WAIT_S), "the chef did not load in time"
+    yield svc
+    svc.close()
+
+
+@pytest.fixture(scope="module")
+def client():
+    """The feed's route alone, as the server mounts it (without switching this process's pages to it)."""
+    with TestClient(Starlette(routes=[live_feed.feed_route()])) as c:
+        yield c
+
+
+def fed_order(kitchen, new_tokens: int, **kw):
+    order = Order(batch=2, max_new_tokens=new_tokens, temperature=0.0, seed=0, prompt_tokens=12)
+    ids = kitchen.check(order.prompts(kitchen), order.max_new_tokens, temperature=0.0, seed=0)
+    job = kitchen.submit(cook(order), order.label, **kw)
+    run = LiveRun.for_order("order-1", [len(p) for p in ids])
+    url = live_feed.open_feed(kitchen, job, run, presenter=False, wok_capacity=4096)
+    return job, url
+
+
+def test_the_feed_follows_the_order_step_by_step_then_says_done(kitchen, client):
+    job, url = fed_order(kitchen, new_tokens=160)
+    assert url.startswith(live_feed.FEED_PATH) and len(url) > len(live_feed.FEED_PATH) + 16
+    seen = []
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        reply = client.get(url)
+        assert reply.status_code == 200 and reply.headers["cache-control"] == "no-store"
+        data = reply.json()
+        if data["done"]:
+            break
+        seen.append(data)
+        time.sleep(0.02)
+    assert data == {"status": "done", "done": True}
+    assert job.status == "done"
+    measured = [e.step for e in job.events if isinstance(e, StepEnd) and e.step.phase == "decode"]
+    steps = [len(d["steps"]) for d in seen]
+    assert steps == sorted(steps) and any(0 < n < len(measured) for n in steps), steps  # seen mid-cook
+    last = seen[-1]  # what the feed said last equals what the engine measured, step for step
+    assert [s[1] for s in last["steps"]] == [round(s.t_end, 5) for s in measured[: len(last["steps"])]]
+    assert last["run_id"] == "order-1" and last["batch"] == 2 and last["prompt_tokens"] == [12, 12]
+    assert last["kv_bytes_per_token"] == kitchen.info.kv_bytes_per_token
+    assert last["panels"]["ttft"].endswith("ms") and last["panels"]["steps"] == len(last["steps"])
+
+
+def test_a_waiting_order_is_told_its_place_in_line(kitchen, client):
+    gate = threading.Event()
+    ahead = kitchen.submit(lambda engine, emit: gate.wait(WAIT_S), "ahead")
+    try:
+        job, url = fed_order(kitchen, new_tokens=4)
+        data = client.get(url).json()
+        assert data["status"] == "queued" and not data["done"] and data["steps"] == []
+        assert "number 1 in line (2 orders in the kitchen)" in data["panels"]["wait"]
+    finally:
+        gate.set()
+    assert job.wait(WAIT_S) and ahead.wait(WAIT_S)
+    assert client.get(url).json()["done"]
+
+
+def test_an_unknown_order_is_a_404_with_one_line(client):
+    reply = client.get(live_feed.FEED_PATH + "no-such-token")
+    assert reply.status_code == 404 and reply.json() == {"error": "no such order in this kitchen"}
+
+
+def test_finished_feeds_are_forgotten_after_keep_s(kitchen, client, monkeypatch):
+    job, url = fed_order(kitchen, new_tokens=2)
+    assert job.wait(WAIT_S) and client.get(url).json()["done"]
+    monkeypatch.setattr(live_feed, "KEEP_S", 0.0)
+    _, newer = fed_order(kitchen, new_tokens=2)  # opening a feed forgets the finished ones
+    assert client.get(url).status_code == 404
+    assert client.get(newer).status_code == 200
+
+
+def test_the_served_app_mounts_the_feed_and_plain_streamlit_runs_without_it():
+    """`two-pot-kitchen` runs serve.py, which Streamlit recognises as an st.App with our route;
+    this test process (like AppTest and `streamlit run app.py`) never mounted it."""
+    from streamlit.web.server.app_discovery import discover_asgi_app
+
+    from kitchen_viz.launch import SERVE
+
+    found = discover_asgi_app(SERVE)
+    assert found.is_asgi_app and found.app_name == "app"
+    assert not live_feed.serving()

@@ -7,7 +7,8 @@ The instrument must not disturb the measurement. This runs one order two ways, a
              the same threads, on the same cores), with nobody watching (the app server is up but
              idle, no page is cooking);
   live UI    the same order cooked through `two-pot-kitchen` while headless Chromium watches:
-             the fragment polls four times a second, the scene and the panels update.
+             the scene fetches the order's state four times a second (the feed; fragment
+             reruns under plain `streamlit run app.py`) and redraws what changed.
              TPOT is read from the page's TPOT panel (two decimals in ms).
 
 Where things run (2 cores: the engine child on core 1, the server on core 0): this process and

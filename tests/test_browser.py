@@ -152,6 +152,14 @@ def test_while_cooking_live_the_scene_draws_the_panels_then_the_page_draws_them(
     page.close()
 
 
+def test_the_served_kitchen_watches_live_by_default(server, browser):
+    page = browser.new_page(viewport={"width": 1500, "height": 1250})
+    page.goto(url_with(server, "?new=16"))  # no ?live=: the app's own default
+    page.get_by_role("button", name="Cook").wait_for(timeout=COOK_TIMEOUT_MS)
+    assert page.get_by_role("switch", name="Live view").is_checked()
+    page.close()
+
+
 def test_a_scene_that_cannot_read_its_feed_falls_back_to_fragment_ticks(server, browser):
     """With every feed request failing (a proxy that blocks the path, say), the scene asks the
     page to follow the order itself: the cook still ends with measured numbers and text."""

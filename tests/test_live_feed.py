@@ -113,3 +113,31 @@ def test_the_served_app_mounts_the_feed_and_plain_streamlit_runs_without_it():
     found = discover_asgi_app(SERVE)
     assert found.is_asgi_app and found.app_name == "app"
     assert not live_feed.serving()
+
+
+def test_the_route_and_its_urls_follow_streamlits_base_url_path():
+    from streamlit import config
+
+    before = config.get_option("server.baseUrlPath")
+    config.set_option("server.baseUrlPath", "/kitchen/")
+    try:
+        assert live_feed.feed_route().path == "/kitchen/two-pot/feed/{token}"
+        assert live_feed.feed_url("abc") == "/kitchen/two-pot/feed/abc"
+    finally:
+        config.set_option("server.baseUrlPath", before)
+    assert live_feed.feed_url("abc") == "/two-pot/feed/abc"
+
+
+def test_the_live_view_is_the_default_where_the_feed_is_served(monkeypatch):
+    """Measured inside the 3 % budget on 2 cores with the feed, not with fragment ticks
+    (docs/benchmarks/ui-overhead.md): so the default depends on which one this server has."""
+    from kitchen_viz import kitchen_ui
+
+    monkeypatch.setattr(kitchen_ui.os, "cpu_count", lambda: 2)
+    assert not kitchen_ui.live_view_default()  # ticks only (AppTest, `streamlit run app.py`)
+    monkeypatch.setattr(live_feed, "_MOUNTED", threading.Event())
+    live_feed._MOUNTED.set()
+    assert kitchen_ui.live_view_default()  # served by two-pot-kitchen
+    monkeypatch.setattr(live_feed, "_MOUNTED", threading.Event())
+    monkeypatch.setattr(kitchen_ui.os, "cpu_count", lambda: 4)
+    assert kitchen_ui.live_view_default()

@@ -281,8 +281,8 @@ def draw_live(svc: KitchenService, presenter: bool, wok_capacity: int) -> None:
     def live():
         if job is not None and run is not None:
             run.consume(job.events)
-            if feed is None:
-                draw_queue_place(svc, job)  # with a feed, the scene's panel says the place in line
+            if not following:
+                draw_queue_place(svc, job)  # followed live, the scene's panels say the place in line
         values = panel_values(run)
         if following and not values.final:
             # The panels are drawn inside the scene while cooking (one element updated, not two);

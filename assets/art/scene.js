@@ -49,7 +49,9 @@ const DONE_RETRY_MS = 3000;
 
 function follow(scene, feed) {
   const url = feed ? feed.url : null;
-  if (url === scene.feedUrl) return; // already following this order (or nothing)
+  // Already following this order (or nothing), or gave up on it: the rerun that the "failed"
+  // trigger starts still names the feed until the page has switched to ticks.
+  if (url === scene.feedUrl || url === scene.feedFailed) return;
   clearTimeout(scene.feedTimer);
   scene.feedUrl = url;
   if (!url) return;
@@ -73,6 +75,7 @@ function follow(scene, feed) {
       if (scene.feedUrl !== url) return;
       if (++failures >= FEED_FAILURES) {
         scene.feedUrl = null;
+        scene.feedFailed = url;
         scene.say("feed", `failed: ${err.message || err}`);
         return;
       }
@@ -103,7 +106,7 @@ function mount(parent) {
     svg: $("svg"),
     reduced: window.matchMedia("(prefers-reduced-motion: reduce)").matches,
     data: null, runId: null, playStart: null, slow: null, raf: null, drawn: null,
-    feedUrl: null, feedTimer: null, say: null,
+    feedUrl: null, feedTimer: null, feedFailed: null, say: null,
     panels: $(".tpk-live-panels"), panelsKey: null,
   };
   $(".tpk-replay").addEventListener("click", () => restart(scene));

@@ -99,9 +99,9 @@ def live_view_default() -> bool:
 
     Measured on a shared 2-core machine (docs/benchmarks/ui-overhead.md), same server and engine
     process on both sides, the browser free on every core, against the quiet view: with the scene
-    fetching its updates from the feed (what `two-pot-kitchen` serves), ten series measured -0.6 %
-    to +3.7 %, mean +1.8 % (pooled per-round median +2.4 %), against 0.0 % to +0.8 % for three A/A
-    series. Updated through fragment reruns instead (plain `streamlit run app.py`) the best code
+    fetching its updates from the feed (what `two-pot-kitchen` serves), fourteen series measured
+    -0.6 % to +3.7 %, mean +1.8 % (pooled per-round median +2.1 %), against -1.3 % to +0.8 % for
+    four A/A series. Updated through fragment reruns instead (plain `streamlit run app.py`) the best code
     measured +1.8 % to +8.0 %, mean +4.0 %: there the live view is the default only with 4 or more
     cores, where the browser need not share the engine's.
     """

@@ -289,8 +289,7 @@ def draw_live(svc: KitchenService, presenter: bool, wok_capacity: int) -> None:
             # this empty element keeps their place so the scene stays the same element.
             st.empty()
         else:
-            wait_s = job.queue_wait_s if job is not None and job.started_at else None
-            draw_panels(values, wait_s)
+            draw_panels(values, live_feed.waited_s(job))
         data = None
         if job is not None and run is not None and run.batch:
             data = live_feed.live_scene_data(
@@ -299,7 +298,7 @@ def draw_live(svc: KitchenService, presenter: bool, wok_capacity: int) -> None:
                 run,
                 presenter=presenter,
                 wok_capacity=wok_capacity,
-                panels=following and not values.final,
+                panels=values if following and not values.final else None,
             )
             data["feed"] = {"url": feed, "poll_ms": live_feed.POLL_MS} if feed else None
         said = draw_scene(data)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kitchen_viz.live_panels import live_panel_data
-from kitchen_viz.panels import panel_values
+from kitchen_viz.panels import PanelValues, panel_values
 from kitchen_viz.timeline import LiveRun
 
 FEED_PATH = "/two-pot/feed/"  # + token; under Streamlit's server.baseUrlPath
@@ -63,17 +63,23 @@ def queue_line(place: int, in_kitchen: int) -> str:
     )
 
 
-def live_scene_data(svc, job, run: LiveRun, *, presenter: bool, wok_capacity: int, panels: bool) -> dict:
-    """The scene's data for an order in the kitchen: the timeline so far (new events folded in),
-    the KV size per token and, when `panels`, the live panels' numbers (with the place in line
-    while the order waits). The fragment's ticks and the feed both draw from this one function."""
-    run.consume(job.events)
+def waited_s(job) -> float | None:
+    """How long the order waited in line, once the worker has picked it up (None before)."""
+    return job.queue_wait_s if job is not None and job.started_at else None
+
+
+def live_scene_data(
+    svc, job, run: LiveRun, *, presenter: bool, wok_capacity: int, panels: PanelValues | None
+) -> dict:
+    """The scene's data for an order in the kitchen, from a run its caller has just folded the
+    job's events into: the timeline so far, the KV size per token and, given the panels' values,
+    the live panels' numbers (with the place in line while the order waits). The fragment's ticks
+    and the feed both draw from this one function."""
     data = run.scene_data(presenter=presenter, wok_capacity=wok_capacity)
     data["kv_bytes_per_token"] = svc.info.kv_bytes_per_token if svc.info else 0
     data["panels"] = None
-    if panels:
-        wait_s = job.queue_wait_s if job.started_at else None
-        data["panels"] = live_panel_data(panel_values(run), wait_s)
+    if panels is not None:
+        data["panels"] = live_panel_data(panels, waited_s(job))
         if job.status in ("queued", "loading"):
             data["panels"]["wait"] = queue_line(job.place_in_line(), svc.queue_length())
     return data
@@ -99,13 +105,14 @@ def read_feed(token: str) -> dict | None:
     if feed.job.finished:
         return {"status": feed.job.status, "done": True}
     with feed.lock:  # two tabs polling one token must not fold the same events twice
+        feed.run.consume(feed.job.events)
         data = live_scene_data(
             feed.svc,
             feed.job,
             feed.run,
             presenter=feed.presenter,
             wok_capacity=feed.wok_capacity,
-            panels=True,
+            panels=panel_values(feed.run),
         )
     data["status"], data["done"] = feed.job.status, False
     return data
@@ -116,11 +123,6 @@ def _forget_finished() -> None:
     for token, feed in list(_FEEDS.items()):
         if feed.job.finished_at is not None and now - feed.job.finished_at > KEEP_S:
             del _FEEDS[token]
-
-
-def open_feeds() -> int:
-    with _LOCK:
-        return len(_FEEDS)
 
 
 # -- the HTTP side (Starlette, inside the Streamlit server's process) -----------------------------

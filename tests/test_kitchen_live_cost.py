@@ -76,7 +76,7 @@ def test_the_live_script_skips_an_update_with_nothing_new():
 def test_while_cooking_live_each_tick_updates_one_element_the_scene_with_its_panels():
     """The live panels are drawn by the scene component, not a second one (docs/benchmarks/ui-overhead.md)."""
     src = inspect.getsource(kitchen_ui.draw_live)
-    assert "draw_live_panels" not in src and "panels=following and not values.final" in src
+    assert "draw_live_panels" not in src and "panels=values if following and not values.final else None" in src
     assert not (ART / "live_panels.js").exists()
     assert "function drawPanels" in (ART / "scene.js").read_text()
 

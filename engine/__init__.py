@@ -19,9 +19,11 @@ import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from engine.engine import Engine, GenerationResult, decode_one_token, prefill
+from engine.engine import Engine, ServingConfig, ServingLimits
 from engine.errors import EngineError
 from engine.loader import ModelInfo
+from engine.model import decode_one_token, prefill
+from engine.results import GenerationResult, RequestMetrics, RequestResult
 from engine.trace import Metrics, StepRecord, Trace
 
 __all__ = [
@@ -30,6 +32,10 @@ __all__ = [
     "GenerationResult",
     "Metrics",
     "ModelInfo",
+    "RequestMetrics",
+    "RequestResult",
+    "ServingConfig",
+    "ServingLimits",
     "StepRecord",
     "Trace",
     "decode_one_token",

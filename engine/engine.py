@@ -1,135 +1,128 @@
-"""The engine: load a model, then cook requests in two phases -- the wok, then the soup pot.
+"""The engine: one loaded model that cooks orders in two phases -- the wok, then the soup pot.
 
-    prefill()           one forward pass over every prompt token of every sequence; writes the
-                        KV cache and returns logits for each sequence's last position only
-    decode_one_token()  one forward pass over ONE new token per running sequence, reading the cache
+Two ways in (docs/engine-api.md has the contract):
 
-`Engine.stream()` runs prefill once, then decode steps until every sequence hits EOS or
-max_new_tokens, yielding the typed events of engine/events.py as they happen and timing every pass
-into a `Trace`. `generate()` is just "consume the stream, return Done.result".
+  serving   `submit()` requests at any time, then call `step()` in a loop: each step is one
+            scheduler iteration (engine/scheduler.py picks who cooks, engine/runner.py runs the one
+            forward pass over the KV seats of engine/kv_pool.py) and returns its events. Requests
+            join and leave the running batch at any step; `cancel()` frees a seat at the next one.
+  an order  `generate()` / `stream()`: one order's prompts cooked as one fixed batch, with the
+            lessons' knobs (cache modes, padding, CUDA graphs): engine/fixed_batch.py.
 
-Honest timing: the clock pauses while the consumer handles an event (a UI may take milliseconds
-to draw), so TTFT, TPOT and ITL measure the engine, not the page. On CUDA every measured point
-is taken after `torch.cuda.synchronize()`, so the numbers include the kernels, not their launch.
+    eng = Engine.load("chef", policy="chunked", token_budget=256)
+    a = eng.submit("ROMEO:", max_new_tokens=16)
+    b = eng.submit([1, 2, 3], max_new_tokens=8, temperature=0.8, seed=7)
+    while not eng.idle:
+        for ev in eng.step():
+            ...  # Token(request_id=a, ...), StepEnd(request_ids=(a, b), ...), Done(request_id=b, ...)
+
+Not thread-safe: one thread owns an Engine (the app's engine process, the class server's loop).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from engine.batching import PrefillBatch, build_batch
-from engine.cache import GrowingKVCache, KVCache, StaticKVCache
 from engine.config import ModelConfig
-from engine.costs import step_cost
-from engine.cuda_graph import GraphedDecode
+from engine.costs import prefill_work_bytes
 from engine.errors import EngineError
-from engine.events import Done, Event, PrefillEnd, PrefillStart, StepEnd, Token
-from engine.limits import Limits, RequestSettings, check_request, kv_limits
+from engine.events import Done, Event, StepEnd, Token
+from engine.fixed_batch import FixedBatchRun
+from engine.kv_pool import SeatPool
+from engine.limits import Limits, RequestSettings, available_memory, check_request, kv_limits
 from engine.loader import ModelInfo, load_model
 from engine.model import Transformer
+from engine.results import GenerationResult, RequestResult, request_metrics
+from engine.runner import PassOutput, Runner
 from engine.sampling import SamplingParams, sample
+from engine.scheduler import Scheduler, SchedulerConfig
+from engine.sequence import Sequence, Status
 from engine.text import IncrementalDecoder, TextCodec, encode_prompts
-from engine.trace import Metrics, StepRecord, Trace, compute_metrics
+from engine.trace import measured_step
 
-
-def prefill(model: Transformer, batch: PrefillBatch, cache: KVCache | None) -> torch.Tensor:
-    """The wok: all prompt tokens of all sequences in one pass. Returns (B, V) last-token logits."""
-    return model(
-        batch.tokens, batch.positions, batch.input_pos, batch.mask, cache, batch.logits_rows, batch.packed
-    )
-
-
-def decode_one_token(model: Transformer, tokens, positions, input_pos, mask, cache: KVCache) -> torch.Tensor:
-    """The soup pot: one token per sequence (B, 1) at cache slot input_pos (1,). Returns (B, V)."""
-    return model(tokens, positions, input_pos, mask, cache)[:, -1]
-
-
-@dataclass
-class GenerationResult:
-    tokens: list[list[int]]  # generated ids per sequence (prompt excluded, EOS included if hit)
-    texts: list[str]
-    prompt_tokens: list[int]  # prompt length of each sequence
-    metrics: Metrics
-    trace: Trace
-    settings: dict
-    prompt_ids: list[list[int]] = field(default_factory=list)
-    model: str = ""
-    device: str = ""
-    dtype: str = ""
-
-    def to_dict(self) -> dict:
-        """JSON-ready: the metrics flattened to the top level, plus one row per traced pass."""
-        out = {"tokens": self.tokens, "texts": self.texts, "prompt_tokens": self.prompt_tokens}
-        out |= asdict(self.metrics)
-        out |= {"settings": self.settings, "model": self.model, "device": self.device, "dtype": self.dtype}
-        out["trace"] = self.trace.to_rows()
-        return out
-
-
-class Clock:
-    """Seconds since the request started, minus the time the consumer held an event."""
-
-    def __init__(self, device: torch.device):
-        self.device, self.t0, self.paused_s = device, time.perf_counter(), 0.0
-
-    def now(self, sync: bool = True) -> float:
-        if sync and self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        return time.perf_counter() - self.t0 - self.paused_s
-
-    def emit(self, events: list[Event]) -> Iterator[Event]:
-        for ev in events:
-            held = time.perf_counter()
-            yield ev
-            self.paused_s += time.perf_counter() - held
+DEFAULT_SEAT_LEN = 2048  # a seat's slots when max_seq_len is not given (capped by the context)
+POOL_SHARE = 0.75  # of the memory budget for the KV seats; the rest is prefill working memory
+ORDER_ONLY = ("cache", "batching", "cuda_graph")  # settings of a fixed-batch order, not a served request
 
 
 @dataclass(frozen=True)
-class StepWork:
-    """What one pass computed, for its StepRecord (see engine/trace.py for the field meanings)."""
+class ServingConfig:
+    """How the serving path runs (chosen at load). `kv_tokens=0`: as many as the seats hold."""
 
-    tokens: int
-    slots: int
-    kv_tokens: int
-    attn_pairs: int | None = None
+    policy: str = "continuous"
+    token_budget: int = 512
+    max_seqs: int = 64
+    max_seq_len: int | None = None
+    kv_tokens: int = 0
+    cuda_graphs: bool = True  # decode graphs per batch bucket, on CUDA only
 
 
-@dataclass
-class Running:
-    """Decode-phase state of the sequences still cooking (rows shrink as sequences finish)."""
+@dataclass(frozen=True)
+class ServingLimits:
+    """What the serving path was sized to, from the memory budget (see `Engine.serving_limits`)."""
 
-    rows: list[int]  # index of each running row in the request's batch
-    last: torch.Tensor  # (B, 1) token each row feeds next
-    positions: torch.Tensor  # (B, 1) its position
-    valid: torch.Tensor  # (B, S) cache slots holding real keys
+    seats: int  # sequences that can run at once
+    seat_len: int  # prompt + new tokens of one request
+    kv_tokens: int  # cached tokens all running sequences may hold together
+    pool_bytes: int  # KV seats reserved
+    work_bytes: int  # left for a prefill pass's working memory
+    budget_bytes: int
 
-    def keep(self, keep: list[int], cache: KVCache | None) -> None:
-        """Compaction: drop finished rows so later steps stop paying for them."""
-        idx = torch.tensor(keep, device=self.last.device)
-        self.rows = [self.rows[i] for i in keep]
-        self.last, self.positions, self.valid = self.last[idx], self.positions[idx], self.valid[idx]
-        if cache is not None:
-            cache.keep_rows(keep)
+
+class Serving:
+    """The serving path's state: seats, scheduler, runner, and the live sequences by id."""
+
+    def __init__(self, model: Transformer, config: ServingConfig, budget: int):
+        cfg, dtype = model.cfg, model.dtype
+        per_token = cfg.kv_bytes_per_token(dtype.itemsize)
+        seat_len = min(config.max_seq_len or DEFAULT_SEAT_LEN, cfg.max_context)
+        pool_budget = int(budget * POOL_SHARE)
+        seats = max(1, min(config.max_seqs, pool_budget // (seat_len * per_token)))
+        seat_len = max(1, min(seat_len, pool_budget // (seats * per_token)))
+        self.pool = SeatPool(cfg, seats, seat_len, dtype, model.device)
+        sched = SchedulerConfig(config.policy, seats, config.token_budget, config.kv_tokens)
+        self.limits = ServingLimits(
+            seats, seat_len, config.kv_tokens or seats * seat_len, self.pool.bytes_reserved,
+            budget - self.pool.bytes_reserved, budget,
+        )  # fmt: skip
+        self.scheduler = Scheduler(sched, self.pool, self.work_bytes, self.limits.work_bytes)
+        self.runner = Runner(model, self.pool, config.cuda_graphs and model.device.type == "cuda")
+        self.model = model
+        self.seqs: dict[int, Sequence] = {}
+
+    def work_bytes(self, tokens: int, longest: int) -> int:
+        return prefill_work_bytes(self.model.cfg, tokens, longest, self.model.dtype.itemsize)
 
 
 class Engine:
-    """One loaded model on one device. Not thread-safe: one worker thread owns it."""
+    """One loaded model on one device."""
 
-    def __init__(self, model: Transformer, codec: TextCodec | None, info: ModelInfo, kv_budget_bytes=None):
+    def __init__(self, model: Transformer, codec: TextCodec | None, info: ModelInfo, kv_budget_bytes=None,
+                 serving: ServingConfig | None = None):  # fmt: skip
         self.model, self.codec, self.info = model, codec, info
         self.cfg: ModelConfig = model.cfg
         self.device = model.device
         self.kv_budget_bytes = kv_budget_bytes
+        self.serving_config = serving or ServingConfig()
+        SchedulerConfig(self.serving_config.policy, self.serving_config.max_seqs,
+                        self.serving_config.token_budget).check()  # fmt: skip
+        self._serving: Serving | None = None  # built at the first submit: generate() never pays for it
+        self._next_id, self._steps = 0, 0
+        self._t0 = time.perf_counter()
 
     @classmethod
-    def load(cls, model: str, device: str = "cpu", dtype: str = "float32", kv_budget_bytes=None) -> Engine:
+    def load(cls, model: str, device: str = "cpu", dtype: str = "float32", kv_budget_bytes: int | None = None,
+             policy: str = "continuous", token_budget: int = 512, max_seqs: int = 64,
+             max_seq_len: int | None = None, kv_tokens: int = 0) -> Engine:  # fmt: skip
         """Folder, `preset:NAME`, catalog name or hub id -> a ready Engine (see docs/engine-api.md)."""
+        serving = ServingConfig(policy, token_budget, max_seqs, max_seq_len, kv_tokens)
+        SchedulerConfig(policy, max_seqs, token_budget).check()  # refuse bad settings before loading
         loaded = load_model(model, device, dtype)
-        return cls(loaded.model, loaded.codec, loaded.info, kv_budget_bytes)
+        return cls(loaded.model, loaded.codec, loaded.info, kv_budget_bytes, serving)
 
     # --- text -------------------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -142,13 +135,13 @@ class Engine:
 
     # --- validation -------------------------------------------------------------------------------
     def limits(self, prompt_len: int, max_new_tokens: int) -> Limits:
-        """Largest batch the KV budget allows for this request shape, and the context limit."""
+        """Largest batch the memory budget allows for this request shape, and the context limit."""
         return kv_limits(
             self.cfg, self.model.dtype, self.device, self.kv_budget_bytes, prompt_len, max_new_tokens
         )
 
     def check(self, prompts, max_new_tokens: int = 64, **settings) -> list[list[int]]:
-        """Validate a request without running it; returns the prompts as token ids."""
+        """Validate a fixed-batch order without running it; returns the prompts as token ids."""
         req = RequestSettings(max_new_tokens=max_new_tokens, **settings)
         ids = encode_prompts(prompts, self.codec)
         check_request(self.cfg, ids, req, self.limits(max(map(len, ids), default=1), max_new_tokens))
@@ -158,7 +151,7 @@ class Engine:
             raise EngineError(f"cuda_graph=True needs cache='static' (got '{req.cache}')")
         return ids
 
-    # --- generation -------------------------------------------------------------------------------
+    # --- one order as one fixed batch ---------------------------------------------------------------
     def generate(self, prompts, max_new_tokens: int = 64, **settings) -> GenerationResult:
         for ev in self.stream(prompts, max_new_tokens=max_new_tokens, **settings):
             if isinstance(ev, Done):
@@ -168,135 +161,155 @@ class Engine:
     def stream(self, prompts, max_new_tokens: int = 64, **settings) -> Iterator[Event]:
         req = RequestSettings(max_new_tokens=max_new_tokens, **settings)
         ids = self.check(prompts, max_new_tokens, **settings)
-        return self._run(ids, req)
+        return FixedBatchRun(self, ids, req, self._new_id()).events()
 
-    def _new_cache(self, req: RequestSettings, batch: int, max_slots: int) -> KVCache | None:
-        cfg, dtype = self.cfg, self.model.dtype
-        if req.cache == "static":
-            return StaticKVCache(
-                cfg.n_layers, batch, cfg.n_kv_heads, cfg.head_dim, max_slots, dtype, self.device
+    # --- serving: many requests, one step at a time ------------------------------------------------
+    @property
+    def serving(self) -> Serving:
+        if self._serving is None:
+            budget = self.kv_budget_bytes or int(available_memory(self.device) * 0.5)
+            self._serving = Serving(self.model, self.serving_config, budget)
+        return self._serving
+
+    def serving_limits(self) -> ServingLimits:
+        return self.serving.limits
+
+    @property
+    def idle(self) -> bool:
+        """True when nothing is waiting or running (nothing for `step()` to do)."""
+        return self._serving is None or (self._serving.scheduler.idle and not self._serving.seqs)
+
+    def submit(self, prompt, max_new_tokens: int = 64, **settings) -> int:
+        """Queue one request; returns its id. Refused settings raise EngineError here, in one line."""
+        bad = next((k for k in settings if k in ORDER_ONLY), None)
+        if bad is not None:
+            raise EngineError(f"setting '{bad}' applies to one fixed-batch order (generate/stream), not to submit")
+        req = RequestSettings(max_new_tokens=max_new_tokens, **settings)
+        if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
+            raise EngineError("submit takes one prompt (text or a list of token ids); submit each prompt of a batch")
+        (ids,) = encode_prompts([prompt], self.codec)
+        check_request(self.cfg, [ids], req, self.limits(len(ids), max_new_tokens))
+        srv = self.serving
+        lim, total = srv.limits, len(ids) + max_new_tokens
+        if total > lim.seat_len:
+            raise EngineError(
+                f"prompt ({len(ids):,} tokens) + max_new_tokens {max_new_tokens:,} = {total:,} exceeds a KV seat "
+                f"of {lim.seat_len:,} tokens (set max_seq_len at load, up to the context of {self.cfg.max_context:,})"
             )
-        if req.cache == "growing":
-            return GrowingKVCache(cfg.n_layers, batch, cfg.n_kv_heads, cfg.head_dim, dtype, self.device)
-        return None  # "none": every step recomputes the whole sequence
-
-    def _record(self, phase, index, t_start, t_end, forward_s, batch, tokens, slots, kv_tokens, kv_bytes,
-                logits_rows, attn_pairs=None) -> StepRecord:  # fmt: skip
-        dtype_bytes = self.model.dtype.itemsize
-        cost = step_cost(self.cfg, batch, slots, kv_tokens, dtype_bytes, logits_rows, attn_pairs)
-        return StepRecord(
-            phase=phase, index=index, t_start=t_start, t_end=t_end, forward_s=forward_s, batch=batch,
-            tokens=tokens, slots=slots, kv_tokens=kv_tokens, kv_bytes=kv_bytes,
-            flops=cost.flops, bytes_moved=cost.bytes_moved,
+        if total > srv.scheduler.kv_tokens:
+            raise EngineError(
+                f"prompt + max_new_tokens = {total:,} tokens exceeds the KV memory of {srv.scheduler.kv_tokens:,} tokens"
+            )
+        first_pass = min(len(ids), srv.scheduler.config.token_budget) if srv.scheduler.config.policy == "chunked" \
+            else len(ids)  # fmt: skip
+        work = srv.work_bytes(first_pass, first_pass)
+        if work > lim.work_bytes:
+            raise EngineError(
+                f"a prefill pass over this prompt ({first_pass:,} tokens) needs {work:,} bytes of working memory; "
+                f"{lim.work_bytes:,} bytes are left beside the KV seats (budget {lim.budget_bytes:,} bytes)"
+            )
+        rid = self._new_id()
+        gen = torch.Generator(device=self.device).manual_seed(req.seed)
+        seq = Sequence(
+            request_id=rid, prompt=ids, max_new_tokens=max_new_tokens,
+            params=SamplingParams(req.temperature, req.top_k, req.top_p), generator=gen,
+            stop_ids=frozenset(self.cfg.eos_ids) if req.stop_at_eos else frozenset(),
+            decoder=IncrementalDecoder(self.codec, ids),
         )  # fmt: skip
+        srv.seqs[rid] = seq
+        srv.scheduler.add(seq)
+        return rid
+
+    def cancel(self, request_id: int) -> bool:
+        """Stop a request; its seat is freed and its Done (finish_reason "cancelled") comes at the next
+        step. False if it had already finished."""
+        if not 0 <= request_id < self._next_id:
+            raise EngineError(f"no request {request_id}: ids so far are 0..{self._next_id - 1}")
+        seq = self._serving.seqs.get(request_id) if self._serving is not None else None
+        if seq is None:
+            return False
+        seq.cancel_requested = True
+        return True
 
     @torch.inference_mode()
-    def _run(self, prompts: list[list[int]], req: RequestSettings) -> Iterator[Event]:
-        clock = Clock(self.device)
-        params = SamplingParams(req.temperature, req.top_k, req.top_p)
-        gen = torch.Generator(device=self.device).manual_seed(req.seed)
-        B, lengths = len(prompts), [len(p) for p in prompts]
-        max_slots = max(lengths) + req.max_new_tokens - 1  # the last token is never fed back
-        batch = build_batch(prompts, req.batching, self.device, max_slots)
-        cache = self._new_cache(req, B, max_slots)
-        kv_allocated = cache.bytes_allocated if cache is not None else 0
-        out: list[list[int]] = [[] for _ in prompts]
-        decoders = [IncrementalDecoder(self.codec, p) for p in prompts]
-        trace = Trace()
-        yield from clock.emit([PrefillStart(clock.now(), B, lengths, batch.computed, req.batching)])
+    def step(self) -> list[Event]:
+        """One scheduler iteration: at most one forward pass. Returns its events ([] if idle)."""
+        if self._serving is None:
+            return []
+        srv = self.serving
+        events: list[Event] = []
+        for seq in [s for s in srv.seqs.values() if s.cancel_requested]:
+            srv.scheduler.remove(seq)
+            seq.status, seq.finish_reason = Status.CANCELLED, "cancelled"
+            events.append(self._done(seq, time.perf_counter()))
+        plan = srv.scheduler.schedule(time.perf_counter())
+        if not plan.work:
+            return events
+        t_start = self._now()
+        out = srv.runner.run(plan)
+        t_fwd = self._now()
+        next_ids = self._sample(out)
+        t_end = self._now()
+        t_abs = self._t0 + t_end
+        finished = []
+        for w, tok in zip(out.sampled, next_ids, strict=True):
+            seq = w.seq
+            done = seq.append(tok, t_abs)
+            text = seq.decoder.feed(tok, final=done)
+            events.append(Token(t_end, 0, len(seq.output) - 1, tok, text, done, seq.request_id))
+            if done:
+                finished.append(seq)
+        rec = measured_step(
+            self.cfg, self.model.dtype.itemsize, phase=plan.phase, index=self._step_index(), t_start=t_start,
+            t_end=t_end, forward_s=t_fwd - t_start, batch=len(plan.work), tokens=out.tokens, slots=out.tokens,
+            kv_tokens=out.kv_read, kv_bytes=srv.pool.bytes_in_use, logits_rows=len(out.sampled),
+            attn_pairs=out.attn_pairs,
+        )  # fmt: skip
+        events.append(StepEnd(
+            t_end, rec, -1, tuple(w.seq.request_id for w in plan.work), out.prefill_tokens, out.decode_tokens,
+            tuple(s.request_id for s in plan.preempted),
+        ))  # fmt: skip
+        for seq in finished:
+            srv.scheduler.remove(seq)
+            seq.status = Status.FINISHED
+            events.append(self._done(seq, t_abs))
+        return events
 
-        # The wok: one pass over every prompt token.
-        t_start = clock.now()
-        logits = prefill(self.model, batch, cache)
-        t_fwd = clock.now()
-        first = sample(logits, params, gen)  # (B,)
-        first_ids = first.tolist()
-        trace.t_first_token = clock.now()
-        if cache is not None:
-            cache.add_live(lengths)
-        kv_bytes = cache.bytes_in_use if cache is not None else 0
-        rec = self._record("prefill", 0, t_start, t_fwd, t_fwd - t_start, B, sum(lengths), batch.computed,
-                           sum(lengths), kv_bytes, B, batch.attn_pairs)  # fmt: skip
-        trace.steps.append(rec)
-        events: list[Event] = [PrefillEnd(t_fwd, rec, rec.kv_bytes)]
-        done = [False] * B
-        self._accept(first_ids, list(range(B)), out, decoders, req, 0, trace.t_first_token, events, done)
-        events.append(StepEnd(trace.t_first_token, rec))
-        yield from clock.emit(events)
+    def _sample(self, out: PassOutput) -> list[int]:
+        """Each sequence samples with its own settings and generator; greedy rows in one argmax."""
+        ids = [0] * len(out.sampled)
+        greedy = [i for i, w in enumerate(out.sampled) if w.seq.params.greedy]
+        if greedy:
+            picked = out.logits[greedy].argmax(dim=-1).tolist() if len(greedy) < len(ids) \
+                else out.logits.argmax(dim=-1).tolist()  # fmt: skip
+            for i, tok in zip(greedy, picked, strict=True):
+                ids[i] = tok
+        for i, w in enumerate(out.sampled):
+            if not w.seq.params.greedy:
+                ids[i] = int(sample(out.logits[i : i + 1], w.seq.params, w.seq.generator)[0])
+        return ids
 
-        # The soup pot: one token per running sequence per step, until all are done.
-        run = Running(list(range(B)), first[:, None], torch.tensor(lengths, device=self.device)[:, None],
-                      batch.valid)  # fmt: skip
-        graphed: GraphedDecode | None = None
-        step = 0
-        while True:
-            live = [i for i, row in enumerate(run.rows) if not done[row]]
-            if not live:
-                break
-            if len(live) < len(run.rows) and not req.cuda_graph:  # a graph's batch shape is fixed
-                run.keep(live, cache)
-                live = list(range(len(run.rows)))
-            step += 1
-            t_start = clock.now()
-            if cache is None:  # recompute mode: the whole sequence again, through the prefill path
-                full = build_batch([prompts[r] + out[r] for r in run.rows], req.batching, self.device)
-                logits = prefill(self.model, full, None)
-                work = StepWork(sum(full.lengths), full.computed, 0, full.attn_pairs)
-            else:
-                slot = batch.slots_used + step - 1  # one common cache slot per step for all rows
-                if req.cuda_graph and graphed is None:  # step 1 includes recording the graph
-                    run.valid[:, slot] = True
-                    graphed = GraphedDecode(self.model, cache, run.valid, slot)
-                logits, read = self._decode_step(run, slot, cache, graphed)
-                work = StepWork(len(live), len(run.rows), len(run.rows) * read)
-            t_fwd = clock.now()
-            nxt = sample(logits, params, gen)  # (B,)
-            nxt_ids = nxt.tolist()
-            t_end = clock.now()
-            rows = [run.rows[i] for i in live]
-            kv_bytes = 0
-            if cache is not None:  # each live row fed one real token; a graph's finished rows feed junk
-                cache.add_live([int(not done[r]) for r in run.rows])
-                kv_bytes = cache.bytes_in_use
-            rec = self._record("decode", step, t_start, t_end, t_fwd - t_start, len(run.rows), work.tokens,
-                               work.slots, work.kv_tokens, kv_bytes, len(run.rows), work.attn_pairs)  # fmt: skip
-            trace.steps.append(rec)
-            events = []
-            self._accept([nxt_ids[i] for i in live], rows, out, decoders, req, step, t_end, events, done)
-            events.append(StepEnd(t_end, rec))
-            run.last, run.positions = nxt[:, None], run.positions + 1
-            yield from clock.emit(events)
+    def _done(self, seq: Sequence, t_abs: float) -> Done:
+        seq.finish_t = t_abs
+        del self.serving.seqs[seq.request_id]
+        result = RequestResult(
+            request_id=seq.request_id, prompt_ids=seq.prompt, tokens=seq.output, text=self.decode(seq.output),
+            finish_reason=seq.finish_reason,
+            metrics=request_metrics(seq.arrival_t, seq.scheduled_t, seq.token_times, len(seq.prompt),
+                                    seq.preemptions),
+        )  # fmt: skip
+        return Done(t_abs - self._t0, result, seq.request_id)
 
-        trace.t_done = trace.steps[-1].t_end if len(trace.steps) > 1 else trace.t_first_token
-        if isinstance(cache, GrowingKVCache):
-            kv_allocated = cache.peak_bytes
-        result = GenerationResult(
-            tokens=out,
-            texts=[self.decode(t) for t in out],
-            prompt_tokens=lengths,
-            metrics=compute_metrics(trace, [len(t) for t in out], kv_allocated),
-            trace=trace,
-            settings=asdict(req),
-            prompt_ids=prompts,
-            model=self.info.name,
-            device=str(self.device),
-            dtype=self.info.dtype,
-        )
-        yield from clock.emit([Done(clock.now(), result)])
+    def _now(self) -> float:
+        """Seconds on the engine's clock; on CUDA after the queued kernels have run."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter() - self._t0
 
-    def _decode_step(self, run: Running, slot: int, cache: KVCache, graphed: GraphedDecode | None):
-        """One soup-pot step at cache `slot`: -> (logits (B, V), cache slots each row read)."""
-        run.valid[:, slot] = True  # the token fed now becomes a key every row may attend to
-        if graphed is not None:
-            return graphed(run.last, run.positions, slot), run.valid.shape[1]  # reads the whole allocation
-        mask = run.valid[:, None, None, : slot + 1]  # (B, 1, 1, S): only the filled prefix
-        input_pos = torch.tensor([slot], device=self.device)  # (1,)
-        return decode_one_token(self.model, run.last, run.positions, input_pos, mask, cache), slot + 1
+    def _step_index(self) -> int:
+        self._steps += 1
+        return self._steps
 
-    def _accept(self, ids, rows, out, decoders, req, step, t, events, done) -> None:
-        """Append one sampled token per live row, queue its Token event, mark finished rows in `done`."""
-        for tok, row in zip(ids, rows, strict=True):
-            out[row].append(tok)
-            done[row] = len(out[row]) >= req.max_new_tokens or (req.stop_at_eos and tok in self.cfg.eos_ids)
-            text = decoders[row].feed(tok, final=done[row])
-            events.append(Token(t, row, step, tok, text, done[row]))
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id - 1

@@ -1,23 +1,27 @@
-"""Typed events that `Engine.stream()` yields while a request runs.
+"""Typed events: what `Engine.stream()` yields and `Engine.step()` returns.
 
 A UI thread animates from these: the wok lights on `PrefillStart`, the KV cache slides onto the
 counter at `PrefillEnd`, one bowl is ladled per `Token`, and `Done` carries the full result.
 Every event carries `t` = seconds since the request started (measured, never estimated).
 
-Order for one request:
+Every event carries `request_id`.
+
+Order for one fixed-batch order (`stream`; `seq` is the table's index in the order):
     PrefillStart, PrefillEnd, Token x batch (first tokens), StepEnd(prefill),
     then per decode step: Token x running sequences, StepEnd(decode), ... and finally Done.
+
+What one `step()` of the scheduler returns: a Token for each request that sampled in that step
+(`step` counts that request's own tokens, 0 = its first), a Done for each request that finished
+or was cancelled, and one StepEnd for the pass with the requests it held (`request_id` -1: a step
+belongs to no single request). Times `t` are seconds on the engine's clock there.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from engine.results import GenerationResult, RequestResult
 from engine.trace import StepRecord
-
-if TYPE_CHECKING:  # avoid an import cycle; the engine module imports this one
-    from engine.engine import GenerationResult
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,7 @@ class PrefillStart:
     prompt_tokens: list[int]  # prompt length of each sequence
     slots: int  # positions the pass will compute (padding included)
     mode: str  # "padded" or "packed"
+    request_id: int = 0
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,7 @@ class PrefillEnd:
     t: float
     step: StepRecord  # the prefill pass, with its measured time and analytic cost
     kv_bytes: int  # KV cache bytes handed to decode (the serving counter)
+    request_id: int = 0
 
 
 @dataclass(frozen=True)
@@ -44,18 +50,25 @@ class Token:
     token_id: int
     text: str  # newly printable text for this sequence ("" while a UTF-8 char is incomplete)
     finished: bool  # this token ended the sequence (EOS or max_new_tokens)
+    request_id: int = 0
 
 
 @dataclass(frozen=True)
 class StepEnd:
     t: float
     step: StepRecord
+    request_id: int = 0  # the order's id for a fixed batch; -1 for a scheduler step
+    request_ids: tuple[int, ...] = ()  # scheduler step: the requests it held
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    preempted: tuple[int, ...] = ()  # scheduler step: requests sent back to the line to recompute
 
 
 @dataclass(frozen=True)
 class Done:
     t: float
-    result: GenerationResult
+    result: GenerationResult | RequestResult
+    request_id: int = 0
 
 
 Event = PrefillStart | PrefillEnd | Token | StepEnd | Done

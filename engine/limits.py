@@ -1,12 +1,15 @@
 """Refusing bad requests before any work starts: one readable line naming the problem and the limit.
 
 Why check up front: a prompt that is too long would otherwise fail deep inside a RoPE table lookup,
-and an oversized batch would try to allocate the KV cache and take the machine down with it. The
-KV cache size is known before allocating: batch x (prompt + new tokens) x bytes per token.
+and an oversized batch would try to allocate the KV cache and take the machine down with it. What a
+request needs is known before allocating: its KV cache, batch x (prompt + new tokens) x bytes per
+token, plus the working memory of its prefill pass (activations and attention scores,
+engine/costs.py `prefill_work_bytes`), which for long prompts is the larger of the two.
 
 Worked example: SmolLM2-135M in float32 stores 46,080 B per token; 64 sequences x (512 + 512)
-tokens need 64 x 1,024 x 46,080 = 3.0 GB, so with a 2 GB budget the request is refused and
-`limits(512, 512).max_batch` says 42 would fit.
+tokens need 64 x 1,024 x 46,080 = 3.0 GB of KV cache, and each 512-token prompt's prefill needs
+17.3 MB of activations + 9.4 MB of scores + 0.2 MB of logits: 1.7 GB more for 64. With a 2 GB
+budget the request is refused and `limits(512, 512).max_batch` says 26 would fit.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from engine.config import ModelConfig
+from engine.costs import prefill_work_bytes
 from engine.errors import EngineError
 
 CACHE_MODES = ("static", "growing", "none")
@@ -47,11 +51,16 @@ class RequestSettings:
 
 @dataclass(frozen=True)
 class Limits:
-    max_batch: int  # sequences whose KV cache fits in the budget for this request shape
+    max_batch: int  # sequences whose KV cache and prefill working memory fit in the budget
     max_context: int  # prompt + new tokens may not exceed this
-    kv_budget_bytes: int
+    kv_budget_bytes: int  # the memory budget: KV cache + prefill working memory
     kv_bytes_per_token: int
     kv_bytes_per_sequence: int
+    work_bytes_per_sequence: int = 0  # prefill working memory of one sequence of this prompt length
+
+    @property
+    def bytes_per_sequence(self) -> int:
+        return self.kv_bytes_per_sequence + self.work_bytes_per_sequence
 
 
 def available_memory(device: torch.device) -> int:
@@ -73,7 +82,8 @@ def kv_limits(cfg: ModelConfig, dtype, device, budget: int | None, prompt_len: i
         budget = int(available_memory(torch.device(device)) * DEFAULT_BUDGET_FRACTION)
     per_token = cfg.kv_bytes_per_token(dtype.itemsize)
     per_seq = per_token * max(prompt_len + max_new, 1)
-    return Limits(budget // per_seq, cfg.max_context, budget, per_token, per_seq)
+    work = prefill_work_bytes(cfg, prompt_len, prompt_len, dtype.itemsize)
+    return Limits(budget // (per_seq + work), cfg.max_context, budget, per_token, per_seq, work)
 
 
 def check_request(cfg: ModelConfig, prompts: list[list[int]], req: RequestSettings, limits: Limits) -> None:
@@ -106,11 +116,11 @@ def check_request(cfg: ModelConfig, prompts: list[list[int]], req: RequestSettin
                 f"prompt {i} ({len(ids):,} tokens) + max_new_tokens {req.max_new_tokens:,} = "
                 f"{len(ids) + req.max_new_tokens:,} exceeds the model's context of {cfg.max_context:,} tokens"
             )
-    if req.cache != "none":
-        need = len(prompts) * limits.kv_bytes_per_sequence
-        if need > limits.kv_budget_bytes:
-            raise EngineError(
-                f"KV cache for batch {len(prompts)} x {limits.kv_bytes_per_sequence // limits.kv_bytes_per_token:,} "
-                f"tokens needs {need:,} bytes; the budget is {limits.kv_budget_bytes:,} bytes "
-                f"(at most {limits.max_batch} sequences of this length)"
-            )
+    kv = len(prompts) * limits.kv_bytes_per_sequence if req.cache != "none" else 0
+    work = len(prompts) * limits.work_bytes_per_sequence
+    if kv + work > limits.kv_budget_bytes:
+        raise EngineError(
+            f"batch {len(prompts)} x {limits.kv_bytes_per_sequence // limits.kv_bytes_per_token:,} tokens needs "
+            f"{kv:,} bytes of KV cache + {work:,} bytes of prefill working memory = {kv + work:,} bytes; "
+            f"the budget is {limits.kv_budget_bytes:,} bytes (at most {limits.max_batch} sequences of this length)"
+        )

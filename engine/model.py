@@ -38,6 +38,7 @@ from torch import nn
 
 from engine.cache import KVCache
 from engine.config import ModelConfig, rope_inv_freq
+from engine.kv_pool import SeatBatch, SeatPool
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,8 @@ class Attention(nn.Module):
         _weight(self, "wo_t", cfg.q_dim, cfg.d_model, device, dtype)
         _buffer(self, "bo", (cfg.d_model,), device, dtype, cfg.out_bias)
 
-    def forward(self, x, rope: Rope | None, input_pos, mask, cache: KVCache | None, packed):
+    def qkv(self, x, rope: Rope | None):
+        """Project and rotate: x (B, T, d) -> q (B, H, T, D), k and v (B, Hkv, T, D)."""
         cfg = self.cfg
         B, T, _ = x.shape
         qkv = x @ self.wqkv_t  # (B, T, q + 2kv)
@@ -159,7 +161,12 @@ class Attention(nn.Module):
             qk = apply_rope(qk, rope)  # q and k heads sit side by side: one rotation covers both
         q, k = qk.split([cfg.n_heads, cfg.n_kv_heads], dim=2)
         v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim)  # (B, T, Hkv, D)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
+
+    def forward(self, x, rope: Rope | None, input_pos, mask, cache: KVCache | None, packed):
+        cfg = self.cfg
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x, rope)
         if packed is not None:
             out = self._packed_attention(q, k, v, packed)
             if cache is not None:
@@ -177,6 +184,41 @@ class Attention(nn.Module):
                 q, k, v, attn_mask=mask, is_causal=mask is None and T > 1, enable_gqa=cfg.group > 1
             )  # (B, H, T, D)
         return self._project(out.transpose(1, 2).reshape(B, T, cfg.q_dim))  # (B, T, H*D)
+
+    def forward_seats(self, x, rope: Rope | None, sb: SeatBatch, pool: SeatPool) -> torch.Tensor:
+        """A flat pass (1, N) over many sequences' tokens: decode rows first, then prefill spans.
+
+        Every token's K/V go to its own sequence's seat at its own position. Decode rows attend
+        together (one batched read of their seats); each span attends to its seat's cache up to
+        itself. The GEMMs around this see all N tokens at once: one read of the weights per step.
+        """
+        cfg, layer = self.cfg, self.layer
+        q, k, v = self.qkv(x, rope)  # (1, H, N, D), (1, Hkv, N, D)
+        outs, nd = [], sb.n_decode
+        if nd:
+            kd, vd = k[0, :, :nd].transpose(0, 1), v[0, :, :nd].transpose(0, 1)  # (Bd, Hkv, D)
+            pool.write_rows(layer, sb.decode_seats, sb.decode_slots, kd, vd)
+            if sb.decode_first is not None:
+                keys, values = pool.read_rows(layer, sb.decode_first, nd, sb.decode_width)
+            else:
+                keys, values = pool.gather_rows(layer, sb.decode_seats, sb.decode_width)
+            qd = q[0, :, :nd].transpose(0, 1).unsqueeze(2)  # (Bd, H, 1, D)
+            outs.append(decode_attention(qd, keys, values, sb.decode_bias).view(1, nd, cfg.q_dim))
+        offset = nd
+        for sp in sb.spans:
+            s = slice(offset, offset + sp.length)
+            pool.write_span(layer, sp.seat, sp.start, k[0, :, s], v[0, :, s])
+            if sp.start == 0:  # the span is the whole cache so far: attend within it
+                keys, values = k[:, :, s], v[:, :, s]  # (1, Hkv, T, D)
+            else:
+                keys, values = pool.read_rows(layer, sp.seat, 1, sp.start + sp.length)  # (1, Hkv, S, D)
+            out = F.scaled_dot_product_attention(
+                q[:, :, s], keys, values, attn_mask=sp.mask,
+                is_causal=sp.mask is None and sp.length > 1, enable_gqa=cfg.group > 1,
+            )  # fmt: skip  # (1, H, T, D)
+            outs.append(out.transpose(1, 2).reshape(1, sp.length, cfg.q_dim))
+            offset += sp.length
+        return self._project(outs[0] if len(outs) == 1 else torch.cat(outs, dim=1))  # (1, N, d)
 
     def _project(self, out: torch.Tensor) -> torch.Tensor:
         """Heads back to the model width: (B, T, H*D) @ (H*D, d)."""
@@ -230,6 +272,10 @@ class Block(nn.Module):
 
     def forward(self, x, rope, input_pos, mask, cache, packed):
         x = x + self.attn(self.attn_norm(x), rope, input_pos, mask, cache, packed)
+        return x + self.mlp(self.mlp_norm(x))
+
+    def forward_seats(self, x, rope, sb: SeatBatch, pool: SeatPool):
+        x = x + self.attn.forward_seats(self.attn_norm(x), rope, sb, pool)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -293,16 +339,44 @@ class Transformer(nn.Module):
         packed: list[int] | None = None,
     ) -> torch.Tensor:
         """Logits `(B, T, V)`, or `(R, V)` for the flat rows in `logits_rows`."""
-        x = self.embed_tokens(tokens)
-        rope = None
-        if self.cfg.positions == "learned":
-            x = x + self.wpe[positions]
-        else:
-            rope = Rope(self.rope_cos[positions].unsqueeze(2), self.rope_sin[positions].unsqueeze(2))
+        x, rope = self._inputs(tokens, positions)
         if tokens.shape[1] == 1 and mask is not None:
             mask = additive_bias(mask, x.dtype)  # once per step, not once per layer
         for block in self.layers:
             x = block(x, rope, input_pos, mask, cache, packed)
+        return self._logits(x, logits_rows)
+
+    def forward_seats(
+        self, tokens: torch.Tensor, positions: torch.Tensor, sb: SeatBatch, pool: SeatPool,
+        logits_rows: torch.Tensor,
+    ) -> torch.Tensor:  # fmt: skip
+        """One serving step: tokens and positions (1, N) of many sequences -> logits (R, V)."""
+        x, rope = self._inputs(tokens, positions)
+        for block in self.layers:
+            x = block.forward_seats(x, rope, sb, pool)
+        return self._logits(x, logits_rows)
+
+    def _inputs(self, tokens: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, Rope | None]:
+        x = self.embed_tokens(tokens)  # (B, T, d)
+        if self.cfg.positions == "learned":
+            return x + self.wpe[positions], None
+        return x, Rope(self.rope_cos[positions].unsqueeze(2), self.rope_sin[positions].unsqueeze(2))
+
+    def _logits(self, x: torch.Tensor, logits_rows: torch.Tensor | None) -> torch.Tensor:
         if logits_rows is not None:
             x = x.reshape(-1, x.shape[-1]).index_select(0, logits_rows)  # (R, d)
         return self.final_norm(x) @ self.lm_head_t  # (..., V)
+
+
+def prefill(model: Transformer, batch, cache: KVCache | None) -> torch.Tensor:
+    """The wok: all prompt tokens of all sequences in one pass. Returns (B, V) last-token logits.
+
+    `batch` is an engine.batching.PrefillBatch (padded or packed)."""
+    return model(
+        batch.tokens, batch.positions, batch.input_pos, batch.mask, cache, batch.logits_rows, batch.packed
+    )
+
+
+def decode_one_token(model: Transformer, tokens, positions, input_pos, mask, cache: KVCache) -> torch.Tensor:
+    """The soup pot: one token per sequence (B, 1) at cache slot input_pos (1,). Returns (B, V)."""
+    return model(tokens, positions, input_pos, mask, cache)[:, -1]

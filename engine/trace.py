@@ -22,7 +22,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-Phase = Literal["prefill", "decode"]
+from engine.config import ModelConfig
+from engine.costs import step_cost
+
+Phase = Literal["prefill", "decode", "mixed"]  # mixed: a serving step with prefill chunks and decodes
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,18 @@ class StepRecord:
     @property
     def bytes_per_s(self) -> float:
         return self.bytes_moved / self.seconds if self.seconds > 0 else 0.0
+
+
+def measured_step(cfg: ModelConfig, dtype_bytes: int, *, phase: Phase, index: int, t_start: float,
+                  t_end: float, forward_s: float, batch: int, tokens: int, slots: int, kv_tokens: int,
+                  kv_bytes: int, logits_rows: int, attn_pairs: int | None = None) -> StepRecord:  # fmt: skip
+    """A StepRecord: the pass's measured times plus its analytic cost (engine/costs.py)."""
+    cost = step_cost(cfg, batch, slots, kv_tokens, dtype_bytes, logits_rows, attn_pairs)
+    return StepRecord(
+        phase=phase, index=index, t_start=t_start, t_end=t_end, forward_s=forward_s, batch=batch,
+        tokens=tokens, slots=slots, kv_tokens=kv_tokens, kv_bytes=kv_bytes,
+        flops=cost.flops, bytes_moved=cost.bytes_moved,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

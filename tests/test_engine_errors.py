@@ -17,7 +17,7 @@ PROMPT = [11, 57, 3, 200, 42, 9, 101, 7]
 
 @pytest.fixture(scope="module")
 def eng(tiny_llama):
-    return Engine.load(str(tiny_llama.path), kv_budget_bytes=50_000)
+    return Engine.load(str(tiny_llama.path), kv_budget_bytes=120_000)
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,8 @@ def refuse(fn, *patterns):
         ([PROMPT * 12], {"max_new_tokens": 40}, ["96 tokens", "max_new_tokens 40", "136", "context of 128"]),
         ([[1, 320]], {}, ["token id 320", "320 ids", "0..319"]),
         ([[-1, 5]], {}, ["token id -1"]),
-        ([PROMPT] * 4, {"max_new_tokens": 32}, ["81,920 bytes", "budget is 50,000 bytes", "at most 2"]),
+        ([PROMPT] * 4, {"max_new_tokens": 32}, ["81,920 bytes of KV", "115,712 bytes of prefill working memory",
+                                                 "budget is 120,000 bytes", "at most 2"]),
         ([PROMPT], {"max_new_tokens": 0}, ["max_new_tokens must be at least 1"]),
         ([PROMPT], {"temperature": -1.0}, ["temperature"]),
         ([PROMPT], {"top_p": 0.0}, ["top_p"]),
@@ -68,7 +69,10 @@ def test_bad_requests_are_refused_and_the_engine_keeps_working(eng, baseline, pr
 def test_limits_say_how_big_a_batch_fits(eng):
     lim = eng.limits(8, 32)
     assert lim.kv_bytes_per_token == eng.cfg.kv_bytes_per_token(4) == 512
-    assert lim.max_batch == 50_000 // (40 * 512) == 2
+    from engine.costs import prefill_work_bytes
+
+    assert lim.work_bytes_per_sequence == prefill_work_bytes(eng.cfg, 8, 8, 4) == 28_928
+    assert lim.max_batch == 120_000 // (40 * 512 + 28_928) == 2
     assert lim.max_context == 128
     eng.check([PROMPT] * lim.max_batch, max_new_tokens=32)  # exactly the limit is fine
 
@@ -161,11 +165,11 @@ def test_cli_info_and_bench_dispatch(tiny_llama, capsys, monkeypatch):
     info = json.loads(capsys.readouterr().out)
     assert info["family"] == "llama" and info["n_layers"] == 2 and info["trained"] is True
     seen = []
-    fake = type(sys)("engine.bench")
+    fake = type(sys)("bench.bench")
     fake.main = lambda argv: seen.append(argv) or 0
-    monkeypatch.setitem(sys.modules, "engine.bench", fake)
+    monkeypatch.setitem(sys.modules, "bench.bench", fake)
     assert main(["bench", "--quick"]) == 0 and seen == [["--quick"]]
-    monkeypatch.setitem(sys.modules, "engine.bench", None)  # as if the module were missing
+    monkeypatch.setitem(sys.modules, "bench.bench", None)  # as if the module were missing
     assert main(["bench"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "engine/bench.py" in err[0]
+    assert len(err) == 1 and "bench/bench.py" in err[0]

@@ -159,15 +159,16 @@ def test_graph_mode_bookkeeping_matches_eager_decode(eng, monkeypatch):
     CPU (the capture itself needs a GPU: see test_cuda_graph_gives_the_same_tokens)."""
     import functools
 
-    import engine.engine as engine_mod
+    import engine.fixed_batch as fixed_batch
     from engine.limits import RequestSettings
 
     monkeypatch.setattr(
-        engine_mod, "GraphedDecode", functools.partial(engine_mod.GraphedDecode, capture=False)
+        fixed_batch, "GraphedDecode", functools.partial(fixed_batch.GraphedDecode, capture=False)
     )
     prompts = [[11, 57, 3, 200, 42, 9, 101, 7], [5, 6]]
     eager = eng.generate(prompts, max_new_tokens=7)
-    events = list(eng._run(prompts, RequestSettings(max_new_tokens=7, cuda_graph=True)))
+    run = fixed_batch.FixedBatchRun(eng, prompts, RequestSettings(max_new_tokens=7, cuda_graph=True), 0)
+    events = list(run.events())
     graphed = events[-1].result
     assert graphed.tokens == eager.tokens
     width = max(map(len, prompts)) + 7 - 1

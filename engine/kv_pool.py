@@ -1,0 +1,159 @@
+"""The serving counter for many orders: a pool of KV *seats*, one row per running sequence.
+
+Layout (why seats and not blocks: docs/design/kv-cache.md has the comparison and the numbers):
+
+    k, v   (L, seats, Hkv, seat_len, D)   one preallocated tensor each
+    seat s row k[layer, s, :, :n] holds the keys of the sequence sitting there, positions 0..n-1
+
+A sequence takes the lowest free seat when it starts, writes its K/V at its own positions, and
+gives the seat back when it finishes, is cancelled or is preempted: joining or leaving copies
+nothing. A decode step reads `k[layer, 0:B, :, :W]`, a *view*, when its B sequences sit in seats
+0..B-1; `compact()` keeps them there (moving a sequence copies its filled prefix once, not every
+step). Rows shorter than the widest one are masked.
+
+Memory is touched lazily: the pool is `torch.empty`, and before a pass reads a slot that no
+sequence ever wrote, `prepare_read` zeroes it (stale K/V of a former occupant is finite and
+masked; never-written memory might hold NaN, and 0 x NaN is NaN even behind a -inf mask).
+
+Worked example, the chef in float32 (6 layers, 4 KV heads, head dim 32): one token of one sequence
+is 2 x 6 x 4 x 32 x 4 B = 6,144 B; 64 seats x 512 slots = 201 MB reserved at most.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engine.config import ModelConfig
+
+
+@dataclass(frozen=True)
+class Span:
+    """A prefill chunk of one sequence inside a flat pass: positions start..start+length-1."""
+
+    seat: int
+    start: int
+    length: int
+    mask: torch.Tensor | None  # (1, 1, length, start + length) bool; None when start == 0 (causal)
+
+
+@dataclass(frozen=True)
+class SeatBatch:
+    """How a flat pass of N tokens, shape (1, N), maps onto seats: decode rows first, then spans.
+
+    Example: two sequences decoding in seats 0 and 1 (12 and 30 tokens cached) and a 5-token
+    chunk of a prompt in seat 2 starting at position 8: N = 7, decode_seats [0, 1], decode_slots
+    [12, 30], decode_first 0, decode_width 31, spans [Span(2, 8, 5, mask)].
+    """
+
+    decode_seats: torch.Tensor  # (Bd,) long: each decode row's seat
+    decode_slots: torch.Tensor  # (Bd,) long: the slot (= position) its new K/V goes to
+    decode_first: int | None  # the seats are decode_first.. in order (a view), or None (a gather)
+    decode_width: int  # slots the decode rows read: the longest row + 1
+    decode_bias: torch.Tensor | None  # (Bd, 1, 1, W) additive: 0 = may attend, -inf = not
+    spans: list[Span]
+
+    @property
+    def n_decode(self) -> int:
+        return self.decode_seats.shape[0]
+
+
+class SeatPool:
+    def __init__(self, cfg: ModelConfig, seats: int, seat_len: int, dtype, device):
+        self.cfg, self.seats, self.seat_len = cfg, seats, seat_len
+        self.dtype, self.device = dtype, torch.device(device)
+        shape = (cfg.n_layers, seats, cfg.n_kv_heads, seat_len, cfg.head_dim)  # (L, S, Hkv, T, D)
+        # CUDA memory is reserved either way: zero it once. CPU pages stay untouched until used.
+        alloc = torch.zeros if self.device.type == "cuda" else torch.empty
+        self.k = alloc(shape, dtype=dtype, device=self.device)
+        self.v = alloc(shape, dtype=dtype, device=self.device)
+        self.clean = [seat_len if self.device.type == "cuda" else 0] * seats  # slots safe to read
+        self.lengths = [0] * seats  # real tokens each seat holds
+        self.owner: list[int | None] = [None] * seats  # request id sitting there
+
+    # -- seats ----------------------------------------------------------------------------------------
+    @property
+    def bytes_per_token(self) -> int:
+        return self.cfg.kv_bytes_per_token(self.dtype.itemsize)
+
+    @property
+    def bytes_reserved(self) -> int:
+        return self.seats * self.seat_len * self.bytes_per_token
+
+    @property
+    def tokens_in_use(self) -> int:
+        return sum(self.lengths)
+
+    @property
+    def bytes_in_use(self) -> int:
+        return self.tokens_in_use * self.bytes_per_token
+
+    @property
+    def free_seats(self) -> int:
+        return self.owner.count(None)
+
+    def take(self, request_id: int) -> int:
+        seat = self.owner.index(None)  # ValueError means the scheduler admitted past max_seqs
+        self.owner[seat], self.lengths[seat] = request_id, 0
+        return seat
+
+    def release(self, seat: int) -> None:
+        self.owner[seat], self.lengths[seat] = None, 0
+
+    def swap(self, a: int, b: int) -> None:
+        """Exchange the sequences (or emptiness) of seats a and b: each filled prefix is copied once."""
+        na, nb = self.lengths[a], self.lengths[b]
+        ka, va = self.k[:, a, :, :na].clone(), self.v[:, a, :, :na].clone()
+        self.k[:, a, :, :nb], self.v[:, a, :, :nb] = self.k[:, b, :, :nb], self.v[:, b, :, :nb]
+        self.k[:, b, :, :na], self.v[:, b, :, :na] = ka, va
+        self.owner[a], self.owner[b] = self.owner[b], self.owner[a]
+        self.lengths[a], self.lengths[b] = nb, na
+        self.clean[a], self.clean[b] = max(self.clean[a], nb), max(self.clean[b], na)
+
+    def compact(self, seats: list[int]) -> None:
+        """Put the sequences now in `seats` into seats 0..len-1, so one view reads them all.
+
+        Whatever sits in a target seat (a sequence still prefilling, or nothing) trades places.
+        Usually a no-op: new sequences take the lowest free seat. Callers re-read `owner` after.
+        """
+        inside = set(range(len(seats)))
+        outside = sorted(s for s in seats if s not in inside)
+        targets = [t for t in range(len(seats)) if t not in set(seats)]
+        for src, dst in zip(outside, targets, strict=True):
+            self.swap(src, dst)
+
+    # -- reads and writes (called by the model, one layer at a time) ---------------------------------------
+    def prepare_read(self, seats: list[int], width: int) -> None:
+        """Zero never-written slots below `width` in these seats before a pass reads them."""
+        for s in seats:
+            if self.clean[s] < width:
+                self.k[:, s, :, self.clean[s] : width] = 0
+                self.v[:, s, :, self.clean[s] : width] = 0
+                self.clean[s] = width
+
+    def write_rows(self, layer: int, seats: torch.Tensor, slots: torch.Tensor, k, v) -> None:
+        """One token per row: k, v (B, Hkv, D) go to (seats[i], slots[i])."""
+        self.k[layer][seats, :, slots] = k
+        self.v[layer][seats, :, slots] = v
+
+    def write_span(self, layer: int, seat: int, start: int, k, v) -> None:
+        """A prefill chunk of one sequence: k, v (Hkv, T, D) go to slots start..start+T-1."""
+        self.k[layer, seat, :, start : start + k.shape[1]] = k
+        self.v[layer, seat, :, start : start + k.shape[1]] = v
+
+    def read_rows(self, layer: int, first: int, count: int, width: int):
+        """Seats first..first+count-1, slots 0..width-1: views (count, Hkv, width, D), no copy."""
+        return self.k[layer, first : first + count, :, :width], self.v[layer, first : first + count, :, :width]
+
+    def gather_rows(self, layer: int, seats: torch.Tensor, width: int):
+        """Seats in any order: a copy (count, Hkv, width, D). Used only when they are not contiguous."""
+        return (
+            self.k[layer, :, :, :width].index_select(0, seats),
+            self.v[layer, :, :, :width].index_select(0, seats),
+        )
+
+    def note_written(self, seat: int, length: int) -> None:
+        """Record that `seat` now holds `length` real tokens (the runner calls this after a pass)."""
+        self.lengths[seat] = length
+        self.clean[seat] = max(self.clean[seat], length)

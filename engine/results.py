@@ -1,0 +1,82 @@
+"""What a finished request hands back: a fixed batch's `GenerationResult`, a served request's `RequestResult`.
+
+Both carry metrics with vLLM's definitions (engine/trace.py has the worked example):
+  queue   arrival -> first scheduled into a step
+  TTFT    arrival -> first token (queue + prefill, its chunks and any steps it shared)
+  TPOT    (last token - first token) / (n - 1)
+  ITL     the gaps between consecutive tokens
+  E2E     arrival -> last token
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from engine.trace import Metrics, Trace
+
+
+@dataclass
+class GenerationResult:
+    """One order cooked as one fixed batch (`Engine.generate` / `Engine.stream`)."""
+
+    tokens: list[list[int]]  # generated ids per sequence (prompt excluded, EOS included if hit)
+    texts: list[str]
+    prompt_tokens: list[int]  # prompt length of each sequence
+    metrics: Metrics
+    trace: Trace
+    settings: dict
+    prompt_ids: list[list[int]] = field(default_factory=list)
+    model: str = ""
+    device: str = ""
+    dtype: str = ""
+    request_id: int = 0
+
+    def to_dict(self) -> dict:
+        """JSON-ready: the metrics flattened to the top level, plus one row per traced pass."""
+        out = {"tokens": self.tokens, "texts": self.texts, "prompt_tokens": self.prompt_tokens}
+        out |= asdict(self.metrics)
+        out |= {"settings": self.settings, "model": self.model, "device": self.device, "dtype": self.dtype}
+        out["trace"] = self.trace.to_rows()
+        return out
+
+
+@dataclass(frozen=True)
+class RequestMetrics:
+    queue_s: float
+    ttft_s: float
+    tpot_s: float | None  # None with fewer than two tokens (no gap to average)
+    itl_s: list[float]
+    e2e_s: float
+    prompt_tokens: int
+    output_tokens: int
+    preemptions: int
+
+
+@dataclass(frozen=True)
+class RequestResult:
+    """One request served by the scheduler (`Engine.submit` ... its `Done`)."""
+
+    request_id: int
+    prompt_ids: list[int]
+    tokens: list[int]  # generated ids (EOS included if hit)
+    text: str
+    finish_reason: str  # "length", "stop" or "cancelled"
+    metrics: RequestMetrics | None  # None when cancelled before its first token
+
+
+def request_metrics(arrival: float, scheduled: float | None, times: list[float], prompt_tokens: int,
+                    preemptions: int) -> RequestMetrics | None:  # fmt: skip
+    """Times are seconds on one clock; `times[i]` is when output token i was ready."""
+    if not times:
+        return None
+    itl = [b - a for a, b in zip(times, times[1:], strict=False)]
+    return RequestMetrics(
+        queue_s=(scheduled if scheduled is not None else times[0]) - arrival,
+        ttft_s=times[0] - arrival,
+        tpot_s=(times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None,
+        itl_s=itl,
+        e2e_s=times[-1] - arrival,
+        prompt_tokens=prompt_tokens,
+        output_tokens=len(times),
+        preemptions=preemptions,
+    )

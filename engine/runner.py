@@ -1,0 +1,106 @@
+"""The stove: turns a scheduler's plan into one forward pass over the KV seats.
+
+The scheduler says *who* cooks and how many tokens each feeds; the runner lays those tokens out
+as one flat row (1, N) -- decode tokens first, ordered by seat, then each prefill chunk -- builds
+the `SeatBatch` that tells attention where each token's K/V live, runs the model once, and returns
+the logits of the rows that sample. A pure decode step on CUDA replays a captured graph of the
+smallest batch bucket (1, 2, 4, 8, ...) that holds it, padded up (engine/cuda_graph.py).
+
+Worked example: seats 0 and 1 decode (12 and 30 tokens cached), seat 2 feeds a 5-token chunk from
+position 8 that ends its prompt. tokens (1, 7), positions [[12, 30, 8, 9, 10, 11, 12]],
+logits rows [0, 1, 6]: three next tokens come out of one pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engine.cuda_graph import DecodeGraphs
+from engine.kv_pool import SeatBatch, SeatPool, Span
+from engine.model import Transformer, additive_bias
+from engine.scheduler import StepPlan, Work
+
+
+@dataclass(frozen=True)
+class PassOutput:
+    logits: torch.Tensor  # (R, V): one row per entry of `sampled`
+    sampled: list[Work]  # the work items whose sequence samples its next token
+    tokens: int  # tokens fed (prefill + decode)
+    prefill_tokens: int
+    decode_tokens: int
+    kv_read: int  # cache slots attended, summed over decode rows and spans
+    attn_pairs: int  # (query, key) pairs scored
+    graphed: bool  # replayed a CUDA graph
+
+
+class Runner:
+    def __init__(self, model: Transformer, pool: SeatPool, cuda_graphs: bool = False):
+        self.model, self.pool, self.device = model, pool, model.device
+        self.graphs = DecodeGraphs(model, pool) if cuda_graphs else None
+
+    @torch.inference_mode()
+    def run(self, plan: StepPlan) -> PassOutput:
+        decodes = sorted((w for w in plan.work if w.is_decode), key=lambda w: w.seq.seat)
+        chunks = [w for w in plan.work if not w.is_decode]
+        ids, pos, rows, spans, pairs = [], [], [], [], 0
+        for w in decodes:
+            ids.append(w.seq.tokens[w.start])
+            pos.append(w.start)
+            rows.append(len(rows))
+            pairs += w.start + 1
+        offset = len(decodes)
+        for w in chunks:
+            ids += w.seq.tokens[w.start : w.start + w.length]
+            pos += range(w.start, w.start + w.length)
+            spans.append(Span(w.seq.seat, w.start, w.length, self._span_mask(w)))
+            pairs += w.length * w.start + w.length * (w.length + 1) // 2
+            offset += w.length
+            if w.samples:
+                rows.append(offset - 1)
+        sampled = decodes + [w for w in chunks if w.samples]
+        graphed = self.graphs is not None and not chunks and self.graphs.fits(len(decodes))
+        if graphed:
+            logits = self.graphs.replay([w.seq.seat for w in decodes], ids, pos)
+        else:
+            sb = self._seat_batch(decodes, spans)
+            dev = self.device
+            tokens = torch.tensor(ids, dtype=torch.long, device=dev)[None]  # (1, N)
+            positions = torch.tensor(pos, dtype=torch.long, device=dev)[None]  # (1, N)
+            logits_rows = torch.tensor(rows, dtype=torch.long, device=dev)  # (R,)
+            logits = self.model.forward_seats(tokens, positions, sb, self.pool, logits_rows)
+        for w in plan.work:
+            w.seq.num_cached = w.start + w.length
+            self.pool.note_written(w.seq.seat, w.seq.num_cached)
+        n_pre = sum(w.length for w in chunks)
+        return PassOutput(logits, sampled, n_pre + len(decodes), n_pre, len(decodes), pairs, pairs, graphed)
+
+    def _seat_batch(self, decodes: list[Work], spans: list[Span]) -> SeatBatch:
+        dev = self.device
+        seats = [w.seq.seat for w in decodes]
+        starts = [w.start for w in decodes]
+        width = max(starts, default=-1) + 1
+        self.pool.prepare_read(seats, width)
+        first = 0 if seats == list(range(len(seats))) else None
+        bias = None
+        if decodes:
+            cached = torch.tensor(starts, device=dev)  # (Bd,) the new token's slot
+            valid = torch.arange(width, device=dev)[None, :] <= cached[:, None]  # (Bd, W)
+            bias = additive_bias(valid[:, None, None, :], self.model.dtype)  # (Bd, 1, 1, W)
+        return SeatBatch(
+            decode_seats=torch.tensor(seats, dtype=torch.long, device=dev),
+            decode_slots=torch.tensor(starts, dtype=torch.long, device=dev),
+            decode_first=first,
+            decode_width=width,
+            decode_bias=bias,
+            spans=spans,
+        )
+
+    def _span_mask(self, w: Work) -> torch.Tensor | None:
+        """A chunk that continues a sequence sees its cached prefix plus itself, causally."""
+        if w.start == 0:
+            return None
+        keys = torch.arange(w.start + w.length, device=self.device)  # (S,)
+        queries = w.start + torch.arange(w.length, device=self.device)  # (T,)
+        return (keys[None, :] <= queries[:, None])[None, None]  # (1, 1, T, S)

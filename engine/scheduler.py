@@ -1,0 +1,205 @@
+"""The pass: before every step, decide which orders cook and how many of their tokens go in.
+
+Three policies, one per lesson (select with `Engine.load(..., policy=...)`):
+
+  static      a batch is admitted together when the kitchen is empty and runs until its last
+              sequence finishes; later arrivals wait for the whole batch (the baseline).
+  continuous  iteration-level: whenever a seat and KV memory are free, waiting prompts are
+              admitted; a step is prefill-only or decode-only, and prefill goes first, so a long
+              prompt stalls every running decode for a whole step (the interference lesson).
+  chunked     each step has a token budget (default 512): every running decode gets its one
+              token first, then prefill chunks fill what is left, all in one forward pass
+              (Sarathi-Serve / vLLM V1). A long prompt is cut into chunks and the pot keeps going.
+
+KV memory: running sequences may hold at most `kv_tokens` cached tokens together. A step that
+would exceed it preempts the newest running sequence (its seat is freed; it goes back to the
+front of the line and recomputes its tokens when readmitted). Continuous and chunked admit only
+what fits; static admits a batch whose full length (prompt + max new tokens) fits, so it never
+preempts.
+
+No starvation: the line is first come, first served, admission stops at the first order that
+does not fit (a big order is never overtaken by smaller ones behind it), and preempted orders
+rejoin at the front.
+
+Worked example, chunked with a budget of 8: two sequences decoding and a 10-token prompt waiting.
+  step 1: 2 decode tokens + the prompt's first 6 tokens      (8)
+  step 2: 2 decode tokens + its last 4 -> it samples its 1st  (6)
+  step 3: 3 decode tokens
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engine.errors import EngineError
+from engine.kv_pool import SeatPool
+from engine.sequence import Sequence, Status
+
+POLICIES = ("static", "continuous", "chunked")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    policy: str = "continuous"
+    max_seqs: int = 64  # sequences running at once (KV seats)
+    token_budget: int = 512  # chunked: tokens per step; continuous: prompt tokens per prefill step
+    kv_tokens: int = 0  # cached tokens all running sequences may hold together (0: the whole pool)
+
+    def check(self) -> None:
+        if self.policy not in POLICIES:
+            raise EngineError(f"unknown policy '{self.policy}' (choose {', '.join(POLICIES)})")
+        if not isinstance(self.max_seqs, int) or self.max_seqs < 1:
+            raise EngineError(f"max_seqs must be at least 1 (got {self.max_seqs})")
+        if not isinstance(self.token_budget, int) or self.token_budget < 1:
+            raise EngineError(f"token_budget must be at least 1 token (got {self.token_budget})")
+
+
+@dataclass(frozen=True)
+class Work:
+    """One sequence's share of a step: feed tokens[start : start + length]. Made with `Work.of`,
+    which fixes, at planning time, whether it is a decode and whether the pass samples for it."""
+
+    seq: Sequence
+    start: int
+    length: int
+    is_decode: bool
+    samples: bool  # the pass reaches the sequence's last token, so it samples the next one
+
+    @classmethod
+    def of(cls, seq: Sequence, length: int) -> Work:
+        start = seq.num_cached
+        return cls(seq, start, length, not seq.prefilling, start + length == len(seq.tokens))
+
+
+@dataclass
+class StepPlan:
+    work: list[Work] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+
+    @property
+    def phase(self) -> str:
+        kinds = {w.is_decode for w in self.work}
+        return "mixed" if len(kinds) == 2 else "decode" if kinds == {True} else "prefill"
+
+
+class Scheduler:
+    """`work_bytes(tokens, longest)` is a prefill pass's working memory; every pass that holds
+    prefill keeps it within `work_budget` (a pass with one prompt always goes: submit checked it)."""
+
+    def __init__(self, config: SchedulerConfig, pool: SeatPool, work_bytes: Callable[[int, int], int],
+                 work_budget: int):  # fmt: skip
+        config.check()
+        self.config, self.pool = config, pool
+        self.work_bytes, self.work_budget = work_bytes, work_budget
+        self.kv_tokens = config.kv_tokens or pool.seats * pool.seat_len
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []  # in admission order: the last is the newest
+
+    @property
+    def idle(self) -> bool:
+        return not self.waiting and not self.running
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def remove(self, seq: Sequence) -> None:
+        """Take a sequence out of the kitchen (finished or cancelled) and free its seat."""
+        if seq in self.running:
+            self.running.remove(seq)
+            self.pool.release(seq.seat)
+            seq.seat = None
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+
+    # -- planning ---------------------------------------------------------------------------------------
+    def schedule(self, now: float) -> StepPlan:
+        policy = self.config.policy
+        if policy == "static":
+            plan = self._decode() if self.running else self._admit(whole_batch=True)
+        elif policy == "continuous":
+            plan = self._admit() if self._room() else StepPlan()
+            if not plan.work and self.running:
+                plan = self._decode()
+        else:
+            plan = self._chunked()
+        for w in plan.work:
+            if w.seq.scheduled_t is None:
+                w.seq.scheduled_t = now
+        return plan
+
+    def _room(self) -> bool:
+        return bool(self.waiting) and len(self.running) < self.config.max_seqs
+
+    def _used(self) -> int:
+        return sum(s.num_cached for s in self.running)
+
+    def _take_seat(self, seq: Sequence) -> None:
+        self.waiting.popleft()
+        seq.seat, seq.status = self.pool.take(seq.request_id), Status.RUNNING
+        self.running.append(seq)
+
+    def _admit(self, whole_batch: bool = False) -> StepPlan:
+        """Prefill-only step: waiting prompts, first come first served, whole prompts.
+
+        `whole_batch` (static): admit as many as fit with their whole future length reserved, with
+        no cap on the pass's tokens. Otherwise (continuous): the pass holds at most token_budget
+        prompt tokens, though always at least one whole prompt.
+        """
+        plan, tokens, free = StepPlan(), 0, self.kv_tokens - self._used()
+        reserved = longest = 0
+        while self.waiting and len(self.running) < self.config.max_seqs:
+            seq = self.waiting[0]
+            n = seq.to_compute
+            need = len(seq.prompt) + seq.max_new_tokens if whole_batch else n
+            if reserved + need > free:
+                break
+            if not whole_batch and plan.work and tokens + n > self.config.token_budget:
+                break
+            if plan.work and self.work_bytes(tokens + n, max(n, longest)) > self.work_budget:
+                break
+            self._take_seat(seq)
+            plan.work.append(Work.of(seq, n))
+            tokens, reserved, longest = tokens + n, reserved + need, max(longest, n)
+        return plan
+
+    def _decode(self) -> StepPlan:
+        plan = StepPlan()
+        self._make_room(len(self.running), plan)
+        plan.work = [Work.of(s, 1) for s in self.running]
+        return plan
+
+    def _make_room(self, need: int, plan: StepPlan) -> None:
+        """Preempt the newest running sequences until `need` more cached tokens fit."""
+        while self.running and self._used() + need > self.kv_tokens:
+            victim = self.running.pop()
+            need -= 0 if victim.prefilling else 1
+            self.pool.release(victim.seat)
+            victim.reset_for_recompute()
+            self.waiting.appendleft(victim)
+            plan.preempted.append(victim)
+
+    def _chunked(self) -> StepPlan:
+        plan = StepPlan()
+        decodes = [s for s in self.running if not s.prefilling]
+        self._make_room(len(decodes), plan)
+        decodes = [s for s in self.running if not s.prefilling]
+        plan.work = [Work.of(s, 1) for s in decodes]
+        budget = self.config.token_budget - len(decodes)
+        free = self.kv_tokens - self._used() - len(decodes)
+        for seq in [s for s in self.running if s.prefilling]:  # chunks already under way, oldest first
+            n = min(seq.to_compute, budget, free)
+            if n <= 0:
+                return plan
+            plan.work.append(Work.of(seq, n))
+            budget, free = budget - n, free - n
+        while self._room() and budget > 0:
+            seq = self.waiting[0]
+            n = min(seq.to_compute, budget, free)
+            if n <= 0:
+                break
+            self._take_seat(seq)
+            plan.work.append(Work.of(seq, n))
+            budget, free = budget - n, free - n
+        return plan

@@ -35,11 +35,11 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from engine.bench_report import check_targets, derive_ratios, format_report, kernel_bounds, roofline_bounds
-from engine.ceilings import measure_ceilings
+from bench.ceilings import measure_ceilings
+from bench.report import check_targets, derive_ratios, format_report, kernel_bounds, roofline_bounds
+from bench.roofline import Roofline, best_roof, measure_roofline, synchronize
 from engine.errors import EngineError
 from engine.loader import parse_device, parse_dtype
-from engine.roofline import Roofline, best_roof, measure_roofline, synchronize
 
 DEFAULT_MODEL = "preset:smollm2-135m"
 
@@ -487,11 +487,11 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse, but a bad option is one line on stderr (exit 2), like every other refusal."""
 
     def error(self, message: str):
-        self.exit(2, f"error: {message} (see python -m engine bench --help)\n")
+        self.exit(2, f"error: {message} (see python -m bench --help)\n")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = OneLineParser(prog="python -m engine bench", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m bench", description=__doc__.splitlines()[0])
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"model to time (default {DEFAULT_MODEL})")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")

@@ -101,10 +101,11 @@ def run_info(args) -> int:
 
 
 def run_bench(argv: list[str]) -> int:
+    """`python -m engine bench ...` forwards to the top-level `bench` package (`python -m bench ...`)."""
     try:
-        from engine.bench import main as bench_main
+        from bench.bench import main as bench_main
     except ImportError as err:
-        raise EngineError(f"the benchmark (engine/bench.py) is not available: {err}") from None
+        raise EngineError(f"the benchmark (bench/bench.py) is not available: {err}") from None
     return int(bench_main(argv) or 0)
 
 

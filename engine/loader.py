@@ -14,6 +14,7 @@ Worked example (SmolLM2-135M, layer 0): `model.layers.0.self_attn.{q,k,v}_proj.w
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,11 +160,18 @@ def load_weights(folder: Path, cfg: ModelConfig, device, dtype) -> Transformer:
     return model
 
 
+EMBEDDED_MODELS = Path(__file__).resolve().parent.parent / "assets" / "models"
+EMBEDDED_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+
+
 def resolve_source(model: str) -> str:
     """Turn what the user typed into a local folder or `preset:NAME`.
 
-    Order: `preset:` prefix, an existing folder, a catalog name (engine.catalog, if present), then a
-    hub id (downloaded with huggingface_hub; offline or unknown -> one-line EngineError).
+    Order: `preset:` prefix, an existing folder, the name of a model embedded in the repo
+    (`chef` -> assets/models/chef), then a hub id (downloaded with huggingface_hub; offline or
+    unknown -> one-line EngineError). The app's menu of models (names, labels, an instructor's extra
+    entries) is not the engine's business: it lives in `serving/catalog.py`, which hands
+    `Engine.load` one of these sources.
     """
     if model.startswith("preset:"):
         return model
@@ -172,17 +180,13 @@ def resolve_source(model: str) -> str:
         if not path.is_dir():
             raise EngineError(f"model path '{model}' is a file; give the model's folder")
         return str(path)
-    try:
-        from engine.catalog import resolve_source as catalog_resolve
-    except ImportError:
-        catalog_resolve = None
-    if catalog_resolve is not None:
-        found = catalog_resolve(model)
-        if found and found != model:
-            return resolve_source(found)
+    if EMBEDDED_NAME.match(model) and (EMBEDDED_MODELS / model / "config.json").is_file():
+        return str(EMBEDDED_MODELS / model)
     if model.count("/") == 1 and not model.startswith((".", "/", "~")):
         return _download(model)
-    raise EngineError(f"model '{model}' not found: not a folder, preset:NAME, catalog name or hub id")
+    raise EngineError(
+        f"model '{model}' not found: not a folder, preset:NAME, embedded model (assets/models/NAME) or hub id"
+    )
 
 
 def _download(repo_id: str) -> str:

@@ -18,7 +18,7 @@ import streamlit as st
 import torch
 
 from engine.errors import EngineError
-from kitchen_viz.service import KitchenService, engine_threads
+from serving.service import KitchenService, engine_threads
 
 REPO = Path(__file__).resolve().parent.parent
 CHEF_FOLDER = REPO / "assets" / "models" / "chef"
@@ -56,7 +56,7 @@ def model_choices() -> list[ModelChoice]:
     A broken catalog (an instructor's extra file with a typo, say) raises its one-line
     `EngineError`; the entry point shows it and falls back to `fallback_choices()`.
     """
-    from engine.catalog import load_catalog
+    from serving.catalog import load_catalog
 
     cat = load_catalog()
     default = cat.default.name

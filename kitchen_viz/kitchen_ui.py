@@ -15,7 +15,7 @@ measurements, the live panels' numbers included, one of two ways:
 Either way, once the order is done the page reruns once and draws the ordinary panels.
 
 Session state this page keeps (per browser session):
-    tpk_job     the Job on the shared kitchen's queue (kitchen_viz.service)
+    tpk_job     the Job on the shared kitchen's queue (serving.service)
     tpk_run     the LiveRun folded from that job's events (kitchen_viz.timeline)
     tpk_feed    (job, URL path) of the job's feed, while the live view follows it
     tpk_feed_failed  why the scene could not read its feed (the session then uses ticks)
@@ -37,8 +37,8 @@ from kitchen_viz.app_state import REPO
 from kitchen_viz.orders import DEFAULT_PROMPT, Order, control_limits, cook
 from kitchen_viz.panels import draw_panels, panel_values
 from kitchen_viz.scene import ART, draw_scene
-from kitchen_viz.service import SETTLE_S, KitchenService
 from kitchen_viz.timeline import LiveRun
+from serving.service import SETTLE_S, KitchenService
 
 ROOFLINE_PAGE = "pages/lab_roofline.py"
 TICK_S = 0.25  # how often the live view looks for new events while an order cooks

@@ -1,13 +1,14 @@
 """`two-pot-kitchen`: start the Streamlit app with the right flags.
 
 Why a launcher: learners should type one command, not remember `streamlit run` flags, and an
-instructor should be able to add catalog entries (`--catalog extra.toml`) without touching files
-in the repo. Any other option is handed to Streamlit unchanged, so
+instructor should be able to add catalog entries (`--catalog extra.toml`) and set the caps per
+order (`--caps caps.toml`, serving/caps.py) without touching files in the repo. Any other option is handed to Streamlit unchanged, so
 
     two-pot-kitchen --server.port 8600 --catalog ~/class/models.toml
 
 runs `streamlit run <repo>/serve.py --server.port 8600` with the extra catalog merged in (the
-catalog module reads it from TWO_POT_CATALOG, which the Streamlit process inherits). serve.py is
+catalog module reads it from TWO_POT_CATALOG, which the Streamlit process inherits; the caps file
+likewise travels as TWO_POT_CAPS). serve.py is
 app.py plus the live view's feed route (kitchen_viz/live_feed.py).
 """
 
@@ -42,6 +43,12 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         metavar="TOML",
         help="an extra model catalog to merge into the menu (repeatable)",
     )
+    parser.add_argument(
+        "--caps",
+        metavar="TOML",
+        help="the instructor's caps per order: a [caps] table (max_order_tokens, max_new_tokens, "
+        "max_order_seconds); see serving/caps.py",
+    )
     parser.add_argument("--presenter", action="store_true", help="start every session in presenter mode")
     parser.add_argument(
         "--print-command", action="store_true", help="print the streamlit command instead of running it"
@@ -69,16 +76,24 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.catalog:
         try:
-            from engine.catalog import use_extra_catalogs
+            from serving.catalog import use_extra_catalogs
 
             use_extra_catalogs(args.catalog)
+        except EngineError as err:
+            print(f"two-pot-kitchen: {err}", file=sys.stderr)
+            return 2
+    if args.caps:
+        try:
+            from serving.caps import use_caps_file
+
+            use_caps_file(args.caps)
         except EngineError as err:
             print(f"two-pot-kitchen: {err}", file=sys.stderr)
             return 2
     if args.presenter:
         os.environ["TWO_POT_PRESENTER"] = "1"
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # The served app keeps its own threads off the engine's cores (kitchen_viz.engine_process.split_cores);
+    # The served app keeps its own threads off the engine's cores (serving.cores.split_cores);
     # in-process page tests (AppTest) leave it unset, so the test runner is never pinned.
     os.environ.setdefault("TWO_POT_PIN_SERVER", "1")
     cmd = streamlit_command(passthrough)

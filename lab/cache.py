@@ -66,7 +66,7 @@ def model_fingerprint(model: str) -> str:
     ("chef" before and after retraining are different kitchens); presets and hub ids stay as named.
     """
     try:
-        from engine.catalog import resolve_source
+        from serving.catalog import resolve_source
 
         source = resolve_source(model) or model
     except Exception:  # noqa: BLE001 -- no catalog or an unlisted name: the name itself is the identity
@@ -119,7 +119,7 @@ def remember_roof(roof, cache: ResultCache | None = None) -> None:
 
 
 def latest_roof(device: str, dtype: str, cache: ResultCache | None = None):
-    """The most recent `engine.roofline.Roofline` measured for this device/dtype, or None.
+    """The most recent `bench.roofline.Roofline` measured for this device/dtype, or None.
 
     The kitchen page passes it to `lab.inspector.diagnose`, which can then tell a bandwidth-bound
     pot from a compute-bound one; without it the inspector says it cannot tell.

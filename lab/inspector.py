@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Literal
 from engine.trace import Metrics, StepRecord, Trace
 
 if TYPE_CHECKING:  # the roofline module is optional at import time; we only read its fields
-    from engine.roofline import Roofline
+    from bench.roofline import Roofline
 
 # Thresholds, stated once so the page can show them.
 OUTSIDE_FORWARD_OVERHEAD = 0.5  # >= half the step outside forward() -> overhead-bound

@@ -7,7 +7,7 @@ the pantry door.
 
 Engine words: a pass with F FLOPs and B bytes has intensity I = F / B. The machine can reach at
 most min(peak FLOP/s, bandwidth x I). Both roofs are measured in this same run
-(`engine.roofline.measure_roofline`), not read off a spec sheet. Each measured step is placed at
+(`bench.roofline.measure_roofline`), not read off a spec sheet. Each measured step is placed at
 its analytic I (from `engine.costs`, carried in the trace) and its achieved FLOP/s = F / forward
 time. The theory point sits straight above it on the roof; the gap is the % of roof achieved.
 
@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from bench.roofline import Roofline, best_roof, measure_roofline
 from engine.costs import step_cost
-from engine.roofline import Roofline, best_roof, measure_roofline
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.sample import Sample, sample_of
 from lab.workload import batch_prompts, check_fits

@@ -3,8 +3,8 @@
 import streamlit as st
 
 from kitchen_viz.charts import banquet_figures
+from kitchen_viz.lab_page_kit import Experiment, Prediction, render_experiment
 from lab.banquet import BanquetSettings, run_banquet
-from lab.page_kit import Experiment, Prediction, render_experiment
 
 MAX_SWEEP = 2048  # longer prompts exist on big presets, but a class demo should finish in minutes
 

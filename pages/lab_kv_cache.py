@@ -3,8 +3,8 @@
 import streamlit as st
 
 from kitchen_viz.charts import kv_figures
+from kitchen_viz.lab_page_kit import Experiment, Prediction, render_experiment
 from lab.kv_cache import MODES, KvSettings, run_kv_cache
-from lab.page_kit import Experiment, Prediction, render_experiment
 
 EXPERIMENT = Experiment(
     key="kv_cache",

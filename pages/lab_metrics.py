@@ -3,8 +3,8 @@
 import streamlit as st
 
 from kitchen_viz.charts import metrics_figures
+from kitchen_viz.lab_page_kit import Experiment, Prediction, render_experiment
 from lab.metrics_defs import MetricsSettings, run_metrics
-from lab.page_kit import Experiment, Prediction, render_experiment
 
 EXPERIMENT = Experiment(
     key="metrics",

@@ -3,8 +3,8 @@
 import streamlit as st
 
 from kitchen_viz.charts import overhead_figure
+from kitchen_viz.lab_page_kit import Experiment, Prediction, render_experiment
 from lab.overhead import OverheadSettings, run_overhead
-from lab.page_kit import Experiment, Prediction, render_experiment
 
 EXPERIMENT = Experiment(
     key="overhead",

@@ -3,8 +3,8 @@
 import streamlit as st
 
 from kitchen_viz.charts import padding_figures
+from kitchen_viz.lab_page_kit import Experiment, Prediction, render_experiment
 from lab.padding import PaddingSettings, run_padding
-from lab.page_kit import Experiment, Prediction, render_experiment
 
 EXPERIMENT = Experiment(
     key="padding",

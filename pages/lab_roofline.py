@@ -3,7 +3,7 @@
 import streamlit as st
 
 from kitchen_viz.charts import roofline_figure
-from lab.page_kit import Experiment, Prediction, render_experiment
+from kitchen_viz.lab_page_kit import Experiment, Prediction, render_experiment
 from lab.roofline_lab import RooflineSettings, run_roofline
 
 

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from kitchen_viz.charts import tables_figures
-from lab.page_kit import Experiment, Prediction, render_experiment
+from kitchen_viz.lab_page_kit import Experiment, Prediction, render_experiment
 from lab.tables import TablesSettings, run_tables
 
 EXPERIMENT = Experiment(

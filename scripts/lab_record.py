@@ -32,7 +32,6 @@ import torch  # noqa: E402
 
 from engine import Engine  # noqa: E402
 from kitchen_viz import charts  # noqa: E402
-from kitchen_viz.service import engine_threads  # noqa: E402
 from lab.banquet import BanquetSettings, run_banquet  # noqa: E402
 from lab.export import write_pngs  # noqa: E402
 from lab.inspector import diagnose  # noqa: E402
@@ -42,6 +41,7 @@ from lab.overhead import OverheadSettings, run_overhead  # noqa: E402
 from lab.padding import PaddingSettings, run_padding  # noqa: E402
 from lab.roofline_lab import RooflineSettings, run_roofline  # noqa: E402
 from lab.tables import TablesSettings, run_tables  # noqa: E402
+from serving.cores import engine_threads  # noqa: E402
 
 
 def experiments(ctx: int):

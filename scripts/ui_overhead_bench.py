@@ -3,7 +3,7 @@
 The instrument must not disturb the measurement. This runs one order two ways, alternating:
 
   no UI      the kitchen's own work function (`kitchen_viz.orders.cook`) on an engine set up the way
-             the app sets up its own (`kitchen_viz.engine_process.EngineProcess`: a child process,
+             the app sets up its own (`serving.engine_process.EngineProcess`: a child process,
              the same threads, on the same cores), with nobody watching (the app server is up but
              idle, no page is cooking);
   live UI    the same order cooked through `two-pot-kitchen` while headless Chromium watches:
@@ -59,10 +59,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kitchen_viz.engine_process import ALL_CORES, EngineProcess, pin_this_process, split_cores  # noqa: E402
 from kitchen_viz.launch import free_port, spawn, stop, wait_healthy  # noqa: E402
 from kitchen_viz.orders import Order, cook  # noqa: E402
-from kitchen_viz.service import engine_threads  # noqa: E402
+from serving.cores import (  # noqa: E402
+    ALL_CORES,
+    engine_threads,  # noqa: E402
+    pin_this_process,
+    split_cores,
+)
+from serving.engine_process import EngineProcess  # noqa: E402
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update"]  # fmt: skip

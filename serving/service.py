@@ -1,21 +1,21 @@
 """One engine process, one worker thread, one queue: how many browser sessions share one kitchen.
 
-Why a worker thread: an `Engine` is not thread-safe, and Streamlit runs every browser session's
+Why a worker thread: an engine runs one job at a time, and Streamlit runs every browser session's
 script in its own thread. So exactly one thread (the worker) ever hands the engine a job; pages
 only *submit* work and *read* what the worker appended. The worker never calls Streamlit, so a
 page that closes mid-run cannot break it, and the next session in line is served as soon as it ends.
 
-Why the engine itself lives in a child process (`kitchen_viz.engine_process`): the instrument
-must not disturb the measurement. In a thread of the Streamlit server, the engine shared the GIL
-with every page rerun, and each live refresh stalled a decode step (docs/benchmarks/ui-overhead.md).
-The worker thread holds an `EngineProxy` instead: same methods, answered by the child. A work
-function `work(engine, emit)` receives that proxy; code that needs the real engine in-process
-(model internals, the profiler, process CPU time) goes through `engine.run(top_level_fn, ...)`.
+The engine itself runs in a child process (serving/engine_process.py): the worker holds an
+`EngineProxy`, and a work function `work(engine, emit)` receives it. The worker loads the weights
+itself, so the page can say what is happening ("loading weights: 24 MB on cpu") instead of freezing.
 
-Why the worker loads the weights itself: loading takes seconds on a cold machine, and the page
-should say what is happening ("loading weights: 24 MB on cpu") instead of freezing.
+Before a job cooks, the worker takes its device's stove (serving/stove.py): jobs of different
+kitchens (different models) wait in one line per machine and never cook at the same time.
 
-Worked example (what a page or the lab does):
+A job ends early when it is cancelled (`Job.cancel`: a Cancel button), when the page that ordered
+it is gone (`Job.watch(alive)`: the kitchen checks every `WATCH_S`, and cancels after
+`ABANDON_S` of absence) or when it passes its time limit (`submit(..., time_limit_s=...)`):
+a queued job simply leaves the queue, a running one stops its engine work (serving/engine_process.py).
 
     svc = KitchenService("chef", "cpu", "float32")
     job = svc.submit(lambda eng, emit: eng.generate(["ROMEO:"], max_new_tokens=8), "cook")
@@ -34,25 +34,27 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from engine.errors import EngineError
-from kitchen_viz.engine_process import ChildFailure, EngineProcess, warm_up
+from serving.child import warm_up
+from serving.cores import ALL_CORES, engine_threads
+from serving.engine_process import Cancelled, CancelToken, ChildFailure, EngineProcess
+from serving.job import Job, JobStatus, Work
+from serving.stove import Stove, StoveMeter, Ticket, stove_for
 
-__all__ = ["HOLD_S", "Job", "KitchenService", "engine_threads", "warm_up", "weights_megabytes"]
+__all__ = ["HOLD_S", "SETTLE_S", "Job", "KitchenService", "engine_threads", "warm_up", "weights_megabytes"]
 
 log = logging.getLogger(__name__)
 HOLD_S = 5.0  # the longest a held job waits for its page to release it
 # What a page may ask for when it releases a held job: wait this long more, so the browser has
-# painted the page that pressing Cook produced before the measurement starts (queue time, not TTFT
-# or TPOT). Measured with the quiet view on a busy 2-core machine (docs/benchmarks/ui-overhead.md):
-# TPOT +14 % and +20 % over no UI without it, -4 %, -2 % and -3 % with 0.5 s. Both views use it:
-# the live view once measured worse with it, but that was Streamlit's full garbage collection
-# after each rerun, which the kitchen page now keeps out of the cook (kitchen_ui.py).
+# painted the page that pressing Cook produced before the measurement starts (queue time, not
+# TTFT or TPOT; measured in docs/benchmarks/ui-overhead.md).
 SETTLE_S = 0.5
+WATCH_S = 1.0  # how often the kitchen asks whether a watched job's page is still there
+ABANDON_S = 3.0  # a page gone this long (not a brief reconnect) has its order cancelled
+PAGE_GONE = "cancelled: the page that ordered it was closed or reloaded"
 _OPEN: weakref.WeakSet[KitchenService] = weakref.WeakSet()
 
 
@@ -67,98 +69,46 @@ def _close_all() -> None:
         svc.close()
 
 
-JobStatus = Literal["queued", "loading", "running", "done", "error"]
-Work = Callable[[Any, Callable[[Any], None]], Any]
-
-
-@dataclass(eq=False)
-class Job:
-    """One unit of work waiting for, running on, or finished by the worker.
-
-    Only the worker writes to a job (status, events, result, error, times); pages read. `events`
-    only ever grows, so a reader can remember how many it has seen and take the new tail.
-    """
-
-    label: str
-    work: Work
-    status: JobStatus = "queued"
-    events: list = field(default_factory=list)
-    result: Any = None
-    error: str | None = None
-    settle_s: float = 0.0  # set by release(): how long the worker waits after the release
-    submitted_at: float = field(default_factory=time.perf_counter)
-    started_at: float | None = None
-    finished_at: float | None = None
-    _service: KitchenService | None = field(default=None, repr=False)
-    _finished: threading.Event = field(default_factory=threading.Event, repr=False)
-    _go: threading.Event = field(default_factory=threading.Event, repr=False)
-
-    @property
-    def finished(self) -> bool:
-        return self.status in ("done", "error")
-
-    @property
-    def queue_wait_s(self) -> float:
-        """Seconds between submit and the worker picking the job up (so far, while waiting)."""
-        end = self.started_at if self.started_at is not None else time.perf_counter()
-        return end - self.submitted_at
-
-    def place_in_line(self) -> int:
-        """0 once the worker has it (or it is finished); 1 = next up; 2 = one job ahead; ..."""
-        if self._service is None or self.status in ("running", "done", "error"):
-            return 0
-        return self._service._place_of(self)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the job is finished; True if it finished within `timeout` seconds."""
-        return self._finished.wait(timeout)
-
-    def release(self, settle_s: float = 0.0) -> None:
-        """Let a job submitted with `hold=True` start, `settle_s` seconds from now at the earliest
-        (see `KitchenService.submit` and SETTLE_S)."""
-        self.settle_s = settle_s
-        self._go.set()
-
-
-def engine_threads() -> int:
-    """Threads the app's engine uses: every core but one, which is left to the page watching it.
-
-    Why: the instrument must not disturb the measurement. The browser animating the kitchen and
-    the server feeding it need a core; if torch's threads also want every core, a parallel region
-    waits for a thread the page has preempted: measured on this 2-core machine with one core kept
-    busy, the chef's decode step took 119 ms with 2 threads and 9 ms with 1 (2.1-3.7 ms when quiet
-    either way; docs/benchmarks/ui-overhead.md). TWO_POT_THREADS overrides it.
-    """
-    import os
-
-    if os.environ.get("TWO_POT_THREADS"):
-        return max(1, int(os.environ["TWO_POT_THREADS"]))
-    return max(1, (os.cpu_count() or 2) - 1)
-
-
-def weights_megabytes(model: str, dtype: str) -> float | None:
+def weights_megabytes(model: str, dtype: str, source: str | None = None) -> float | None:
     """How many MB of weights loading `model` reads, known before loading (None if unknown).
 
     Asks the catalog first (it computes bytes per dtype from the config alone); for a plain
     folder it sums the safetensors files.
     """
     try:
-        from engine.catalog import describe, load_catalog
+        from serving.catalog import describe, load_catalog
 
         entry = load_catalog().get(model)
         return describe(entry).weight_bytes[dtype] / 1e6
     except Exception:  # noqa: BLE001 — an unknown name or a missing catalog just means "unknown size"
         pass
-    folder = Path(model)
+    folder = Path(source or model)
     if folder.is_dir():
         return sum(p.stat().st_size for p in folder.glob("*.safetensors")) / 1e6 or None
     return None
 
 
+def resolve_model(model: str) -> str:
+    """A catalog name -> what `Engine.load` receives (folder, `preset:NAME`, hub id); else as given.
+
+    A model embedded in the repo keeps its name ("chef"): the engine finds assets/models/chef
+    itself, and its `info.name` then says "chef", not the folder."""
+    from engine.loader import EMBEDDED_MODELS
+
+    try:
+        from serving.catalog import resolve_source
+
+        source = resolve_source(model) or model
+    except EngineError:  # a broken catalog: the name alone (the engine knows the embedded models)
+        return model
+    return model if Path(source) == (EMBEDDED_MODELS / model).resolve() else source
+
+
 class KitchenService:
     """Owns ONE engine for (model, device, dtype) in ONE worker thread; jobs take turns.
 
-    `state` is "loading" until the worker has the engine, then "ready", or "error" with
+    `model` is a catalog name (resolved through serving/catalog.py) or anything `Engine.load`
+    takes. `state` is "loading" until the worker has the engine, then "ready", or "error" with
     `load_error` (one line) when the model cannot be loaded; jobs submitted then fail with it.
     """
 
@@ -170,24 +120,26 @@ class KitchenService:
         run_log=None,
         threads: int | None = None,
         pin_server: bool = False,
+        stove: Stove | None = None,
     ):
         self.model, self.device, self.dtype = model, device, dtype
+        self.source = resolve_model(model)
         self.threads = threads
-        self.pin_server = (
-            pin_server  # see EngineProcess: the app keeps its own threads off the engine's cores
-        )
+        self.pin_server = pin_server  # see EngineProcess: the app keeps its own threads off the engine's cores
         self.run_log = run_log
+        self.stove = stove or stove_for(device)
         self.state: Literal["loading", "ready", "error"] = "loading"
         self.load_error: str | None = None
         self.load_s: float | None = None
         self.info = None  # the engine's ModelInfo, once loaded
-        self.weights_mb = weights_megabytes(model, dtype)
+        self.weights_mb = weights_megabytes(model, dtype, self.source)
         self._engine = None  # the EngineProxy, once the child has loaded the model
         self._process: EngineProcess | None = None
         self._pending: deque[Job] = deque()  # waiting jobs, oldest first (the running one is not here)
         self._current: Job | None = None
         self._cv = threading.Condition()
         self._closed = False
+        self._watcher: threading.Thread | None = None
         self._thread = threading.Thread(target=self._run, name=f"kitchen-{model}-{device}", daemon=True)
         self._thread.start()
         _OPEN.add(self)
@@ -200,15 +152,25 @@ class KitchenService:
         size = f"{self.weights_mb:,.1f} MB" if self.weights_mb else "weights"
         return f"loading weights: {size} of {self.model} on {self.device} ({self.dtype})"
 
-    def submit(self, work: Work, label: str, hold: bool = False) -> Job:
+    def submit(
+        self,
+        work: Work,
+        label: str,
+        hold: bool = False,
+        time_limit_s: float | None = None,
+        time_limit_line: str = "",
+    ) -> Job:
         """Queue `work(engine, emit)` for the worker; returns at once with the job to watch.
 
         `hold=True`: when its turn comes the worker waits for `job.release()` (at most HOLD_S)
         before starting, plus the settle time the release asks for. The kitchen page releases
-        its order after it has finished drawing, so the page's own script run (and, with a settle
-        time, the browser painting its result) does not compete with the engine it measures.
+        its order after it has finished drawing, so the page's own script run does not compete
+        with the engine it measures. `time_limit_s`: the job is cancelled this long after the
+        engine started on it, with `time_limit_line` as its error.
         """
-        job = Job(label=label, work=work, _service=self)
+        job = Job(label=label, work=work, _service=self, time_limit_s=time_limit_s)
+        if time_limit_s is not None:
+            job.time_limit_line = time_limit_line or f"cancelled after {time_limit_s:g} s (its time limit)"
         if not hold:
             job._go.set()
         with self._cv:
@@ -219,6 +181,21 @@ class KitchenService:
             self._cv.notify_all()
         return job
 
+    def cancel(self, job: Job, reason: str) -> bool:
+        """See `Job.cancel`."""
+        with self._cv:
+            if job.finished:
+                return False
+            if job in self._pending:
+                self._pending.remove(job)
+                self._finish(job, error=reason, status="cancelled")
+                self._cv.notify_all()
+                return True
+        job.cancel_token.cancel(reason)  # the worker holds it: waiting for the stove, or cooking
+        job._go.set()
+        self.stove.wake()
+        return True
+
     def queue_length(self) -> int:
         """Orders in the kitchen: the one cooking plus those waiting."""
         with self._cv:
@@ -228,6 +205,11 @@ class KitchenService:
         """Block until the engine is loaded (or failed to load); True unless timed out."""
         with self._cv:
             return self._cv.wait_for(lambda: self.state != "loading", timeout)
+
+    @property
+    def busy(self) -> bool:
+        """True while a job is cooking or waiting (the kitchen is free when False)."""
+        return self.queue_length() > 0
 
     # -- quick, read-only questions (answered on the caller's thread) -----------------------------
 
@@ -253,14 +235,14 @@ class KitchenService:
     def revive_if_dead(self) -> bool:
         """Replace a child that died or was stopped while no order was cooking, now.
 
-        A child can go between orders: the OS killed it, or a quick question found it hung and
-        stopped it. The worker would replace it before the next order, but the order form asks the
-        engine questions first (limits, token counts) and would fail on every rerun. So the page
-        calls this before drawing: the state turns "loading" at once (the page says so) and the
-        worker starts a fresh child. True when a restart was started.
+        A child can go between orders: the OS killed it, a quick question found it hung, or a
+        cancelled order's child had to be stopped. The worker would replace it before the next
+        order, but the order form asks the engine questions first (limits, token counts) and would
+        fail on every rerun. So the page calls this before drawing: the state turns "loading" at
+        once (the page says so) and the worker starts a fresh child. True when a restart was started.
         """
         with self._cv:
-            if self.state != "ready" or self._process is None or self._process.alive:
+            if self.state != "ready" or self._process is None or self._process.alive or self._current:
                 return False
             self.state = "loading"
         log.warning("engine process for %s is gone between orders; restarting it", self.model)
@@ -288,6 +270,42 @@ class KitchenService:
                     return place
         return 0
 
+    # -- the watcher: pages that went away -------------------------------------------------------
+
+    def _start_watcher(self) -> None:
+        with self._cv:
+            if self._watcher is None:
+                self._watcher = threading.Thread(target=self._watch, name=f"kitchen-watch-{self.model}", daemon=True)
+                self._watcher.start()
+            self._cv.notify_all()
+
+    def _watched(self) -> list[Job]:
+        jobs = [*self._pending, *([self._current] if self._current else [])]
+        return [j for j in jobs if j._alive is not None and not j.finished]
+
+    def _watch(self) -> None:
+        """Every WATCH_S while some job is watched: cancel those whose page has been gone ABANDON_S."""
+        while True:
+            with self._cv:
+                self._cv.wait_for(lambda: self._closed or self._watched())
+                if self._closed:
+                    return
+                jobs = self._watched()
+            now = time.monotonic()
+            for job in jobs:
+                try:
+                    alive = job._alive()
+                except Exception:  # noqa: BLE001 — a probe that fails cannot tell: keep the order
+                    alive = True
+                if alive:
+                    job._gone_since = None
+                elif job._gone_since is None:
+                    job._gone_since = now
+                elif now - job._gone_since >= ABANDON_S:
+                    log.info("page of job %r is gone; cancelling it", job.label)
+                    job.cancel(PAGE_GONE)
+            time.sleep(WATCH_S)
+
     # -- the worker ------------------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -301,8 +319,7 @@ class KitchenService:
                     self._pending.clear()
                     return
                 job = self._pending.popleft()
-                job.started_at = time.perf_counter()
-                job.status = "running"
+                job.status = "queued"
                 self._current = job
             self._cook(job)
             with self._cv:
@@ -310,12 +327,17 @@ class KitchenService:
                 self._cv.notify_all()
 
     def _load(self) -> None:
-        """Start the engine's child process (its load and warm-up happen there) and wait for it."""
+        """Start the engine's child process (its load and warm-up happen there) and wait for it.
+
+        Loading takes the stove too: it reads weights and times a warm-up token, on the same cores."""
+        ticket = Ticket(f"{self.model}: loading its weights")
+        self.stove.take(ticket)
         t0 = time.perf_counter()
         try:
             self._process = EngineProcess(
-                self.model, self.device, self.dtype, threads=self.threads, pin_server=self.pin_server
-            )
+                self.source, self.device, self.dtype, threads=self.threads, pin_server=self.pin_server,
+                name=self.model,
+            )  # fmt: skip
             self._engine = self._process.proxy
             self.info = self._engine.info
             state, error = "ready", None
@@ -324,6 +346,8 @@ class KitchenService:
         except Exception as err:  # noqa: BLE001 — a bug, but the page still gets one line
             log.exception("loading %s failed", self.model)
             state, error = "error", f"could not load {self.model}: {type(err).__name__}: {err}"
+        finally:
+            self.stove.give_back(ticket)
         with self._cv:
             self.load_s = time.perf_counter() - t0
             self.state, self.load_error = state, error
@@ -333,7 +357,8 @@ class KitchenService:
             self._cv.notify_all()
 
     def _reload_if_dead(self) -> None:
-        """A child that died (killed, out of memory) is replaced before the next job runs."""
+        """A child that died (killed, out of memory, stopped as hung or cancelled mid-pass) is
+        replaced before the next job runs."""
         if self._process is None or self._process.alive:
             return
         log.warning("engine process for %s died; restarting it", self.model)
@@ -345,23 +370,54 @@ class KitchenService:
 
     def _cook(self, job: Job) -> None:
         job._go.wait(HOLD_S)
-        time.sleep(job.settle_s)
         self._reload_if_dead()
         if self._engine is None:
             self._finish(job, error=self.load_error or "the model is not loaded")
             return
+        token = job.cancel_token
+        job._ticket = Ticket(f"{self.model}: {job.label}")
+        if not self.stove.take(job._ticket, cancelled=lambda: token.cancelled):
+            self._finish(job, error=token.reason, status="cancelled")
+            return
+        try:
+            time.sleep(job.settle_s)
+            self._cook_on_stove(job, token)
+        finally:
+            self.stove.give_back(job._ticket)
+        self._reload_if_dead()  # died, stopped as hung or cancelled mid-pass: a fresh child for the next
+
+    def _cook_on_stove(self, job: Job, token: CancelToken) -> None:
+        if token.cancelled:
+            self._finish(job, error=token.reason, status="cancelled")
+            return
+        if job.time_limit_s is not None:
+            token.set_deadline(job.time_limit_s, job.time_limit_line)
+        job.started_at = time.perf_counter()
+        job.status = "running"
+        process = self._process
+        meter = StoveMeter(self._engine_cores(), process.pid) if self.device == "cpu" else None
+        process.cancel_token = token
         try:
             result = job.work(self._engine, job.events.append)
+        except Cancelled as err:
+            self._finish(job, error=str(err), status="cancelled")
+            return
         except (EngineError, ChildFailure) as err:
             self._finish(job, error=str(err))
-            self._reload_if_dead()  # died or stopped as hung: a fresh child before the next order
             return
         except Exception as err:  # noqa: BLE001 — a bug: log the traceback, show the page one line
             log.exception("job %r failed", job.label)
             self._finish(job, error=" ".join(f"{type(err).__name__}: {err}".split()))
             return
+        finally:
+            process.cancel_token = None
+            job.shared_stove = meter.verdict() if meter is not None else None
         self._record(job, result)
         self._finish(job, result=result)
+
+    def _engine_cores(self) -> frozenset[int]:
+        split = self._process.cores if self._process is not None else None
+        return split.engine if split is not None else ALL_CORES
 
     def _record(self, job: Job, result: Any) -> None:
         """Every finished generation goes to the server's run log (the dashboard reads it)."""
@@ -375,10 +431,11 @@ class KitchenService:
             log.exception("run log refused job %r", job.label)
 
     @staticmethod
-    def _finish(job: Job, result: Any = None, error: str | None = None) -> None:
+    def _finish(job: Job, result: Any = None, error: str | None = None, status: JobStatus | None = None) -> None:
         job.result, job.error = result, error
         job.finished_at = time.perf_counter()
         if job.started_at is None:
             job.started_at = job.finished_at
-        job.status = "error" if error is not None else "done"
+        job.status = status or ("error" if error is not None else "done")
+        job.cancel_token.close()
         job._finished.set()

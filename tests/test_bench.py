@@ -10,12 +10,12 @@ import math
 import pytest
 import torch
 
-from engine.bench import QUICK, Plan, derive_ratios, main, parse_args, plan_from, run_bench
-from engine.bench_report import check_targets, kernel_bounds, roofline_bounds
-from engine.ceilings import matmul_chain
+from bench.bench import QUICK, Plan, derive_ratios, main, parse_args, plan_from, run_bench
+from bench.ceilings import matmul_chain
+from bench.report import check_targets, kernel_bounds, roofline_bounds
+from bench.roofline import Roofline, measure_roofline
 from engine.costs import step_cost
 from engine.loader import read_config
-from engine.roofline import Roofline, measure_roofline
 
 REQUIRED_RATIOS = [
     "decode_tpot_vs_hf_b1",

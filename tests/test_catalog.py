@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.catalog import (
+from engine.errors import EngineError
+from serving.catalog import (
     ENV_VAR,
     MODELS_ROOT,
     RANDOM_WEIGHTS_NOTE,
@@ -17,7 +18,6 @@ from engine.catalog import (
     resolve_source,
     use_extra_catalogs,
 )
-from engine.errors import EngineError
 
 
 @pytest.fixture(autouse=True)

@@ -106,7 +106,7 @@ def test_engine_and_transformers_agree_on_50_greedy_tokens(hf_chef):
 def test_engine_loads_the_chef_by_catalog_name(hf_chef):
     """`Engine.load("chef")` goes through the catalog to the same folder, and counts the same parameters."""
     from engine import Engine
-    from engine.catalog import describe, load_catalog
+    from serving.catalog import describe, load_catalog
 
     model, _ = hf_chef
     eng = Engine.load("chef", device="cpu", dtype="float32")

@@ -15,10 +15,11 @@ import pytest
 from engine import Engine
 from engine.errors import EngineError
 from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token
-from kitchen_viz import engine_process
-from kitchen_viz.engine_process import CoreSplit, EngineProcess, split_cores
 from kitchen_viz.orders import Order, cook
-from kitchen_viz.service import KitchenService
+from serving import cores
+from serving.cores import CoreSplit, split_cores
+from serving.engine_process import EngineProcess
+from serving.service import KitchenService
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 WAIT_S = 120
@@ -164,7 +165,7 @@ def test_the_engine_keeps_its_own_cores_when_there_are_cores_to_spare(proc):
 
 
 def test_core_split_examples(monkeypatch):
-    monkeypatch.setattr(engine_process, "ALL_CORES", frozenset({0, 1, 2, 3}))
+    monkeypatch.setattr(cores, "ALL_CORES", frozenset({0, 1, 2, 3}))
     monkeypatch.delenv("TWO_POT_PIN", raising=False)
     assert split_cores(1) == CoreSplit(engine=frozenset({3}), server=frozenset({0, 1, 2}))
     assert split_cores(2) == CoreSplit(engine=frozenset({2, 3}), server=frozenset({0, 1}))

@@ -17,9 +17,10 @@ from streamlit.testing.v1 import AppTest
 
 from engine.errors import EngineError
 from engine.events import PrefillStart
-from kitchen_viz.engine_process import SILENCE_ENV, TEST_HANG_ENV, EngineProcess, Silence, pass_tokens
 from kitchen_viz.orders import Order, cook
-from kitchen_viz.service import KitchenService
+from serving.engine_process import EngineProcess
+from serving.service import KitchenService
+from serving.watchdog import SILENCE_ENV, TEST_HANG_ENV, Silence, pass_tokens
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 APP = str(Path(__file__).resolve().parent.parent / "app.py")

@@ -4,20 +4,23 @@ Each piece here was measured to take CPU from the engine during a live Cook on a
 Streamlit's full garbage collection after every fragment rerun, the page's own Cook rerun being
 painted while the engine starts, and the stale fade Streamlit starts and cancels on a fragment's
 elements at every tick.
+
+Checked in a browser, where the behaviour is: the stale fade is off on the scene
+(tests/test_browser.py::test_the_scene_is_not_faded_stale_while_its_fragment_reruns), the live
+panels are drawn inside the scene, one element per update
+(tests/test_browser.py::test_while_cooking_live_the_scene_draws_the_panels_then_the_page_draws_them),
+and an update with nothing new changes nothing in the page (tests/test_scene_browser.py).
 """
 
 from __future__ import annotations
 
 import gc
-import inspect
-import re
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from kitchen_viz import kitchen_ui
-from kitchen_viz.scene import ART, draw_scene
-from kitchen_viz.service import SETTLE_S
+from serving.service import SETTLE_S
 
 
 @pytest.fixture
@@ -55,37 +58,6 @@ def test_both_views_let_the_browser_paint_the_cook_rerun_before_the_engine_start
     at = AppTest.from_function(release_script, args=(live,)).run()
     assert not at.exception
     assert at.session_state["released_after_s"] == SETTLE_S
-
-
-def default_key(draw) -> str:
-    return inspect.signature(draw).parameters["key"].default
-
-
-def test_the_live_element_is_never_faded_stale():
-    css = (ART / "live_page.css").read_text()
-    assert f".st-key-{default_key(draw_scene)}" in css
-    assert re.search(r"transition:\s*none\s*!important", css)
-    assert re.search(r"opacity:\s*1\s*!important", css)
-
-
-def test_the_live_script_skips_an_update_with_nothing_new():
-    js = (ART / "scene.js").read_text()
-    assert js.count("nothing new measured") == 2  # the still frame's and the panels' early returns
-
-
-def test_while_cooking_live_each_tick_updates_one_element_the_scene_with_its_panels():
-    """The live panels are drawn by the scene component, not a second one (docs/benchmarks/ui-overhead.md)."""
-    src = inspect.getsource(kitchen_ui.draw_live)
-    assert "draw_live_panels" not in src and "panels=values if following and not values.final else None" in src
-    assert not (ART / "live_panels.js").exists()
-    assert "function drawPanels" in (ART / "scene.js").read_text()
-
-
-def test_the_still_frame_writes_attributes_only_when_they_change():
-    js = (ART / "scene.js").read_text()
-    direct = [line for line in js.splitlines() if ".setAttribute(" in line]
-    assert len(direct) == 2  # svgEl() building new elements, and setAttr() itself
-    assert not re.search(r"\.style\.\w+\s*=", js.replace("el.style[prop] = s", ""))
 
 
 def test_a_run_knows_its_tables_before_the_engine_starts():

@@ -68,7 +68,7 @@ def refusing_page():
     """A lab page whose experiment refuses its settings."""
     from test_lab_page_kit import RefuseKnobs, refuse_run
 
-    from lab.page_kit import Experiment, Prediction, render_experiment
+    from kitchen_viz.lab_page_kit import Experiment, Prediction, render_experiment
 
     exp = Experiment(
         key="refuse",
@@ -107,8 +107,8 @@ def where_it_ran(engine, settings, on_progress):
 
 def test_a_lab_sweep_runs_inside_the_engines_own_process():
     """CPU time and the profiler only see the engine's work in its process, so the sweep runs there."""
-    from kitchen_viz.service import KitchenService
-    from lab.page_kit import experiment_in_engine
+    from kitchen_viz.lab_page_kit import experiment_in_engine
+    from serving.service import KitchenService
 
     svc = KitchenService("chef", "cpu", "float32", threads=1)
     try:

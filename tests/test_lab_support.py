@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.roofline import Roofline
+from bench.roofline import Roofline
 from kitchen_viz import charts
 from lab.cache import ResultCache, cache_key, latest_roof, model_fingerprint, remember_roof
 from lab.cpu_time import busy_note

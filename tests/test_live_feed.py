@@ -19,8 +19,8 @@ from starlette.testclient import TestClient
 from engine.events import StepEnd
 from kitchen_viz import live_feed
 from kitchen_viz.orders import Order, cook
-from kitchen_viz.service import KitchenService
 from kitchen_viz.timeline import LiveRun
+from serving.service import KitchenService
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 WAIT_S = 120

@@ -6,8 +6,8 @@ No speed assertions: machines are shared and noisy. Small buffers/GEMMs keep thi
 import pytest
 import torch
 
+from bench.roofline import Roofline, measure_roofline
 from engine.errors import EngineError
-from engine.roofline import Roofline, measure_roofline
 
 SMALL = {"buffer_bytes": 16 * 2**20, "gemm_sizes": (128, 256)}
 

@@ -14,8 +14,8 @@ import pytest
 from engine.errors import EngineError
 from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token
 from kitchen_viz.orders import Order, cook
-from kitchen_viz.service import KitchenService
 from lab.runlog import RunLog
+from serving.service import KitchenService
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 WAIT_S = 120
@@ -162,7 +162,7 @@ def test_a_held_order_waits_for_its_page_to_release_it(kitchen):
 
 
 def test_a_release_can_ask_for_time_for_the_browser_to_settle(kitchen):
-    from kitchen_viz.service import SETTLE_S
+    from serving.service import SETTLE_S
 
     job = kitchen.submit(lambda eng, emit: emit(time.perf_counter()), "settles", hold=True)
     released = time.perf_counter()
@@ -178,7 +178,7 @@ def test_a_release_can_ask_for_time_for_the_browser_to_settle(kitchen):
 def test_the_app_leaves_one_core_to_the_page_unless_told_otherwise(monkeypatch):
     import os
 
-    from kitchen_viz.service import engine_threads
+    from serving.service import engine_threads
 
     monkeypatch.delenv("TWO_POT_THREADS", raising=False)
     assert engine_threads() == max(1, (os.cpu_count() or 2) - 1)

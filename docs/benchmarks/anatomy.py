@@ -26,8 +26,8 @@ import time
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
+from bench.bench import reference_folder
 from engine import Engine
-from engine.bench import reference_folder
 from engine.cache import StaticKVCache
 
 

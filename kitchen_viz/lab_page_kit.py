@@ -1,4 +1,4 @@
-"""The shared shape of every experiment page (the only Streamlit module in `lab/`).
+"""The shared shape of every experiment page: the Streamlit side of the lab (lab/ itself has no UI).
 
 Every lab page tells the same five-beat lesson, so it is written once here:
   1. framing: what the experiment is, in kitchen words and in engineering words;

@@ -1,0 +1,17 @@
+"""What runs the engine for the app, without Streamlit: the model catalog, the engine's child
+process and its proxy, the kitchens' workers and queues, the one stove per machine, the
+instructor's caps.
+
+    catalog         the allow-listed menu of models (catalog.toml + an instructor's extra files)
+    caps            the instructor's caps per order (tokens, new tokens, seconds)
+    service / job   KitchenService: one engine, one worker thread, one queue; Job: one unit of work
+    stove           one stove per device: kitchens of different models never cook at once
+    engine_process  EngineProcess: starts the child and guards each job (hung, dead, cancelled)
+    child           the child process's side: load the model, answer on two pipes
+    proxy           EngineProxy: the engine's API, answered by the child
+    watchdog        Silence: when a silent child counts as hung
+    cores           which cores the engine keeps, how many threads it runs
+
+Import direction: pages/ -> kitchen_viz/ -> serving/ -> engine/ (and lab/ -> serving/). Nothing
+here imports streamlit, kitchen_viz or lab.
+"""

@@ -1,0 +1,54 @@
+"""Which cores the engine's child keeps, and how many torch threads it runs.
+
+The rule: the engine being measured gets cores of its own, and everything that watches it (the
+web server, its page reruns, the browser) gets the others. A separate process removes the shared
+GIL but not the shared cores, and a torch parallel region waits for its slowest thread, so a
+thread preempted by the page stalls the whole step. Measurements: docs/benchmarks/ui-overhead.md.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+ALL_CORES = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
+THREADS_ENV = "TWO_POT_THREADS"  # overrides engine_threads()
+PIN_ENV = "TWO_POT_PIN"  # "0" turns the core split off
+
+
+def engine_threads() -> int:
+    """Threads the app's engine uses: every core but one, which is left to the page watching it.
+
+    Example: 2 cores -> 1 thread, 8 cores -> 7. `TWO_POT_THREADS` overrides it.
+    """
+    if os.environ.get(THREADS_ENV):
+        return max(1, int(os.environ[THREADS_ENV]))
+    return max(1, (os.cpu_count() or 2) - 1)
+
+
+@dataclass(frozen=True)
+class CoreSplit:
+    engine: frozenset[int]  # the cores the engine's child keeps for its torch threads
+    server: frozenset[int]  # the rest: the web server (and, if it is pinned, its pages' reruns)
+
+
+def split_cores(threads: int | None) -> CoreSplit | None:
+    """Give the engine its own `threads` cores (the last ones) and the server the others.
+
+    Example: cores {0, 1}, threads 1 -> engine {1}, server {0}. None when no core is left over
+    (threads unset, or at least as many threads as cores), where the OS has no affinity API, or
+    with `TWO_POT_PIN=0`.
+    """
+    cores = sorted(ALL_CORES)
+    if not threads or threads >= len(cores) or os.environ.get(PIN_ENV) == "0":
+        return None
+    return CoreSplit(frozenset(cores[-threads:]), frozenset(cores[:-threads]))
+
+
+def pin_this_process(cores: frozenset[int]) -> None:
+    """Every thread of this process onto `cores` (threads started later inherit their creator's)."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cores)
+        except OSError:  # a thread that ended meanwhile
+            pass

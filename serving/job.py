@@ -1,0 +1,97 @@
+"""`Job`: one unit of work for a kitchen's worker (serving/service.py), as the pages see it.
+
+Only the worker writes to a job (status, events, result, error, times); pages read it, and may
+`cancel()` it or `watch()` it (cancel it once its page is gone). `events` only ever grows, so a
+reader can remember how many it has seen and take the new tail.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from serving.engine_process import CancelToken
+from serving.stove import Ticket
+
+USER_CANCEL = "cancelled: you pressed Cancel"
+
+JobStatus = Literal["queued", "loading", "running", "done", "error", "cancelled"]
+Work = Callable[[Any, Callable[[Any], None]], Any]
+
+
+@dataclass(eq=False)
+class Job:
+    """One unit of work waiting for, running on, or finished by the worker."""
+
+    label: str
+    work: Work
+    status: JobStatus = "queued"
+    events: list = field(default_factory=list)
+    result: Any = None
+    error: str | None = None  # a failed or cancelled job's one line
+    settle_s: float = 0.0  # set by release(): how long the worker waits after the release
+    time_limit_s: float | None = None  # cooking time allowed (the instructor's cap), None = no limit
+    time_limit_line: str = ""  # what the job is cancelled with past that time
+    shared_stove: str | None = None  # why its timings may be slow: something else used the stove
+    submitted_at: float = field(default_factory=time.perf_counter)
+    started_at: float | None = None
+    finished_at: float | None = None
+    cancel_token: CancelToken = field(default_factory=CancelToken, repr=False)
+    _service: Any = field(default=None, repr=False)  # the KitchenService that runs it
+    _ticket: Ticket | None = field(default=None, repr=False)  # its place in the stove's line
+    _alive: Callable[[], bool] | None = field(default=None, repr=False)
+    _gone_since: float | None = field(default=None, repr=False)
+    _finished: threading.Event = field(default_factory=threading.Event, repr=False)
+    _go: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("done", "error", "cancelled")
+
+    @property
+    def queue_wait_s(self) -> float:
+        """Seconds between submit and the engine starting on it (so far, while waiting)."""
+        end = self.started_at if self.started_at is not None else time.perf_counter()
+        return end - self.submitted_at
+
+    def place_in_line(self) -> int:
+        """0 once the worker has it (or it is finished); 1 = next up; 2 = one job ahead; ..."""
+        if self._service is None or self.status in ("running", "done", "error", "cancelled"):
+            return 0
+        return self._service._place_of(self)
+
+    def stove_line(self) -> str | None:
+        """While the worker holds the job but another kitchen cooks: the stove's line, naming the
+        order that cooks ("Waiting for the stove (cpu): apprentice: cook 1 table(s) ... is cooking")."""
+        if self._service is None or self._ticket is None or self.finished:
+            return None
+        return self._service.stove.waiting_line(self._ticket)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the job is finished; True if it finished within `timeout` seconds."""
+        return self._finished.wait(timeout)
+
+    def release(self, settle_s: float = 0.0) -> None:
+        """Let a job submitted with `hold=True` start, `settle_s` seconds from now at the earliest
+        (see `KitchenService.submit` and serving.service.SETTLE_S)."""
+        self.settle_s = settle_s
+        self._go.set()
+
+    def cancel(self, reason: str = USER_CANCEL) -> bool:
+        """Stop this job: a queued one leaves the queue, a running one stops its engine work.
+        True if it was still unfinished. `job.error` becomes `reason`, `job.status` "cancelled"."""
+        if self._service is None:
+            return False
+        return self._service.cancel(self, reason)
+
+    def watch(self, alive: Callable[[], bool]) -> None:
+        """Cancel this job once `alive()` has said False for ABANDON_S (its page is gone).
+
+        `alive` is called from the kitchen's watcher thread every WATCH_S: it must be quick and
+        thread-safe (the app passes "is this browser session still connected?")."""
+        self._alive = alive
+        if self._service is not None:
+            self._service._start_watcher()

@@ -1,0 +1,85 @@
+"""The scene's script in a real browser, alone: what one update changes in the page.
+
+The live view hands the scene an update four times a second while the engine cooks on the same
+machine, so an update that brings nothing new must change nothing in the page (no attribute, no
+text, no element: each change costs the browser style and layout work on the engine's cores;
+docs/benchmarks/ui-overhead.md). Here the script (assets/art/scene.js, as kitchen_viz/scene.py
+serves it) is mounted in headless Chromium and fed a real chef order's timeline; a
+MutationObserver counts what each update changed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engine import Engine
+from kitchen_viz.live_panels import live_panel_data
+from kitchen_viz.panels import panel_values
+from kitchen_viz.scene import scene_sources
+from kitchen_viz.timeline import LiveRun
+
+CHROMIUM = "/usr/bin/chromium"
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium is not installed"),
+]
+
+# The component's entry point becomes a global, so the page can call it as Streamlit would.
+PAGE = """<!doctype html><html><head><style>{css}</style></head><body><div id="host"></div>
+<script type="module">
+{js}
+window.tpkMutations = 0;
+new MutationObserver((records) => {{ window.tpkMutations += records.length; }})
+  .observe(document.getElementById("host"), {{subtree: true, childList: true, attributes: true, characterData: true}});
+window.tpkUpdate = (data) => tpkScene({{data, parentElement: document.getElementById("host"), setTriggerValue: () => {{}}}});
+window.tpkReady = true;
+</script></body></html>"""
+
+
+@pytest.fixture(scope="module")
+def page():
+    from playwright.sync_api import sync_playwright
+
+    css, js = scene_sources()
+    html = PAGE.format(css=css, js=js.replace("export default function", "const tpkScene = function", 1))
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+        pg.set_content(html)
+        pg.wait_for_function("window.tpkReady === true")
+        yield pg
+        browser.close()
+
+
+def live_updates() -> list[dict]:
+    """The scene's data at three moments of a real chef order, as the live view sends it:
+    early (first events), later (more steps measured), and the later one again (nothing new)."""
+    events = list(Engine.load("chef").stream(["ROMEO:", "JULIET: the night"], max_new_tokens=12, seed=0))
+    out = []
+    for cut in (4, len(events) - 3):
+        run = LiveRun.for_order("order-1", [2, 5])
+        run.consume(events[:cut])
+        data = run.scene_data()
+        data["t_done"] = None  # still cooking: the live view's still frames
+        data["panels"] = live_panel_data(panel_values(run), None)
+        data["feed"] = None
+        out.append(json.loads(json.dumps(data)))
+    return out
+
+
+def changes(page, data: dict) -> int:
+    page.evaluate("window.tpkMutations = 0")
+    page.evaluate("(d) => window.tpkUpdate(d)", data)
+    page.wait_for_timeout(100)  # let the observer deliver its records
+    return page.evaluate("window.tpkMutations")
+
+
+def test_an_update_with_nothing_new_changes_nothing_in_the_page(page):
+    early, later = live_updates()
+    assert changes(page, early) > 0  # mounts the kitchen and draws the first still frame
+    assert changes(page, later) > 0  # new steps measured: bowls, panels and numbers move
+    assert changes(page, later) == 0  # the same moment again: not one attribute or text rewritten
+    assert changes(page, json.loads(json.dumps(later))) == 0  # an equal copy, as a new fetch brings it

@@ -49,7 +49,7 @@ class SeatBatch:
 
     decode_seats: torch.Tensor  # (Bd,) long: each decode row's seat
     decode_slots: torch.Tensor  # (Bd,) long: the slot (= position) its new K/V goes to
-    decode_first: int | None  # the seats are decode_first.. in order (a view), or None (a gather)
+    decode_first: int  # the decode rows sit in seats decode_first, decode_first + 1, ... (one view)
     decode_width: int  # slots the decode rows read: the longest row + 1
     decode_bias: torch.Tensor | None  # (Bd, 1, 1, W) additive: 0 = may attend, -inf = not
     spans: list[Span]
@@ -145,13 +145,6 @@ class SeatPool:
     def read_rows(self, layer: int, first: int, count: int, width: int):
         """Seats first..first+count-1, slots 0..width-1: views (count, Hkv, width, D), no copy."""
         return self.k[layer, first : first + count, :, :width], self.v[layer, first : first + count, :, :width]
-
-    def gather_rows(self, layer: int, seats: torch.Tensor, width: int):
-        """Seats in any order: a copy (count, Hkv, width, D). Used only when they are not contiguous."""
-        return (
-            self.k[layer, :, :, :width].index_select(0, seats),
-            self.v[layer, :, :, :width].index_select(0, seats),
-        )
 
     def note_written(self, seat: int, length: int) -> None:
         """Record that `seat` now holds `length` real tokens (the runner calls this after a pass)."""

@@ -198,10 +198,7 @@ class Attention(nn.Module):
         if nd:
             kd, vd = k[0, :, :nd].transpose(0, 1), v[0, :, :nd].transpose(0, 1)  # (Bd, Hkv, D)
             pool.write_rows(layer, sb.decode_seats, sb.decode_slots, kd, vd)
-            if sb.decode_first is not None:
-                keys, values = pool.read_rows(layer, sb.decode_first, nd, sb.decode_width)
-            else:
-                keys, values = pool.gather_rows(layer, sb.decode_seats, sb.decode_width)
+            keys, values = pool.read_rows(layer, sb.decode_first, nd, sb.decode_width)  # (Bd, Hkv, W, D)
             qd = q[0, :, :nd].transpose(0, 1).unsqueeze(2)  # (Bd, H, 1, D)
             outs.append(decode_attention(qd, keys, values, sb.decode_bias).view(1, nd, cfg.q_dim))
         offset = nd

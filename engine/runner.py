@@ -82,7 +82,7 @@ class Runner:
         starts = [w.start for w in decodes]
         width = max(starts, default=-1) + 1
         self.pool.prepare_read(seats, width)
-        first = 0 if seats == list(range(len(seats))) else None
+        assert seats == list(range(len(seats))), "the scheduler seats decode rows in 0..B-1"
         bias = None
         if decodes:
             cached = torch.tensor(starts, device=dev)  # (Bd,) the new token's slot
@@ -91,7 +91,7 @@ class Runner:
         return SeatBatch(
             decode_seats=torch.tensor(seats, dtype=torch.long, device=dev),
             decode_slots=torch.tensor(starts, dtype=torch.long, device=dev),
-            decode_first=first,
+            decode_first=0,
             decode_width=width,
             decode_bias=bias,
             spans=spans,

@@ -127,7 +127,17 @@ class Scheduler:
         for w in plan.work:
             if w.seq.scheduled_t is None:
                 w.seq.scheduled_t = now
+        self._compact([w.seq for w in plan.work if w.is_decode])
         return plan
+
+    def _compact(self, decodes: list[Sequence]) -> None:
+        """Seat the decoding sequences in seats 0..B-1, so the step reads their KV as one view."""
+        if sorted(s.seat for s in decodes) == list(range(len(decodes))):
+            return
+        self.pool.compact([s.seat for s in decodes])
+        seat_of = {rid: seat for seat, rid in enumerate(self.pool.owner) if rid is not None}
+        for seq in self.running:
+            seq.seat = seat_of[seq.request_id]
 
     def _room(self) -> bool:
         return bool(self.waiting) and len(self.running) < self.config.max_seqs

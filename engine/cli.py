@@ -1,4 +1,4 @@
-"""Command line: `python -m engine generate ...`, `python -m engine info ...`, `python -m engine bench ...`.
+"""Command line: `python -m engine generate | info | bench | serve-bench ...`.
 
 Bad input (an EngineError, or a malformed flag) prints ONE line to stderr and exits with code 2,
 so scripts and the lab can tell "you asked for something impossible" from a crash.
@@ -109,11 +109,20 @@ def run_bench(argv: list[str]) -> int:
     return int(bench_main(argv) or 0)
 
 
+def run_serve_bench(argv: list[str]) -> int:
+    """`python -m engine serve-bench ...`: the Poisson load over the scheduler (bench/serve_bench.py)."""
+    from bench.serve_bench import main as serve_bench_main
+
+    return int(serve_bench_main(argv) or 0)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv[:1] == ["bench"]:
             return run_bench(argv[1:])
+        if argv[:1] == ["serve-bench"]:
+            return run_serve_bench(argv[1:])
         args = build_parser().parse_args(argv)
         return run_generate(args) if args.command == "generate" else run_info(args)
     except EngineError as err:

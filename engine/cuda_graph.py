@@ -104,7 +104,7 @@ class DecodeGraphs:
         assert seats == list(range(len(seats))), "decode rows must be compacted into seats 0..B-1"
         b = self.bucket(len(seats))
         if b not in self.steps:
-            self.pool.prepare_read(list(range(b)), self.pool.seat_len)
+            self.pool.prepare_read(list(range(b)), [0] * b, self.pool.seat_len)
             self.steps[b] = _BucketStep(self.model, self.pool, b, self.capture)
         return self.steps[b](tokens, positions)[: len(seats)]
 
@@ -112,13 +112,13 @@ class DecodeGraphs:
 class _BucketStep:
     def __init__(self, model: Transformer, pool: SeatPool, b: int, capture: bool):
         dev, width = pool.device, pool.seat_len
-        self.tokens = torch.zeros(1, b, dtype=torch.long, device=dev)  # (1, b)
-        self.positions = torch.zeros(1, b, dtype=torch.long, device=dev)  # (1, b)
-        self.slots = torch.full((b,), width - 1, dtype=torch.long, device=dev)  # (b,)
+        self.tokens = torch.zeros(b, 1, dtype=torch.long, device=dev)  # (b, 1)
+        self.positions = torch.zeros(b, 1, dtype=torch.long, device=dev)  # (b, 1)
+        self.index = torch.zeros(b * pool.cfg.n_kv_heads, dtype=torch.long, device=dev)  # (b * Hkv,)
         self.valid = torch.zeros(b, width, dtype=torch.bool, device=dev)  # (b, W)
         self.bias = torch.zeros(b, 1, 1, width, dtype=model.dtype, device=dev)  # (b, 1, 1, W)
-        self.b, self.width = b, width
-        sb = SeatBatch(torch.arange(b, device=dev), self.slots, 0, width, self.bias, [])
+        self.b, self.width, self.pool = b, width, pool
+        sb = SeatBatch(self.index, 0, width, self.bias, [], b)
         rows = torch.arange(b, device=dev)
 
         def step() -> torch.Tensor:
@@ -141,10 +141,10 @@ class _BucketStep:
     def _fill(self, tokens: list[int], positions: list[int]) -> None:
         n, dev = len(tokens), self.tokens.device
         pad = self.b - n
-        self.tokens.copy_(torch.tensor([tokens + [0] * pad], device=dev))
+        self.tokens.copy_(torch.tensor(tokens + [0] * pad, device=dev)[:, None])
         pos = torch.tensor(positions + [self.width - 1] * pad, device=dev)  # (b,)
-        self.positions.copy_(pos[None])
-        self.slots.copy_(pos)
+        self.positions.copy_(pos[:, None])
+        self.index.copy_(self.pool.row_index(torch.arange(self.b, device=dev), pos))
         self.valid.copy_(torch.arange(self.width, device=dev)[None, :] <= pos[:, None])
         self.bias.copy_(additive_bias(self.valid, self.bias.dtype)[:, None, None, :])
 

@@ -179,8 +179,12 @@ class Engine:
         """True when nothing is waiting or running (nothing for `step()` to do)."""
         return self._serving is None or (self._serving.scheduler.idle and not self._serving.seqs)
 
-    def submit(self, prompt, max_new_tokens: int = 64, **settings) -> int:
-        """Queue one request; returns its id. Refused settings raise EngineError here, in one line."""
+    def submit(self, prompt, max_new_tokens: int = 64, *, arrival_s: float | None = None, **settings) -> int:
+        """Queue one request; returns its id. Refused settings raise EngineError here, in one line.
+
+        `arrival_s`: when it arrived, on `time.perf_counter()`'s clock (default: now). A load
+        generator passes the planned time, so waiting behind a step in progress counts as queue time.
+        """
         bad = next((k for k in settings if k in ORDER_ONLY), None)
         if bad is not None:
             raise EngineError(f"setting '{bad}' applies to one fixed-batch order (generate/stream), not to submit")
@@ -215,6 +219,7 @@ class Engine:
             params=SamplingParams(req.temperature, req.top_k, req.top_p), generator=gen,
             stop_ids=frozenset(self.cfg.eos_ids) if req.stop_at_eos else frozenset(),
             decoder=IncrementalDecoder(self.codec, ids),
+            arrival_t=time.perf_counter() if arrival_s is None else arrival_s,
         )  # fmt: skip
         srv.seqs[rid] = seq
         srv.scheduler.add(seq)

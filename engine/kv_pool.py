@@ -43,20 +43,18 @@ class SeatBatch:
     """How a flat pass of N tokens, shape (1, N), maps onto seats: decode rows first, then spans.
 
     Example: two sequences decoding in seats 0 and 1 (12 and 30 tokens cached) and a 5-token
-    chunk of a prompt in seat 2 starting at position 8: N = 7, decode_seats [0, 1], decode_slots
-    [12, 30], decode_first 0, decode_width 31, spans [Span(2, 8, 5, mask)].
+    chunk of a prompt in seat 2 starting at position 8: N = 7, decode rows write slots 12 and 30
+    of seats 0 and 1 (`SeatPool.row_index`), decode_first 0, decode_width 31, spans [Span(2, 8, 5,
+    mask)]. With no spans the pass is laid out (B, 1) instead of (1, N): the decode path's shapes.
     """
 
-    decode_seats: torch.Tensor  # (Bd,) long: each decode row's seat
-    decode_slots: torch.Tensor  # (Bd,) long: the slot (= position) its new K/V goes to
+    decode_index: torch.Tensor  # (Bd * Hkv,) long: where each row's new K/V go in a layer's flat view
     decode_first: int  # the decode rows sit in seats decode_first, decode_first + 1, ... (one view)
     decode_width: int  # slots the decode rows read: the longest row + 1
     decode_bias: torch.Tensor | None  # (Bd, 1, 1, W) additive: 0 = may attend, -inf = not
     spans: list[Span]
 
-    @property
-    def n_decode(self) -> int:
-        return self.decode_seats.shape[0]
+    n_decode: int
 
 
 class SeatPool:
@@ -71,6 +69,7 @@ class SeatPool:
         self.clean = [seat_len if self.device.type == "cuda" else 0] * seats  # slots safe to read
         self.lengths = [0] * seats  # real tokens each seat holds
         self.owner: list[int | None] = [None] * seats  # request id sitting there
+        self._heads = torch.arange(cfg.n_kv_heads, device=self.device) * seat_len  # (Hkv,) see row_index
 
     # -- seats ----------------------------------------------------------------------------------------
     @property
@@ -124,18 +123,26 @@ class SeatPool:
             self.swap(src, dst)
 
     # -- reads and writes (called by the model, one layer at a time) ---------------------------------------
-    def prepare_read(self, seats: list[int], width: int) -> None:
-        """Zero never-written slots below `width` in these seats before a pass reads them."""
-        for s in seats:
-            if self.clean[s] < width:
+    def prepare_read(self, seats: list[int], starts: list[int], width: int) -> None:
+        """Zero never-written slots below `width` in these seats before a pass reads them. A row whose
+        new token lands in slot width - 1 (starts[i] + 1 == width) writes it before reading: nothing to do."""
+        for s, start in zip(seats, starts, strict=True):
+            if start + 1 < width and self.clean[s] < width:
                 self.k[:, s, :, self.clean[s] : width] = 0
                 self.v[:, s, :, self.clean[s] : width] = 0
                 self.clean[s] = width
 
-    def write_rows(self, layer: int, seats: torch.Tensor, slots: torch.Tensor, k, v) -> None:
-        """One token per row: k, v (B, Hkv, D) go to (seats[i], slots[i])."""
-        self.k[layer][seats, :, slots] = k
-        self.v[layer][seats, :, slots] = v
+    def row_index(self, seats: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """Flat rows of a layer's (seats * Hkv * seat_len, D) view for token slots[i] of seats[i], every
+        KV head: (B * Hkv,). Computed once per step; every layer writes through it."""
+        base = seats * (self.cfg.n_kv_heads * self.seat_len) + slots  # (B,)
+        return (base[:, None] + self._heads[None, :]).reshape(-1)  # (B * Hkv,)
+
+    def write_rows(self, layer: int, index: torch.Tensor, k, v) -> None:
+        """One token per row: k, v (B, Hkv, D) go to the flat rows `index` (see row_index)."""
+        D = self.cfg.head_dim
+        self.k[layer].view(-1, D).index_copy_(0, index, k.reshape(-1, D))  # (S*Hkv*T, D) <- (B*Hkv, D)
+        self.v[layer].view(-1, D).index_copy_(0, index, v.reshape(-1, D))
 
     def write_span(self, layer: int, seat: int, start: int, k, v) -> None:
         """A prefill chunk of one sequence: k, v (Hkv, T, D) go to slots start..start+T-1."""

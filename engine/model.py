@@ -186,18 +186,23 @@ class Attention(nn.Module):
         return self._project(out.transpose(1, 2).reshape(B, T, cfg.q_dim))  # (B, T, H*D)
 
     def forward_seats(self, x, rope: Rope | None, sb: SeatBatch, pool: SeatPool) -> torch.Tensor:
-        """A flat pass (1, N) over many sequences' tokens: decode rows first, then prefill spans.
+        """One serving pass over many sequences' tokens: decode rows first, then prefill spans.
 
         Every token's K/V go to its own sequence's seat at its own position. Decode rows attend
-        together (one batched read of their seats); each span attends to its seat's cache up to
-        itself. The GEMMs around this see all N tokens at once: one read of the weights per step.
+        together (one view of their seats); each span attends to its seat's cache up to itself.
+        x is (1, N, d), so the GEMMs around this see all N tokens at once (one read of the weights
+        per step), or (B, 1, d) when every row decodes: then this is the decode path exactly.
         """
-        cfg, layer = self.cfg, self.layer
-        q, k, v = self.qkv(x, rope)  # (1, H, N, D), (1, Hkv, N, D)
-        outs, nd = [], sb.n_decode
+        cfg, layer, nd = self.cfg, self.layer, sb.n_decode
+        q, k, v = self.qkv(x, rope)  # (1, H, N, D) and (1, Hkv, N, D), or (B, H, 1, D) and (B, Hkv, 1, D)
+        if not sb.spans:
+            pool.write_rows(layer, sb.decode_index, k[:, :, 0], v[:, :, 0])
+            keys, values = pool.read_rows(layer, sb.decode_first, nd, sb.decode_width)  # (B, Hkv, W, D)
+            return self._project(decode_attention(q, keys, values, sb.decode_bias))  # (B, 1, d)
+        outs = []
         if nd:
             kd, vd = k[0, :, :nd].transpose(0, 1), v[0, :, :nd].transpose(0, 1)  # (Bd, Hkv, D)
-            pool.write_rows(layer, sb.decode_seats, sb.decode_slots, kd, vd)
+            pool.write_rows(layer, sb.decode_index, kd, vd)
             keys, values = pool.read_rows(layer, sb.decode_first, nd, sb.decode_width)  # (Bd, Hkv, W, D)
             qd = q[0, :, :nd].transpose(0, 1).unsqueeze(2)  # (Bd, H, 1, D)
             outs.append(decode_attention(qd, keys, values, sb.decode_bias).view(1, nd, cfg.q_dim))
@@ -345,9 +350,10 @@ class Transformer(nn.Module):
 
     def forward_seats(
         self, tokens: torch.Tensor, positions: torch.Tensor, sb: SeatBatch, pool: SeatPool,
-        logits_rows: torch.Tensor,
+        logits_rows: torch.Tensor | None,
     ) -> torch.Tensor:  # fmt: skip
-        """One serving step: tokens and positions (1, N) of many sequences -> logits (R, V)."""
+        """One serving step: tokens and positions (1, N) of many sequences -> logits (R, V) of the
+        flat rows `logits_rows`; or (B, 1) when every row decodes -> (B, 1, V) (`logits_rows` None)."""
         x, rope = self._inputs(tokens, positions)
         for block in self.layers:
             x = block.forward_seats(x, rope, sb, pool)

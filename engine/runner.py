@@ -39,17 +39,15 @@ class Runner:
     def __init__(self, model: Transformer, pool: SeatPool, cuda_graphs: bool = False):
         self.model, self.pool, self.device = model, pool, model.device
         self.graphs = DecodeGraphs(model, pool) if cuda_graphs else None
+        self.slots = torch.arange(pool.seat_len, device=self.device)  # (T,) reused by every step's masks
 
     @torch.inference_mode()
     def run(self, plan: StepPlan) -> PassOutput:
         decodes = sorted((w for w in plan.work if w.is_decode), key=lambda w: w.seq.seat)
         chunks = [w for w in plan.work if not w.is_decode]
-        ids, pos, rows, spans, pairs = [], [], [], [], 0
-        for w in decodes:
-            ids.append(w.seq.tokens[w.start])
-            pos.append(w.start)
-            rows.append(len(rows))
-            pairs += w.start + 1
+        ids = [w.seq.tokens[w.start] for w in decodes]
+        pos = [w.start for w in decodes]
+        rows, spans, pairs = list(range(len(decodes))), [], sum(pos) + len(pos)
         offset = len(decodes)
         for w in chunks:
             ids += w.seq.tokens[w.start : w.start + w.length]
@@ -64,38 +62,33 @@ class Runner:
         if graphed:
             logits = self.graphs.replay([w.seq.seat for w in decodes], ids, pos)
         else:
-            sb = self._seat_batch(decodes, spans)
-            dev = self.device
-            tokens = torch.tensor(ids, dtype=torch.long, device=dev)[None]  # (1, N)
-            positions = torch.tensor(pos, dtype=torch.long, device=dev)[None]  # (1, N)
-            logits_rows = torch.tensor(rows, dtype=torch.long, device=dev)  # (R,)
-            logits = self.model.forward_seats(tokens, positions, sb, self.pool, logits_rows)
+            logits = self._forward(decodes, spans, ids, pos, None if not chunks else rows)
         for w in plan.work:
             w.seq.num_cached = w.start + w.length
             self.pool.note_written(w.seq.seat, w.seq.num_cached)
         n_pre = sum(w.length for w in chunks)
         return PassOutput(logits, sampled, n_pre + len(decodes), n_pre, len(decodes), pairs, pairs, graphed)
 
-    def _seat_batch(self, decodes: list[Work], spans: list[Span]) -> SeatBatch:
-        dev = self.device
-        seats = [w.seq.seat for w in decodes]
-        starts = [w.start for w in decodes]
-        width = max(starts, default=-1) + 1
-        self.pool.prepare_read(seats, width)
-        assert seats == list(range(len(seats))), "the scheduler seats decode rows in 0..B-1"
-        bias = None
-        if decodes:
-            cached = torch.tensor(starts, device=dev)  # (Bd,) the new token's slot
-            valid = torch.arange(width, device=dev)[None, :] <= cached[:, None]  # (Bd, W)
-            bias = additive_bias(valid[:, None, None, :], self.model.dtype)  # (Bd, 1, 1, W)
-        return SeatBatch(
-            decode_seats=torch.tensor(seats, dtype=torch.long, device=dev),
-            decode_slots=torch.tensor(starts, dtype=torch.long, device=dev),
-            decode_first=0,
-            decode_width=width,
-            decode_bias=bias,
-            spans=spans,
-        )
+    def _forward(self, decodes: list[Work], spans: list[Span], ids: list[int], pos: list[int],
+                 rows: list[int] | None) -> torch.Tensor:  # fmt: skip
+        """The eager pass. `rows` None: every row decodes, laid out (B, 1) like the decode path."""
+        dev, nd = self.device, len(decodes)
+        inputs = torch.tensor([ids, pos], dtype=torch.long, device=dev)  # (2, N): one host-to-device copy
+        width = max(pos[:nd], default=-1) + 1
+        self.pool.prepare_read([w.seq.seat for w in decodes], pos[:nd], width)
+        assert all(w.seq.seat == i for i, w in enumerate(decodes)), "the scheduler seats decode rows in 0..B-1"
+        bias, index = None, inputs[1, :0]
+        if nd:
+            slots = inputs[1, :nd]  # (Bd,) each decode row's new slot = its position
+            index = self.pool.row_index(self.slots[:nd], slots)  # they sit in seats 0..Bd-1
+            bias = additive_bias(self.slots[None, :width] <= slots[:, None], self.model.dtype)  # (Bd, W)
+            bias = bias[:, None, None, :]  # (Bd, 1, 1, W)
+        sb = SeatBatch(index, 0, width, bias, spans, nd)
+        if rows is None:
+            tokens, positions = inputs[0].view(-1, 1), inputs[1].view(-1, 1)  # (B, 1)
+            return self.model.forward_seats(tokens, positions, sb, self.pool, None).view(nd, -1)  # (B, V)
+        logits_rows = torch.tensor(rows, dtype=torch.long, device=dev)  # (R,)
+        return self.model.forward_seats(inputs[0][None], inputs[1][None], sb, self.pool, logits_rows)
 
     def _span_mask(self, w: Work) -> torch.Tensor | None:
         """A chunk that continues a sequence sees its cached prefix plus itself, causally."""

@@ -1,0 +1,63 @@
+"""Is a serving decode step as fast as the fixed-batch decode step at the same batch?
+
+The serving path pays for its freedom (any sequence may join or leave at any step) with a little
+bookkeeping per step: the scheduler's plan, the seats' write index, the per-row mask. This
+measures whether that shows, end to end and wall-clock, the way a user feels it:
+
+  fixed    (t(generate n tokens) - t(generate 1 token)) / (n - 1), the batch as one order
+  serving  B requests submitted together, one step to prefill them all, then the wall time of
+           the decode steps until they finish, divided by their number
+
+Both sides run the same prompts (B x 40 tokens) and n new tokens, interleaved, median of repeats.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+from engine.engine import Engine
+
+
+@dataclass(frozen=True)
+class DecodeStepTiming:
+    batch: int
+    fixed_ms: float
+    serving_ms: float
+
+    @property
+    def ratio(self) -> float:
+        """serving / fixed: at most 1.0 means the serving step is no slower."""
+        return self.serving_ms / self.fixed_ms
+
+
+def _fixed(engine: Engine, prompts: list[list[int]], n: int) -> float:
+    t = time.perf_counter()
+    engine.generate(prompts, max_new_tokens=1, stop_at_eos=False)
+    one = time.perf_counter() - t
+    t = time.perf_counter()
+    engine.generate(prompts, max_new_tokens=n, stop_at_eos=False)
+    return (time.perf_counter() - t - one) / (n - 1)
+
+
+def _serving(engine: Engine, prompts: list[list[int]], n: int) -> float:
+    for p in prompts:
+        engine.submit(p, n, stop_at_eos=False)
+    engine.step()  # the prefill of all of them
+    steps, t = 0, time.perf_counter()
+    while not engine.idle:
+        engine.step()
+        steps += 1
+    return (time.perf_counter() - t) / steps
+
+
+def time_decode_step(engine: Engine, batch: int, new_tokens: int = 64, repeats: int = 5) -> DecodeStepTiming:
+    """`engine` must use a policy that prefills all B prompts in one step (static or continuous)."""
+    prompts = [[(7 * i + j) % engine.cfg.vocab_size for j in range(40)] for i in range(batch)]
+    _fixed(engine, prompts, new_tokens), _serving(engine, prompts, new_tokens)  # warm-up, both paths
+    fixed, serving = [], []
+    for _ in range(repeats):
+        fixed.append(_fixed(engine, prompts, new_tokens))
+        serving.append(_serving(engine, prompts, new_tokens))
+    return DecodeStepTiming(batch, statistics.median(fixed) * 1e3, statistics.median(serving) * 1e3)

@@ -34,6 +34,15 @@ import streamlit as st
 from engine.errors import EngineError
 from kitchen_viz import live_feed
 from kitchen_viz.app_state import REPO
+from kitchen_viz.order_control import (
+    draw_shared_stove,
+    is_cancelled,
+    order_caps,
+    quiet_wait,
+    refuse_over_caps,
+    time_limit,
+    watch_session,
+)
 from kitchen_viz.orders import DEFAULT_PROMPT, Order, control_limits, cook
 from kitchen_viz.panels import draw_panels, panel_values
 from kitchen_viz.scene import ART, draw_scene
@@ -223,11 +232,15 @@ def start_cook(svc: KitchenService, order: Order) -> None:
     counts them), so the scene's first drawing of tickets and tables is part of the Cook rerun
     the browser paints before the engine starts; measured, that first drawing was the largest
     raster burst at a live tick (docs/benchmarks/ui-overhead.md). The engine's own validation
-    runs first, once: a refused order never joins the queue and its reason is shown instead."""
+    runs first, once, then the instructor's caps (serving/caps.py): a refused order never joins
+    the queue and its reason is shown instead. The order's time cap becomes the job's time limit,
+    and the job is watched: closing or reloading the page cancels it (order_control.py)."""
+    caps = order_caps()
     try:
         ids = svc.check(
             order.prompts(svc), order.max_new_tokens, temperature=order.temperature, seed=order.seed
         )
+        refuse_over_caps(caps, ids, order.max_new_tokens)
     except EngineError as err:
         st.session_state["tpk_error"] = str(err)
         return
@@ -235,7 +248,9 @@ def start_cook(svc: KitchenService, order: Order) -> None:
     st.session_state["tpk_result"] = None
     tables = [len(prompt) for prompt in ids]
     freeze_server_heap()
-    st.session_state["tpk_job"] = svc.submit(cook(order), order.label, hold=True)
+    job = svc.submit(cook(order), order.label, hold=True, **time_limit(caps))
+    watch_session(job)
+    st.session_state["tpk_job"] = job
     st.session_state["tpk_run"] = LiveRun.for_order(uuid.uuid4().hex, tables)  # tables drawn before the cook
 
 
@@ -258,7 +273,7 @@ def release_cook() -> None:
     live = st.session_state.get(K_LIVE, live_view_default())
     job.release(settle_s=SETTLE_S)  # let the browser paint the Cook rerun first (measured)
     if not job.finished and not live:
-        job.wait(QUIET_WAIT_S)
+        quiet_wait(job, QUIET_WAIT_S)  # a Cancel click still interrupts the wait
         st.rerun()
 
 
@@ -329,7 +344,7 @@ def follow_feed(
 
 def draw_queue_place(svc: KitchenService, job) -> None:
     if job.status in ("queued", "loading"):
-        st.info(live_feed.queue_line(job.place_in_line(), svc.queue_length()))
+        st.info(live_feed.wait_line(svc, job))
 
 
 def finish_cook(job, run: LiveRun | None) -> None:
@@ -364,6 +379,7 @@ def draw_outcome(device: str, dtype: str) -> None:
         return
     if job is None or not job.finished or job.result is None:
         return
+    draw_shared_stove(job)
     draw_diagnosis(job.result, device, dtype)
     with st.expander("Full text, table by table", expanded=False):
         for i, text in enumerate(job.result.texts, start=1):
@@ -372,6 +388,8 @@ def draw_outcome(device: str, dtype: str) -> None:
 
 
 def failure_line(error: str) -> str:
+    if is_cancelled(error):  # "cancelled: you pressed Cancel", "cancelled after 30 s: ..."
+        return f"🛑 Order {error}."
     return f"The kitchen could not cook this order: {error}"
 
 

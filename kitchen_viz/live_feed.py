@@ -63,6 +63,13 @@ def queue_line(place: int, in_kitchen: int) -> str:
     )
 
 
+def wait_line(svc, job) -> str:
+    """What a waiting order is told: the machine's stove line, naming the order cooking on it, when
+    another kitchen holds the stove (serving/stove.py); else its place in this kitchen's line."""
+    stove = job.stove_line() if hasattr(job, "stove_line") else None
+    return stove or queue_line(job.place_in_line(), svc.queue_length())
+
+
 def waited_s(job) -> float | None:
     """How long the order waited in line, once the worker has picked it up (None before)."""
     return job.queue_wait_s if job is not None and job.started_at else None
@@ -81,7 +88,7 @@ def live_scene_data(
     if panels is not None:
         data["panels"] = live_panel_data(panels, waited_s(job))
         if job.status in ("queued", "loading"):
-            data["panels"]["wait"] = queue_line(job.place_in_line(), svc.queue_length())
+            data["panels"]["wait"] = wait_line(svc, job)
     return data
 
 

@@ -11,6 +11,7 @@ from kitchen_viz.kitchen_ui import (
     release_cook,
     start_cook,
 )
+from kitchen_viz.order_control import draw_cancel, order_caps
 
 settings = current_settings()
 st.title("🍳 The Two-Pot Kitchen")
@@ -39,8 +40,12 @@ st.caption(
     + ("" if info.trained else " · ⚠️ random weights: timing is real, text is not")
 )
 
+st.caption(order_caps().summary())
+
 order = order_ui(svc, settings.seed)
+cancel_slot = st.container()  # always drawn, so the live view below keeps its place
 if order is not None:
     start_cook(svc, order)
+draw_cancel(cancel_slot)
 draw_live(svc, settings.presenter, wok_capacity=info.max_context * 8)
 release_cook()

@@ -280,18 +280,24 @@ class EngineProcess:
     def _stop_job(self, reason: str) -> None:
         """Tell the child to stop the running job; kill it if it cannot within the grace. Raises
         `Cancelled(reason)` either way, so the caller's job ends now."""
+        if self._child_stopped_job():
+            raise Cancelled(reason)
+        self._proc.kill()  # busy inside one long pass (or gone): stop the work the hard way
+        self._wait(5)
+        raise Cancelled(reason)
+
+    def _child_stopped_job(self) -> bool:
+        """Send "cancel" and read on to the job's last message; True if it came within the grace."""
         try:
             self._jobs.send("cancel")
             end = time.monotonic() + CANCEL_GRACE_S
             while self._jobs.poll(max(0.0, end - time.monotonic())):
                 kind, _ = self._jobs.recv()
                 if kind != "event":  # the job's last message: the child is free again
-                    raise Cancelled(reason)
-        except (EOFError, OSError, ValueError):
+                    return True
+        except (EOFError, OSError):  # the child is gone
             pass
-        self._proc.kill()  # busy inside one long pass (or gone): stop the work the hard way
-        self._wait(5)
-        raise Cancelled(reason)
+        return False
 
     def _recv(self, conn, limit_s: float | None = None, waiting_for: str = "") -> tuple[str, Any]:
         """The child's next message; with `limit_s`, a child silent for longer is killed (hung)."""

@@ -1,0 +1,112 @@
+"""The Kitchen page's hold on a running order: the instructor's caps, Cancel, and a closed page.
+
+Why a module of its own: the order form (kitchen_ui.py) says what a learner may order; this says
+what happens to an order once it is in the kitchen, which the serving side enforces
+(serving/caps.py, serving/job.py) and the page only words and wires up:
+
+  caps      `order_caps()` reads the instructor's file (`two-pot-kitchen --caps caps.toml`);
+            `refuse_over_caps` refuses an order over a cap in one line naming it, and the order's
+            time cap becomes the job's time limit (cancelled past it, in one line);
+  Cancel    `draw_cancel` shows the button while this session's order waits or cooks; the job
+            leaves the queue, or its engine work stops (serving/engine_process.py);
+  page gone Streamlit has no "session ended" callback, so `watch_session` hands the job a probe,
+            "is this browser session still connected?" (Streamlit's runtime, thread-safe), which
+            the kitchen's watcher asks every second: a page closed or reloaded for ABANDON_S
+            has its order cancelled (a brief reconnect does not);
+  stove     `draw_shared_stove` says when something else used the engine's cores while the order
+            was measured (what an order waits for, the stove included: live_feed.wait_line).
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from engine.errors import EngineError
+from serving.caps import Caps, load_caps
+
+K_JOB = "tpk_job"
+K_CANCEL = "tpk_cancel"
+
+
+def order_caps() -> Caps:
+    """The instructor's caps (a broken file was refused by the launcher; here it falls back to the
+    defaults and says why, once per run)."""
+    try:
+        return load_caps()
+    except EngineError as err:
+        st.error(f"Caps file: {err}; using the default caps.")
+        return Caps()
+
+
+def refuse_over_caps(caps: Caps, prompt_ids: list[list[int]], max_new_tokens: int) -> None:
+    """Raise `CapExceeded` (one line naming the cap and its value) for an order over a cap."""
+    caps.check([len(p) for p in prompt_ids], max_new_tokens)
+
+
+def time_limit(caps: Caps) -> dict:
+    """`KitchenService.submit`'s keyword arguments for the order's time cap."""
+    return {"time_limit_s": caps.max_order_seconds, "time_limit_line": caps.time_line()}
+
+
+def session_alive_probe():
+    """A thread-safe "is this browser session still connected?" for the current session, or None
+    where there is no server runtime (AppTest, a bare script)."""
+    from streamlit import runtime
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx(suppress_warning=True)
+    if ctx is None or not runtime.exists():
+        return None
+    rt, session_id = runtime.get_instance(), ctx.session_id
+    return lambda: rt.is_active_session(session_id)
+
+
+def watch_session(job) -> None:
+    """Have the kitchen cancel `job` once this page has been closed or reloaded."""
+    probe = session_alive_probe()
+    if probe is not None:
+        job.watch(probe)
+
+
+def cancel_order() -> None:
+    job = st.session_state.get(K_JOB)
+    if job is not None and not job.finished:
+        job.cancel()
+
+
+def draw_cancel(slot) -> None:
+    """In `slot` (always drawn, so the elements after it keep their place): the Cancel button
+    while this session's order waits or cooks."""
+    job = st.session_state.get(K_JOB)
+    with slot:
+        if job is not None and not job.finished:
+            st.button(
+                "🛑 Cancel",
+                key=K_CANCEL,
+                on_click=cancel_order,
+                help="Stop this order: a waiting order leaves the line; a cooking one stops its engine work.",
+            )
+
+
+def is_cancelled(error: str | None) -> bool:
+    return bool(error) and error.startswith("cancelled")
+
+
+def draw_shared_stove(job) -> None:
+    """One line when something else used the engine's cores while this order was measured."""
+    note = getattr(job, "shared_stove", None)
+    if note:
+        st.warning(f"⚠️ Measured while the stove was shared: {note}.")
+
+
+def quiet_wait(job, seconds: float, tick_s: float = 1.0) -> None:
+    """Wait for `job` without redrawing, yet let a click (Cancel) interrupt the wait.
+
+    A Streamlit script only sees a rerun request at a yield point (an `st.*` call that sends
+    something), so once a `tick_s` an empty placeholder is refreshed; a click then restarts the
+    script with the button pressed."""
+    spot = st.empty()
+    waited = 0.0
+    while not job.wait(tick_s) and waited < seconds:
+        waited += tick_s
+        spot.empty()

@@ -1,0 +1,81 @@
+"""AppTest on the Kitchen: the instructor's caps are shown and enforced, and Cancel stops an order.
+
+Runs the app as a browser session would (app.py -> pages/kitchen.py) with the real engine on the
+embedded chef. Closing the page is checked in a real browser (tests/test_browser_cancel.py).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from engine.events import Token
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+WAIT_S = 120
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def open_kitchen() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    deadline = time.monotonic() + WAIT_S
+    while not any("Cook" in b.label for b in at.button) and time.monotonic() < deadline:
+        assert not at.exception, at.exception
+        time.sleep(0.3)
+        at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def cook(at: AppTest) -> AppTest:
+    return next(b for b in at.button if "Cook" in b.label).click().run()
+
+
+def test_the_caps_are_shown_and_an_order_over_one_is_refused_in_one_line(tmp_path, monkeypatch):
+    caps = tmp_path / "caps.toml"
+    caps.write_text("[caps]\nmax_order_tokens = 20\nmax_order_seconds = 45\n")
+    monkeypatch.setenv("TWO_POT_CAPS", str(caps))
+    at = open_kitchen()
+    shown = [c.value for c in at.caption if c.value.startswith("Instructor's limits per order")]
+    assert len(shown) == 1 and "20 prompt tokens" in shown[0] and "45 s of cooking" in shown[0]
+    at.slider(key="tpk_prompt_len").set_value(8)
+    at.slider(key="tpk_batch").set_value(3)  # 24 prompt tokens > 20
+    at.run()
+    cook(at)
+    assert not at.exception, at.exception
+    refusals = [e.value for e in at.error if "max_order_tokens" in e.value]
+    assert len(refusals) == 1 and "\n" not in refusals[0]
+    assert "24 prompt tokens (3 tables)" in refusals[0] and "limit is 20 tokens per order" in refusals[0]
+    assert "tpk_job" not in at.session_state  # refused before it joined the queue
+
+
+def test_cancel_stops_a_cooking_order_and_the_page_says_so():
+    at = open_kitchen()
+    at.toggle(key="tpk_live").set_value(True).run()  # followed live: the page returns while it cooks
+    at.slider(key="tpk_prompt_len").set_value(8)
+    at.slider(key="tpk_new").set_value(500)
+    at.run()
+    at.slider(key="tpk_batch").set_value(64)
+    at.run()
+    assert not [b for b in at.button if b.key == "tpk_cancel"]  # nothing to cancel yet
+    cook(at)
+    assert not at.exception, at.exception
+    job = at.session_state["tpk_job"]
+    cancel = [b for b in at.button if b.key == "tpk_cancel"]
+    assert len(cancel) == 1 and "Cancel" in cancel[0].label
+    deadline = time.monotonic() + WAIT_S
+    while not any(isinstance(e, Token) for e in job.events) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not job.finished  # 64 tables x 500 tokens: still cooking when Cancel is pressed
+    cancel[0].click().run()
+    assert job.wait(15) and job.status == "cancelled"
+    at.run()
+    assert not at.exception, at.exception
+    assert [e.value for e in at.error if "cancelled" in e.value] == ["Order cancelled: you pressed Cancel."]  # the 🛑 becomes the icon
+    assert not [b for b in at.button if b.key == "tpk_cancel"]
+    assert not next(b for b in at.button if "Cook" in b.label).disabled  # the kitchen takes the next order

@@ -1,0 +1,104 @@
+"""In a real browser: Cancel stops the order, and closing the page frees the kitchen.
+
+Streamlit has no "session ended" callback; the kitchen asks the server's runtime whether the
+page's session is still connected (kitchen_viz/order_control.py, serving/service.py). Here the app
+is served by the launcher with a slow engine (TWO_POT_TEST_HANG_S: the child pauses after each
+event it streams, so a 480-token order takes minutes), a page Cooks such an order and is closed,
+and a second page's small order must then cook long before the first one could have finished.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from kitchen_viz.launch import free_port, spawn, stop, wait_healthy
+from serving.watchdog import TEST_HANG_ENV
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+HANG_S = 0.25  # per streamed event: a 480-token order needs 120 s or more
+LONG_ORDER = "?prompt=8&new=480&batch=1&live=1"
+SMALL_ORDER = "?prompt=8&new=8&batch=1&live=1"
+TIMEOUT_MS = 240_000
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium is not installed"),
+]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    log = tmp_path_factory.mktemp("server") / "streamlit.log"
+    old = os.environ.get(TEST_HANG_ENV)
+    os.environ[TEST_HANG_ENV] = str(HANG_S)  # inherited by the server, then by its engine's child
+    try:
+        proc, url = spawn(free_port(), log)
+    finally:
+        if old is None:
+            os.environ.pop(TEST_HANG_ENV)
+        else:
+            os.environ[TEST_HANG_ENV] = old
+    try:
+        if not wait_healthy(proc, url):
+            pytest.fail(f"the app never became healthy:\n{log.read_text()}")
+        yield url
+    finally:
+        stop(proc)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def cook(browser, url: str, order: str):
+    page = browser.new_page(viewport={"width": 1400, "height": 1200})
+    page.goto(f"{url}/{order}")
+    page.get_by_role("button", name="Cook").wait_for(timeout=TIMEOUT_MS)
+    page.get_by_role("button", name="Cook").click()
+    return page
+
+
+def wait_for_measured_ttft(page, timeout_ms: int = TIMEOUT_MS) -> None:
+    page.wait_for_function(
+        """() => [...document.querySelectorAll('[data-testid="stMetric"]')].some(m =>
+              m.innerText.includes('TTFT') && /\\d/.test(m.querySelector('[data-testid="stMetricValue"]').innerText))""",
+        timeout=timeout_ms,
+    )
+
+
+def test_the_cancel_button_stops_the_order(server, browser):
+    page = cook(browser, server, LONG_ORDER)
+    cancel = page.get_by_role("button", name="Cancel")
+    cancel.wait_for(timeout=TIMEOUT_MS)
+    time.sleep(2)  # it is cooking
+    cancel.click()
+    page.get_by_text("Order cancelled: you pressed Cancel.").wait_for(timeout=30_000)
+    cancel.wait_for(state="detached", timeout=30_000)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    page.close()
+
+
+def test_closing_the_page_cancels_its_order_and_frees_the_kitchen(server, browser):
+    first = cook(browser, server, LONG_ORDER)
+    first.get_by_role("button", name="Cancel").wait_for(timeout=TIMEOUT_MS)
+    time.sleep(2)  # cooking: about 8 of its 480 tokens are out
+    first.close()  # the learner closes the tab
+    closed = time.monotonic()
+    second = cook(browser, server, SMALL_ORDER)
+    wait_for_measured_ttft(second)
+    freed_after = time.monotonic() - closed
+    # The first order alone needed 480 x 0.25 s = 120 s more; the kitchen was free long before.
+    assert freed_after < 60, f"the second order finished {freed_after:.0f} s after the first page closed"
+    assert second.locator('[data-testid="stException"]').count() == 0
+    second.close()

@@ -1,0 +1,268 @@
+"""What ends an order early, and the one stove: caps, time limit, Cancel, a closed page, the stove line.
+
+Everything runs the real engine (the embedded chef and apprentice) in real child processes. The
+"work" functions that are not generations wait on an event, to hold a kitchen busy at a known moment.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from engine.errors import EngineError
+from engine.events import PrefillStart, Token
+from kitchen_viz.orders import Order, cook
+from serving import service as service_mod
+from serving.caps import CapExceeded, Caps, load_caps, use_caps_file
+from serving.cores import ALL_CORES
+from serving.service import PAGE_GONE, KitchenService
+from serving.stove import Stove, StoveMeter
+from serving.watchdog import TEST_HANG_ENV
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+WAIT_S = 120
+LONG = Order(batch=4, max_new_tokens=480, temperature=0.0, seed=0, prompt_tokens=16)  # a second or more
+LONGER = Order(batch=64, max_new_tokens=500, temperature=0.0, seed=0, prompt_tokens=8)  # several seconds
+
+
+@pytest.fixture(scope="module")
+def chef():
+    svc = KitchenService("chef", "cpu", "float32", threads=1, stove=Stove("cpu-chef-tests"))
+    assert svc.wait_ready(WAIT_S) and svc.state == "ready", svc.load_error
+    yield svc
+    svc.close()
+
+
+def hold_until(gate: threading.Event, started: threading.Event | None = None):
+    def work(engine, emit):
+        if started is not None:
+            started.set()
+        gate.wait(WAIT_S)
+        return engine.generate(["ROMEO:"], max_new_tokens=2)
+
+    return work
+
+
+def wait_for(predicate, seconds: float = WAIT_S) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def one_line(text: str | None) -> str:
+    assert text and "\n" not in text, text
+    return text
+
+
+def assert_kitchen_still_cooks(svc: KitchenService) -> None:
+    order = Order(batch=1, max_new_tokens=3, temperature=0.0, seed=0, text="ROMEO:")
+    job = svc.submit(cook(order), "after")
+    assert job.wait(WAIT_S) and job.status == "done", job.error
+    assert len(job.result.tokens[0]) == 3
+
+
+# -- the instructor's caps ---------------------------------------------------------------------------
+
+
+def test_an_order_over_a_cap_is_refused_in_one_line_naming_the_cap_and_its_value(chef):
+    caps = Caps(max_order_tokens=100, max_new_tokens=64, max_order_seconds=30)
+    ids = chef.check(Order(batch=4, max_new_tokens=8, temperature=0, seed=0, prompt_tokens=32).prompts(chef), 8)
+    with pytest.raises(CapExceeded) as err:
+        caps.check([len(p) for p in ids], 8)
+    msg = one_line(str(err.value))
+    assert "128 prompt tokens (4 tables)" in msg and "limit is 100 tokens per order (max_order_tokens)" in msg
+    with pytest.raises(CapExceeded) as err:
+        caps.check([5], 65)
+    msg = one_line(str(err.value))
+    assert "65 new tokens" in msg and "limit is 64 new tokens per order (max_new_tokens)" in msg
+    caps.check([len(p) for p in ids[:3]], 64)  # 96 tokens, 64 new: inside both caps
+
+
+def test_caps_come_from_the_instructors_toml_and_bad_files_are_one_line(tmp_path, monkeypatch):
+    monkeypatch.delenv("TWO_POT_CAPS", raising=False)
+    assert load_caps() == Caps()  # the documented defaults
+    good = tmp_path / "caps.toml"
+    good.write_text("[caps]\nmax_order_tokens = 2048\nmax_order_seconds = 30\n")
+    env: dict = {}
+    caps = use_caps_file(good, env=env)
+    assert env["TWO_POT_CAPS"] == str(good.resolve())
+    assert caps == Caps(max_order_tokens=2048, max_new_tokens=Caps().max_new_tokens, max_order_seconds=30.0)
+    assert "2,048 prompt tokens" in caps.summary() and "30 s of cooking" in caps.summary()
+    for body, expected in [
+        ("[caps]\nmax_tokens = 5\n", "unknown cap 'max_tokens'"),
+        ("[caps]\nmax_new_tokens = -1\n", "must be a positive number"),
+        ("[caps]\nmax_order_tokens = 10.5\n", "must be a whole number"),
+        ("max_new_tokens = 5\n", "expected one [caps] table"),
+        ("[caps\n", "not valid TOML"),
+    ]:
+        bad = tmp_path / "bad.toml"
+        bad.write_text(body)
+        with pytest.raises(EngineError) as err:
+            load_caps(bad)
+        assert expected in one_line(str(err.value))
+
+
+def test_an_order_past_its_time_is_cancelled_in_one_line_and_the_kitchen_cooks_on(chef):
+    caps = Caps(max_order_seconds=0.5)
+    job = chef.submit(cook(LONG), "too long", time_limit_s=caps.max_order_seconds, time_limit_line=caps.time_line())
+    assert job.wait(WAIT_S)
+    assert job.status == "cancelled"
+    assert one_line(job.error) == "cancelled after 0.5 s: the instructor's limit per order is 0.5 s"
+    assert 0.5 <= job.finished_at - job.started_at < 0.5 + 5  # stopped at once, not at the order's end
+    tokens = sum(isinstance(e, Token) for e in job.events)
+    assert 0 < tokens < LONG.batch * LONG.max_new_tokens  # it cooked, and it stopped early
+    assert_kitchen_still_cooks(chef)
+
+
+# -- Cancel ------------------------------------------------------------------------------------------
+
+
+def test_cancel_stops_a_cooking_order_and_the_engine_takes_the_next(chef):
+    pid = chef.engine_pid
+    job = chef.submit(cook(LONG), "long")
+    assert wait_for(lambda: any(isinstance(e, Token) for e in job.events)), job.error
+    t0 = time.perf_counter()
+    assert job.cancel()
+    assert job.wait(10) and job.status == "cancelled"
+    assert one_line(job.error) == "cancelled: you pressed Cancel"
+    assert job.finished_at - t0 < 5 and sum(isinstance(e, Token) for e in job.events) < LONG.batch * LONG.max_new_tokens
+    assert not job.cancel()  # a finished order cannot be cancelled again
+    assert_kitchen_still_cooks(chef)
+    assert chef.engine_pid == pid  # stopped between two steps: the same engine process cooks on
+
+
+def test_a_queued_order_leaves_the_line_at_once(chef):
+    gate = threading.Event()
+    first = chef.submit(hold_until(gate), "holds the kitchen")
+    second = chef.submit(cook(LONG), "waits")
+    third = chef.submit(cook(Order(1, 2, 0.0, 0, text="ROMEO:")), "waits behind it")
+    try:
+        assert wait_for(lambda: first.status == "running")
+        assert second.place_in_line() == 1 and third.place_in_line() == 2 and chef.queue_length() == 3
+        assert second.cancel()
+        assert second.status == "cancelled" and second.events == [] and second.result is None
+        assert one_line(second.error) == "cancelled: you pressed Cancel"
+        assert third.place_in_line() == 1 and chef.queue_length() == 2
+    finally:
+        gate.set()
+    assert third.wait(WAIT_S) and third.status == "done", third.error
+    assert first.wait(WAIT_S) and first.status == "done"
+
+
+def test_a_cancelled_order_whose_engine_cannot_stop_in_time_has_its_engine_replaced(monkeypatch):
+    """The child reads "cancel" only between events; one busy inside a long pass (here: a test hang
+    after the first event) is killed after the grace, and the kitchen loads a fresh one."""
+    monkeypatch.setenv(TEST_HANG_ENV, "60")
+    svc = KitchenService("chef", "cpu", "float32", threads=1, stove=Stove("cpu-hang-test"))
+    try:
+        assert svc.wait_ready(WAIT_S) and svc.state == "ready"
+        first_pid = svc.engine_pid
+        monkeypatch.delenv(TEST_HANG_ENV)  # the replacement child behaves
+        job = svc.submit(cook(LONG), "stuck")
+        assert wait_for(lambda: job.events), job.error
+        assert isinstance(job.events[0], PrefillStart)
+        t0 = time.perf_counter()
+        job.cancel()
+        assert job.wait(30) and job.status == "cancelled" and job.error == "cancelled: you pressed Cancel"
+        assert job.finished_at - t0 < 10  # the grace (2 s) and the kill, not the 60 s hang
+        assert_kitchen_still_cooks(svc)
+        assert svc.engine_pid != first_pid
+    finally:
+        svc.close()
+
+
+def test_an_order_whose_page_is_gone_is_cancelled(chef, monkeypatch):
+    monkeypatch.setattr(service_mod, "ABANDON_S", 1.0)
+    page_open = threading.Event()
+    page_open.set()
+    job = chef.submit(cook(LONGER), "watched")
+    job.watch(page_open.is_set)
+    assert wait_for(lambda: any(isinstance(e, Token) for e in job.events)), job.error
+    time.sleep(1.5)
+    assert not job.finished  # the page is there: the order cooks on
+    page_open.clear()  # the tab is closed
+    t0 = time.perf_counter()
+    assert job.wait(15) and job.status == "cancelled" and job.error == PAGE_GONE
+    assert job.finished_at - t0 < 1.0 + 2 * service_mod.WATCH_S + 3
+    assert wait_for(lambda: not chef.busy, 10)  # the kitchen is free again
+
+
+# -- one stove per machine ---------------------------------------------------------------------------
+
+
+def test_two_models_never_cook_at_once_and_the_second_is_told_why_it_waits():
+    stove = Stove("cpu-two-models")
+    chef = KitchenService("chef", "cpu", "float32", threads=1, stove=stove)
+    apprentice = KitchenService("apprentice", "cpu", "float32", threads=1, stove=stove)
+    try:
+        assert chef.wait_ready(WAIT_S) and apprentice.wait_ready(WAIT_S)
+        gate, started = threading.Event(), threading.Event()
+        chef_job = chef.submit(hold_until(gate, started), "the chef's long order")
+        assert started.wait(WAIT_S)
+        small = Order(batch=1, max_new_tokens=4, temperature=0.0, seed=0, text="ROMEO:")
+        app_job = apprentice.submit(cook(small), "a tiny order")
+        assert wait_for(lambda: app_job.stove_line() is not None, 30)
+        line = app_job.stove_line()
+        assert "Waiting for the stove (cpu" in line and "chef: the chef's long order is cooking" in line
+        time.sleep(0.5)
+        assert app_job.status == "queued" and app_job.events == [] and not app_job.finished
+        gate.set()
+        assert chef_job.wait(WAIT_S) and chef_job.status == "done", chef_job.error
+        assert app_job.wait(WAIT_S) and app_job.status == "done", app_job.error
+        assert app_job.started_at >= chef_job.finished_at  # one after the other, never together
+        assert app_job.queue_wait_s > 0.5 and app_job.stove_line() is None
+    finally:
+        chef.close()
+        apprentice.close()
+
+
+def test_the_stove_line_is_first_come_first_served_and_a_waiting_order_can_leave_it():
+    stove = Stove("cpu-line")
+    from serving.stove import Ticket
+
+    holder, a, b = Ticket("chef: one"), Ticket("apprentice: two"), Ticket("chef: three")
+    assert stove.take(holder)
+    order, cancelled_b = [], threading.Event()
+    ta = threading.Thread(target=lambda: stove.take(a) and order.append("a"))
+    tb = threading.Thread(target=lambda: order.append("b") if stove.take(b, cancelled_b.is_set) else order.append("b left"))
+    ta.start()
+    assert wait_for(lambda: stove.place_of(a) == 1, 5)
+    tb.start()
+    assert wait_for(lambda: stove.place_of(b) == 2, 5)
+    assert "apprentice" not in stove.waiting_line(b) and "chef: one is cooking; 1 more ahead" in stove.waiting_line(b)
+    cancelled_b.set()
+    stove.wake()
+    tb.join(5)
+    assert order == ["b left"] and stove.place_of(b) == 0
+    stove.give_back(holder)
+    ta.join(5)
+    assert order == ["b left", "a"] and stove.holder is a
+
+
+def test_the_meter_sees_another_process_on_the_engines_cores():
+    """Something the stove cannot hold back (another program) is measured, not assumed away."""
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        meter = StoveMeter(ALL_CORES, idle.pid)  # the "engine" is idle: every busy core-second is another's
+        burn = textwrap.dedent("""
+            import time
+            end = time.monotonic() + 1.5
+            while time.monotonic() < end:
+                pass
+        """)
+        subprocess.run([sys.executable, "-c", burn], check=True)
+        verdict = meter.verdict()
+        assert verdict is not None and "something else used the engine's cores" in verdict, verdict
+        assert "\n" not in verdict
+    finally:
+        idle.kill()
+        idle.wait()
+

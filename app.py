@@ -51,9 +51,12 @@ def shared_controls_ui() -> None:
     """Model, device, dtype, seed and presenter mode: one set for every page of this session."""
     found, problem = safe_model_choices()
     choices = {c.name: c for c in found}
+    ignored = app_state.seed_from_url(list(choices))  # ?model= and ?presenter= (a reload keeps them)
     with st.sidebar:
         if problem:
             st.error(f"Model catalog: {problem}. Only the embedded chef is offered.")
+        if ignored:
+            st.warning(ignored)
         st.markdown("### 🍳 Two-Pot Kitchen")
         st.selectbox(
             "Model (from the catalog)",
@@ -75,6 +78,7 @@ def shared_controls_ui() -> None:
             value=os.environ.get("TWO_POT_PRESENTER") == "1",  # `two-pot-kitchen --presenter`
             key=KEY_PRESENTER,
         )
+    app_state.keep_model_in_url()
 
 
 page = navigation_ui()

@@ -125,3 +125,31 @@ def service_for(settings: Settings) -> KitchenService:
         _service.clear(settings.model, settings.device, settings.dtype)  # type: ignore[attr-defined]
         svc.close()
     return svc
+
+
+def seed_from_url(model_names: list[str]) -> str | None:
+    """Before the sidebar's widgets exist: take the model (and presenter mode) from the link once per
+    session, so a reload or a shared link keeps them (`?model=apprentice&presenter=1`).
+
+    Returns a one-line reason when the link named a model that is not in the catalog (ignored).
+    """
+    ss = st.session_state
+    if ss.get("tpk_url_seeded"):
+        return None
+    ss["tpk_url_seeded"] = True
+    if "presenter" in st.query_params:
+        ss[KEY_PRESENTER] = st.query_params["presenter"] not in ("0", "false", "no")
+    wanted = st.query_params.get("model")
+    if wanted is None:
+        return None
+    if wanted in model_names:
+        ss[KEY_MODEL] = wanted
+        return None
+    return f"Ignored ?model={wanted}: not in this server's catalog ({', '.join(model_names)})."
+
+
+def keep_model_in_url() -> None:
+    """After the sidebar: the chosen model in the address bar, next to the order's values."""
+    model = st.session_state.get(KEY_MODEL)
+    if model and st.query_params.get("model") != model:
+        st.query_params["model"] = model

@@ -43,13 +43,14 @@ from kitchen_viz.order_control import (
     time_limit,
     watch_session,
 )
-from kitchen_viz.orders import DEFAULT_PROMPT, Order, control_limits, cook
-from kitchen_viz.panels import draw_panels, panel_values
+from kitchen_viz.orders import DEFAULT_PROMPT, Order, control_limits, cook, prompt_ceiling, reply_ceiling
+from kitchen_viz.panels import draw_panels, draw_timeline, panel_values
 from kitchen_viz.scene import ART, draw_scene
 from kitchen_viz.timeline import LiveRun
 from serving.service import SETTLE_S, KitchenService
 
 ROOFLINE_PAGE = "pages/lab_roofline.py"
+LESSONS_PAGE = "pages/lessons.py"
 TICK_S = 0.25  # how often the live view looks for new events while an order cooks
 K_MODE, K_TEXT, K_PLEN, K_BATCH, K_NEW, K_TEMP = (
     "tpk_mode",
@@ -80,6 +81,8 @@ def draw_loading(svc: KitchenService) -> None:
 
 
 # A shared link can preset the order: ?prompt=32&batch=4&new=16&temp=0.7 (applied once per session).
+# A value outside the controls' limits is moved inside them and the page says which way and why,
+# exactly as when a control moves (see `clamp_state`).
 QUERY_KEYS = {
     "prompt": (K_PLEN, int),
     "batch": (K_BATCH, int),
@@ -87,6 +90,9 @@ QUERY_KEYS = {
     "temp": (K_TEMP, float),
     "live": (K_LIVE, lambda v: v not in ("0", "false", "no")),
 }
+K_FROM_URL = "tpk_from_url"  # {session key: "?name=value"} for values the link set, until first shown
+K_LIVE_KEEP = "tpk_live_keep"  # the learner's live-view choice, kept while the toggle is not drawn
+URL_ORDER = {K_PLEN: "prompt", K_BATCH: "batch", K_NEW: "new", K_TEMP: "temp"}
 
 
 def apply_query_params() -> None:
@@ -94,12 +100,29 @@ def apply_query_params() -> None:
     if st.session_state.get("tpk_query_applied"):
         return
     st.session_state["tpk_query_applied"] = True
+    st.session_state[K_FROM_URL] = {}
     for name, (key, kind) in QUERY_KEYS.items():
         if name in st.query_params:
+            raw = st.query_params[name]
             try:
-                st.session_state[key] = kind(st.query_params[name])
+                value = kind(raw)
             except ValueError:
-                st.warning(f"Ignored ?{name}={st.query_params[name]}: not a number.")
+                st.warning(f"Ignored ?{name}={raw}: not a number.")
+                continue
+            st.session_state[key] = value
+            st.session_state[K_FROM_URL][key] = f"?{name}={raw}"
+            if key == K_LIVE:
+                st.session_state[K_LIVE_KEEP] = value
+
+
+def keep_order_in_url() -> None:
+    """Write the order's current values to the address bar, so a reload (or a copied link) keeps it."""
+    for key, name in URL_ORDER.items():
+        if key in st.session_state:
+            value = st.session_state[key]
+            text = f"{value:g}" if isinstance(value, float) else str(value)
+            if st.query_params.get(name) != text:
+                st.query_params[name] = text
 
 
 def live_view_default() -> bool:
@@ -117,66 +140,111 @@ def live_view_default() -> bool:
     return live_feed.serving() or (os.cpu_count() or 1) >= LIVE_VIEW_MIN_CORES
 
 
-def clamp_state(key: str, default, low, high):
-    """A widget's value kept inside its (changing) range; returns True if it had to be lowered."""
+def clamp_state(key: str, default, low, high) -> str | None:
+    """A widget's value kept inside its (changing) range: "raised", "lowered", or None if it fit."""
     value = st.session_state.get(key, default)
     clamped = min(max(value, low), high)
     st.session_state[key] = clamped
-    return clamped != value
+    if clamped == value:
+        return None
+    return "raised" if clamped > value else "lowered"
+
+
+def say_clamped(key: str, what: str, moved: str | None, value, why_low: str, why_high: str) -> None:
+    """One warning naming the value's source (the link's ?name=value, or the control), the
+    direction it moved and the limit that moved it. Example: "?batch=0 raised to 1: an order needs
+    at least one table."."""
+    source = st.session_state.get(K_FROM_URL, {}).get(key)
+    if moved is None:
+        return
+    shown = f"{value:,}" if isinstance(value, int) else f"{value:g}"
+    st.warning(f"{source or what} {moved} to {shown}: {why_low if moved == 'raised' else why_high}.")
+
+
+SLIDER_MAX = 4096  # above this a slider cannot be set to one token: the control becomes a number box
+
+
+def count_control(label: str, low: int, high: int, key: str, help: str) -> int:
+    """A slider for ranges a hand can set precisely; a number box (typed, or stepped) beyond that."""
+    if high - low <= SLIDER_MAX:
+        return st.slider(label, low, max(low + 1, high), key=key, help=help)
+    return st.number_input(label, min_value=low, max_value=high, step=1, key=key, help=help)
 
 
 def order_ui(svc: KitchenService, seed: int) -> Order | None:
-    """The order form, one row. Returns an Order when Cook was pressed (`start_cook` has the engine check it).
+    """The order form: three columns of controls, then the Cook row. Returns an Order when Cook
+    was pressed (`start_cook` has the engine check it).
 
-    Every ceiling comes from the engine (`Engine.limits`: context and KV budget); a value that no
-    longer fits after another control moved is lowered, and the reason is shown.
+    Every ceiling comes from the engine (`Engine.limits`: context and KV budget), and a control
+    never offers an order that cannot cook (orders.reply_ceiling / prompt_ceiling); a value that no
+    longer fits after another control moved (or that a link asked for) is moved inside, and the
+    reason is shown. A refused written prompt keeps every control in place (Cook disabled), so the
+    layout does not jump while the learner fixes it.
     """
     ctx = svc.info.max_context
     apply_query_params()
-    prompt_col, batch_col, new_col, cook_col = st.columns([5, 3, 3, 2], gap="medium")
+    prompt_col, batch_col, new_col = st.columns([5, 4, 4], gap="medium")
     with new_col:
-        clamp_state(K_NEW, min(64, ctx - 1), 1, ctx - 1)
-        max_new = st.slider(
+        new_cap, new_reason = reply_ceiling(svc.limits, ctx)
+        moved = clamp_state(K_NEW, min(64, new_cap), 1, new_cap)
+        max_new = count_control(
             "Max new tokens (bowls per table)",
             1,
-            ctx - 1,
-            key=K_NEW,
-            help=f"Up to {ctx - 1:,}: the model's context is {ctx:,} tokens and the prompt needs at least one.",
+            new_cap,
+            K_NEW,
+            help=f"Up to {new_cap:,}: {new_reason}.",
         )
-        clamp_state(K_TEMP, 0.0, 0.0, 2.0)
+        say_clamped(K_NEW, "Max new tokens", moved, max_new, "a table gets at least one token", new_reason)
+        moved = clamp_state(K_TEMP, 0.0, 0.0, 2.0)
         temperature = st.slider(
             "Temperature", 0.0, 2.0, step=0.05, key=K_TEMP, help="0 = greedy (always the likeliest token)."
         )
+        say_clamped(
+            K_TEMP, "Temperature", moved, temperature, "0 is greedy, the lowest", "2 is the highest offered"
+        )
     with prompt_col:
         text, plen = prompt_ui(svc, max_new)
+    refusal = None
     with batch_col:
         if text is not None:
-            try:
-                plen = len(svc.check([text], max_new)[0])
-            except EngineError as err:
-                st.error(f"Refused: {err}")
-                return None
-            st.caption(f"Your prompt is {plen:,} tokens.")
+            if not text.strip():
+                refusal = "the prompt is empty (only spaces or line breaks): write at least one word"
+            else:
+                try:
+                    plen = len(svc.check([text], max_new)[0])
+                except EngineError as err:
+                    refusal = str(err)
+            if refusal:
+                st.error(f"Refused: {refusal}")
+                plen = 1  # the batch control stays in place, at the limits of the shortest prompt
+            else:
+                st.caption(f"Your prompt is {plen:,} tokens.")
         lim = control_limits(svc.limits(plen, max_new), plen, max_new)
-        lowered = clamp_state(K_BATCH, 1, 1, lim.max_batch)
+        moved = clamp_state(K_BATCH, 1, 1, lim.max_batch)
         batch = st.slider("Tables ordering at once (batch size)", 1, max(2, lim.max_batch), key=K_BATCH)
         st.caption(f"Up to {lim.max_batch:,}: {lim.batch_reason}.")
-        if lowered:
-            st.warning(f"Batch lowered to {batch}: {lim.batch_reason}.")
-    with cook_col:
-        st.write("")
-        pressed = st.button("🔥 Cook", type="primary", width="stretch", disabled=is_cooking())
-        st.session_state.setdefault(K_LIVE, live_view_default())
+        say_clamped(K_BATCH, "Batch", moved, batch, "an order needs at least one table", lim.batch_reason)
+    with st.container(horizontal=True, vertical_alignment="center", gap="medium", key="tpk-cook-row"):
+        pressed = st.button(
+            "🔥 Cook", type="primary", disabled=is_cooking() or refusal is not None, key="tpk-cook"
+        )
+        if K_LIVE not in st.session_state:  # the toggle was not drawn last run (a model loading, say)
+            st.session_state[K_LIVE] = st.session_state.get(K_LIVE_KEEP, live_view_default())
         st.toggle(
             "Live view",
             key=K_LIVE,
+            on_change=lambda: st.session_state.__setitem__(K_LIVE_KEEP, st.session_state[K_LIVE]),
             help="On: the panels and the kitchen update 4× a second while the engine cooks, then the "
             "kitchen replays the order in slow motion. The engine runs in its own process and the kitchen "
             "fetches its own updates, so watching costs the pot little (measured on a 2-core CPU under "
             "`two-pot-kitchen`: TPOT +1.8 % on average against the quiet view; the budget is 3 %). Off: the page waits quietly and "
             "replays the order when it is done.",
         )
-    if not pressed:
+        if (REPO / LESSONS_PAGE).is_file():
+            st.page_link(LESSONS_PAGE, label="Suggested orders (lesson plan)", icon="📋")
+    st.session_state[K_FROM_URL] = {}  # a link's values are explained once; later moves are the controls'
+    keep_order_in_url()
+    if not pressed or refusal is not None:
         return None
     return Order(
         batch, max_new, temperature, seed, text=text, prompt_tokens=None if text is not None else plen
@@ -189,18 +257,17 @@ def prompt_ui(svc: KitchenService, max_new: int) -> tuple[str | None, int | None
     if mode == MODES[1]:
         text = st.text_area("Prompt text (every table orders this)", DEFAULT_PROMPT, key=K_TEXT, height=90)
         return text, None
-    lim = control_limits(svc.limits(1, max_new), 1, max_new)
-    lowered = clamp_state(K_PLEN, min(32, lim.max_prompt_tokens), 1, lim.max_prompt_tokens)
-    plen = st.slider(
+    cap, reason = prompt_ceiling(svc.limits, svc.info.max_context, max_new)
+    moved = clamp_state(K_PLEN, min(32, cap), 1, cap)
+    plen = count_control(
         "Prompt length (tokens per table)",
         1,
-        max(2, lim.max_prompt_tokens),
-        key=K_PLEN,
+        cap,
+        K_PLEN,
         help="Each table's order is this many tokens of kitchen verse, cut at a different line.",
     )
-    st.caption(f"Up to {lim.max_prompt_tokens:,}: {lim.prompt_reason}.")
-    if lowered:
-        st.warning(f"Prompt length lowered to {plen:,}: {lim.prompt_reason}.")
+    st.caption(f"Up to {cap:,}: {reason}.")
+    say_clamped(K_PLEN, "Prompt length", moved, plen, "a prompt has at least one token", reason)
     return None, plen
 
 
@@ -305,6 +372,8 @@ def draw_live(svc: KitchenService, presenter: bool, wok_capacity: int) -> None:
             st.empty()
         else:
             draw_panels(values, live_feed.waited_s(job))
+            if values.final:
+                draw_timeline(run, live_feed.waited_s(job))  # the order to scale: where E2E went
         data = None
         if job is not None and run is not None and run.batch:
             data = live_feed.live_scene_data(
@@ -316,6 +385,7 @@ def draw_live(svc: KitchenService, presenter: bool, wok_capacity: int) -> None:
                 panels=values if following and not values.final else None,
             )
             data["feed"] = {"url": feed, "poll_ms": live_feed.POLL_MS} if feed else None
+            data["quiet"] = cooking and not following  # the scene says it replays once done
         said = draw_scene(data)
         draw_outcome(svc.info.device, svc.info.dtype)
         if feed and str(said or "").startswith("failed"):

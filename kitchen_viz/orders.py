@@ -57,7 +57,10 @@ def control_limits(engine_limits, prompt_tokens: int, max_new: int) -> ControlLi
             f"and the KV budget is {lim.kv_budget_bytes / 1e6:,.0f} MB"
         )
     else:
-        batch_reason = f"the kitchen seats at most {MAX_TABLES} tables (memory would allow {lim.max_batch:,})"
+        batch_reason = (
+            f"the kitchen seats at most {MAX_TABLES} tables (the memory free now would allow about "
+            f"{rounded_down(lim.max_batch):,}; that depends on what else this machine is running)"
+        )
     return ControlLimits(
         max_context=lim.max_context,
         max_new_tokens=max(1, lim.max_context - 1),
@@ -66,6 +69,67 @@ def control_limits(engine_limits, prompt_tokens: int, max_new: int) -> ControlLi
         batch_reason=batch_reason,
         prompt_reason=f"the model's context is {lim.max_context:,} tokens and {max_new:,} are kept for the reply",
     )
+
+
+def rounded_down(n: int) -> int:
+    """Two significant figures, rounded down, so a figure that follows free memory does not change
+    on every rerun. Example: 19,331 / 19,307 / 19,051 -> 19,000; 987 -> 980; 64 -> 64."""
+    if n < 100:
+        return n
+    unit = 10 ** (len(str(n)) - 2)
+    return n // unit * unit
+
+
+def _fits(limits_fn, prompt_tokens: int, max_new: int) -> bool:
+    return limits_fn(prompt_tokens, max_new).max_batch >= 1
+
+
+def reply_ceiling(limits_fn, max_context: int) -> tuple[int, str]:
+    """The most new tokens one table of a one-token prompt can order, and why.
+
+    `limits_fn` is `Engine.limits` (or the service's). The context usually decides; on a big model
+    with a small KV budget one table's cache decides, and the control must not offer more.
+    Example: context 512, everything fits -> (511, "the model's context is 512 tokens ...").
+    """
+    ceiling = max(1, max_context - 1)
+    fit = _largest(lambda n: _fits(limits_fn, 1, n), 1, ceiling)
+    if fit == ceiling:
+        return ceiling, f"the model's context is {max_context:,} tokens and the prompt needs at least one"
+    budget = limits_fn(1, fit).kv_budget_bytes
+    return fit, f"one table's KV cache for more would not fit the KV budget ({budget / 1e6:,.0f} MB)"
+
+
+def prompt_ceiling(limits_fn, max_context: int, max_new: int) -> tuple[int, str]:
+    """The longest prompt one table can order with `max_new` new tokens, and why.
+
+    Example (Llama-3.2-1B: context 131,072, a KV budget of a few GB): the context alone would allow
+    131,008 tokens, but one table's cache fits only a fraction of that, so the slider stops there
+    instead of offering orders the engine would refuse with "at most 0 sequences".
+    """
+    ceiling = max(1, max_context - max_new)
+    fit = _largest(lambda n: _fits(limits_fn, n, max_new), 1, ceiling)
+    if fit == ceiling:
+        return (
+            ceiling,
+            f"the model's context is {max_context:,} tokens and {max_new:,} are kept for the reply",
+        )
+    budget = limits_fn(fit, max_new).kv_budget_bytes
+    return fit, (
+        f"one table's KV cache for a longer prompt plus {max_new:,} new tokens would not fit "
+        f"the KV budget ({budget / 1e6:,.0f} MB, a share of the memory free now)"
+    )
+
+
+def _largest(fits, low: int, high: int) -> int:
+    """The largest n in [low, high] with fits(n), for a monotone fits (true, then false); low if none."""
+    if fits(high):
+        return high
+    if not fits(low):
+        return low
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low
 
 
 @dataclass(frozen=True)

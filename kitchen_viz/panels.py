@@ -7,10 +7,20 @@ engine's own metrics (`GenerationResult.metrics`, vLLM's definitions in engine/t
 
 Worked example: first token at 0.040 s, then tokens at 0.052, 0.063, 0.075 s:
 TTFT 40.0 ms; ITL [12, 11, 12] ms; TPOT (0.075 - 0.040) / 3 = 11.7 ms; E2E 75.0 ms.
+A one-token order has no decode step: its TPOT and tokens/s are "—", not 0.
+
+Layout: each panel is a wrapping row (Streamlit's horizontal container), so on a 1024 px
+projector or in presenter mode a number that does not fit moves to the next line instead of
+being drawn over its neighbour or cut to "…" (tests/test_layout_browser.py measures this).
+
+Under the panels, `timeline_segments` draws the order to scale: where TTFT went (the engine's
+setup, the wok's pass, sampling the first token from prefill's logits) and the pot's share of E2E,
+so the drawing's wok time and the panels' TTFT visibly add up instead of disagreeing.
 """
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
@@ -30,12 +40,24 @@ class PanelValues:
 
 
 def panel_values(run: LiveRun | None) -> PanelValues:
-    """The panels' numbers: the engine's metrics when done, else what the events measured so far."""
+    """The panels' numbers: the engine's metrics when done, else what the events measured so far.
+
+    With no decode step (a one-token order) TPOT and tokens/s were never measured: None ("—"),
+    where the engine's metrics hold 0.0 as a placeholder."""
     if run is None:
         return PanelValues()
     if run.result is not None:
         m = run.result.metrics
-        return PanelValues(m.ttft_s, m.tpot_s, m.decode_tps, m.e2e_s, list(m.itl_s), final=True)
+        itl = list(m.itl_s)
+        decoded = bool(itl)
+        return PanelValues(
+            m.ttft_s,
+            m.tpot_s if decoded else None,
+            m.decode_tps if decoded and m.decode_tps else None,
+            m.e2e_s,
+            itl,
+            final=True,
+        )
     itl = run.itl_s
     if run.t_first_token is None:
         return PanelValues()
@@ -57,36 +79,56 @@ def fmt_tps(tps: float | None) -> str:
     return "—" if not tps else f"{tps:,.0f} tok/s"
 
 
+# A label or a number in the panels wraps rather than ending in "…" (Streamlit truncates metric
+# labels to one line): "Tokens/s, all tables" must be readable whole on a projector.
+PANELS_CSS = """<style>
+.st-key-tpk-panels [data-testid="stMetricLabel"] p,
+.st-key-tpk-panels [data-testid="stMetricLabel"] div { white-space: normal; overflow: visible; text-overflow: clip; }
+.st-key-tpk-panels [data-testid="stMetricValue"] > div { overflow: visible; text-overflow: clip; white-space: nowrap; }
+</style>"""
+
+
 def draw_panels(values: PanelValues, queue_wait_s: float | None = None) -> None:
     """The two always-visible panels (wok | pot) plus E2E, with the ITL of every step as a chart."""
     note = "" if values.final else " (so far)"
-    wok, pot = st.columns([2, 4], border=True)
-    with wok:
-        st.markdown("**🔥 The wok · prefill**")
-        a, b = st.columns(2)
-        a.metric(
-            "TTFT", fmt_s(values.ttft_s), help="Time to first token: request start to the first output token."
-        )
-        b.metric(
-            "E2E",
-            fmt_s(values.e2e_s),
-            help="The whole order: request start to the last token of the last table.",
-        )
-        if queue_wait_s:
-            st.caption(f"waited {fmt_s(queue_wait_s)} in line first")
-    with pot:
-        st.markdown("**🍲 The soup pot · decode**")
-        a, b, c = st.columns([1, 1, 2])
-        a.metric(
-            "TPOT" + note, fmt_s(values.tpot_s), help="Time per output token: (E2E − TTFT) / (tokens − 1)."
-        )
-        b.metric("Tokens/s, all tables" + note, fmt_tps(values.decode_tps))
-        with c:
+    st.html(PANELS_CSS)
+    with st.container(horizontal=True, gap="medium", key="tpk-panels"):
+        with st.container(border=True, key="tpk-panel-wok"):
+            st.markdown("**🔥 The wok · prefill**")
+            with st.container(horizontal=True, gap="medium"):
+                st.metric(
+                    "TTFT",
+                    fmt_s(values.ttft_s),
+                    width="content",
+                    help="Time to first token: request start to the first output token (the wok's pass "
+                    "plus the engine's setup and sampling the first token from prefill's logits).",
+                )
+                st.metric(
+                    "E2E",
+                    fmt_s(values.e2e_s),
+                    width="content",
+                    help="The whole order: request start to the last token of the last table.",
+                )
+            if queue_wait_s:
+                st.caption(f"waited {fmt_s(queue_wait_s)} in line first (not part of TTFT)")
+        with st.container(border=True, key="tpk-panel-pot"):
+            st.markdown("**🍲 The soup pot · decode**")
+            with st.container(horizontal=True, gap="medium"):
+                st.metric(
+                    "TPOT" + note,
+                    fmt_s(values.tpot_s),
+                    width="content",
+                    help="Time per output token: (E2E − TTFT) / (tokens − 1). A one-token order has no "
+                    "decode step, so no TPOT.",
+                )
+                st.metric("Tokens/s, all tables" + note, fmt_tps(values.decode_tps), width="content")
+                if values.itl_s and not values.final:  # while cooking: a number, not a chart
+                    st.metric("Latest ITL", fmt_s(values.itl_s[-1]), width="content")
             if values.itl_s and values.final:
                 st.plotly_chart(itl_figure(values.itl_s), width="stretch", config={"displayModeBar": False})
-            elif values.itl_s:  # while cooking: a number, not a chart (building charts would slow the pot)
-                st.metric("Latest ITL", fmt_s(values.itl_s[-1]))
-            else:
+            elif values.final:
+                st.caption("No decode step: the only token of each table came from the wok's pass.")
+            elif not values.itl_s:
                 st.caption("The ITL of every decode step appears here once the pot starts ladling.")
 
 
@@ -104,3 +146,88 @@ def itl_figure(itl_s: list[float]) -> go.Figure:
         bargap=0.15,
     )
     return fig
+
+
+# -- the order to scale: where E2E went ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Segment:
+    key: str  # setup | wok | first | pot
+    label: str
+    seconds: float
+    color: str
+
+
+def timeline_segments(run: LiveRun | None) -> list[Segment]:
+    """E2E cut into its measured parts, in engine seconds since the request started.
+
+    setup  request start -> the wok's pass starts (batching, allocating the KV cache)
+    wok    the prefill forward pass (what the drawing's wok timer shows)
+    first  the wok's pass ended -> the first token (sampled from prefill's logits): TTFT ends here
+    pot    first token -> the last token (the decode steps): E2E ends here
+
+    Example: pass 0.002-0.034 s, first token 0.035 s, E2E 0.263 s ->
+    setup 2.0 ms, wok 32.0 ms, first 1.0 ms, pot 228.0 ms (setup + wok + first = TTFT 35 ms).
+    Empty until the order is done (the parts of an unfinished order do not add up yet).
+    """
+    if run is None or run.result is None or run.t_prefill_start is None or run.t_prefill_end is None:
+        return []
+    m = run.result.metrics
+    start, end = run.t_prefill_start, run.t_prefill_end
+    parts = [
+        Segment("setup", "setup", max(0.0, start), "#9aa3ad"),
+        Segment("wok", "wok's pass (prefill)", max(0.0, end - start), "#f2661b"),
+        Segment("first", "first token sampled", max(0.0, m.ttft_s - end), "#f6b73c"),
+        Segment("pot", "soup pot (decode)", max(0.0, m.e2e_s - m.ttft_s), "#2a9d8f"),
+    ]
+    return parts
+
+
+def timeline_html(segments: list[Segment], steps: int, queue_wait_s: float | None = None) -> str:
+    """One bar, to scale, with each part's measured time; the words under it add TTFT up."""
+    total = sum(s.seconds for s in segments)
+    if total <= 0:
+        return ""
+    by = {s.key: s for s in segments}
+    ttft = by["setup"].seconds + by["wok"].seconds + by["first"].seconds
+    cells = []
+    for s in segments:
+        share = s.seconds / total
+        title = html.escape(f"{s.label}: {fmt_s(s.seconds)} ({share:.1%} of E2E)")
+        inner = html.escape(f"{s.label} {fmt_s(s.seconds)}") if share >= 0.18 else ""
+        cells.append(
+            f'<div class="tpk-tl-seg tpk-tl-{s.key}" style="flex:{share * 100:.4f} 1 0;background:{s.color}" '
+            f'title="{title}"><span>{inner}</span></div>'
+        )
+    decode = by["pot"].seconds
+    step_words = f"{steps:,} decode step{'s' if steps != 1 else ''}" if steps else "no decode step"
+    words = (
+        f"<b>TTFT {fmt_s(ttft)}</b> = setup {fmt_s(by['setup'].seconds)} + wok's pass {fmt_s(by['wok'].seconds)} "
+        f"+ first token sampled from prefill's logits {fmt_s(by['first'].seconds)} · "
+        f"<b>soup pot {fmt_s(decode)}</b> ({step_words}, {decode / total:.0%} of E2E) · "
+        f"<b>E2E {fmt_s(total)}</b>"
+    )
+    if queue_wait_s:
+        words += f" · before all this the order waited {fmt_s(queue_wait_s)} in line (not in TTFT or E2E)"
+    return (
+        "<style>"
+        ".tpk-timeline{width:100%}"
+        ".tpk-tl{display:flex;width:100%;height:1.9rem;border-radius:.4rem;overflow:hidden;margin:.2rem 0 .3rem 0}"
+        ".tpk-tl-seg{min-width:3px;display:flex;align-items:center;justify-content:center;overflow:hidden}"
+        ".tpk-tl-seg span{color:#1b1b1b;font-size:.8rem;font-weight:700;white-space:nowrap;padding:0 .3rem}"
+        ".tpk-tl-words{font-size:.85rem;line-height:1.4}"
+        "</style>"
+        f'<div class="tpk-timeline" aria-label="the order to scale">'
+        f'<div class="tpk-tl-title" style="font-weight:700">The order to scale: prefill vs decode share of E2E</div>'
+        f'<div class="tpk-tl">{"".join(cells)}</div>'
+        f'<div class="tpk-tl-words">{words}</div></div>'
+    )
+
+
+def draw_timeline(run: LiveRun | None, queue_wait_s: float | None = None) -> None:
+    """The timeline bar under the panels, once the order is done (nothing before)."""
+    segments = timeline_segments(run)
+    if segments:
+        steps = len(run.result.metrics.itl_s) if run is not None and run.result is not None else 0
+        st.html(timeline_html(segments, steps, queue_wait_s))

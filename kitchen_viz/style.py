@@ -19,4 +19,6 @@ def presenter_css() -> str:
     html {{ font-size: {PRESENTER_ROOT_PX}px; }}
     [data-testid="stMetricValue"] {{ font-size: 1.8rem; }}
     [data-testid="stMetricLabel"] p {{ font-size: 1.1rem; }}
+    /* the page's side margins stay at the normal size: the room goes to the kitchen's drawing */
+    [data-testid="stMainBlockContainer"] {{ padding-left: 1rem; padding-right: 1rem; }}
     </style>"""

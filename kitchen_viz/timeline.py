@@ -28,7 +28,7 @@ MIN_VISIBLE_STEP_S = 0.15
 MIN_VISIBLE_PREFILL_S = 0.6
 MAX_REPLAY_S = 40.0  # never stretch a replay past this: long runs play faster instead
 NICE_FACTORS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
-SCENE_TABLES = 8  # tables drawn in the scene (all tables are measured; the rest are counted)
+SCENE_TABLES = 16  # tables drawn one by one (two rows of 8); every table is measured and counted
 
 
 def choose_slowdown(prefill_s: float, itl_s: float | None, e2e_s: float) -> int:
@@ -69,6 +69,7 @@ class LiveRun:
     decode_steps: list[tuple[float, float, int]] = field(default_factory=list)  # (t_start, t_end, kv_bytes)
     tokens: list[list[tuple[float, str]]] = field(default_factory=list)  # per table: (t, text piece)
     finished: list[bool] = field(default_factory=list)
+    served: list[list[float]] = field(default_factory=list)  # [t, bowls so far over all tables]
     t_first_token: float | None = None
     t_done: float | None = None
     result: Any = None  # the GenerationResult from Done
@@ -110,6 +111,10 @@ class LiveRun:
         elif isinstance(ev, Token):
             self.tokens[ev.seq].append((ev.t, ev.text))
             self.finished[ev.seq] = ev.finished
+            if self.served and self.served[-1][0] == ev.t:  # one step's tokens share its time
+                self.served[-1][1] += 1
+            else:
+                self.served.append([ev.t, (self.served[-1][1] if self.served else 0) + 1])
             if self.t_first_token is None:
                 self.t_first_token = ev.t
         elif isinstance(ev, StepEnd) and ev.step.phase == "decode":
@@ -152,9 +157,19 @@ class LiveRun:
 
     # -- the scene's data ------------------------------------------------------------------------
 
+    @property
+    def e2e_s(self) -> float | None:
+        """The engine's E2E once done (its last token), the moment the panels and the drawing share."""
+        return self.result.metrics.e2e_s if self.result is not None else None
+
     def scene_data(self, *, presenter: bool = False, wok_capacity: int = 0) -> dict:
-        """The compact dict the drawn kitchen replays (times rounded to 0.01 ms)."""
+        """The compact dict the drawn kitchen replays (times rounded to 0.01 ms).
+
+        `t_done` is the engine's E2E (the last token) once the order is done, so the drawing's
+        "every table served" and the panels' E2E are one number; `served` is [t, bowls so far over
+        every table] per step, so a batch larger than the tables drawn is still counted."""
         shown = min(self.batch, SCENE_TABLES)
+        e2e = self.e2e_s
         return {
             "run_id": self.run_id,
             "presenter": presenter,
@@ -169,7 +184,9 @@ class LiveRun:
             "steps": [[round(a, 5), round(b, 5), kv] for a, b, kv in self.decode_steps],
             "tokens": [[[round(t, 5), piece] for t, piece in seq] for seq in self.tokens[:shown]],
             "t_first": _round(self.t_first_token),
-            "t_done": _round(self.t_done),
+            "t_done": _round(e2e if e2e is not None else self.t_done),
+            "e2e": _round(e2e),
+            "served": [[round(t, 5), n] for t, n in self.served],
             "slowdown": self.slowdown,
             "slowdown_label": slowdown_label(self.slowdown) if self.slowdown else "",
         }

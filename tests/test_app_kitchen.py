@@ -116,7 +116,9 @@ def test_invalid_prompts_show_the_reason_not_a_traceback(text, expected):
     assert not at.exception
     errors = [e.value for e in at.error]
     assert len(errors) == 1 and errors[0].startswith("Refused:") and expected in errors[0]
-    assert not [b for b in at.button if "Cook" in b.label]  # nothing to cook until it is fixed
+    # nothing to cook until it is fixed, but every control keeps its place (no layout jump)
+    assert [b.disabled for b in at.button if "Cook" in b.label] == [True]
+    assert at.slider(key="tpk_batch") is not None and at.toggle(key="tpk_live") is not None
 
 
 def test_a_longer_reply_lowers_the_prompt_length_and_says_why():

@@ -21,8 +21,11 @@ const SVG = __KITCHEN_SVG__;
 const SCENES = new WeakMap();
 const TABLE_W = 140;
 const BOWLS_PER_ROW = 6;
-const BOWL_ROWS = 4;
+const BOWL_ROWS = 4; // up to 8 tables: one row, four rows of bowls each
+const COMPACT_BOWL_ROWS = 2; // 9 to 16 tables: two rows of eight, two rows of bowls each
+const PER_ROW = 8;
 const FRAME_MS = 40;
+const TICK_MS = 250; // the live clock's tick while a long prefill has nothing new to report
 
 export default function (component) {
   const { data, parentElement } = component;
@@ -106,7 +109,7 @@ function mount(parent) {
     svg: $("svg"),
     reduced: window.matchMedia("(prefers-reduced-motion: reduce)").matches,
     data: null, runId: null, playStart: null, slow: null, raf: null, drawn: null,
-    feedUrl: null, feedTimer: null, feedFailed: null, say: null,
+    feedUrl: null, feedTimer: null, feedFailed: null, say: null, tick: null, seen: null,
     panels: $(".tpk-live-panels"), panelsKey: null,
   };
   $(".tpk-replay").addEventListener("click", () => restart(scene));
@@ -132,8 +135,10 @@ function receive(scene, data) {
     const key = stillKey(data);
     if (key !== scene.stillKey) drawStill(scene); // an update with nothing new measured draws nothing
     scene.stillKey = key;
+    tickDuringPrefill(scene, data);
     return;
   }
+  tickDuringPrefill(scene, null);
   scene.stillKey = null;
   if (scene.playStart === null) {
     scene.slow = data.slowdown || 1; // fixed for the whole run: the wok and the pot keep their true ratio
@@ -141,6 +146,31 @@ function receive(scene, data) {
     scene.playStart = performance.now();
   }
   if (scene.raf === null) scene.raf = requestAnimationFrame((now) => frame(scene, now));
+}
+
+// A long prefill reports nothing until its pass ends (one forward pass, one event), so a still
+// frame would freeze for seconds. While the wok's pass is open, the clock and the wok's timer tick
+// on the browser's own clock from the moment this page learned the pass had started: "at least
+// this long so far", which the pass's measured time replaces as soon as it arrives. One text node
+// or two, four times a second, only during prefill.
+function tickDuringPrefill(scene, d) {
+  const open = d && d.prefill && d.prefill[1] === null && !d.quiet;
+  if (!open) {
+    clearInterval(scene.tick);
+    scene.tick = null;
+    scene.seen = null;
+    return;
+  }
+  if (!scene.seen || scene.seen.run !== d.run_id) scene.seen = { run: d.run_id, at: performance.now(), t: d.prefill[0] };
+  if (scene.tick !== null) return;
+  const show = () => {
+    if (!scene.root.isConnected) return tickDuringPrefill(scene, null);
+    const t = scene.seen.t + (performance.now() - scene.seen.at) / 1000;
+    setText(scene.$("#tpk-clock"), `LIVE · wok on for ≥ ${fmtTime(t)} (browser clock)`);
+    setText(scene.$("#tpk-wok-timer"), `≥ ${fmtTime(t)}`);
+  };
+  show();
+  scene.tick = setInterval(show, TICK_MS);
 }
 
 // What a still frame shows depends only on these: the same key, the same picture.
@@ -262,20 +292,37 @@ function buildOrders(scene, d) {
   rail.replaceChildren();
   tables.replaceChildren();
   const n = d.shown_tables;
-  const x0 = 600 - (n * TABLE_W) / 2;
+  const compact = n > PER_ROW;
+  const perRow = Math.min(n, PER_ROW);
+  const x0 = 600 - (perRow * TABLE_W) / 2;
+  const tw = compact ? 1120 / n : TABLE_W; // tickets: one rail, narrower when there are more of them
+  const tx0 = 600 - (n * tw) / 2;
   for (let i = 0; i < n; i++) {
-    const x = x0 + i * TABLE_W;
-    rail.appendChild(svgEl("g", { class: "tpk-ticket", transform: `translate(${x + 14} 22)` }, `
-      <path d="M0 0 H112 V74 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 Z" class="tpk-paper"/>
-      <rect x="0" y="0" width="112" height="10" class="tpk-ticket-band"/>
-      <text x="56" y="34" class="tpk-ticket-title">Table ${i + 1}</text>
-      <text x="56" y="56" class="tpk-ticket-sub">${d.prompt_tokens[i]} tokens</text>
-      <text x="56" y="74" class="tpk-stamp" transform="rotate(-8 56 74)" opacity="0">SERVED</text>`));
-    tables.appendChild(svgEl("g", { class: "tpk-table", transform: `translate(${x} 496)` }, `
-      <text x="${TABLE_W / 2}" y="20" class="tpk-table-name">Table ${i + 1}</text>
-      <rect x="6" y="30" width="${TABLE_W - 12}" height="${BOWL_ROWS * 18 + 12}" rx="10" class="tpk-tabletop"/>
+    const tx = tx0 + i * tw;
+    if (compact) { // a stub per table: its number and prompt length, a tick mark once served
+      const w = tw - 6;
+      rail.appendChild(svgEl("g", { class: "tpk-ticket tpk-stub", transform: `translate(${tx + 3} 22)` }, `
+        <rect x="0" y="0" width="${w}" height="74" rx="3" class="tpk-paper"/>
+        <rect x="0" y="0" width="${w}" height="8" class="tpk-ticket-band"/>
+        <text x="${w / 2}" y="30" class="tpk-ticket-title">${i + 1}</text>
+        <text x="${w / 2}" y="50" class="tpk-ticket-sub">${d.prompt_tokens[i]}</text>
+        <text x="${w / 2}" y="70" class="tpk-stamp" opacity="0">✓</text>`));
+    } else {
+      rail.appendChild(svgEl("g", { class: "tpk-ticket", transform: `translate(${tx + 14} 22)` }, `
+        <path d="M0 0 H112 V84 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 Z" class="tpk-paper"/>
+        <rect x="0" y="0" width="112" height="10" class="tpk-ticket-band"/>
+        <text x="56" y="32" class="tpk-ticket-title">Table ${i + 1}</text>
+        <text x="56" y="52" class="tpk-ticket-sub">${d.prompt_tokens[i]} tokens</text>
+        <text x="56" y="77" class="tpk-stamp" transform="rotate(-3 56 77)" opacity="0">SERVED</text>`));
+    }
+    const rows = compact ? COMPACT_BOWL_ROWS : BOWL_ROWS;
+    const x = x0 + (i % PER_ROW) * TABLE_W;
+    const y = 490 + Math.floor(i / PER_ROW) * (rows * 18 + 52);
+    tables.appendChild(svgEl("g", { class: "tpk-table", transform: `translate(${x} ${y})`, "data-rows": rows }, `
+      <text x="${TABLE_W / 2}" y="16" class="tpk-table-name">Table ${i + 1}</text>
+      <rect x="6" y="22" width="${TABLE_W - 12}" height="${rows * 18 + 8}" rx="10" class="tpk-tabletop"/>
       <g class="tpk-bowls"></g>
-      <text x="${TABLE_W / 2}" y="${BOWL_ROWS * 18 + 66}" class="tpk-bowl-count">0 bowls</text>`));
+      <text x="${TABLE_W / 2}" y="${rows * 18 + 46}" class="tpk-bowl-count">0 bowls</text>`));
   }
   const texts = $(".tpk-texts");
   texts.replaceChildren();
@@ -287,8 +334,8 @@ function buildOrders(scene, d) {
   }
   const hidden = d.batch - n;
   $(".tpk-more").textContent = hidden > 0
-    ? `+ ${hidden} more tables cooked in the same passes (measured, not drawn).` : "";
-  scene.drawn = { bowls: new Array(n).fill(0), served: new Array(n).fill(false) };
+    ? `+ ${hidden} more tables cooked in the same passes (measured and counted in the kitchen's total, not drawn one by one).` : "";
+  scene.drawn = { bowls: new Array(n).fill(0), served: new Array(n).fill(false), all: null };
 }
 
 // ---------------------------------------------------------------- drawing the kitchen at time T
@@ -308,22 +355,25 @@ function draw(scene, d, T, wall) {
 
   drawClock(scene, d, T, cooking, decoding, done, live);
   drawWok(scene, d, T, cooking, prefilled, wall, live);
-  drawCounter(scene, d, T, prefilled, stepsDone);
-  drawPot(scene, d, T, decoding, stepsDone, wall);
+  drawCounter(scene, d, T, prefilled, stepsDone, done);
+  drawPot(scene, d, T, decoding, stepsDone, wall, done);
   drawTables(scene, d, T, cooking);
+  drawAllTables(scene, d, T);
 }
 
 function drawClock(scene, d, T, cooking, decoding, done, live) {
   const { $ } = scene;
-  const phase = !d.prefill ? "Order going to the kitchen…"
+  const phase = d.quiet && !d.prefill ? "Quiet view: the order is cooking unwatched"
+    : !d.prefill ? "Order going to the kitchen…"
     : live ? "PREFILL · the wok is on right now"
     : cooking ? "PREFILL · the wok tosses every prompt token at once"
     : decoding ? "DECODE · the soup pot ladles one token per table per step"
-    : done ? `Every table served · E2E ${fmtTime(d.t_done)}` : "The order is at the stove";
+    : done ? `Every table served · E2E ${fmtTime(d.e2e ?? d.t_done)}` : "The order is at the stove";
   setText($("#tpk-phase"), phase);
   const speed = d.slowdown_label ? ` · ${d.slowdown_label}` : "";
   setText($("#tpk-clock"), scene.playStart === null
-    ? (d.prefill ? `LIVE · ${fmtTime(T)} measured so far` : "waiting for the first measurements…")
+    ? (d.quiet ? "the kitchen replays it when it is done"
+      : d.prefill ? `LIVE · ${fmtTime(T)} measured so far` : "waiting for the first measurements…")
     : `engine clock ${fmtTime(T)}${speed}`);
 }
 
@@ -342,14 +392,26 @@ function drawWok(scene, d, T, cooking, prefilled, wall, live) {
   setAttr(fill, "height", h);
   setStyle(fill, "opacity", prefilled ? 0.45 : 1);
   drawBits(scene, cooking, total, frac, wall);
-  if (live) setText($("#tpk-wok-note"), "cooking now: the pass is being measured");
+  setText($("#tpk-wok-load"), d.batch ? loadWords(d, total) : "");
+  if (live) {
+    setText($("#tpk-wok-rate"), "");
+    setText($("#tpk-wok-note"), "cooking now: the pass is being measured");
+  }
   if (!pre || live) return;
   const burn = (pre[1] === null || T < pre[1]) ? Math.max(0, T - pre[0]) : pre[1] - pre[0];
   setText($("#tpk-wok-timer"), T >= pre[0] ? fmtTime(burn) : "—");
-  setText($("#tpk-wok-note"), prefilled ? `one pass: ${fmtInt(total)} tokens, ${fmtRate(total / (pre[1] - pre[0]))}`
+  setText($("#tpk-wok-rate"), prefilled ? fmtRate(total / (pre[1] - pre[0])) : "");
+  setText($("#tpk-wok-note"), prefilled ? `${fmtInt(total)} tokens in one pass + the 1st bowl`
     : cooking ? "high flame: all tables' tokens in one pass" : "the order is on the rail");
-  setText($("#tpk-wok-load"), `${fmtInt(total)} prompt tokens × ${d.batch} table${d.batch > 1 ? "s" : ""}`
-    + (d.slots > total ? ` · ${fmtInt(d.slots - total)} padding slots` : ""));
+}
+
+// "28,672 prompt tokens (64 tables × 448)": the total, then what it is made of.
+function loadWords(d, total) {
+  const same = d.prompt_tokens.every((x) => x === d.prompt_tokens[0]);
+  const tables = `${fmtInt(d.batch)} table${d.batch > 1 ? "s" : ""}`;
+  const parts = d.batch === 1 ? "1 table" : same ? `${tables} × ${fmtInt(d.prompt_tokens[0])}` : tables;
+  const pad = d.slots > total ? ` + ${fmtInt(d.slots - total)} padding` : "";
+  return `${fmtInt(total)} prompt tokens (${parts})${pad}`;
 }
 
 // Ingredients tossed in the wok: one bit per token (up to 40), flying while the flame is high.
@@ -367,51 +429,57 @@ function drawBits(scene, cooking, total, frac, wall) {
   });
 }
 
-function drawCounter(scene, d, T, prefilled, stepsDone) {
+function drawCounter(scene, d, T, prefilled, stepsDone, done) {
   const { $ } = scene;
   const pre = d.prefill;
   setStyle($("#tpk-kv-group"), "opacity", prefilled ? 1 : 0);
   if (!prefilled) {
     setText($("#tpk-kv-mb"), "empty");
+    setText($("#tpk-kv-tokens"), "");
     setText($("#tpk-kv-note"), "the KV cache waits here");
     setText($("#tpk-handover"), "");
     return;
   }
   // Slide from the wok to the counter over 0.4 s of *screen* time: the handover, not a restart.
+  // A finished order (a one-token order ends right after its prefill) shows it arrived.
   const screenS = (T - pre[1]) * (scene.slow || 1);
-  const slide = scene.calm ? 1 : easeOut(Math.min(1, screenS / 0.4));
+  const slide = scene.calm || done ? 1 : easeOut(Math.min(1, screenS / 0.4));
   setAttr($("#tpk-kv-group"), "transform", `translate(${-350 * (1 - slide)} ${-30 * (1 - slide)})`);
   const kv = stepsDone ? d.steps[stepsDone - 1][2] : d.kv_handed;
   const last = d.steps.length ? d.steps[d.steps.length - 1][2] : d.kv_handed;
   const peak = Math.max(last, d.kv_handed, 1);
   setAttr($("#tpk-kv-level"), "width", (152 * kv) / peak);
   const perTok = d.kv_bytes_per_token;
-  setText($("#tpk-kv-mb"), fmtBytes(kv) + (perTok ? ` · ${fmtInt(Math.round(kv / perTok))} tokens` : ""));
-  setText($("#tpk-kv-note"), stepsDone ? "grows by one token per table each step" : "handed over from the wok");
+  setText($("#tpk-kv-mb"), fmtBytes(kv));
+  setText($("#tpk-kv-tokens"), perTok ? `${fmtInt(Math.round(kv / perTok))} tokens` : "");
+  setText($("#tpk-kv-note"), stepsDone ? "+1 token per table per step"
+    : d.steps.length || !done ? "handed over from the wok" : "no decode step needed it");
   if (d.steps.length) {
     const gap = d.steps[0][0] - pre[1];
     setText($("#tpk-handover"), `no cold restart: decode began ${fmtTime(gap)} after prefill, on this cache`);
   }
 }
 
-function drawPot(scene, d, T, decoding, stepsDone, wall) {
+function drawPot(scene, d, T, decoding, stepsDone, wall, done) {
   const { $ } = scene;
+  const ladling = decoding && d.steps.length > 0 && d.t_first !== null && T >= d.t_first;
   const flames = $("#tpk-pot-flames");
-  setStyle(flames, "opacity", decoding ? 1 : 0.25);
-  flames.classList.toggle("tpk-anim", decoding && !scene.calm);
-  setStyle($("#tpk-steam"), "opacity", decoding || stepsDone ? 0.7 : 0);
-  $("#tpk-steam").classList.toggle("tpk-anim", decoding && !scene.calm);
+  setStyle(flames, "opacity", ladling ? 1 : 0.25);
+  flames.classList.toggle("tpk-anim", ladling && !scene.calm);
+  setStyle($("#tpk-steam"), "opacity", ladling || stepsDone ? 0.7 : 0);
+  $("#tpk-steam").classList.toggle("tpk-anim", ladling && !scene.calm);
   // The ladle dips once per measured decode step: its swing is the step's own progress.
   let swing = 0;
-  if (decoding && !scene.calm && d.t_first !== null) {
+  if (ladling && !scene.calm) {
     const prev = stepsDone ? d.steps[stepsDone - 1][1] : d.t_first;
     const next = stepsDone < d.steps.length ? d.steps[stepsDone][1] : null;
     const p = next ? Math.min(1, (T - prev) / Math.max(1e-9, next - prev)) : 0;
     swing = Math.sin(Math.PI * p);
   }
-  setAttr($("#tpk-ladle"), "transform", `translate(${1012 - 36 * swing} ${262 + 14 * swing}) rotate(${75 - 70 * swing})`);
+  setAttr($("#tpk-ladle"), "transform", `translate(${1000 - 24 * swing} ${300 + 8 * swing}) rotate(${75 - 70 * swing})`);
   if (d.t_first === null || T < d.t_first) {
     setText($("#tpk-pot-timer"), "—");
+    setText($("#tpk-pot-rate"), "");
     setText($("#tpk-pot-note"), "one bowl per table per step");
     return;
   }
@@ -419,10 +487,18 @@ function drawPot(scene, d, T, decoding, stepsDone, wall) {
     const prevEnd = stepsDone > 1 ? d.steps[stepsDone - 2][1] : d.t_first;
     const itl = d.steps[stepsDone - 1][1] - prevEnd;
     setText($("#tpk-pot-timer"), `${fmtTime(itl)} / step`);
+    const served = d.served || [];
+    const bowls = stepsDone < served.length ? served[stepsDone][1] - served[stepsDone - 1][1] : d.batch;
+    setText($("#tpk-pot-rate"), fmtRate(bowls / itl));
+    const of = d.t_done !== null ? ` of ${fmtInt(d.steps.length)}` : "";
+    setText($("#tpk-pot-note"), `decode step ${fmtInt(stepsDone)}${of} · ${fmtInt(bowls)} bowl${bowls === 1 ? "" : "s"}`);
   } else {
-    setText($("#tpk-pot-timer"), `1st bowl at ${fmtTime(d.t_first)}`);
+    // The first token of every table was sampled from the wok's logits: the pot has not ladled yet.
+    setText($("#tpk-pot-timer"), "—");
+    setText($("#tpk-pot-rate"), "");
+    setText($("#tpk-pot-note"), done && !d.steps.length ? "no decode step: 1 token, from the wok"
+      : "1st bowls came from the wok");
   }
-  setText($("#tpk-pot-note"), `step ${stepsDone + 1}: ${d.batch} bowl${d.batch > 1 ? "s" : ""} per ladle`);
 }
 
 function drawTables(scene, d, T, cooking) {
@@ -435,7 +511,7 @@ function drawTables(scene, d, T, cooking) {
     const n = countUntil(toks, T, 0);
     tickets[i].classList.toggle("tpk-in-wok", !!cooking);
     if (n !== scene.drawn.bowls[i]) {
-      drawBowls(tables[i], n);
+      drawBowls(tables[i], n, Number(tables[i].dataset.rows || BOWL_ROWS));
       setText(tables[i].querySelector(".tpk-bowl-count"), `${fmtInt(n)} bowl${n === 1 ? "" : "s"}`);
       const span = texts[i].querySelector("span");
       span.textContent = toks.slice(0, n).map((t) => t[1]).join("");
@@ -449,18 +525,28 @@ function drawTables(scene, d, T, cooking) {
   }
 }
 
-// Bowls line up six to a row, four rows at most; the count under the table is always the full one.
-function drawBowls(table, n) {
+// Bowls line up six to a row, `rows` rows at most; the count under the table is always the full one.
+function drawBowls(table, n, rows) {
   const g = table.querySelector(".tpk-bowls");
-  const cap = BOWLS_PER_ROW * BOWL_ROWS;
+  const cap = BOWLS_PER_ROW * rows;
   const shown = Math.min(n, cap);
   while (g.childElementCount > shown) g.lastChild.remove();
   while (g.childElementCount < shown) {
     const j = g.childElementCount;
     const x = 11 + (j % BOWLS_PER_ROW) * 20;
-    const y = 36 + Math.floor(j / BOWLS_PER_ROW) * 18;
+    const y = 27 + Math.floor(j / BOWLS_PER_ROW) * 18;
     g.appendChild(svgEl("use", { href: "#tpk-bowl", x, y, width: 19, height: 13, class: "tpk-new-bowl" }));
   }
+}
+
+// Every table, drawn or not: the bowls served so far over all of them (measured per step).
+function drawAllTables(scene, d, T) {
+  const served = d.served || [];
+  const k = countUntil(served, T, 0);
+  const bowls = k ? served[k - 1][1] : 0;
+  const drawn = d.batch > d.shown_tables ? ` · ${d.shown_tables} drawn, ${fmtInt(d.batch - d.shown_tables)} counted` : "";
+  const words = d.batch ? `All ${fmtInt(d.batch)} table${d.batch > 1 ? "s" : ""}: ${fmtInt(bowls)} bowl${bowls === 1 ? "" : "s"} served${drawn}` : "";
+  setText(scene.$("#tpk-all-tables"), words);
 }
 
 // ---------------------------------------------------------------- small helpers

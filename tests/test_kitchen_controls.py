@@ -1,0 +1,124 @@
+"""The order form's limits and messages (issue 14, controls): what a link, a control or a model
+switch may do to an order, and what the page says about it.
+
+Pure parts (`orders.reply_ceiling`, `prompt_ceiling`, `rounded_down`) are tested on a limits
+function shaped like `Engine.limits`; the page's behaviour through AppTest on the real chef.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from kitchen_viz.orders import control_limits, prompt_ceiling, reply_ceiling, rounded_down
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+
+
+@dataclass(frozen=True)
+class FakeLimits:
+    max_batch: int
+    max_context: int
+    kv_budget_bytes: int
+    kv_bytes_per_token: int
+    kv_bytes_per_sequence: int
+
+
+def llama_1b_like(prompt: int, new: int, budget: int = 2_000_000_000, per_token: int = 32_768) -> FakeLimits:
+    """A 131,072-token context whose KV budget holds about 61,000 tokens of one table."""
+    per_seq = (prompt + new) * per_token
+    return FakeLimits(budget // per_seq, 131_072, budget, per_token, per_seq)
+
+
+def test_the_prompt_control_stops_where_one_table_still_fits():
+    cap, reason = prompt_ceiling(llama_1b_like, 131_072, 64)
+    assert llama_1b_like(cap, 64).max_batch == 1 and llama_1b_like(cap + 1, 64).max_batch == 0
+    assert cap < 131_008 and "KV budget" in reason  # not the context's 131,008: that could never cook
+
+
+def test_the_reply_control_stops_where_one_table_still_fits():
+    cap, reason = reply_ceiling(llama_1b_like, 131_072)
+    assert llama_1b_like(1, cap).max_batch == 1 and llama_1b_like(1, cap + 1).max_batch == 0
+    assert "KV budget" in reason
+
+
+def test_where_the_context_decides_the_reason_says_so():
+    roomy = lambda p, n: llama_1b_like(p, n, budget=10**15)  # noqa: E731
+    assert prompt_ceiling(roomy, 512, 64) == (
+        448,
+        "the model's context is 512 tokens and 64 are kept for the reply",
+    )
+    assert reply_ceiling(roomy, 512)[0] == 511
+
+
+def test_memory_would_allow_is_a_stable_rounded_figure():
+    assert {rounded_down(n) for n in (19_331, 19_307, 19_051)} == {19_000}
+    assert rounded_down(64) == 64 and rounded_down(987) == 980
+    lim = control_limits(llama_1b_like(32, 64, budget=19_331 * 96 * 32_768), 32, 64)
+    assert "about 19,000" in lim.batch_reason and "depends on" in lim.batch_reason
+
+
+def open_kitchen(**query) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    for k, v in query.items():
+        at.query_params[k] = v
+    at.run()
+    deadline = time.monotonic() + 120
+    while not at.button and time.monotonic() < deadline:
+        assert not at.exception, at.exception
+        time.sleep(0.3)
+        at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_a_link_with_batch_0_is_raised_to_1_and_says_why():
+    at = open_kitchen(batch="0", temp="5")
+    warnings = [w.value for w in at.warning]
+    assert "?batch=0 raised to 1: an order needs at least one table." in warnings, warnings
+    assert "?temp=5 lowered to 2: 2 is the highest offered." in warnings, warnings
+    assert at.slider(key="tpk_batch").value == 1
+
+
+def test_a_link_beyond_the_context_is_lowered_with_the_contexts_reason():
+    at = open_kitchen(prompt="100000", new="64")
+    warnings = [w.value for w in at.warning]
+    assert any(w.startswith("?prompt=100000 lowered to 448: the model's context is 512") for w in warnings), (
+        warnings
+    )
+
+
+def test_the_order_and_the_model_are_kept_in_the_address():
+    at = open_kitchen(prompt="40")
+    assert at.query_params["prompt"] == "40" and at.query_params["model"] == "chef"
+
+
+def test_the_live_view_choice_survives_a_model_switch():
+    """Switching to a model that must load shows the loading page (no toggle drawn), and Streamlit
+    drops the state of a widget it did not draw: the learner's choice must come back with the
+    toggle (issue 14: it came back off, every time)."""
+    at = open_kitchen()
+    at.toggle(key="tpk_live").set_value(True).run()
+    at.session_state["tpk_model"] = "apprentice"
+    at.run()
+    assert not [b for b in at.button if "Cook" in b.label]  # the loading page: no form, no toggle
+    deadline = time.monotonic() + 120
+    while not at.button and time.monotonic() < deadline:
+        time.sleep(0.3)
+        at.run()
+    assert at.toggle(key="tpk_live").value is True
+
+
+def test_a_refused_prompt_keeps_every_control_in_place():
+    """Whitespace only is refused like an empty prompt; the batch control and a disabled Cook stay,
+    so the layout does not jump while the learner fixes the prompt."""
+    at = open_kitchen()
+    at.radio(key="tpk_mode").set_value("Write a prompt").run()
+    at.text_area(key="tpk_text").set_value(" \n\t  \n").run()
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and errors[0].startswith("Refused: the prompt is empty"), errors
+    assert [b.disabled for b in at.button if "Cook" in b.label] == [True]
+    assert at.slider(key="tpk_batch") is not None and at.toggle(key="tpk_live") is not None

@@ -67,7 +67,10 @@ def wait_line(svc, job) -> str:
     """What a waiting order is told: the machine's stove line, naming the order cooking on it, when
     another kitchen holds the stove (serving/stove.py); else its place in this kitchen's line."""
     stove = job.stove_line() if hasattr(job, "stove_line") else None
-    return stove or queue_line(job.place_in_line(), svc.queue_length())
+    if stove:
+        return stove
+    place = job.place_in_line()
+    return queue_line(place, svc.queue_length()) if place else "🧾 Your order is next: the kitchen is taking it."
 
 
 def waited_s(job) -> float | None:

@@ -379,6 +379,8 @@ class KitchenService:
         if not self.stove.take(job._ticket, cancelled=lambda: token.cancelled):
             self._finish(job, error=token.reason, status="cancelled")
             return
+        job.started_at = time.perf_counter()  # the end of its wait in line (this kitchen's and the stove's)
+        job.status = "running"
         try:
             time.sleep(job.settle_s)
             self._cook_on_stove(job, token)
@@ -392,8 +394,6 @@ class KitchenService:
             return
         if job.time_limit_s is not None:
             token.set_deadline(job.time_limit_s, job.time_limit_line)
-        job.started_at = time.perf_counter()
-        job.status = "running"
         process = self._process
         meter = StoveMeter(self._engine_cores(), process.pid) if self.device == "cpu" else None
         process.cancel_token = token

@@ -80,8 +80,8 @@ def test_jobs_take_turns_and_know_their_place_in_line(kitchen):
     second = kitchen.submit(cook(order), "second")
     third = kitchen.submit(cook(order), "third")
     try:
-        for _ in range(200):  # the worker picks the first job up
-            if first.status == "running":
+        for _ in range(200):  # the worker picks the first job up and starts it
+            if first.status == "running" and first.events:
                 break
             threading.Event().wait(0.05)
         assert first.status == "running" and first.events == ["holding"]

@@ -36,3 +36,19 @@ def test_an_extra_catalog_is_handed_to_the_app_through_the_environment(tmp_path,
     import os
 
     assert str(extra.resolve()) in os.environ["TWO_POT_CATALOG"]
+
+
+def test_a_caps_file_is_checked_then_handed_to_the_app_through_the_environment(tmp_path, monkeypatch, capsys):
+    import os
+
+    monkeypatch.delenv("TWO_POT_CAPS", raising=False)
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[caps]\nmax_seconds = 5\n")
+    assert main(["--caps", str(bad), "--print-command"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("two-pot-kitchen: ") and "unknown cap 'max_seconds'" in err and "\n" not in err
+    assert "TWO_POT_CAPS" not in os.environ
+    good = tmp_path / "caps.toml"
+    good.write_text("[caps]\nmax_order_seconds = 30\n")
+    assert main(["--caps", str(good), "--print-command"]) == 0
+    assert os.environ["TWO_POT_CAPS"] == str(good.resolve())

@@ -1,9 +1,8 @@
 """The instructor's caps per order: what one learner may ask of a shared kitchen.
 
 Why: the engine refuses only what cannot work (past the context, past the KV memory); an order can
-fit both and still take the machine for minutes (one student ordered SmolLM2 x 30 tables x 8,128
-tokens: 17 GB and over 150 s of prefill, while every other student waited). The caps keep one order
-to a classroom-sized share. They are server-side: a TOML file the launcher is given
+fit both and still hold the machine for minutes while every other learner waits. The caps keep one
+order to a classroom-sized share. They are server-side: a TOML file the launcher is given
 (`two-pot-kitchen --caps caps.toml`, exported as `TWO_POT_CAPS` so the Streamlit process reads it):
 
     [caps]

@@ -1,8 +1,8 @@
 """One stove per machine: orders for different models never cook at the same time on one device.
 
 Why: two engines on the same cores (or the same GPU) slow each other down, and each then measures
-the other's work as its own: a chef order cooked beside an apprentice order measured TPOT 6.0 ms
-instead of 2.5-3.6 ms, and the diagnosis blamed per-step overhead (issue 11). Every kitchen
+the other's work as its own, so its panels and its diagnosis describe a kitchen that does not
+exist (docs/benchmarks/ui-overhead.md shows how much a neighbour on the engine's core costs). Every kitchen
 (`KitchenService`) of this server process takes its device's `Stove` before it cooks and gives it
 back after, so jobs for different models wait in ONE line per device, first come first served.
 

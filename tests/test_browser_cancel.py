@@ -77,8 +77,9 @@ def wait_for_measured_ttft(page, timeout_ms: int = TIMEOUT_MS) -> None:
     )
 
 
-def test_the_cancel_button_stops_the_order(server, browser):
-    page = cook(browser, server, LONG_ORDER)
+@pytest.mark.parametrize("live", ["1", "0"])  # watched live, or the quiet view's waiting script run
+def test_the_cancel_button_stops_the_order(server, browser, live):
+    page = cook(browser, server, LONG_ORDER.replace("live=1", f"live={live}"))
     cancel = page.get_by_role("button", name="Cancel")
     cancel.wait_for(timeout=TIMEOUT_MS)
     time.sleep(2)  # it is cooking

@@ -17,9 +17,15 @@ from plotly.subplots import make_subplots
 
 WOK, POT, GUESS, GREY = "#e4572e", "#17a2a2", "#7b3fa0", "#8c8c8c"
 MODE_COLOURS = {"static": POT, "growing": "#f0a202", "none": WOK, "padded": WOK, "packed": POT}
+# The legend sits under the x-axis title (plotly's default horizontal legend covered it, in the app
+# and in the PNG export); the bottom margin leaves room for two rows of legend entries.
 LAYOUT = dict(
-    template="plotly_white", height=430, margin=dict(l=60, r=30, t=60, b=50), legend=dict(orientation="h")
+    template="plotly_white",
+    height=500,
+    margin=dict(l=60, r=30, t=60, b=140),
+    legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0),
 )
+LABEL_POSITIONS = ("bottom right", "top left", "bottom left", "top right")  # neighbours' labels apart
 
 
 def guess_marker(x, y, text: str = "your guess") -> go.Scatter:
@@ -62,7 +68,57 @@ def mark_x(fig: go.Figure, x: float, text: str, log_x: bool) -> None:
 
 def finish(fig: go.Figure, title: str) -> go.Figure:
     fig.update_layout(title=title, **LAYOUT)
+    label_log_axes(fig)
     return fig
+
+
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """Tick values for a log axis over [lo, hi]: 1-2-5 per decade for up to three decades, else the
+    decades alone. Example: (3, 700) -> [5, 10, 20, 50, 100, 200, 500]; (0.1, 1e6) -> [0.1, 1, ..., 1e6].
+
+    Why not plotly's own: on a short log range it labels the minor ticks with their leading digit
+    only ("8 9 1 2 3 ... 10 2 3 4"), which a class reads as nonsense."""
+    if not (lo > 0 and hi > 0):
+        return []
+    lo, hi = min(lo, hi), max(lo, hi)
+    first, last = int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi)))
+    steps = (1, 2, 5) if last - first <= 3 else (1,)
+    ticks = [m * 10.0**k for k in range(first, last + 1) for m in steps]
+    inside = [t for t in ticks if lo <= t <= hi]
+    if len(inside) < 2:  # a range inside one step: every 1..9 of the decade
+        ticks = [m * 10.0**k for k in range(first, last + 1) for m in range(1, 10)]
+        inside = [t for t in ticks if lo <= t <= hi] or [ticks[0]]
+    return inside
+
+
+def tick_text(v: float) -> str:
+    """1 -> "1", 2000 -> "2k", 5e6 -> "5M", 0.02 -> "0.02"."""
+    for unit, name in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if v >= unit:
+            return f"{v / unit:g}{name}"
+    return f"{v:g}"
+
+
+def label_log_axes(fig: go.Figure) -> None:
+    """Give every log axis explicit, readable ticks computed from the data drawn on it."""
+    for name in [k for k in fig.layout.to_plotly_json() if k.startswith(("xaxis", "yaxis"))]:
+        axis = fig.layout[name]
+        if axis.type != "log":
+            continue
+        letter, suffix = name[0], name[5:]
+        values = []
+        for trace in fig.data:
+            if (getattr(trace, f"{letter}axis", None) or letter) != f"{letter}{suffix}":
+                continue
+            for v in getattr(trace, letter, None) if getattr(trace, letter, None) is not None else []:
+                if isinstance(v, (int, float, np.floating, np.integer)) and v is not None and v > 0:
+                    values.append(float(v))
+        if not values:
+            continue
+        ticks = log_ticks(min(values), max(values))
+        fig.layout[name].update(
+            tickvals=ticks, ticktext=[tick_text(t) for t in ticks], minor=dict(showgrid=False)
+        )
 
 
 # -- 1. big banquet ------------------------------------------------------------------------------
@@ -208,7 +264,7 @@ def roofline_figure(result, guess: float | None = None) -> go.Figure:
                 mode="markers+text",
                 name=f"{phase} measured",
                 text=[f"{lab}: {p:.0f}%" for lab, p in zip(part.label, part.pct_of_roof, strict=True)],
-                textposition="bottom right",
+                textposition=[LABEL_POSITIONS[i % len(LABEL_POSITIONS)] for i in range(len(part))],
                 marker=dict(color=colour, size=10),
             )
         )

@@ -471,6 +471,19 @@ def draw_failed_order() -> None:
         st.error(failure_line(job.error))
 
 
+def measured_tpot_by_dtype(result) -> dict[str, float]:
+    """This server's measured TPOT per dtype for the result's model, device and batch (the run log),
+    so the inspector's dtype advice follows this machine, not a rule of thumb."""
+    try:
+        from kitchen_viz.app_state import current_settings, run_log
+        from lab.runlog import tpot_by_dtype
+
+        here = current_settings()  # the names the kitchen records its orders under
+        return tpot_by_dtype(run_log().frame(), here.model, here.device, len(result.tokens))
+    except Exception:  # noqa: BLE001 -- no log (a bare page) or an older row shape: nothing measured
+        return {}
+
+
 def draw_diagnosis(result, device: str, dtype: str) -> None:
     """One line naming the slower pot, from the lab's inspector, with the numbers it used.
 
@@ -483,7 +496,9 @@ def draw_diagnosis(result, device: str, dtype: str) -> None:
     except ImportError:
         return
     roof = latest_roof(device, dtype)
-    verdict = diagnose(result.metrics, result.trace, roof)
+    verdict = diagnose(
+        result.metrics, result.trace, roof, dtype=dtype, dtype_tpot=measured_tpot_by_dtype(result)
+    )
     st.info(f"🩺 **Diagnosis:** {verdict.headline}")
     with st.expander("Why, and what would help"):
         for line in verdict.evidence:

@@ -181,10 +181,15 @@ def show_tables(exp: Experiment, result) -> None:
         )
 
 
-def show_verdict(result, settings, cache: ResultCache) -> None:
+# Lessons about the soup pot: their verdict is the pot's, even on a sample run where prefill was longer.
+DECODE_LESSONS = {"roofline", "tables"}
+
+
+def show_verdict(result, settings, cache: ResultCache, key: str = "") -> None:
     sample = result.sample
     roof = getattr(result, "roof", None) or latest_roof(settings.device, settings.dtype, cache)
-    verdict = diagnose(sample.metrics, sample.trace, roof)
+    focus = "decode" if key in DECODE_LESSONS else None
+    verdict = diagnose(sample.metrics, sample.trace, roof, dtype=settings.dtype, focus=focus)
     st.markdown(f"#### 4. The inspector's verdict (on the run: {sample.label})")
     if roof is None:
         st.caption(
@@ -216,7 +221,7 @@ def show_results(
         st.markdown(f"- {note}")
     show_figures(exp, result, guess)
     show_tables(exp, result)
-    show_verdict(result, settings, cache)
+    show_verdict(result, settings, cache, exp.key)
 
 
 def render_experiment(exp: Experiment, settings_form: Callable[[Any], Any]) -> None:

@@ -18,6 +18,14 @@ Worked example: TTFT 0.040 s, E2E 0.400 s, 60 decode steps of 6 ms each, forward
 TTFT is 10 % of the wait, so the pot is slow; 67 % of each step is outside the forward pass, so
 the pot is overhead-bound: the fix is the portioning station (CUDA graphs, fewer per-step chores).
 
+Advice follows this machine's measurements, never a general rule the numbers on screen could
+contradict: "a smaller dtype reads fewer bytes" is offered as a fix only where a smaller dtype was
+*measured* faster here (`dtype_tpot`: the median TPOT per dtype of this model, device and batch,
+from the server's run log); where it measured slower the inspector says so, and where it was not
+measured it says how to measure it. "Split the banquet" needs a banquet (batch > 1). A lesson about
+the pot (`focus="decode"`: the Roofline and More tables labs) gets the pot's diagnosis even when
+its sample run's TTFT was the larger part.
+
 Pure function, no engine, no Streamlit: the kitchen page and the lab pages both call it.
 """
 
@@ -114,9 +122,12 @@ def prefill_fixes(pre: StepRecord, evidence: list[str]) -> list[str]:
     fixes = [
         f"Shorten the prompt: the wok tossed {pre.tokens} prompt tokens; its work grows with length, "
         "and attention's share grows with length squared.",
-        f"Split the banquet: {pre.batch} sequence(s) went into one pass; smaller batches give each guest "
-        "an earlier first dish (at some cost in throughput).",
     ]
+    if pre.batch > 1:
+        fixes.append(
+            f"Split the banquet: {pre.batch} sequences went into one pass; smaller batches give each "
+            "guest an earlier first dish (at some cost in throughput)."
+        )
     padding = 1 - pre.tokens / pre.slots if pre.slots else 0.0
     evidence.append(
         f"prefill computed {pre.slots} slots for {pre.tokens} real tokens ({padding:.0%} padding)"
@@ -129,7 +140,44 @@ def prefill_fixes(pre: StepRecord, evidence: list[str]) -> list[str]:
     return fixes
 
 
-def decode_fixes(bound: str | None, prof: DecodeProfile) -> list[str]:
+SMALLER = {"float32": ("bfloat16", "float16"), "bfloat16": (), "float16": ()}
+
+
+def dtype_advice(dtype: str | None, dtype_tpot: dict[str, float] | None) -> str | None:
+    """What this machine measured about a smaller dtype for the pot, as one line (None: nothing to say).
+
+    Example: float32 2.6 ms, bfloat16 4.5 ms measured -> "bfloat16 measured slower here ..." (no
+    "halves weight reads" advice where the numbers on screen say the opposite).
+    """
+    if dtype is None or not SMALLER.get(dtype):
+        return None
+    tpot = dtype_tpot or {}
+    here = tpot.get(dtype)
+    measured = [(d, tpot[d]) for d in SMALLER[dtype] if d in tpot and tpot[d] > 0]
+    if here and measured:
+        best, best_s = min(measured, key=lambda x: x[1])
+        if best_s < here:
+            return (
+                f"Read fewer bytes per step: {best} measured TPOT {ms(best_s)} against {ms(here)} in "
+                f"{dtype} on this machine (same model and batch), so a smaller dtype does help here."
+            )
+        slower = ", ".join(f"{d} {ms(t)}" for d, t in measured)
+        return (
+            f"A smaller dtype does not help this pot here: measured TPOT {slower} against {ms(here)} in "
+            f"{dtype} (same model and batch; without native support for it the CPU converts on every step)."
+        )
+    return (
+        f"A smaller dtype reads fewer bytes per step, but whether it is faster on this machine is not "
+        f"measured yet: switch Precision to {SMALLER[dtype][0]} and Cook the same order to compare TPOT."
+    )
+
+
+def decode_fixes(
+    bound: str | None,
+    prof: DecodeProfile,
+    dtype: str | None = None,
+    dtype_tpot: dict[str, float] | None = None,
+) -> list[str]:
     fixes: list[str] = []
     if prof.tokens_per_seq > 1.5:
         fixes.append(
@@ -144,23 +192,36 @@ def decode_fixes(bound: str | None, prof: DecodeProfile) -> list[str]:
             "per-step allocation.",
         ]
     elif bound == "bandwidth":
+        advice = dtype_advice(dtype, dtype_tpot)
+        fixes += [advice] if advice else []
         fixes += [
-            "Read fewer bytes per step: a smaller dtype (bfloat16 halves weight reads) or quantized weights.",
             f"Share each weight read across more sequences (batch more); KV cache now {prof.kv_mb:.1f} MB.",
             "Try speculative decoding: verify several tokens per pass over the weights.",
         ]
     elif bound == "compute":
         fixes += [
             "The pot is compute-bound at this batch: fewer sequences per step lower each step's latency.",
-            "More FLOP/s helps here (GPU, bfloat16 matmuls); bandwidth tricks will not.",
+            "More FLOP/s helps here (a faster device); bandwidth tricks will not.",
         ]
     else:
         fixes.append("Measure the roofline to see whether the pot waits on bytes or on FLOPs.")
     return fixes
 
 
-def diagnose(metrics: Metrics, trace: Trace, roof: Roofline | None = None) -> Verdict:
-    """Which pot is slow, why, and what to try, from one run's metrics and trace."""
+def diagnose(
+    metrics: Metrics,
+    trace: Trace,
+    roof: Roofline | None = None,
+    *,
+    dtype: str | None = None,
+    dtype_tpot: dict[str, float] | None = None,
+    focus: Literal["decode"] | None = None,
+) -> Verdict:
+    """Which pot is slow, why, and what to try, from one run's metrics and trace.
+
+    `dtype` is the run's precision and `dtype_tpot` what this machine measured per dtype (see the
+    module's notes); `focus="decode"` diagnoses the pot whatever the wok's share (a lesson about
+    the pot)."""
     e2e = metrics.e2e_s
     ttft_share = metrics.ttft_s / e2e if e2e > 0 else 1.0
     decode_s = max(0.0, e2e - metrics.ttft_s)
@@ -172,7 +233,7 @@ def diagnose(metrics: Metrics, trace: Trace, roof: Roofline | None = None) -> Ve
     steps = trace.decode_steps
     prof = profile_decode(steps)
     bound = classify_decode(steps, prof, roof, evidence) if prof else None
-    slow_phase = "prefill" if ttft_share >= 0.5 or prof is None else "decode"
+    slow_phase = "prefill" if (ttft_share >= 0.5 and focus != "decode") or prof is None else "decode"
     if slow_phase == "prefill":
         pre = trace.prefill
         fixes = prefill_fixes(pre, evidence) if pre is not None else []
@@ -181,17 +242,23 @@ def diagnose(metrics: Metrics, trace: Trace, roof: Roofline | None = None) -> Ve
             "shorter prompts or smaller batches help"
         )
     else:
-        fixes = decode_fixes(bound, prof)
+        fixes = decode_fixes(bound, prof, dtype, dtype_tpot)
         why = {
             "overhead": "each step is mostly per-step overhead; trim the portioning",
             "bandwidth": "each step waits on reading weights and KV cache",
             "compute": "each step is compute-bound at this batch",
             None: "measure the roofline to see why",
         }[bound]
-        headline = (
-            f"Decode is {1 - ttft_share:.0%} of the wait ({prof.steps} steps, "
-            f"{ms(prof.step_s)} each): the soup pot is the bottleneck; {why}"
-        )
+        if ttft_share >= 0.5:  # a lesson about the pot, on a run where the wok took longer
+            headline = (
+                f"The soup pot ({prof.steps} steps, {ms(prof.step_s)} each; decode {1 - ttft_share:.0%} of "
+                f"this run's wait): {why}"
+            )
+        else:
+            headline = (
+                f"Decode is {1 - ttft_share:.0%} of the wait ({prof.steps} steps, "
+                f"{ms(prof.step_s)} each): the soup pot is the bottleneck; {why}"
+            )
     return Verdict(
         headline=headline, slow_phase=slow_phase, decode_bound=bound, fixes=fixes, evidence=evidence
     )

@@ -30,6 +30,7 @@ COLUMNS = [
     "wall_time",  # when the run was recorded (UTC)
     "model",
     "device",
+    "dtype",  # the precision of weights and KV cache
     "batch",  # sequences in the request
     "prompt_tokens",  # real prompt tokens, summed over the batch
     "output_tokens",  # generated tokens, summed over the batch
@@ -55,6 +56,7 @@ def row_from_result(*, model: str, device: str, result: GenerationResult, queue_
         "wall_time": datetime.now(timezone.utc),
         "model": model,
         "device": device,
+        "dtype": getattr(result, "dtype", "") or "",
         "batch": pre.batch if pre is not None else len(result.tokens),
         "prompt_tokens": m.prefill_tokens,
         "output_tokens": m.output_tokens,
@@ -70,6 +72,15 @@ def row_from_result(*, model: str, device: str, result: GenerationResult, queue_
         "kv_cache_mb": m.kv_cache_bytes / 1e6,
         "kv_allocated_mb": m.kv_cache_allocated_bytes / 1e6,
     }
+
+
+def tpot_by_dtype(frame: pd.DataFrame, model: str, device: str, batch: int) -> dict[str, float]:
+    """Median TPOT per dtype of this model, device and batch (orders with a decode step only):
+    what the inspector may say about a smaller dtype on this machine. Example -> {"float32": 0.0026,
+    "bfloat16": 0.0045}."""
+    rows = frame[(frame["model"] == model) & (frame["device"] == device) & (frame["batch"] == batch)]
+    rows = rows[rows["tpot_s"] > 0]
+    return {str(d): float(g["tpot_s"].median()) for d, g in rows.groupby("dtype") if d}
 
 
 class RunLog:

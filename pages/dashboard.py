@@ -4,6 +4,10 @@ Separate TTFT and TPS panels on purpose (the seed's advice): a climbing TTFT say
 or the queue in front of it) is struggling; falling tokens/s says the soup pot is. One blended
 "latency" number would hide which fix to reach for. Data: `lab.runlog.RunLog` (the kitchen records
 each finished Cook), percentiles from `lab.monitoring`.
+
+Percentiles are taken over one kind of kitchen at a time: a filter by model, device and precision
+(all of them by default only when the log holds one kind), because a p50 over the chef and a 1B
+preset, or float32 and bfloat16, describes no kitchen at all.
 """
 
 import streamlit as st
@@ -13,6 +17,24 @@ from kitchen_viz.charts import kv_memory_figure, percentile_figure, rate_figure
 from lab.monitoring import requests_per_minute, summary, with_percentiles
 
 WINDOWS = {"1 minute": "1min", "5 minutes": "5min", "15 minutes": "15min", "1 hour": "60min"}
+FILTERS = (("model", "Model"), ("device", "Device"), ("dtype", "Precision"))
+
+
+def kitchens_filter(frame):
+    """The rows of the kitchens picked in the three filters (each defaults to the newest run's kind),
+    and a one-line description of what is shown."""
+    cols = st.columns(len(FILTERS))
+    shown, words = frame, []
+    for col, (column, label) in zip(cols, FILTERS, strict=True):
+        kinds = sorted(str(v) for v in frame[column].dropna().unique() if str(v))
+        if not kinds:
+            continue
+        newest = str(frame[column].iloc[-1]) if str(frame[column].iloc[-1]) in kinds else kinds[0]
+        picked = col.multiselect(label, kinds, default=[newest], key=f"dash-filter-{column}")
+        shown = shown[shown[column].astype(str).isin(picked)]
+        words.append(f"{label.lower()} {', '.join(picked) or 'none'}")
+    return shown, "; ".join(words)
+
 
 st.title("📊 The dashboard: every order this server cooked")
 st.markdown(
@@ -68,6 +90,11 @@ def live_view(window: str) -> None:
     if frame.empty:
         st.info("No orders cooked yet in this server session. Cook one in the Kitchen and it appears here.")
         return
+    frame, words = kitchens_filter(frame)
+    if frame.empty:
+        st.info("No runs for this choice of model, device and precision.")
+        return
+    st.caption(f"Showing {len(frame)} run(s): {words}.")
     metric_row(frame)
     panels(frame, window)
     st.dataframe(frame, hide_index=True)

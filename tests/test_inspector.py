@@ -94,7 +94,7 @@ def test_bandwidth_bound_decode():
     assert v.slow_phase == "decode"
     assert v.decode_bound == "bandwidth"
     assert "soup pot is the bottleneck" in v.headline
-    assert any("bfloat16" in f for f in v.fixes)
+    assert not any("bfloat16" in f for f in v.fixes)  # no dtype advice without this machine's measurements
 
 
 def test_compute_bound_decode_at_large_batch():
@@ -149,3 +149,48 @@ def test_a_step_faster_than_the_memory_roof_is_called_out():
     v = verdict_for(prefill_s=0.001, steps=100, step_s=0.0001, forward_share=0.95)
     assert v.decode_bound == "bandwidth"
     assert any("beat the measured memory roof" in e for e in v.evidence)
+
+
+# -- issue 14: advice follows this machine's measurements ---------------------------------------
+
+
+def bandwidth_verdict(**kw):
+    """A pot that sits left of the ridge with the roof explaining most of its step."""
+    trace, out = build_trace(prefill_s=0.005, steps=40, step_s=0.0004, forward_share=0.9, **kw)
+    return trace, out
+
+
+def test_no_smaller_dtype_advice_where_it_measured_slower_here():
+    trace, out = bandwidth_verdict()
+    m = compute_metrics(trace, out, kv_allocated=4096)
+    v = diagnose(m, trace, ROOF, dtype="float32", dtype_tpot={"float32": 0.0026, "bfloat16": 0.0045})
+    assert v.decode_bound == "bandwidth", v
+    assert not any("halves" in f for f in v.fixes)
+    assert any(
+        f.startswith("A smaller dtype does not help this pot here: measured TPOT bfloat16 4.5 ms")
+        for f in v.fixes
+    )
+
+
+def test_smaller_dtype_advice_where_it_measured_faster_here_and_a_probe_where_unmeasured():
+    trace, out = bandwidth_verdict()
+    m = compute_metrics(trace, out, kv_allocated=4096)
+    faster = diagnose(m, trace, ROOF, dtype="float32", dtype_tpot={"float32": 0.004, "bfloat16": 0.002})
+    assert any("bfloat16 measured TPOT 2.0 ms against 4.0 ms" in f for f in faster.fixes)
+    unknown = diagnose(m, trace, ROOF, dtype="float32")
+    assert any("not measured yet" in f for f in unknown.fixes)
+
+
+def test_one_table_is_not_told_to_split_the_banquet():
+    v = verdict_for(prefill_s=2.0, steps=10, step_s=0.01, forward_share=0.9, prompt=1024, batch=1)
+    assert v.slow_phase == "prefill" and not any("Split the banquet" in f for f in v.fixes)
+    v = verdict_for(prefill_s=2.0, steps=10, step_s=0.01, forward_share=0.9, prompt=1024, batch=4)
+    assert any(f.startswith("Split the banquet: 4 sequences") for f in v.fixes)
+
+
+def test_a_lesson_about_the_pot_diagnoses_the_pot_even_when_the_wok_took_longer():
+    trace, out = build_trace(prefill_s=2.0, steps=10, step_s=0.01, forward_share=0.9, prompt=1024)
+    m = compute_metrics(trace, out, kv_allocated=4096)
+    assert diagnose(m, trace, ROOF).slow_phase == "prefill"
+    v = diagnose(m, trace, ROOF, focus="decode")
+    assert v.slow_phase == "decode" and v.headline.startswith("The soup pot (10 steps")

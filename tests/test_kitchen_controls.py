@@ -122,3 +122,25 @@ def test_a_refused_prompt_keeps_every_control_in_place():
     assert len(errors) == 1 and errors[0].startswith("Refused: the prompt is empty"), errors
     assert [b.disabled for b in at.button if "Cook" in b.label] == [True]
     assert at.slider(key="tpk_batch") is not None and at.toggle(key="tpk_live") is not None
+
+
+def test_the_dashboard_takes_percentiles_over_one_kind_of_kitchen():
+    """Two models in the log: the dashboard shows the newest run's model, device and precision
+    only, and says so (issue 14: it mixed every model and precision in one percentile)."""
+    from engine import Engine
+    from kitchen_viz.app_state import run_log
+    from lab.registry import DASHBOARD
+
+    at = AppTest.from_file(str(Path(APP).parent / DASHBOARD.path), default_timeout=60).run()
+    log = run_log()
+    chef = Engine.load("chef")
+    result = chef.generate(["ROMEO:"], max_new_tokens=4)
+    log.record(model="other", device="cpu", result=result, queue_wait_s=0.0)
+    log.record(model="chef", device="cpu", result=result, queue_wait_s=0.0)
+    at.run()
+    assert not at.exception, at.exception
+    chef_runs = int(((log.frame()["model"] == "chef") & (log.frame()["dtype"] == result.dtype)).sum())
+    assert at.metric[0].value == str(chef_runs)
+    assert any("model chef" in c.value and "precision float32" in c.value for c in at.caption)
+    at.multiselect(key="dash-filter-model").set_value(["chef", "other"]).run()
+    assert at.metric[0].value == str(chef_runs + 1)

@@ -14,7 +14,14 @@ fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-# torch is pinned exactly in pyproject.toml: a looser pin drags in a multi-GB CUDA build.
+# torch is pinned exactly in pyproject.toml, but the pin does not avoid the CUDA build: on Linux
+# x86-64 the public index serves the CUDA wheel and its nvidia-* packages (several GB). Without an
+# NVIDIA GPU, take the same version from PyTorch's CPU wheel index first (only when torch is missing).
+if ! .venv/bin/python -c "import torch" 2>/dev/null && [ "$(uname -s)-$(uname -m)" = "Linux-x86_64" ] \
+   && ! command -v nvidia-smi >/dev/null; then
+  TORCH_PIN=$(sed -n 's/^ *"\(torch==[^"]*\)",.*/\1/p' pyproject.toml)
+  .venv/bin/python -m pip install -q "$TORCH_PIN" --index-url https://download.pytorch.org/whl/cpu
+fi
 .venv/bin/python -m pip install -q -e ".[dev]"
 
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false

@@ -243,3 +243,48 @@ def test_a_long_prefill_ticks_while_the_pass_runs(browser):
         assert page.locator("#tpk-wok-timer").text_content().startswith("≥ ")
     finally:
         page.close()
+
+
+LIVE_PANELS = {
+    "ttft": "1,234.56 ms",
+    "e2e": "—",
+    "tpot": "12.34 ms",
+    "tps": "22,217 tok/s",
+    "latest_itl": "12.30 ms",
+    "steps": 120,
+    "itl_ms": [12.3] * 120,
+    "wait": "waited 512.8 ms in line first",
+}
+
+MEASURE_PANELS = """() => [...document.querySelectorAll('.tpk-live-panels .tpk-lp-value, .tpk-live-panels .tpk-lp-label')]
+  .map((e) => { const r = e.getBoundingClientRect();
+    return {id: e.textContent.slice(0, 30), box: [r.left, r.top, r.right, r.bottom],
+            cut: e.scrollWidth > e.clientWidth + 1 || r.right > document.documentElement.clientWidth + 0.5}; })"""
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_live_panels_wrap_instead_of_overlapping(browser, width):
+    """While cooking, the scene draws the panels itself: '2,217 tok/' was cut at 1400 px."""
+    page = open_scene(browser, width)
+    try:
+        for presenter in (False, True):
+            data = widest_order()
+            data.update(
+                t_done=None, e2e=None, panels=LIVE_PANELS, presenter=presenter, run_id=f"live-{presenter}"
+            )
+            page.evaluate("(d) => window.tpkUpdate(d)", data)
+            page.evaluate(f"() => document.documentElement.style.fontSize = '{22 if presenter else 16}px'")
+            page.wait_for_timeout(100)
+            boxes = page.evaluate(MEASURE_PANELS)
+            assert len(boxes) >= 8
+            cut = [b["id"] for b in boxes if b["cut"]]
+            assert not cut, (width, presenter, cut)
+            crossed = [
+                (a["id"], b["id"])
+                for i, a in enumerate(boxes)
+                for b in boxes[i + 1 :]
+                if overlaps(a["box"], b["box"])
+            ]
+            assert not crossed, (width, presenter, crossed)
+    finally:
+        page.close()

@@ -41,6 +41,11 @@ def navigation_ui():
             st.Page("pages/kitchen.py", title="Kitchen", icon="🍳", default=True),
             st.Page("pages/story.py", title="The two-pot story", icon="📖"),
         ]
+        + (
+            [st.Page("pages/lessons.py", title="Suggested orders", icon="📋")]
+            if (app_state.REPO / "pages/lessons.py").is_file()
+            else []
+        )
     }
     if lab:
         sections["Lab"] = [st.Page(p.path, title=p.title, icon=p.icon) for p in lab]

@@ -34,6 +34,7 @@ import streamlit as st
 from engine.errors import EngineError
 from kitchen_viz import live_feed
 from kitchen_viz.app_state import REPO
+from kitchen_viz.compare import draw_compare
 from kitchen_viz.order_control import (
     draw_shared_stove,
     is_cancelled,
@@ -96,10 +97,17 @@ URL_ORDER = {K_PLEN: "prompt", K_BATCH: "batch", K_NEW: "new", K_TEMP: "temp"}
 
 
 def apply_query_params() -> None:
-    """Seed the order form from the URL once, so an instructor can hand out a ready-made order."""
-    if st.session_state.get("tpk_query_applied"):
+    """Seed the order form from the URL once, so an instructor can hand out a ready-made order.
+
+    A link from the lesson plan (`?lesson=N&...`, pages/lessons.py) applies again in a session that
+    already applied one: each lesson's marker is applied once."""
+    lesson = st.query_params.get("lesson")
+    if st.session_state.get("tpk_query_applied") and lesson in (None, st.session_state.get("tpk_lesson")):
         return
     st.session_state["tpk_query_applied"] = True
+    st.session_state["tpk_lesson"] = lesson
+    if lesson is not None and "prompt" in st.query_params:
+        st.session_state[K_MODE] = MODES[0]  # a lesson's prompt is a generated one of N tokens
     st.session_state[K_FROM_URL] = {}
     for name, (key, kind) in QUERY_KEYS.items():
         if name in st.query_params:
@@ -435,6 +443,17 @@ def finish_cook(job, run: LiveRun | None) -> None:
         "e2e_s": m.e2e_s,
         "decode_tps": m.decode_tps,
     }
+    keep_for_comparison(job, run)
+
+
+def keep_for_comparison(job, run: LiveRun | None) -> None:
+    """This session's finished orders, kept for 'Compare two orders' (kitchen_viz.compare)."""
+    from kitchen_viz.app_state import current_settings
+    from kitchen_viz.compare import keep, kept_order
+
+    number = st.session_state["tpk_order_no"] = st.session_state.get("tpk_order_no", 0) + 1
+    here = current_settings()
+    keep(kept_order(run, number, here.model, here.dtype, live_feed.waited_s(job)))
 
 
 def draw_outcome(device: str, dtype: str) -> None:
@@ -455,6 +474,7 @@ def draw_outcome(device: str, dtype: str) -> None:
         for i, text in enumerate(job.result.texts, start=1):
             st.markdown(f"**Table {i}**")
             st.code(text or "(no text)", language=None, wrap_lines=True)
+    draw_compare()  # the session's last orders, two side by side
 
 
 def failure_line(error: str) -> str:

@@ -184,11 +184,16 @@ def timeline_segments(run: LiveRun | None) -> list[Segment]:
     return parts
 
 
-def timeline_html(segments: list[Segment], steps: int, queue_wait_s: float | None = None) -> str:
-    """One bar, to scale, with each part's measured time; the words under it add TTFT up."""
+def timeline_html(
+    segments: list[Segment], steps: int, queue_wait_s: float | None = None, scale_s: float | None = None
+) -> str:
+    """One bar, to scale, with each part's measured time; the words under it add TTFT up.
+
+    `scale_s` draws the bar as a share of a longer time (two orders compared on one scale)."""
     total = sum(s.seconds for s in segments)
     if total <= 0:
         return ""
+    width = 100.0 if not scale_s or scale_s <= total else 100.0 * total / scale_s
     by = {s.key: s for s in segments}
     ttft = by["setup"].seconds + by["wok"].seconds + by["first"].seconds
     cells = []
@@ -213,14 +218,14 @@ def timeline_html(segments: list[Segment], steps: int, queue_wait_s: float | Non
     return (
         "<style>"
         ".tpk-timeline{width:100%}"
-        ".tpk-tl{display:flex;width:100%;height:1.9rem;border-radius:.4rem;overflow:hidden;margin:.2rem 0 .3rem 0}"
+        ".tpk-tl{display:flex;height:1.9rem;border-radius:.4rem;overflow:hidden;margin:.2rem 0 .3rem 0}"
         ".tpk-tl-seg{min-width:3px;display:flex;align-items:center;justify-content:center;overflow:hidden}"
         ".tpk-tl-seg span{color:#1b1b1b;font-size:.8rem;font-weight:700;white-space:nowrap;padding:0 .3rem}"
         ".tpk-tl-words{font-size:.85rem;line-height:1.4}"
         "</style>"
         f'<div class="tpk-timeline" aria-label="the order to scale">'
         f'<div class="tpk-tl-title" style="font-weight:700">The order to scale: prefill vs decode share of E2E</div>'
-        f'<div class="tpk-tl">{"".join(cells)}</div>'
+        f'<div class="tpk-tl" style="width:{width:.2f}%">{"".join(cells)}</div>'
         f'<div class="tpk-tl-words">{words}</div></div>'
     )
 

@@ -1,0 +1,103 @@
+"""Suggested orders: a short lesson plan, one order per lesson, each with what to look at.
+
+Why here and not in the page: the same plan is drawn on the Suggested orders page and downloaded
+as a printable Markdown file, and a test checks that every order is one the Kitchen accepts. The
+plan names no measured number: each lesson says what to compare, and the Kitchen measures it on
+the class's own machine. The orders fit the chef (context 512 tokens); a larger model takes them too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlencode
+
+
+@dataclass(frozen=True)
+class Lesson:
+    title: str
+    order: dict  # query parameters of the Kitchen: prompt, batch, new, temp
+    look_at: str  # what to watch on screen
+    ask: str  # a question for the class, answered by the screen
+    compare_with: dict | None = None  # a second order to cook right after, for the side-by-side comparison
+
+
+LESSONS: tuple[Lesson, ...] = (
+    Lesson(
+        "Two pots, one order",
+        {"prompt": 32, "batch": 1, "new": 64, "temp": 0},
+        "The bar under the panels: the wok's pass is a thin slice, the soup pot is most of E2E. In the "
+        "drawing, the wok's tok/s against the pot's tok/s.",
+        "Why is the wok so much faster per token than the pot, on the same weights?",
+    ),
+    Lesson(
+        "A big banquet (long prompt)",
+        {"prompt": 448, "batch": 1, "new": 16, "temp": 0},
+        "TTFT and the wok's timer grow with the prompt; the pot's time per step barely moves. Cook lesson 1 "
+        "again and compare the two orders side by side.",
+        "Which number would a user notice first: the wait for the first word or the rhythm after it?",
+        compare_with={"prompt": 32, "batch": 1, "new": 16, "temp": 0},
+    ),
+    Lesson(
+        "More tables, same ladle",
+        {"prompt": 32, "batch": 32, "new": 32, "temp": 0},
+        "TPOT (one step) against tokens/s (all tables): compare with the same order for one table. The step "
+        "gets a little slower; the kitchen serves many more bowls per second.",
+        "Why does the pot serve 32 tables for little more than the price of one?",
+        compare_with={"prompt": 32, "batch": 1, "new": 32, "temp": 0},
+    ),
+    Lesson(
+        "The serving counter fills up",
+        {"prompt": 256, "batch": 8, "new": 64, "temp": 0},
+        "The KV cache on the counter: handed over from the wok (prompt × tables), then one more token per "
+        "table at every step. Replay it and watch the MB and tokens grow.",
+        "What would happen to the counter with 64 tables of 448 tokens?",
+    ),
+    Lesson(
+        "One bowl only",
+        {"prompt": 64, "batch": 1, "new": 1, "temp": 0},
+        "No decode step at all: the only token comes from the wok's logits, TPOT is '—', TTFT is E2E, and "
+        "the soup pot stays cold.",
+        "So where does the first token of every answer come from?",
+    ),
+    Lesson(
+        "Greedy or creative: same kitchen",
+        {"prompt": 64, "batch": 4, "new": 64, "temp": 1.0},
+        "Different words from lesson-style greedy cooking (temperature 0), but compare TPOT: sampling is a "
+        "small part of each step.",
+        "Does a 'creative' answer cost the kitchen more time?",
+        compare_with={"prompt": 64, "batch": 4, "new": 64, "temp": 0},
+    ),
+)
+
+
+def order_words(order: dict) -> str:
+    """{"prompt": 32, "batch": 1, "new": 64, "temp": 0} -> "prompt 32 tokens · 1 table · 64 new tokens · temperature 0"."""
+    tables = f"{order['batch']} table{'s' if order['batch'] != 1 else ''}"
+    return f"prompt {order['prompt']} tokens · {tables} · {order['new']} new tokens · temperature {order['temp']:g}"
+
+
+def query(order: dict, lesson: int) -> dict:
+    """The Kitchen's query parameters for an order; `lesson` makes the Kitchen apply it even in a
+    session that already applied a link (see kitchen_ui.apply_query_params)."""
+    return {**{k: str(v) for k, v in order.items()}, "lesson": str(lesson)}
+
+
+def plan_markdown(base_url: str = "") -> str:
+    """The whole plan as Markdown, for printing or handing out (links relative to `base_url`)."""
+    lines = [
+        "# Two-Pot Kitchen: suggested orders",
+        "",
+        "Each order shows one lesson. Cook it, then look where the lesson says; every number comes "
+        "from this machine.",
+        "",
+    ]
+    for i, lesson in enumerate(LESSONS, start=1):
+        lines += [
+            f"## {i}. {lesson.title}",
+            "",
+            f"- **Order:** {order_words(lesson.order)} ({base_url}/?{urlencode(query(lesson.order, i))})",
+        ]
+        if lesson.compare_with:
+            lines.append(f"- **Then cook, to compare:** {order_words(lesson.compare_with)}")
+        lines += [f"- **Look at:** {lesson.look_at}", f"- **Ask:** {lesson.ask}", ""]
+    return "\n".join(lines)

@@ -79,3 +79,19 @@ def test_cancel_stops_a_cooking_order_and_the_page_says_so():
     assert [e.value for e in at.error if "cancelled" in e.value] == ["Order cancelled: you pressed Cancel."]  # the 🛑 becomes the icon
     assert not [b for b in at.button if b.key == "tpk_cancel"]
     assert not next(b for b in at.button if "Cook" in b.label).disabled  # the kitchen takes the next order
+
+
+def test_an_order_measured_on_a_shared_stove_says_so_under_its_panels():
+    at = open_kitchen()
+    at.toggle(key="tpk_live").set_value(True).run()
+    at.slider(key="tpk_new").set_value(4)
+    at.run()
+    cook(at)
+    job = at.session_state["tpk_job"]
+    assert job.wait(WAIT_S) and job.status == "done", job.error
+    at.run()
+    assert bool([w for w in at.warning if "stove was shared" in w.value]) == bool(job.shared_stove)  # as measured
+    job.shared_stove = "something else used the engine's cores for 0.4 s of this order's 1.0 s (40%: ...)"
+    at.run()  # the page draws what the worker recorded on the job
+    shared = [w.value for w in at.warning if "stove was shared" in w.value]
+    assert len(shared) == 1 and "0.4 s of this order's 1.0 s" in shared[0] and "\n" not in shared[0]

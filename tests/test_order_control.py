@@ -266,3 +266,25 @@ def test_the_meter_sees_another_process_on_the_engines_cores():
         idle.kill()
         idle.wait()
 
+
+
+def test_an_order_cooked_beside_another_program_on_its_cores_says_so(chef):
+    """The stove holds back the kitchens of this server, not a program outside it: the order measures
+    what else ran on its engine's cores and carries the line its panels show."""
+    core = max(chef._engine_cores())
+    burn = textwrap.dedent(f"""
+        import os, time
+        os.sched_setaffinity(0, {{{core}}})
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            pass
+    """)
+    burner = subprocess.Popen([sys.executable, "-c", burn])
+    try:
+        time.sleep(0.3)
+        job = chef.submit(cook(LONG), "beside a neighbour")
+        assert job.wait(WAIT_S) and job.status == "done", job.error
+    finally:
+        burner.kill()
+        burner.wait()
+    assert job.shared_stove is not None and "something else used the engine's cores" in job.shared_stove

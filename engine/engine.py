@@ -73,6 +73,21 @@ class ServingLimits:
     budget_bytes: int
 
 
+@dataclass(frozen=True)
+class ServingState:
+    """The kitchen right now: for a server's gauges (`Engine.serving_state`)."""
+
+    running: int
+    waiting: int
+    kv_tokens_used: int
+    kv_tokens: int
+
+    @property
+    def kv_usage(self) -> float:
+        """Fraction of the KV memory the running sequences hold (vLLM's kv_cache_usage_perc)."""
+        return self.kv_tokens_used / self.kv_tokens if self.kv_tokens else 0.0
+
+
 class Serving:
     """The serving path's state: seats, scheduler, runner, and the live sequences by id."""
 
@@ -173,6 +188,10 @@ class Engine:
 
     def serving_limits(self) -> ServingLimits:
         return self.serving.limits
+
+    def serving_state(self) -> ServingState:
+        sched = self.serving.scheduler
+        return ServingState(len(sched.running), len(sched.waiting), self.serving.pool.tokens_in_use, sched.kv_tokens)
 
     @property
     def idle(self) -> bool:

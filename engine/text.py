@@ -12,6 +12,7 @@ visible placeholder like "⟨51234⟩" instead of vanishing.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from engine.errors import EngineError
@@ -26,6 +27,7 @@ class TextCodec:
         self.tok = tokenizer
         self.known = vocab_size  # ids >= known are shown as placeholders
         self.eos_ids = eos_ids
+        self.chat_template: str | None = None  # Jinja text from tokenizer_config.json, if the model has one
 
     @classmethod
     def from_folder(cls, folder: Path) -> TextCodec | None:
@@ -34,13 +36,19 @@ class TextCodec:
             from tokenizers import Tokenizer
 
             tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
-            return cls(tok, tok.get_vocab_size(with_added_tokens=True))
-        if (folder / "vocab.json").is_file() or (folder / "tokenizer.model").is_file():
+            codec = cls(tok, tok.get_vocab_size(with_added_tokens=True))
+        elif (folder / "vocab.json").is_file() or (folder / "tokenizer.model").is_file():
             from transformers import AutoTokenizer
 
             tok = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
-            return cls(tok, len(tok))
-        return None
+            codec = cls(tok, len(tok))
+        else:
+            return None
+        config = folder / "tokenizer_config.json"
+        if config.is_file():
+            template = json.loads(config.read_text()).get("chat_template")
+            codec.chat_template = template if isinstance(template, str) else None
+        return codec
 
     def encode(self, text: str) -> list[int]:
         if hasattr(self.tok, "encode_batch"):  # tokenizers.Tokenizer

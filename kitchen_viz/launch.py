@@ -67,7 +67,12 @@ def streamlit_command(passthrough: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, passthrough = parse(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:  # the class kitchen server (serving/server.py), no Streamlit
+        from serving.server import main as serve_main
+
+        return serve_main(argv[1:])
+    args, passthrough = parse(argv)
     if not (APP.is_file() and SERVE.is_file()):
         print(
             f"two-pot-kitchen: app not found at {APP.parent} (is the package installed from the repo?)",

@@ -1,0 +1,240 @@
+"""The server's side of the kitchen loop: start it, hand it orders, route its events, restart it.
+
+One reader thread receives the loop's messages and puts each request's events on that request's
+asyncio queue (thread-safely, through the event loop), so an HTTP handler just awaits its queue:
+
+    client = EngineClient(LoopSettings("chef"))          # starts the child, waits for "ready"
+    handle = await client.submit("ROMEO:", 16, {"temperature": 0.0})   # raises Refused (one line)
+    async for kind, value in handle:                       # ("token", Tok) ... ("done", RequestResult)
+        ...
+    client.cancel(handle.key)                              # a client that went away
+
+If the child dies (killed, out of memory), every request in flight gets ("error", line naming it),
+the reader starts a fresh child, and new requests wait for it to be ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import socket
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from engine.errors import EngineError
+from serving.kitchen_loop import ENTRY_CODE, QueueState, ReadyInfo, StepInfo
+from serving.metrics import KitchenMetrics
+
+REPO = Path(__file__).resolve().parent.parent
+READY_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    model: str = "chef"
+    device: str = "cpu"
+    dtype: str = "float32"
+    policy: str = "chunked"
+    token_budget: int = 512
+    max_seqs: int = 64
+    threads: int = 0  # 0: torch's default
+
+
+@dataclass(frozen=True)
+class Tok:
+    token_id: int
+    text: str
+    index: int  # 0 = the request's first token
+    finished: bool
+    step: StepInfo | None
+    ttft_s: float | None  # on a request's first token: arrival -> this token, measured by the engine process
+
+
+class Refused(EngineError):
+    """The engine refused the request (one line naming the limit)."""
+
+
+class Handle:
+    """One request's events: iterate with `async for`; the last is ("done", RequestResult) or
+    ("error", line)."""
+
+    def __init__(self, key: str, loop: asyncio.AbstractEventLoop):
+        self.key, self.loop, self.queue = key, loop, asyncio.Queue()
+        self.accepted: asyncio.Future = loop.create_future()
+        self.prompt_tokens = 0
+        self.finished = False
+
+    def put(self, item: tuple[str, Any]) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+
+    def settle(self, ok: bool, value: Any) -> None:
+        def set_result() -> None:
+            if not self.accepted.done():
+                if ok:
+                    self.accepted.set_result(value)
+                else:
+                    self.accepted.set_exception(Refused(value))
+
+        self.loop.call_soon_threadsafe(set_result)
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> tuple[str, Any]:
+        if self.finished:
+            raise StopAsyncIteration
+        kind, value = await self.queue.get()
+        self.finished = kind in ("done", "error")
+        return kind, value
+
+
+class EngineClient:
+    def __init__(self, settings: LoopSettings, metrics: KitchenMetrics | None = None):
+        """`metrics` is updated from the reader thread at each step and each finished request."""
+        self.settings, self.metrics = settings, metrics
+        self.ready: ReadyInfo | None = None
+        self.last_step: StepInfo | None = None
+        self.state = QueueState(0, 0, 0.0)
+        self.restarts = 0
+        self._handles: dict[str, Handle] = {}
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._keys = itertools.count()
+        self._closing = False
+        self._start()
+        threading.Thread(target=self._read, daemon=True, name="kitchen-loop-reader").start()
+        if not self._ready.wait(READY_TIMEOUT_S) or self.ready is None:
+            raise EngineError(self._load_error or f"loading {settings.model} took longer than {READY_TIMEOUT_S:.0f} s")
+
+    # -- the child ------------------------------------------------------------------------------------
+    def _start(self) -> None:
+        s = self.settings
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+        args = [str(theirs.fileno()), s.model, s.device, s.dtype, s.policy, str(s.token_budget),
+                str(s.max_seqs), str(s.threads)]  # fmt: skip
+        self._proc = subprocess.Popen([sys.executable, "-c", ENTRY_CODE, *args], pass_fds=[theirs.fileno()],
+                                      env=env, cwd=REPO, start_new_session=True)  # fmt: skip
+        theirs.close()  # only the child holds that end: its death reads as EOF here
+        self._conn = Connection(ours.detach())
+        self._load_error: str | None = None
+
+    @property
+    def is_ready(self) -> bool:
+        return self._ready.is_set() and self.ready is not None
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def close(self) -> None:
+        self._closing = True
+        try:
+            self._conn.send(None)
+        except (OSError, ValueError):
+            pass
+        try:
+            self._proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+
+    # -- requests -------------------------------------------------------------------------------------
+    async def submit(self, prompt, max_new_tokens: int, settings: dict) -> Handle:
+        """Queue one request in the kitchen; raises Refused when the engine says no."""
+        loop = asyncio.get_running_loop()
+        handle = Handle(f"r{next(self._keys)}", loop)
+        while True:  # a child restarting: wait until the new one is ready, then send to it
+            if not self._ready.is_set() and not await loop.run_in_executor(None, self._ready.wait, READY_TIMEOUT_S):
+                raise EngineError(f"the engine for {self.settings.model} is not ready after {READY_TIMEOUT_S:.0f} s")
+            with self._lock:
+                if self._ready.is_set():
+                    self._handles[handle.key] = handle
+                    self._send(("submit", handle.key, prompt, max_new_tokens, settings))
+                    break
+        handle.prompt_tokens = await handle.accepted
+        return handle
+
+    def cancel(self, key: str) -> None:
+        with self._lock:
+            if key in self._handles:
+                self._send(("cancel", key))
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._handles)
+
+    def _send(self, msg) -> None:
+        try:
+            self._conn.send(msg)
+        except (OSError, ValueError):
+            pass  # the reader sees the death and fails every request in flight
+
+    # -- the reader thread ---------------------------------------------------------------------------------
+    def _read(self) -> None:
+        while True:
+            try:
+                msg = self._conn.recv()
+            except (EOFError, OSError):
+                if self._closing:
+                    return
+                self._child_died()
+                continue
+            kind = msg[0]
+            if kind == "ready":
+                self.ready = msg[1]
+                self._ready.set()
+            elif kind == "load_error":
+                self._load_error = msg[1]
+                self._ready.set()
+                return
+            elif kind in ("accepted", "refused"):
+                with self._lock:
+                    handle = self._handles.get(msg[1]) if kind == "accepted" else self._handles.pop(msg[1], None)
+                if handle is not None:
+                    handle.settle(kind == "accepted", msg[2])
+            elif kind == "step":
+                self._deliver(*msg[1:])
+
+    def _deliver(self, info: StepInfo | None, tokens: list, done: list, state: QueueState) -> None:
+        self.state = state
+        if info is not None:
+            self.last_step = info
+        if self.metrics is not None:
+            self.metrics.observe_state(state)
+            if info is not None:
+                self.metrics.observe_step(info)
+        for key, token_id, text, index, finished, ttft in tokens:
+            handle = self._handles.get(key)
+            if handle is not None:
+                handle.put(("token", Tok(token_id, text, index, finished, info, ttft)))
+        for key, result in done:
+            with self._lock:
+                handle = self._handles.pop(key, None)
+            if self.metrics is not None:
+                self.metrics.observe_done(result)
+            if handle is not None:
+                handle.put(("done", result))
+
+    def _child_died(self) -> None:
+        """Fail every request in flight in one line, then start a fresh child."""
+        with self._lock:
+            self._ready.clear()
+            handles, self._handles = list(self._handles.values()), {}
+        code = self._proc.wait()
+        line = (f"the engine process for {self.settings.model} stopped (exit code {code}) while this request "
+                "was cooking; the server is starting a new one")  # fmt: skip
+        for handle in handles:
+            handle.settle(False, line)
+            handle.put(("error", line))
+        self.restarts += 1
+        self.last_step, self.state = None, QueueState(0, 0, 0.0)
+        if self.metrics is not None:
+            self.metrics.observe_state(self.state)
+        self._start()

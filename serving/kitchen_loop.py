@@ -1,0 +1,165 @@
+"""The class kitchen's engine process: one Engine, one step loop, every student's order in it.
+
+The server (serving/server.py) never touches torch: it starts this loop as a child process and
+talks to it over one pipe. The loop owns the Engine (an Engine is not thread-safe), so every
+submit and cancel is a message it applies between two steps, and every step's events go back as
+one message. Orders from different students join the same running batch at the next step.
+
+Messages, parent -> child:
+    ("submit", key, prompt, max_new_tokens, settings)   prompt: text or token ids; settings: the
+                                                        engine's (temperature, top_p, seed, ...)
+    ("cancel", key)
+    None                                                 finish and exit
+child -> parent:
+    ("ready", ReadyInfo)                  once, after loading and warming up
+    ("load_error", line)                  instead of ready; the child exits
+    ("accepted", key, prompt_tokens)      or ("refused", key, line): the engine's one-line refusal
+    ("step", StepInfo | None, tokens, done, QueueState)
+                                          after each step: tokens = [(key, token_id, text, index,
+                                          finished, ttft_s)] (ttft_s: arrival here -> this first
+                                          token, measured when its step returned; else None), done = [(key, RequestResult)]; StepInfo is None
+                                          when the step only applied cancellations
+The key is the parent's name for a request (a string); the engine's request ids stay here.
+
+Run as `python -c "from serving.kitchen_loop import entry; entry()" FD MODEL DEVICE DTYPE POLICY
+TOKEN_BUDGET MAX_SEQS THREADS` (serving/engine_client.py does this).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+ENTRY_CODE = "import sys; from serving.kitchen_loop import entry; entry(sys.argv[1:])"
+IDLE_POLL_S = 1.0  # an idle loop wakes this often to notice a parent that went away
+
+
+@dataclass(frozen=True)
+class ReadyInfo:
+    model: str
+    device: str
+    dtype: str
+    policy: str
+    max_context: int
+    vocab_size: int
+    seats: int
+    kv_tokens: int
+    chat_template: str | None
+    bos_token: str
+    eos_token: str
+    load_s: float
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """One step of the kitchen, for the server's metrics and each token's `timings`."""
+
+    index: int
+    phase: str  # "prefill", "decode" or "mixed"
+    seconds: float
+    batch: int
+    prefill_tokens: int
+    decode_tokens: int
+    kv_bytes: int
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """The scheduler after a step: the server's gauges."""
+
+    running: int
+    waiting: int
+    kv_usage: float  # 0..1 of the KV memory the running sequences hold
+
+
+def entry(argv: list[str]) -> None:
+    fd, model, device, dtype, policy, token_budget, max_seqs, threads = argv
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch is imported (engine/__init__.py)
+    run(Connection(int(fd)), model, device, dtype, policy, int(token_budget), int(max_seqs), int(threads))
+
+
+def run(conn, model: str, device: str, dtype: str, policy: str, token_budget: int, max_seqs: int,
+        threads: int) -> None:  # fmt: skip
+    t0 = time.perf_counter()
+    try:
+        from engine import Engine, EngineError
+
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
+        engine = Engine.load(model, device, dtype, policy=policy, token_budget=token_budget, max_seqs=max_seqs)
+        warm = engine.submit([1], 2)  # first-call setup stays out of the first student's TTFT
+        while not engine.idle:
+            engine.step()
+        del warm
+    except Exception as err:  # noqa: BLE001 -- the parent gets one line, whatever went wrong
+        conn.send(("load_error", " ".join(f"could not load {model}: {err}".split())))
+        return
+    codec = engine.codec
+    special = (lambda i: codec.decode([i]) if i is not None else "") if codec is not None else (lambda i: "")
+    lim = engine.serving_limits()
+    conn.send(("ready", ReadyInfo(
+        engine.info.name, str(engine.device), engine.info.dtype, policy, engine.cfg.max_context,
+        engine.cfg.vocab_size, lim.seats, lim.kv_tokens, getattr(codec, "chat_template", None),
+        special(engine.cfg.bos_id), special(next(iter(engine.cfg.eos_ids), None)), time.perf_counter() - t0,
+    )))  # fmt: skip
+    serve(conn, engine, EngineError)
+
+
+def serve(conn, engine, EngineError) -> None:  # noqa: N803 -- the engine's exception class, imported late
+    from engine.events import Done, StepEnd, Token
+
+    key_of: dict[int, str] = {}
+    id_of: dict[str, int] = {}
+    arrived: dict[str, float] = {}
+    while True:
+        if not conn.poll(0 if not engine.idle else IDLE_POLL_S) and engine.idle:
+            continue
+        while conn.poll(0):  # apply everything that arrived, then step
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                return
+            if msg is None:
+                return
+            if msg[0] == "submit":
+                _, key, prompt, max_new, settings = msg
+                try:
+                    rid = engine.submit(prompt, max_new, **settings)
+                except EngineError as err:
+                    conn.send(("refused", key, str(err)))
+                    continue
+                key_of[rid], id_of[key], arrived[key] = key, rid, time.perf_counter()
+                conn.send(("accepted", key, len(engine.serving.seqs[rid].prompt)))
+            elif msg[0] == "cancel" and msg[1] in id_of:
+                engine.cancel(id_of[msg[1]])
+        if engine.idle:
+            continue
+        events = engine.step()
+        now = time.perf_counter()
+        tokens, done, info = [], [], None
+        for ev in events:
+            if isinstance(ev, Token):
+                key = key_of[ev.request_id]
+                ttft = now - arrived[key] if ev.step == 0 else None
+                tokens.append((key, ev.token_id, ev.text, ev.step, ev.finished, ttft))
+            elif isinstance(ev, Done):
+                key = key_of.pop(ev.request_id)
+                id_of.pop(key, None)
+                arrived.pop(key, None)
+                done.append((key, ev.result))
+            elif isinstance(ev, StepEnd):
+                rec = ev.step
+                info = StepInfo(rec.index, rec.phase, rec.seconds, rec.batch, ev.prefill_tokens,
+                                ev.decode_tokens, rec.kv_bytes)  # fmt: skip
+        if info is not None or done:
+            state = engine.serving_state()
+            conn.send(("step", info, tokens, done, QueueState(state.running, state.waiting, state.kv_usage)))
+
+
+if __name__ == "__main__":
+    entry(sys.argv[1:])

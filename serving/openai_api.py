@@ -1,0 +1,178 @@
+"""The OpenAI-compatible request and response shapes the class kitchen speaks.
+
+Parsing is strict where a mistake would silently change the order (a wrong type is a 422 naming
+the field) and lenient where OpenAI clients send extras (unknown fields are ignored, as vLLM
+does). Responses are OpenAI's shapes plus one extra field per chunk, `timings`, the kitchen's own
+measurement of the step that produced it (as llama.cpp's server adds `timings`):
+
+    {"phase": "decode", "step": 812, "step_ms": 3.1, "ttft_ms": 41.0, "kv_bytes": 1966080}
+
+Chat prompts use the model's chat template when its tokenizer has one; otherwise the plain
+template below, a play script, which is also what the chef was trained on:
+
+    USER:
+    Who is there?
+
+    ASSISTANT:
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+from serving.kitchen_loop import StepInfo
+
+MAX_N = 16  # tables per order: choices generated for one request
+MAX_STOP = 4  # OpenAI's own limit on stop strings
+
+
+class ApiError(Exception):
+    """An HTTP error with one clear line; `body()` is OpenAI's error object."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.message, self.param, self.kind = status, message, param, kind
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}}
+
+
+@dataclass(frozen=True)
+class Order:
+    """A parsed /v1/completions or /v1/chat/completions request."""
+
+    chat: bool
+    model: str
+    prompt: str | list[int]
+    max_tokens: int | None
+    temperature: float
+    top_p: float
+    seed: int | None
+    n: int
+    stop: tuple[str, ...]
+    stream: bool
+    include_usage: bool
+
+
+def _field(body: dict, name: str, types, default=None, *, check=None, rule: str = ""):
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+        raise ApiError(422, f"field '{name}' must be {rule}", name)
+    if not isinstance(value, types) or (check is not None and not check(value)):
+        raise ApiError(422, f"field '{name}' must be {rule} (got {json.dumps(value)[:60]})", name)
+    return value
+
+
+def parse_order(body, chat: bool, template) -> Order:
+    """`template(messages) -> str` renders chat messages (see `plain_template`)."""
+    if not isinstance(body, dict):
+        raise ApiError(422, "the body must be a JSON object")
+    model = _field(body, "model", str, rule="the name of a served model (GET /v1/models)")
+    if model is None:
+        raise ApiError(422, "field 'model' is required: the name of a served model (GET /v1/models)", "model")
+    if chat:
+        prompt = template(_messages(body.get("messages")))
+    else:
+        prompt = _prompt(body.get("prompt"))
+    max_tokens = _field(body, "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens",
+                        int, check=lambda v: v >= 1, rule="an integer >= 1")  # fmt: skip
+    stop = _field(body, "stop", (str, list), (), rule=f"a string or a list of at most {MAX_STOP} strings",
+                  check=lambda v: isinstance(v, str) or (len(v) <= MAX_STOP and all(isinstance(s, str) and s for s in v)))  # fmt: skip
+    options = _field(body, "stream_options", dict, {}, rule="an object like {\"include_usage\": true}")
+    return Order(
+        chat=chat, model=model, prompt=prompt, max_tokens=max_tokens,
+        temperature=float(_field(body, "temperature", (int, float), 1.0, check=lambda v: 0 <= v <= 2, rule="between 0 and 2")),
+        top_p=float(_field(body, "top_p", (int, float), 1.0, check=lambda v: 0 < v <= 1, rule="in (0, 1]")),
+        seed=_field(body, "seed", int, rule="an integer"),
+        n=_field(body, "n", int, 1, check=lambda v: 1 <= v <= MAX_N, rule=f"an integer from 1 to {MAX_N}"),
+        stop=(stop,) if isinstance(stop, str) else tuple(stop),
+        stream=_field(body, "stream", bool, False, rule="true or false"),
+        include_usage=bool(options.get("include_usage", False)),
+    )  # fmt: skip
+
+
+def _prompt(value) -> str | list[int]:
+    rule = "text or a list of token ids"
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str | list):
+        value = value[0]  # a batch of one prompt
+    if isinstance(value, str) and value.strip():
+        return value
+    if isinstance(value, list) and value and all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        return value
+    if value is None:
+        raise ApiError(422, f"field 'prompt' is required: {rule}", "prompt")
+    if isinstance(value, str):
+        raise ApiError(422, "field 'prompt' is empty: give some text or token ids", "prompt")
+    raise ApiError(422, f"field 'prompt' must be {rule} (one prompt per request; use n for tables)", "prompt")
+
+
+def _messages(value) -> list[dict]:
+    ok = isinstance(value, list) and value and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value
+    )
+    if not ok:
+        raise ApiError(422, "field 'messages' must be a non-empty list of {\"role\": ..., \"content\": ...} with text content",
+                       "messages")  # fmt: skip
+    return value
+
+
+def plain_template(messages: list[dict]) -> str:
+    """Messages as a play script: `ROLE:\\ncontent\\n\\n` each, then `ASSISTANT:\\n` to answer."""
+    return "".join(f"{m['role'].upper()}:\n{m['content']}\n\n" for m in messages) + "ASSISTANT:\n"
+
+
+def jinja_template(source: str, bos: str, eos: str):
+    """The tokenizer's own chat template, rendered in Jinja's sandbox."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    compiled = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(source)
+    return lambda messages: compiled.render(messages=messages, add_generation_prompt=True, bos_token=bos,
+                                            eos_token=eos)  # fmt: skip
+
+
+# -- responses -----------------------------------------------------------------------------------------
+
+
+def timings(step: StepInfo | None, ttft_s: float | None) -> dict:
+    out: dict = {"ttft_ms": None if ttft_s is None else round(ttft_s * 1e3, 3)}
+    if step is not None:
+        out |= {"phase": step.phase, "step": step.index, "step_ms": round(step.seconds * 1e3, 3),
+                "kv_bytes": step.kv_bytes, "batch": step.batch}  # fmt: skip
+    return out
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}  # fmt: skip
+
+
+def chunk(order: Order, rid: str, index: int, text: str, finish: str | None, extra: dict) -> dict:
+    """One streamed piece of choice `index`."""
+    head = {"id": rid, "created": int(time.time()), "model": order.model}
+    if order.chat:
+        delta = {"role": "assistant", "content": text} if text or finish is None else {}
+        choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return head | {"object": "chat.completion.chunk", "choices": [choice]} | extra
+    choice = {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
+    return head | {"object": "text_completion", "choices": [choice]} | extra
+
+
+def whole(order: Order, rid: str, texts: list[str], finishes: list[str], use: dict, extra: dict) -> dict:
+    """The non-streamed response."""
+    head = {"id": rid, "created": int(time.time()), "model": order.model, "usage": use}
+    if order.chat:
+        choices = [{"index": i, "message": {"role": "assistant", "content": t}, "logprobs": None, "finish_reason": f}
+                   for i, (t, f) in enumerate(zip(texts, finishes, strict=True))]  # fmt: skip
+        return head | {"object": "chat.completion", "choices": choices} | extra
+    choices = [{"index": i, "text": t, "logprobs": None, "finish_reason": f}
+               for i, (t, f) in enumerate(zip(texts, finishes, strict=True))]  # fmt: skip
+    return head | {"object": "text_completion", "choices": choices} | extra
+
+
+def sse(obj) -> bytes:
+    """One server-sent event: `data: {json}` and a blank line (or `data: [DONE]`)."""
+    return f"data: {obj if isinstance(obj, str) else json.dumps(obj)}\n\n".encode()

@@ -90,13 +90,22 @@ def test_the_cancel_button_stops_the_order(server, browser, live):
     page.close()
 
 
-def test_closing_the_page_cancels_its_order_and_frees_the_kitchen(server, browser):
+@pytest.mark.parametrize("leave", ["close", "reload"])
+def test_closing_or_reloading_the_page_cancels_its_order_and_frees_the_kitchen(server, browser, leave):
     first = cook(browser, server, LONG_ORDER)
     first.get_by_role("button", name="Cancel").wait_for(timeout=TIMEOUT_MS)
     time.sleep(2)  # cooking: about 8 of its 480 tokens are out
-    first.close()  # the learner closes the tab
+    if leave == "close":
+        first.close()  # the learner closes the tab
+    else:
+        first.goto(f"{server}/{SMALL_ORDER}")  # or reloads it (a new session), with a small order
     closed = time.monotonic()
-    second = cook(browser, server, SMALL_ORDER)
+    if leave == "close":
+        second = cook(browser, server, SMALL_ORDER)
+    else:
+        second = first
+        second.get_by_role("button", name="Cook").wait_for(timeout=TIMEOUT_MS)
+        second.get_by_role("button", name="Cook").click()
     wait_for_measured_ttft(second)
     freed_after = time.monotonic() - closed
     # The first order alone needed 480 x 0.25 s = 120 s more; the kitchen was free long before.

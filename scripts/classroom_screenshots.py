@@ -37,8 +37,16 @@ def cook_and_shoot(browser, url: str, width: int, presenter: bool, dark: bool, p
     page.get_by_role("button", name="Cook").wait_for(timeout=COOK_TIMEOUT_MS)
     page.get_by_role("button", name="Cook").click()
     page.get_by_text("Diagnosis", exact=False).first.wait_for(timeout=COOK_TIMEOUT_MS)
-    page.wait_for_timeout(2500)  # some of the replay, so the tables have bowls
-    page.screenshot(path=str(path), full_page=True, type="png", scale="device")
+    page.wait_for_timeout(4000)  # some of the replay, so the tables have bowls
+    bottom = page.evaluate(
+        "() => document.querySelector('[data-testid=\"stMainBlockContainer\"]').getBoundingClientRect().bottom"
+    )
+    page.screenshot(
+        path=str(path),
+        type="png",
+        scale="device",
+        clip={"x": 0, "y": 0, "width": width, "height": min(3000, bottom)},
+    )
     shrink(path)
     page.close()
 

@@ -70,6 +70,7 @@ QUIET_WAIT_S = 600  # the longest a page waits, without refreshing, for an order
 
 def draw_loading(svc: KitchenService) -> None:
     """While the worker reads the weights: say what is loading, then rerun once it is ready."""
+    st.session_state[K_FORM_HIDDEN] = True  # the order form (and its live toggle) is not drawn now
 
     @st.fragment(run_every=0.5)
     def wait():
@@ -93,6 +94,7 @@ QUERY_KEYS = {
 }
 K_FROM_URL = "tpk_from_url"  # {session key: "?name=value"} for values the link set, until first shown
 K_LIVE_KEEP = "tpk_live_keep"  # the learner's live-view choice, kept while the toggle is not drawn
+K_FORM_HIDDEN = "tpk_form_hidden"  # set while the loading page stands in for the order form
 URL_ORDER = {K_PLEN: "prompt", K_BATCH: "batch", K_NEW: "new", K_TEMP: "temp"}
 
 
@@ -236,12 +238,16 @@ def order_ui(svc: KitchenService, seed: int) -> Order | None:
         pressed = st.button(
             "🔥 Cook", type="primary", disabled=is_cooking() or refusal is not None, key="tpk-cook"
         )
-        if K_LIVE not in st.session_state:  # the toggle was not drawn last run (a model loading, say)
+        # The toggle's state is dropped by any run that does not draw it (the loading page after a
+        # model or precision switch), and the default may not be what this session showed (it is
+        # decided by modules a file change reloads): what the toggle showed last is kept instead.
+        # (Measured in Chromium: after the loading page the toggle's state came back *False*, not
+        # missing, so the kept value is restored whenever the form was hidden, not only when absent.)
+        if st.session_state.pop(K_FORM_HIDDEN, False) or K_LIVE not in st.session_state:
             st.session_state[K_LIVE] = st.session_state.get(K_LIVE_KEEP, live_view_default())
-        st.toggle(
+        st.session_state[K_LIVE_KEEP] = st.toggle(
             "Live view",
             key=K_LIVE,
-            on_change=lambda: st.session_state.__setitem__(K_LIVE_KEEP, st.session_state[K_LIVE]),
             help="On: the panels and the kitchen update 4× a second while the engine cooks, then the "
             "kitchen replays the order in slow motion. The engine runs in its own process and the kitchen "
             "fetches its own updates, so watching costs the pot little (measured on a 2-core CPU under "

@@ -144,3 +144,22 @@ def test_the_dashboard_takes_percentiles_over_one_kind_of_kitchen():
     assert any("model chef" in c.value and "precision float32" in c.value for c in at.caption)
     at.multiselect(key="dash-filter-model").set_value(["chef", "other"]).run()
     assert at.metric[0].value == str(chef_runs + 1)
+
+
+def test_an_untouched_live_view_stays_as_shown_when_its_default_would_change(monkeypatch):
+    """Under two-pot-kitchen the default comes from the feed module's state, which Streamlit resets
+    when it reloads changed modules; the page keeps what the toggle last showed instead."""
+    import kitchen_viz.kitchen_ui as ui
+
+    monkeypatch.setattr(ui, "live_view_default", lambda: True)
+    at = open_kitchen()
+    assert at.toggle(key="tpk_live").value is True  # the default, untouched
+    monkeypatch.setattr(ui, "live_view_default", lambda: False)
+    at.session_state["tpk_dtype"] = "bfloat16"  # a kitchen that must load: the page without the toggle
+    at.run()
+    assert not [b for b in at.button if "Cook" in b.label]
+    deadline = time.monotonic() + 120
+    while not at.button and time.monotonic() < deadline:
+        time.sleep(0.3)
+        at.run()
+    assert at.toggle(key="tpk_live").value is True

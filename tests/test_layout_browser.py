@@ -93,3 +93,23 @@ def test_panels_and_cook_row_fit_at_projector_widths(server, browser, presenter,
         assert not failures, failures
     finally:
         page.close()
+
+
+def test_the_live_view_stays_on_after_switching_to_a_model_that_must_load(server, browser):  # noqa: F811
+    """Issue 14: after a switch of model (or precision) the live view came back off, every time, and
+    the next Cook looked hung. Measured in Chromium: the toggle's state returned False after the
+    loading page, so the page restores the learner's choice whenever the form was hidden."""
+    page = browser.new_page(viewport={"width": 1366, "height": 1200})
+    try:
+        page.goto(server + "/?new=8")
+        page.get_by_role("button", name="Cook").wait_for(timeout=COOK_TIMEOUT_MS)
+        assert page.get_by_role("switch", name="Live view").is_checked()
+        page.get_by_role("combobox", name="Model (from the catalog)").click()
+        page.get_by_role("option", name="Apprentice", exact=False).first.click()
+        page.get_by_text("Apprentice", exact=False).first.wait_for()
+        page.wait_for_timeout(1500)  # the loading page, then the form again
+        page.get_by_role("button", name="Cook").wait_for(timeout=COOK_TIMEOUT_MS)
+        assert page.get_by_role("switch", name="Live view").is_checked()
+        assert "model=apprentice" in page.url  # and a reload would keep the model
+    finally:
+        page.close()

@@ -240,3 +240,21 @@ def test_a_killed_engine_ends_streams_with_an_error_and_comes_back():
         r = httpx.post(url + "/v1/completions", json={**body, "stream": False, "max_tokens": 8}, timeout=120)
         assert r.status_code == 200 and r.json()["choices"][0]["text"] == alone("ROMEO:", 8)
         assert client.pid != old and httpx.get(url + "/health").json()["restarts"] == 1
+
+
+def test_loadgen_a_small_class_gets_every_answer_it_would_get_alone(capsys):
+    from serving.loadgen import main as loadgen
+
+    with kitchen(api_key=None) as (url, _):
+        code = loadgen(["--url", url, "--students", "8", "--requests", "16", "--rate", "50", "--max-tokens", "12",
+                        "--prompt-len", "uniform:3:30", "--verify", "--json", "--timeout", "120"])  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["errors"] == 0 and report["mismatches"] == 0 and report["requests"] == 16
+    assert 0 < report["ttft_s"]["p50"] <= report["ttft_s"]["p99"] and report["itl_s"]["p99"] > 0
+
+
+def test_loadgen_refuses_anything_but_loopback(capsys):
+    from serving.loadgen import main as loadgen
+
+    assert loadgen(["--url", "http://10.0.0.5:8000"]) == 2
+    assert "--url must be a loopback address" in capsys.readouterr().err

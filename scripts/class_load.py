@@ -1,0 +1,159 @@
+"""The class kitchen under a class's load, measured on this machine, and `transformers serve` beside it.
+
+    .venv/bin/python scripts/class_load.py --out docs/benchmarks/class-server-cpu.json
+
+Starts each server on 127.0.0.1, drives it with serving/loadgen.py, and records:
+
+  1. crowd    30 students streaming at once (ids prompts, greedy): errors, and every answer checked
+              against the same prompt served alone (--verify): zero lost or mixed-up streams
+  2. soak     500 requests in a row after a warm-up: RSS of the server and its engine process
+              before and after (growth must stay under 5 %)
+  3. hang-ups 10 clients that read one chunk and disconnect: num_requests_running afterwards
+  4. versus   the same text-prompt load on our server and on `transformers serve
+              --continuous-batching` (same weights, same machine): client-measured TTFT/ITL/TPOT
+
+Every number comes from this run; nothing is copied from elsewhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.serve_bench import Dist  # noqa: E402
+from serving.loadgen import make_load, run_load, serve_alone, summarize  # noqa: E402
+
+CHEF = str(REPO / "assets" / "models" / "chef")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(cmd: list[str], url: str, ready_path: str, log: Path) -> subprocess.Popen:
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=REPO,
+                            start_new_session=True)  # fmt: skip
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        try:
+            if httpx.get(url + ready_path, timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None:
+            raise SystemExit(f"{cmd[0]} exited: see {log}")
+        time.sleep(0.5)
+    proc.kill()
+    raise SystemExit(f"{cmd} did not become ready in 300 s")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, 15)
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+
+
+def rss_kb(pid: int) -> int:
+    """Resident memory of `pid` and all its descendants, kB."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+            total += int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("VmRSS:")))
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, StopIteration):
+            pass
+    return total
+
+
+def load(url: str, model: str, n: int, rate: float, students: int, kind: str, verify: bool, seed: int) -> dict:
+    prompts, arrivals = make_load(n, rate, Dist.parse("uniform:8:48" if kind == "ids" else "uniform:4:24", "p"),
+                                  seed, 2048, kind)  # fmt: skip
+    outcomes = asyncio.run(run_load(url, model, prompts, arrivals, students, 32, None, 900))
+    alone = asyncio.run(serve_alone(url, model, prompts, 32, None, 900)) if verify else None
+    return asdict(summarize(outcomes, alone, 1.0, 0.1))
+
+
+def hang_ups(url: str, model: str, n: int = 10) -> float:
+    body = {"model": model, "prompt": "ROMEO:", "max_tokens": 300, "temperature": 0, "stream": True}
+
+    def one() -> None:
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    return
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    time.sleep(1.0)  # the cancels are applied at the engine's next step
+    text = httpx.get(url + "/metrics").text
+    return float(next(ln for ln in text.splitlines() if ln.startswith("twopot:num_requests_running{")).split()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks" / "class-server-cpu.json"))
+    ap.add_argument("--skip-transformers", action="store_true")
+    args = ap.parse_args()
+    out: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}}
+    logs = REPO / "test-artifacts"
+    logs.mkdir(exist_ok=True)
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    ours = start([sys.executable, "-m", "serving.server", "--model", "chef", "--port", str(port)], url, "/health",
+                 logs / "class-server.log")  # fmt: skip
+    try:
+        out["crowd_30_students"] = load(url, "chef", 150, 30.0, 30, "ids", True, 0)
+        load(url, "chef", 50, 50.0, 10, "ids", False, 1)  # warm-up for the soak
+        before = rss_kb(ours.pid)
+        soak = load(url, "chef", 500, 50.0, 10, "ids", False, 2)
+        after = rss_kb(ours.pid)
+        out["soak_500"] = soak | {"rss_kb_before": before, "rss_kb_after": after, "rss_growth": after / before - 1}
+        out["hang_ups_10"] = {"num_requests_running_after": hang_ups(url, "chef")}
+        out["versus_ours"] = load(url, "chef", 150, 60.0, 30, "text", False, 3)
+    finally:
+        stop(ours)
+    if not args.skip_transformers:
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        theirs = start([str(Path(sys.executable).parent / "transformers"), "serve", "--host", "127.0.0.1", "--port",
+                        str(port), "--device", "cpu", "--continuous-batching", CHEF], url, "/v1/models",
+                       logs / "transformers-serve.log")  # fmt: skip
+        try:
+            load(url, CHEF, 10, 20.0, 5, "text", False, 9)  # warm-up (its first requests compile/allocate)
+            out["versus_transformers_serve"] = load(url, CHEF, 150, 60.0, 30, "text", False, 3)
+        finally:
+            stop(theirs)
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

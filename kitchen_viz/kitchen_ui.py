@@ -44,7 +44,15 @@ from kitchen_viz.order_control import (
     time_limit,
     watch_session,
 )
-from kitchen_viz.orders import DEFAULT_PROMPT, Order, control_limits, cook, prompt_ceiling, reply_ceiling
+from kitchen_viz.orders import (
+    DEFAULT_PROMPT,
+    Order,
+    control_limits,
+    cook,
+    prompt_ceiling,
+    reply_ceiling,
+    tighter,
+)
 from kitchen_viz.panels import draw_panels, draw_timeline, panel_values
 from kitchen_viz.scene import ART, draw_scene
 from kitchen_viz.timeline import LiveRun
@@ -194,8 +202,13 @@ def order_ui(svc: KitchenService, seed: int) -> Order | None:
     ctx = svc.info.max_context
     apply_query_params()
     prompt_col, batch_col, new_col = st.columns([5, 4, 4], gap="medium")
+    caps = order_caps()  # the instructor's caps: the controls stop there too, not only Cook's check
     with new_col:
-        new_cap, new_reason = reply_ceiling(svc.limits, ctx)
+        new_cap, new_reason = tighter(
+            *reply_ceiling(svc.limits, ctx),
+            caps.max_new_tokens,
+            f"the instructor's limit is {caps.max_new_tokens:,} new tokens per order",
+        )
         moved = clamp_state(K_NEW, min(64, new_cap), 1, new_cap)
         max_new = count_control(
             "Max new tokens (bowls per table)",
@@ -213,7 +226,7 @@ def order_ui(svc: KitchenService, seed: int) -> Order | None:
             K_TEMP, "Temperature", moved, temperature, "0 is greedy, the lowest", "2 is the highest offered"
         )
     with prompt_col:
-        text, plen = prompt_ui(svc, max_new)
+        text, plen = prompt_ui(svc, max_new, caps.max_order_tokens)
     refusal = None
     with batch_col:
         if text is not None:
@@ -230,10 +243,17 @@ def order_ui(svc: KitchenService, seed: int) -> Order | None:
             else:
                 st.caption(f"Your prompt is {plen:,} tokens.")
         lim = control_limits(svc.limits(plen, max_new), plen, max_new)
-        moved = clamp_state(K_BATCH, 1, 1, lim.max_batch)
-        batch = st.slider("Tables ordering at once (batch size)", 1, max(2, lim.max_batch), key=K_BATCH)
-        st.caption(f"Up to {lim.max_batch:,}: {lim.batch_reason}.")
-        say_clamped(K_BATCH, "Batch", moved, batch, "an order needs at least one table", lim.batch_reason)
+        most, why = tighter(
+            lim.max_batch,
+            lim.batch_reason,
+            caps.max_order_tokens // max(1, plen),
+            f"the instructor's limit is {caps.max_order_tokens:,} prompt tokens per order, all tables "
+            f"together, and each table orders {plen:,}",
+        )
+        moved = clamp_state(K_BATCH, 1, 1, most)
+        batch = st.slider("Tables ordering at once (batch size)", 1, max(2, most), key=K_BATCH)
+        st.caption(f"Up to {most:,}: {why}.")
+        say_clamped(K_BATCH, "Batch", moved, batch, "an order needs at least one table", why)
     with st.container(horizontal=True, vertical_alignment="center", gap="medium", key="tpk-cook-row"):
         pressed = st.button(
             "🔥 Cook", type="primary", disabled=is_cooking() or refusal is not None, key="tpk-cook"
@@ -265,13 +285,21 @@ def order_ui(svc: KitchenService, seed: int) -> Order | None:
     )
 
 
-def prompt_ui(svc: KitchenService, max_new: int) -> tuple[str | None, int | None]:
+def prompt_ui(
+    svc: KitchenService, max_new: int, order_tokens: int | None = None
+) -> tuple[str | None, int | None]:
     """A written prompt (text, None) or a generated one of N tokens (None, N)."""
     mode = st.radio("Prompt", MODES, key=K_MODE, horizontal=True, label_visibility="collapsed")
     if mode == MODES[1]:
         text = st.text_area("Prompt text (every table orders this)", DEFAULT_PROMPT, key=K_TEXT, height=90)
         return text, None
-    cap, reason = prompt_ceiling(svc.limits, svc.info.max_context, max_new)
+    cap, reason = tighter(
+        *prompt_ceiling(svc.limits, svc.info.max_context, max_new),
+        order_tokens,
+        f"the instructor's limit is {order_tokens:,} prompt tokens per order, all tables together"
+        if order_tokens
+        else "",
+    )
     moved = clamp_state(K_PLEN, min(32, cap), 1, cap)
     plen = count_control(
         "Prompt length (tokens per table)",

@@ -120,6 +120,14 @@ def prompt_ceiling(limits_fn, max_context: int, max_new: int) -> tuple[int, str]
     )
 
 
+def tighter(cap: int, reason: str, other: int | None, other_reason: str) -> tuple[int, str]:
+    """The lower of two ceilings with its own reason (an instructor's cap against the engine's limit).
+    Example: tighter(448, "the model's context ...", 256, "the instructor's limit ...") -> (256, "the instructor's ...")."""
+    if other is not None and other < cap:
+        return max(1, other), other_reason
+    return cap, reason
+
+
 def _largest(fits, low: int, high: int) -> int:
     """The largest n in [low, high] with fits(n), for a monotone fits (true, then false); low if none."""
     if fits(high):

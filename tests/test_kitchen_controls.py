@@ -163,3 +163,15 @@ def test_an_untouched_live_view_stays_as_shown_when_its_default_would_change(mon
         time.sleep(0.3)
         at.run()
     assert at.toggle(key="tpk_live").value is True
+
+
+def test_the_batch_control_stops_at_the_instructors_cap_and_says_so():
+    """The default caps allow 8,192 prompt tokens per order: 448-token prompts fit 18 tables. The
+    control stops there (it offered 64, and Cook then refused)."""
+    at = open_kitchen(prompt="448", new="64", batch="64")
+    assert at.slider(key="tpk_batch").value == 18
+    warnings = [w.value for w in at.warning]
+    assert any(
+        w.startswith("?batch=64 lowered to 18: the instructor's limit is 8,192 prompt tokens")
+        for w in warnings
+    ), warnings

@@ -288,3 +288,19 @@ def test_the_live_panels_wrap_instead_of_overlapping(browser, width):
             assert not crossed, (width, presenter, crossed)
     finally:
         page.close()
+
+
+def test_the_quiet_view_says_it_replays_later_instead_of_looking_hung(browser):
+    """With the live view off the page waits without updates: the scene says so (issue 14: it sat
+    on 'waiting for the first measurements…' for the whole order)."""
+    page = open_scene(browser, 1280)
+    try:
+        data = widest_order(tables=2)
+        data.update(t_done=None, e2e=None, prefill=None, steps=[], tokens=[[], []], served=[], quiet=True)
+        data["t_first"] = None
+        page.evaluate("(d) => window.tpkUpdate(d)", data)
+        page.wait_for_timeout(100)
+        assert page.locator("#tpk-phase").text_content().startswith("Quiet view")
+        assert page.locator("#tpk-clock").text_content() == "the kitchen replays it when it is done"
+    finally:
+        page.close()

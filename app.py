@@ -46,6 +46,7 @@ def navigation_ui():
             if (app_state.REPO / "pages/lessons.py").is_file()
             else []
         )
+        + [st.Page("pages/the_pass.py", title="The pass (class server)", icon="🛎️")]
     }
     if lab:
         sections["Lab"] = [st.Page(p.path, title=p.title, icon=p.icon) for p in lab]

@@ -10,6 +10,7 @@ the `openai` client, curl, vLLM's benchmark scripts and the app itself can all o
     GET  /v1/models                              the served model (clients never name a path)
     GET  /health                                 200 when the engine is ready, else 503
     GET  /metrics                                Prometheus text (serving/metrics.py)
+    GET  /kitchen                                the policy, seats and the instructor's caps in force
 
 Errors are one line in OpenAI's error object: 400 a request the kitchen refuses (over the context,
 the KV memory or an instructor's cap), 401 a wrong key, 404 an unknown model or path, 413 a body
@@ -107,6 +108,16 @@ class Kitchen:
         ok = self.client.is_ready
         body = {"status": "ok" if ok else "starting", "model": self.config.served_name, "restarts": self.client.restarts}
         return JSONResponse(body, status_code=200 if ok else 503)
+
+    async def about(self, request: Request) -> Response:
+        ready, caps = self.client.ready, self.config.caps
+        return JSONResponse({
+            "model": self.config.served_name, "device": ready.device, "dtype": ready.dtype, "policy": ready.policy,
+            "seats": ready.seats, "kv_tokens": ready.kv_tokens, "max_context": ready.max_context,
+            "caps": {"max_order_tokens": caps.max_order_tokens, "max_new_tokens": caps.max_new_tokens,
+                     "max_order_seconds": caps.max_order_seconds},
+            "caps_line": caps.summary(), "restarts": self.client.restarts,
+        })  # fmt: skip
 
     async def prometheus(self, request: Request) -> Response:
         return Response(self.metrics.render(), media_type=CONTENT_TYPE)
@@ -281,6 +292,7 @@ def create_app(client: EngineClient, config: ServerConfig, metrics: KitchenMetri
         Route("/v1/models", kitchen.models, methods=["GET"]),
         Route("/health", kitchen.health, methods=["GET"]),
         Route("/metrics", kitchen.prometheus, methods=["GET"]),
+        Route("/kitchen", kitchen.about, methods=["GET"]),
     ]
     app = Starlette(routes=routes, exception_handlers={ApiError: api_error, Exception: unexpected})
     app.add_middleware(_KeyCheck, key=config.api_key)

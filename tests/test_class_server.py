@@ -6,54 +6,21 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import threading
 import time
-from contextlib import contextmanager
 
 import httpx
 import pytest
+from kitchen_server import kitchen
 
 from serving.caps import Caps
-from serving.engine_client import EngineClient, LoopSettings
-from serving.metrics import KitchenMetrics
-from serving.server import ServerConfig, create_app
 
 KEY = "class-key-123"
 
 
-@contextmanager
-def kitchen(caps: Caps | None = None, api_key: str | None = KEY, model: str = "chef"):
-    """A real server in a thread, on a free loopback port: yields (base_url, client)."""
-    import uvicorn
-
-    from serving.server import served_name
-
-    name, source = served_name(model)
-    metrics = KitchenMetrics(name)
-    client = EngineClient(LoopSettings(source, policy="chunked", token_budget=64, threads=1), metrics)
-    app = create_app(client, ServerConfig(name, api_key, caps or Caps()), metrics)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not server.started:
-        assert time.time() < deadline, "server did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}", client
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        client.close()
-
-
 @pytest.fixture(scope="module")
 def served():
-    with kitchen(Caps(max_order_tokens=2000, max_new_tokens=200, max_order_seconds=60)) as (url, client):
+    with kitchen(Caps(max_order_tokens=2000, max_new_tokens=200, max_order_seconds=60), KEY) as (url, client):
         yield url, client
 
 

@@ -150,11 +150,11 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
             "total_tokens": prompt_tokens + completion_tokens}  # fmt: skip
 
 
-def chunk(order: Order, rid: str, index: int, text: str, finish: str | None, extra: dict) -> dict:
-    """One streamed piece of choice `index`."""
+def chunk(order: Order, rid: str, index: int, text: str, finish: str | None, extra: dict, first: bool = False) -> dict:
+    """One streamed piece of choice `index` (a chat choice's first piece also names the role)."""
     head = {"id": rid, "created": int(time.time()), "model": order.model}
     if order.chat:
-        delta = {"role": "assistant", "content": text} if text or finish is None else {}
+        delta = ({"role": "assistant"} if first else {}) | ({"content": text} if text else {})
         choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
         return head | {"object": "chat.completion.chunk", "choices": [choice]} | extra
     choice = {"index": index, "text": text, "logprobs": None, "finish_reason": finish}

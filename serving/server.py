@@ -72,6 +72,7 @@ class Choice:
         self.stops, self.hold = stops, max((len(s) for s in stops), default=1) - 1
         self.text, self.sent, self.tokens, self.finish = "", 0, 0, None
         self.ttft_s: float | None = None
+        self.chunks = 0  # pieces sent so far
 
     def feed(self, piece: str, engine_finish: str | None) -> str:
         """Add the engine's next piece; return what may be sent now. Sets `finish` when it ends."""
@@ -232,14 +233,18 @@ class Kitchen:
                 if c.finish:
                     self.client.cancel(handles[i].key)
                 if text or c.finish:
-                    yield sse(chunk(order, rid, i, text, c.finish, {"timings": timings(value.step, c.ttft_s)}))
+                    c.chunks += 1
+                    yield sse(chunk(order, rid, i, text, c.finish, {"timings": timings(value.step, c.ttft_s)},
+                                    first=c.chunks == 1))  # fmt: skip
             elif kind == "done":
                 c = choices[i]
                 if not c.finish:
                     reason = "length" if value.finish_reason == "length" else "stop"
                     rest = c.feed("", reason)
                     c.tokens -= 1  # feed("") is no token
-                    yield sse(chunk(order, rid, i, rest, reason, {"timings": timings(None, c.ttft_s)}))
+                    c.chunks += 1
+                    yield sse(chunk(order, rid, i, rest, reason, {"timings": timings(None, c.ttft_s)},
+                                    first=c.chunks == 1))  # fmt: skip
             else:  # "error" (the engine process died) or "timeout" (the instructor's limit)
                 kind_name = "engine_error" if kind == "error" else "timeout_error"
                 yield sse({"error": {"message": value, "type": kind_name, "param": None, "code": 500 if kind == "error" else 408}})

@@ -78,12 +78,11 @@ def test_token_id_prompt_and_chat(oai):
     chat = oai.chat.completions.create(model="chef", messages=[{"role": "user", "content": "Who is there?"}],
                                        max_tokens=12, temperature=0)  # fmt: skip
     assert chat.choices[0].message.content == alone("USER:\nWho is there?\n\nASSISTANT:\n", 12)
-    streamed = "".join(
-        c.choices[0].delta.content or ""
-        for c in oai.chat.completions.create(model="chef", messages=[{"role": "user", "content": "Who is there?"}],
-                                             max_tokens=12, temperature=0, stream=True)  # fmt: skip
-        if c.choices
-    )
+    chunks = [c for c in oai.chat.completions.create(model="chef", messages=[{"role": "user", "content": "Who is there?"}],
+                                                     max_tokens=12, temperature=0, stream=True) if c.choices]  # fmt: skip
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks)
+    assert [c.choices[0].delta.role for c in chunks] == ["assistant"] + [None] * (len(chunks) - 1)
+    assert chunks[-1].choices[0].finish_reason == "length"
     assert streamed == chat.choices[0].message.content
 
 

@@ -144,7 +144,7 @@ class _BucketStep:
         self.tokens.copy_(torch.tensor(tokens + [0] * pad, device=dev)[:, None])
         pos = torch.tensor(positions + [self.width - 1] * pad, device=dev)  # (b,)
         self.positions.copy_(pos[:, None])
-        self.index.copy_(self.pool.row_index(torch.arange(self.b, device=dev), pos))
+        self.index.copy_(torch.tensor(self.pool.row_index_list(positions + [self.width - 1] * pad), device=dev))
         self.valid.copy_(torch.arange(self.width, device=dev)[None, :] <= pos[:, None])
         self.bias.copy_(additive_bias(self.valid, self.bias.dtype)[:, None, None, :])
 

@@ -107,7 +107,8 @@ class Serving:
         self.scheduler = Scheduler(sched, self.pool, self.work_bytes, self.limits.work_bytes)
         self.runner = Runner(model, self.pool, config.cuda_graphs and model.device.type == "cuda")
         self.model = model
-        self.seqs: dict[int, Sequence] = {}
+        self.seqs: dict[int, Sequence] = {}  # every request not yet Done, by id
+        self.cancelled: list[Sequence] = []  # cancel() asked; applied at the next step
 
     def work_bytes(self, tokens: int, longest: int) -> int:
         return prefill_work_bytes(self.model.cfg, tokens, longest, self.model.dtype.itemsize)
@@ -252,7 +253,9 @@ class Engine:
         seq = self._serving.seqs.get(request_id) if self._serving is not None else None
         if seq is None:
             return False
-        seq.cancel_requested = True
+        if not seq.cancel_requested:
+            seq.cancel_requested = True
+            self._serving.cancelled.append(seq)
         return True
 
     @torch.inference_mode()
@@ -262,7 +265,8 @@ class Engine:
             return []
         srv = self.serving
         events: list[Event] = []
-        for seq in [s for s in srv.seqs.values() if s.cancel_requested]:
+        cancelled, srv.cancelled = srv.cancelled, []
+        for seq in cancelled:
             srv.scheduler.remove(seq)
             seq.status, seq.finish_reason = Status.CANCELLED, "cancelled"
             events.append(self._done(seq, time.perf_counter()))

@@ -44,7 +44,7 @@ class SeatBatch:
 
     Example: two sequences decoding in seats 0 and 1 (12 and 30 tokens cached) and a 5-token
     chunk of a prompt in seat 2 starting at position 8: N = 7, decode rows write slots 12 and 30
-    of seats 0 and 1 (`SeatPool.row_index`), decode_first 0, decode_width 31, spans [Span(2, 8, 5,
+    of seats 0 and 1 (`SeatPool.row_index_list`), decode_first 0, decode_width 31, spans [Span(2, 8, 5,
     mask)]. With no spans the pass is laid out (B, 1) instead of (1, N): the decode path's shapes.
     """
 
@@ -69,7 +69,6 @@ class SeatPool:
         self.clean = [seat_len if self.device.type == "cuda" else 0] * seats  # slots safe to read
         self.lengths = [0] * seats  # real tokens each seat holds
         self.owner: list[int | None] = [None] * seats  # request id sitting there
-        self._heads = torch.arange(cfg.n_kv_heads, device=self.device) * seat_len  # (Hkv,) see row_index
 
     # -- seats ----------------------------------------------------------------------------------------
     @property
@@ -132,14 +131,16 @@ class SeatPool:
                 self.v[:, s, :, self.clean[s] : width] = 0
                 self.clean[s] = width
 
-    def row_index(self, seats: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-        """Flat rows of a layer's (seats * Hkv * seat_len, D) view for token slots[i] of seats[i], every
-        KV head: (B * Hkv,). Computed once per step; every layer writes through it."""
-        base = seats * (self.cfg.n_kv_heads * self.seat_len) + slots  # (B,)
-        return (base[:, None] + self._heads[None, :]).reshape(-1)  # (B * Hkv,)
+    def row_index_list(self, slots: list[int]) -> list[int]:
+        """Rows of a layer's flat (seats * Hkv * seat_len, D) view where token slots[i] of seat i goes,
+        for every KV head: (B * Hkv,) ints. Decode rows sit in seats 0..B-1, so seat = row.
+        Example: 4 KV heads, seat_len 512, slots [7, 30]: [7, 519, 1031, 1543, 2078, 2590, 3102, 3614]."""
+        per_seat = self.cfg.n_kv_heads * self.seat_len
+        heads = range(0, per_seat, self.seat_len)  # each KV head's first row within a seat
+        return [seat * per_seat + slot + h for seat, slot in enumerate(slots) for h in heads]
 
     def write_rows(self, layer: int, index: torch.Tensor, k, v) -> None:
-        """One token per row: k, v (B, Hkv, D) go to the flat rows `index` (see row_index)."""
+        """One token per row: k, v (B, Hkv, D) go to the flat rows `index` (see row_index_list)."""
         D = self.cfg.head_dim
         self.k[layer].view(-1, D).index_copy_(0, index, k.reshape(-1, D))  # (S*Hkv*T, D) <- (B*Hkv, D)
         self.v[layer].view(-1, D).index_copy_(0, index, v.reshape(-1, D))

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from engine.cuda_graph import DecodeGraphs
 from engine.kv_pool import SeatBatch, SeatPool, Span
-from engine.model import Transformer, additive_bias
+from engine.model import Transformer
 from engine.scheduler import StepPlan, Work
 
 
@@ -40,6 +41,8 @@ class Runner:
         self.model, self.pool, self.device = model, pool, model.device
         self.graphs = DecodeGraphs(model, pool) if cuda_graphs else None
         self.slots = torch.arange(pool.seat_len, device=self.device)  # (T,) reused by every step's masks
+        self.zero = torch.zeros((), dtype=model.dtype, device=self.device)
+        self.neg_inf = torch.full((), float("-inf"), dtype=model.dtype, device=self.device)
 
     @torch.inference_mode()
     def run(self, plan: StepPlan) -> PassOutput:
@@ -72,17 +75,18 @@ class Runner:
     def _forward(self, decodes: list[Work], spans: list[Span], ids: list[int], pos: list[int],
                  rows: list[int] | None) -> torch.Tensor:  # fmt: skip
         """The eager pass. `rows` None: every row decodes, laid out (B, 1) like the decode path."""
-        dev, nd = self.device, len(decodes)
-        inputs = torch.tensor([ids, pos], dtype=torch.long, device=dev)  # (2, N): one host-to-device copy
+        dev, nd, n = self.device, len(decodes), len(ids)
         width = max(pos[:nd], default=-1) + 1
         self.pool.prepare_read([w.seq.seat for w in decodes], pos[:nd], width)
-        assert all(w.seq.seat == i for i, w in enumerate(decodes)), "the scheduler seats decode rows in 0..B-1"
-        bias, index = None, inputs[1, :0]
+        # tokens, positions and the decode rows' K/V write index in one host-to-device copy
+        flat = np.array(ids + pos + self.pool.row_index_list(pos[:nd]), dtype=np.int64)
+        inputs = torch.from_numpy(flat).to(dev)
+        index, bias = inputs[2 * n :], None
         if nd:
-            slots = inputs[1, :nd]  # (Bd,) each decode row's new slot = its position
-            index = self.pool.row_index(self.slots[:nd], slots)  # they sit in seats 0..Bd-1
-            bias = additive_bias(self.slots[None, :width] <= slots[:, None], self.model.dtype)  # (Bd, W)
+            slots = inputs[n : n + nd, None]  # (Bd, 1) each decode row's new slot = its position
+            bias = torch.where(self.slots[None, :width] <= slots, self.zero, self.neg_inf)  # (Bd, W) additive
             bias = bias[:, None, None, :]  # (Bd, 1, 1, W)
+        inputs = inputs[: 2 * n].view(2, n)  # (2, N)
         sb = SeatBatch(index, 0, width, bias, spans, nd)
         if rows is None:
             tokens, positions = inputs[0].view(-1, 1), inputs[1].view(-1, 1)  # (B, 1)

@@ -280,7 +280,7 @@ function drawPanels(scene, p) {
   const pts = ms.map((v, i) => `${((i / n) * PW).toFixed(1)},${(PH - 2 - (v / top) * (PH - 6)).toFixed(1)}`).join(" ");
   setAttr(box.querySelector(".tpk-lp-line"), "points", pts);
   setText(box.querySelector('[data-k="axis"]'),
-    ms.length ? `${p.steps} steps · slowest ${top.toFixed(2)} ms` : "the pot has not started ladling yet");
+    ms.length ? `${p.steps} step${p.steps === 1 ? "" : "s"} · slowest ${top.toFixed(2)} ms` : "the pot has not started ladling yet");
 }
 
 // ---------------------------------------------------------------- the static parts of one order

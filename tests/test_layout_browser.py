@@ -110,6 +110,10 @@ def test_the_live_view_stays_on_after_switching_to_a_model_that_must_load(server
         page.wait_for_timeout(1500)  # the loading page, then the form again
         page.get_by_role("button", name="Cook").wait_for(timeout=COOK_TIMEOUT_MS)
         assert page.get_by_role("switch", name="Live view").is_checked()
-        assert "model=apprentice" in page.url  # and a reload would keep the model
+        assert "model=apprentice" in page.url
+        page.reload()  # a reload keeps the model (issue 14: it went back to the chef)
+        page.get_by_role("button", name="Cook").wait_for(timeout=COOK_TIMEOUT_MS)
+        model = page.get_by_role("combobox", name="Model (from the catalog)").input_value()
+        assert model.lower().startswith("apprentice"), model
     finally:
         page.close()

@@ -46,8 +46,11 @@ def navigation_ui():
             if (app_state.REPO / "pages/lessons.py").is_file()
             else []
         )
-        + [st.Page("pages/the_pass.py", title="The pass (class server)", icon="🛎️")]
     }
+    sections["Class kitchen"] = [
+        st.Page("pages/class_order.py", title="Order from a class kitchen", icon="🧾"),
+        st.Page("pages/the_pass.py", title="The pass (instructor)", icon="🛎️"),
+    ]
     if lab:
         sections["Lab"] = [st.Page(p.path, title=p.title, icon=p.icon) for p in lab]
     return st.navigation(sections)

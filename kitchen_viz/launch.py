@@ -49,6 +49,12 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         help="the instructor's caps per order: a [caps] table (max_order_tokens, max_new_tokens, "
         "max_order_seconds); see serving/caps.py",
     )
+    parser.add_argument(
+        "--backend",
+        metavar="URL",
+        help="an OpenAI-compatible server (two-pot-kitchen serve, vLLM, llama.cpp) for the class kitchen pages",
+    )
+    parser.add_argument("--api-key", metavar="KEY", help="the --backend server's API key")
     parser.add_argument("--presenter", action="store_true", help="start every session in presenter mode")
     parser.add_argument(
         "--print-command", action="store_true", help="print the streamlit command instead of running it"
@@ -95,6 +101,16 @@ def main(argv: list[str] | None = None) -> int:
         except EngineError as err:
             print(f"two-pot-kitchen: {err}", file=sys.stderr)
             return 2
+    if args.backend:
+        from urllib.parse import urlparse
+
+        if urlparse(args.backend).scheme not in ("http", "https") or not urlparse(args.backend).hostname:
+            print(f"two-pot-kitchen: --backend must be a URL like http://HOST:8000 (got '{args.backend}')",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        os.environ["TWO_POT_BACKEND"] = args.backend.rstrip("/").removesuffix("/v1")
+        if args.api_key:
+            os.environ["TWO_POT_BACKEND_KEY"] = args.api_key
     if args.presenter:
         os.environ["TWO_POT_PRESENTER"] = "1"
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -9,6 +9,7 @@ over a window, tokens per second, and the caps in force. Logic: serving/scrape.p
 
 from __future__ import annotations
 
+import os
 import time
 
 import httpx
@@ -28,8 +29,10 @@ st.caption(
     "Start the class kitchen with `two-pot-kitchen serve` (the README's classroom section); students order from "
     "it with any OpenAI client. Every number here is read from the server's own /metrics."
 )
-url = st.text_input("Kitchen server", value=st.session_state.get(KEY_URL, "http://127.0.0.1:8000"), key=KEY_URL)
-api_key = st.text_input("API key (only if the server was started with one)", type="password")
+default_url = st.session_state.get(KEY_URL, os.environ.get("TWO_POT_BACKEND", "http://127.0.0.1:8000"))
+url = st.text_input("Kitchen server", value=default_url, key=KEY_URL)
+api_key = st.text_input("API key (only if the server was started with one)", type="password",
+                        value=os.environ.get("TWO_POT_BACKEND_KEY", ""))  # fmt: skip
 span = st.radio("Window", list(WINDOWS), horizontal=True, index=1)
 
 

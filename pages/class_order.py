@@ -1,0 +1,85 @@
+"""Order from a class kitchen: any OpenAI-compatible server, measured from this browser's side.
+
+For a student in a class whose kitchen is `two-pot-kitchen serve` on the teacher's machine, or for
+anyone pointing the app at a vLLM or llama.cpp server (`two-pot-kitchen --backend URL`). Your order
+shares the pot with everyone else's; the page shows what you can measure from outside (TTFT, the
+gaps between chunks, tokens/s, usage) and, from a Two-Pot server, the kitchen's own measurement of
+each step that cooked your tokens, including how many orders were in the pot with yours.
+Logic: serving/remote_order.py.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+
+import pandas as pd
+import streamlit as st
+
+from engine.errors import EngineError
+from serving.remote_order import models, order_remote
+
+BACKEND_ENV, KEY_ENV = "TWO_POT_BACKEND", "TWO_POT_BACKEND_KEY"
+
+st.title("🧾 Order from a class kitchen")
+st.caption(
+    "Every number below is measured: at the client (this app, from the stream) unless it says "
+    "the kitchen measured it. A remote kitchen cannot show its wok and pot the way the Kitchen page "
+    "does: only what its stream carries."
+)
+url = st.text_input("Kitchen server", value=os.environ.get(BACKEND_ENV, "http://127.0.0.1:8000"), key="order-url")
+api_key = st.text_input("API key", value=os.environ.get(KEY_ENV, ""), type="password", key="order-key") or None
+try:
+    offered = models(url, api_key)
+except EngineError as err:
+    st.error(f"{err}. Start one with `two-pot-kitchen serve`, or check the address and key.")
+    st.stop()
+model = st.selectbox("Model", offered, key="order-model")
+prompt = st.text_area("Your order (prompt)", value="ROMEO:", key="order-prompt")
+cols = st.columns(2)
+max_tokens = cols[0].number_input("New tokens", min_value=1, max_value=4096, value=32, key="order-new")
+temperature = cols[1].number_input("Temperature", min_value=0.0, max_value=2.0, value=0.0, step=0.1, key="order-temp")
+
+
+def ms(v) -> str:
+    return "—" if v is None else f"{v * 1e3:,.1f} ms"
+
+
+if st.button("🔥 Order", type="primary", key="order-go"):
+    if not prompt.strip():
+        st.error("The order is empty: write a prompt (at least one non-space character).")
+        st.stop()
+    live = st.empty()
+    try:
+        out = order_remote(url, model, prompt, int(max_tokens), float(temperature), api_key,
+                           on_chunk=lambda o: live.markdown(f"```\n{prompt}{o.text}\n```"))  # fmt: skip
+    except EngineError as err:
+        st.error(str(err))
+        st.stop()
+    live.markdown(f"```\n{prompt}{out.text}\n```")
+    st.subheader("Measured at the client")
+    c = st.columns(4)
+    c[0].metric("TTFT", ms(out.ttft_s))
+    c[1].metric("TPOT", ms(out.tpot_s))
+    c[2].metric("Tokens/s", "—" if out.tokens_per_s is None else f"{out.tokens_per_s:,.1f}")
+    c[3].metric("Gap between chunks, p50", ms(statistics.median(out.itl_s) if out.itl_s else None))
+    st.caption(f"{out.completion_tokens or len(out.chunk_times)} tokens in {len(out.chunk_times)} chunks, "
+               f"prompt {out.prompt_tokens if out.prompt_tokens is not None else '?'} tokens, finish: "
+               f"{out.finish_reason or '?'}. Client-side times include the network and whatever else the "
+               "kitchen was cooking.")  # fmt: skip
+    if out.server_steps:
+        st.subheader("Measured by the kitchen")
+        steps = pd.DataFrame(out.server_steps)
+        busy = int(steps["batch"].max()) if "batch" in steps else 1
+        st.markdown(
+            f"Kitchen TTFT **{ms(out.server_ttft_s)}** (your order's arrival to its first token, without the "
+            f"network). Your tokens came from {len(steps)} steps: "
+            + ", ".join(f"{n} {p}" for p, n in steps["phase"].value_counts().items())
+            + f". Up to **{busy}** sequences were in the pot with yours in one step."
+        )
+        st.line_chart(steps.set_index("step")[["batch"]], height=180)
+        st.caption("Sequences in each step that made one of your tokens: other students' orders joining "
+                   "and leaving the same batch (continuous batching).")  # fmt: skip
+    else:
+        st.info("This server sends no per-step timings (vLLM and llama.cpp do not): the per-phase trace "
+                "(wok vs pot) cannot be shown, only the client-side numbers above.")

@@ -1,0 +1,76 @@
+"""Ordering from a class kitchen as a student's app does: serving/remote_order.py and its page."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from kitchen_server import kitchen
+
+from engine.errors import EngineError
+from serving.remote_order import RemoteOrder, _take, models, order_remote
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_an_order_measured_at_the_client_and_by_the_kitchen():
+    from engine import Engine
+
+    expected = Engine.load("chef").generate(["ROMEO:"], max_new_tokens=12).texts[0]
+    with kitchen() as (url, _):
+        assert models(url) == ["chef"]
+        seen = []
+        out = order_remote(url, "chef", "ROMEO:", 12, on_chunk=lambda o: seen.append(o.text))
+        assert out.text == expected and seen[-1] == expected and len(seen) == len(out.chunk_times)
+        assert out.completion_tokens == 12 and out.prompt_tokens > 0 and out.finish_reason == "length"
+        assert 0 < out.ttft_s <= out.done_s and out.tpot_s > 0 and out.tokens_per_s > 0
+        assert out.server_ttft_s is not None and 0 < out.server_ttft_s <= out.ttft_s  # no network in it
+        assert {s["phase"] for s in out.server_steps} >= {"decode"} and all(s["batch"] >= 1 for s in out.server_steps)
+        with pytest.raises(EngineError, match="HTTP 400: .*context"):
+            order_remote(url, "chef", "to be or not " * 200, 8)
+        with pytest.raises(EngineError, match="HTTP 404: model 'gpt-4' is not served here"):
+            order_remote(url, "gpt-4", "hi", 4)
+    with pytest.raises(EngineError, match="could not list the models"):
+        models(url, timeout_s=1)
+
+
+def test_a_server_without_our_timings_gives_client_numbers_only():
+    out = RemoteOrder()
+    _take(out, {"choices": [{"index": 0, "text": "Hi"}]}, 0.05)  # a vLLM-style chunk
+    _take(out, {"choices": [{"index": 0, "text": " there", "finish_reason": "length"}]}, 0.08)
+    _take(out, {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}, 0.09)
+    assert out.text == "Hi there" and out.server_steps == [] and out.ttft_s == 0.05
+    assert out.itl_s == [pytest.approx(0.03)] and out.completion_tokens == 2 and out.finish_reason == "length"
+    with pytest.raises(EngineError, match="engine process"):
+        _take(out, {"error": {"message": "the engine process for chef stopped"}}, 0.1)
+
+
+def test_the_page_orders_and_shows_both_kinds_of_numbers(monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    with kitchen() as (url, _):
+        monkeypatch.setenv("TWO_POT_BACKEND", url)
+        page = AppTest.from_file(str(REPO / "pages" / "class_order.py"), default_timeout=120)
+        page.run()
+        assert not page.exception and page.selectbox(key="order-model").value == "chef"
+        page.button(key="order-go").click().run()
+        assert not page.exception
+        labels = {m.label for m in page.metric}
+        assert {"TTFT", "TPOT", "Tokens/s"} <= labels
+        assert any("Measured by the kitchen" in h.value for h in page.subheader)
+        page.text_area(key="order-prompt").set_value("   ").run()
+        page.button(key="order-go").click().run()
+        assert any("The order is empty" in e.value for e in page.error)
+    page.run()
+    assert any("could not list the models" in e.value for e in page.error)
+
+
+def test_the_launcher_takes_a_backend_url(monkeypatch, capsys):
+    from kitchen_viz.launch import main
+
+    monkeypatch.delenv("TWO_POT_BACKEND", raising=False)
+    assert main(["--backend", "not-a-url", "--print-command"]) == 2
+    assert "--backend must be a URL" in capsys.readouterr().err
+    assert main(["--backend", "http://127.0.0.1:9000/v1", "--api-key", "k", "--print-command"]) == 0
+    assert os.environ["TWO_POT_BACKEND"] == "http://127.0.0.1:9000" and os.environ["TWO_POT_BACKEND_KEY"] == "k"

@@ -47,6 +47,11 @@ def browser():
         b.close()
 
 
+def key_figure_px(page) -> float:
+    """Screen height of the wok's timer in the drawing (the scene's shadow root is pierced)."""
+    return page.locator(".st-key-kitchen-scene #tpk-wok-timer").bounding_box()["height"]
+
+
 def overlaps(a, b, slack: float = 1.0) -> bool:
     return a[0] + slack < b[2] and b[0] + slack < a[2] and a[1] + slack < b[3] and b[1] + slack < a[3]
 
@@ -85,12 +90,22 @@ def test_panels_and_cook_row_fit_at_projector_widths(server, browser, presenter,
             page.wait_for_function("() => getComputedStyle(document.documentElement).fontSize === '22px'")
         cook.click()
         wait_for_cooked(page)
-        failures = []
+        failures, sizes = [], {}
         for width in WIDTHS:
             page.set_viewport_size({"width": width, "height": 1400})
             page.wait_for_timeout(400)  # the page re-lays itself out
             failures += [f"{width} px: {p}" for p in layout_problems(page.evaluate(MEASURE))]
+            sizes[width] = key_figure_px(page)
         assert not failures, failures
+        if presenter:  # the drawing's key figures grow with presenter mode (they were 8-9 px)
+            page.get_by_text("Presenter mode (large type)").click()
+            page.wait_for_function("() => getComputedStyle(document.documentElement).fontSize === '16px'")
+            page.wait_for_timeout(1000)
+            for width in WIDTHS:
+                page.set_viewport_size({"width": width, "height": 1400})
+                page.wait_for_timeout(400)
+                plain = key_figure_px(page)
+                assert sizes[width] >= 1.25 * plain, (width, sizes[width], plain)
     finally:
         page.close()
 

@@ -175,3 +175,19 @@ def test_the_batch_control_stops_at_the_instructors_cap_and_says_so():
         w.startswith("?batch=64 lowered to 18: the instructor's limit is 8,192 prompt tokens")
         for w in warnings
     ), warnings
+
+
+def test_a_long_context_gets_a_number_box_instead_of_a_slider():
+    """SmolLM2's 8,192-token context: a slider over 8,128 prompt tokens cannot be set to one token
+    on a projector; the prompt length becomes a number box (typed or stepped)."""
+    at = open_kitchen()
+    at.session_state["tpk_model"] = "preset:smollm2-135m"
+    at.run()
+    deadline = time.monotonic() + 180
+    while not [b for b in at.button if "Cook" in b.label] and time.monotonic() < deadline:
+        time.sleep(0.5)
+        at.run()
+    assert not at.exception, at.exception
+    box = at.number_input(key="tpk_prompt_len")
+    assert box.max > 4096 and box.value == 32
+    assert at.slider(key="tpk_new") is not None  # 512 new tokens at most (the caps): still a slider

@@ -42,9 +42,10 @@ class Caps:
     def check(self, prompt_tokens: list[int], max_new_tokens: int) -> None:
         """Refuse (CapExceeded, one line) an order of these prompts (token counts, one per table)."""
         total = sum(prompt_tokens)
+        tables = f"{len(prompt_tokens)} table{'' if len(prompt_tokens) == 1 else 's'}"
         if total > self.max_order_tokens:
             raise CapExceeded(
-                f"this order has {total:,} prompt tokens ({len(prompt_tokens)} tables); the instructor's "
+                f"this order has {total:,} prompt tokens ({tables}); the instructor's "
                 f"limit is {self.max_order_tokens:,} tokens per order (max_order_tokens)"
             )
         if max_new_tokens > self.max_new_tokens:

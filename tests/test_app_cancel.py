@@ -43,14 +43,17 @@ def test_the_caps_are_shown_and_an_order_over_one_is_refused_in_one_line(tmp_pat
     at = open_kitchen()
     shown = [c.value for c in at.caption if c.value.startswith("Instructor's limits per order")]
     assert len(shown) == 1 and "20 prompt tokens" in shown[0] and "45 s of cooking" in shown[0]
-    at.slider(key="tpk_prompt_len").set_value(8)
-    at.slider(key="tpk_batch").set_value(3)  # 24 prompt tokens > 20
-    at.run()
+    # The sliders already stop at the caps (kitchen_ui.order_ui); a written prompt is counted only
+    # once written, so Cook is where the cap refuses it.
+    at.radio(key="tpk_mode").set_value("Write a prompt").run()
+    at.text_area(key="tpk_text").set_value("ROMEO:\nO, she doth teach the torches to burn bright!\n").run()
+    tokens = int(next(c.value for c in at.caption if c.value.startswith("Your prompt is")).split()[3])
+    assert tokens > 20
     cook(at)
     assert not at.exception, at.exception
     refusals = [e.value for e in at.error if "max_order_tokens" in e.value]
-    assert len(refusals) == 1 and "\n" not in refusals[0]
-    assert "24 prompt tokens (3 tables)" in refusals[0] and "limit is 20 tokens per order" in refusals[0]
+    assert len(refusals) == 1 and "\n" not in refusals[0], [e.value for e in at.error]
+    assert f"{tokens} prompt tokens (1 table)" in refusals[0] and "limit is 20 tokens per order" in refusals[0]
     assert "tpk_job" not in at.session_state  # refused before it joined the queue
 
 

@@ -56,7 +56,8 @@ MAPPINGS = [
     Mapping(
         "🔥 The wok, tossing everything at once",
         "**Prefill**: one forward pass over every prompt token of every request in the batch. Lots of "
-        "arithmetic per byte of weights read, so it is *compute-bound*; it sets **TTFT**.",
+        "arithmetic per byte of weights read, so it is *compute-bound*. The **first token** of every "
+        "table is sampled from this pass's logits (the soup pot has not ladled yet), so it sets **TTFT**.",
         KITCHEN,
         "Kitchen: press Cook and watch the wok",
     ),

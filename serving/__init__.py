@@ -12,6 +12,10 @@ instructor's caps.
     watchdog        Silence: when a silent child counts as hung
     cores           which cores the engine keeps, how many threads it runs
 
+The class kitchen (`two-pot-kitchen serve`: one continuous batch over HTTP, OpenAI's API):
+    server, engine_client, kitchen_loop, openai_api, metrics, and the clients that order from any
+    OpenAI-compatible server: remote_order, scrape, loadgen.
+
 Import direction: pages/ -> kitchen_viz/ -> serving/ -> engine/ (and lab/ -> serving/). Nothing
 here imports streamlit, kitchen_viz or lab.
 """

@@ -13,8 +13,8 @@ instructor's caps.
     cores           which cores the engine keeps, how many threads it runs
 
 The class kitchen (`two-pot-kitchen serve`: one continuous batch over HTTP, OpenAI's API):
-    server, engine_client, kitchen_loop, openai_api, metrics, and the clients that order from any
-    OpenAI-compatible server: remote_order, scrape, loadgen.
+    server, engine_client, kitchen_loop, openai_api, metrics; and the clients of any such server:
+    remote_order (one measured order), loadgen (a class of simulated students), scrape (its /metrics).
 
 Import direction: pages/ -> kitchen_viz/ -> serving/ -> engine/ (and lab/ -> serving/). Nothing
 here imports streamlit, kitchen_viz or lab.

@@ -25,24 +25,25 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson(
         "Two pots, one order",
         {"prompt": 32, "batch": 1, "new": 64, "temp": 0},
-        "The bar under the panels: the wok's pass is a thin slice, the soup pot is most of E2E. In the "
+        "The bar under the panels: how much of E2E is the wok's pass, how much the soup pot? In the "
         "drawing, the wok's tok/s against the pot's tok/s.",
         "Why is the wok so much faster per token than the pot, on the same weights?",
     ),
     Lesson(
         "A big banquet (long prompt)",
         {"prompt": 448, "batch": 1, "new": 16, "temp": 0},
-        "TTFT and the wok's timer grow with the prompt; the pot's time per step barely moves. Cook lesson 1 "
-        "again and compare the two orders side by side.",
+        "TTFT and the wok's timer against TPOT. Then cook the same order with a 32-token prompt and open "
+        "Compare two orders: which of the two numbers did the long prompt change most?",
         "Which number would a user notice first: the wait for the first word or the rhythm after it?",
         compare_with={"prompt": 32, "batch": 1, "new": 16, "temp": 0},
     ),
     Lesson(
         "More tables, same ladle",
         {"prompt": 32, "batch": 32, "new": 32, "temp": 0},
-        "TPOT (one step) against tokens/s (all tables): compare with the same order for one table. The step "
-        "gets a little slower; the kitchen serves many more bowls per second.",
-        "Why does the pot serve 32 tables for little more than the price of one?",
+        "TPOT (one step) against tokens/s (all tables). Then cook the same order for one table and compare: "
+        "how much slower did each step get with 32 tables, and how many more bowls a second did the "
+        "kitchen serve?",
+        "Why does one ladle for 32 tables not cost 32 times one ladle for one?",
         compare_with={"prompt": 32, "batch": 1, "new": 32, "temp": 0},
     ),
     Lesson(
@@ -62,8 +63,8 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson(
         "Greedy or creative: same kitchen",
         {"prompt": 64, "batch": 4, "new": 64, "temp": 1.0},
-        "Different words from lesson-style greedy cooking (temperature 0), but compare TPOT: sampling is a "
-        "small part of each step.",
+        "Other words than greedy cooking (temperature 0) gives. Then cook the same order at temperature 0 "
+        "and compare TPOT: how much of each step is sampling?",
         "Does a 'creative' answer cost the kitchen more time?",
         compare_with={"prompt": 64, "batch": 4, "new": 64, "temp": 0},
     ),

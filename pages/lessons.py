@@ -13,10 +13,10 @@ st.html(
 )
 st.title("📋 Suggested orders: a lesson plan")
 st.markdown(
-    "Six orders, each showing one lesson. Press **Cook this order** (it opens the Kitchen with the order "
-    "set), cook, then look where the lesson says. Two lessons ask for a second order: cook it too, then "
-    "open **Compare two orders** under the kitchen to see both side by side. Every number on screen is "
-    "measured on this machine; this plan names none."
+    f"{len(LESSONS)} orders, each showing one lesson. Press **Cook this order** (it opens the Kitchen with "
+    "the order set), cook, then look where the lesson says. Some lessons ask for a second order: cook it "
+    "too, then open **Compare two orders** under the kitchen to see both side by side. Every number on "
+    "screen is measured on this machine; this plan names none and predicts none."
 )
 with st.container(horizontal=True, key="lessons-tools"):
     st.download_button(

@@ -36,6 +36,7 @@ from engine.kv_pool import SeatPool
 from engine.limits import Limits, RequestSettings, available_memory, check_request, kv_limits
 from engine.loader import ModelInfo, load_model
 from engine.model import Transformer
+from engine.prefix_cache import PrefixCache
 from engine.results import GenerationResult, RequestResult, request_metrics
 from engine.runner import PassOutput, Runner
 from engine.sampling import SamplingParams, sample
@@ -59,6 +60,7 @@ class ServingConfig:
     max_seq_len: int | None = None
     kv_tokens: int = 0
     cuda_graphs: bool = True  # decode graphs per batch bucket, on CUDA only
+    prefix_cache: bool = False  # reuse cached prompt prefixes and keep finished seats as leftovers
 
 
 @dataclass(frozen=True)
@@ -79,8 +81,10 @@ class ServingState:
 
     running: int
     waiting: int
-    kv_tokens_used: int
+    kv_tokens_used: int  # held by running sequences and leftovers
     kv_tokens: int
+    prefix_queries: int = 0  # prompt tokens looked up in the prefix cache (vLLM's definition)
+    prefix_hits: int = 0  # of those, tokens found cached
 
     @property
     def kv_usage(self) -> float:
@@ -104,7 +108,8 @@ class Serving:
             seats, seat_len, config.kv_tokens or seats * seat_len, self.pool.bytes_reserved,
             budget - self.pool.bytes_reserved, budget,
         )  # fmt: skip
-        self.scheduler = Scheduler(sched, self.pool, self.work_bytes, self.limits.work_bytes)
+        self.prefix = PrefixCache(self.pool) if config.prefix_cache else None
+        self.scheduler = Scheduler(sched, self.pool, self.work_bytes, self.limits.work_bytes, self.prefix)
         self.runner = Runner(model, self.pool, config.cuda_graphs and model.device.type == "cuda")
         self.model = model
         self.seqs: dict[int, Sequence] = {}  # every request not yet Done, by id
@@ -133,9 +138,9 @@ class Engine:
     @classmethod
     def load(cls, model: str, device: str = "cpu", dtype: str = "float32", kv_budget_bytes: int | None = None,
              policy: str = "continuous", token_budget: int = 512, max_seqs: int = 64,
-             max_seq_len: int | None = None, kv_tokens: int = 0) -> Engine:  # fmt: skip
+             max_seq_len: int | None = None, kv_tokens: int = 0, prefix_cache: bool = False) -> Engine:  # fmt: skip
         """Folder, `preset:NAME`, catalog name or hub id -> a ready Engine (see docs/engine-api.md)."""
-        serving = ServingConfig(policy, token_budget, max_seqs, max_seq_len, kv_tokens)
+        serving = ServingConfig(policy, token_budget, max_seqs, max_seq_len, kv_tokens, prefix_cache=prefix_cache)
         SchedulerConfig(policy, max_seqs, token_budget).check()  # refuse bad settings before loading
         loaded = load_model(model, device, dtype)
         return cls(loaded.model, loaded.codec, loaded.info, kv_budget_bytes, serving)
@@ -191,8 +196,12 @@ class Engine:
         return self.serving.limits
 
     def serving_state(self) -> ServingState:
-        sched = self.serving.scheduler
-        return ServingState(len(sched.running), len(sched.waiting), self.serving.pool.tokens_in_use, sched.kv_tokens)
+        srv = self.serving
+        sched, prefix = srv.scheduler, srv.prefix
+        return ServingState(
+            len(sched.running), len(sched.waiting), sched.tokens_held(), sched.kv_tokens,
+            prefix.queries if prefix else 0, prefix.hits if prefix else 0,
+        )  # fmt: skip
 
     @property
     def idle(self) -> bool:
@@ -324,7 +333,7 @@ class Engine:
             request_id=seq.request_id, prompt_ids=seq.prompt, tokens=seq.output, text=self.decode(seq.output),
             finish_reason=seq.finish_reason,
             metrics=request_metrics(seq.arrival_t, seq.scheduled_t, seq.token_times, len(seq.prompt),
-                                    seq.preemptions),
+                                    seq.preemptions, seq.cached_tokens),
         )  # fmt: skip
         return Done(t_abs - self._t0, result, seq.request_id)
 

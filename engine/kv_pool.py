@@ -99,6 +99,12 @@ class SeatPool:
     def release(self, seat: int) -> None:
         self.owner[seat], self.lengths[seat] = None, 0
 
+    def copy_prefix(self, src: int, dst: int, n: int) -> None:
+        """The first n tokens' K/V of seat src into seat dst (a reused prefix), every layer."""
+        self.k[:, dst, :, :n] = self.k[:, src, :, :n]
+        self.v[:, dst, :, :n] = self.v[:, src, :, :n]
+        self.lengths[dst], self.clean[dst] = n, max(self.clean[dst], n)
+
     def swap(self, a: int, b: int) -> None:
         """Exchange the sequences (or emptiness) of seats a and b: each filled prefix is copied once."""
         na, nb = self.lengths[a], self.lengths[b]

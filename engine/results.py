@@ -50,6 +50,7 @@ class RequestMetrics:
     prompt_tokens: int
     output_tokens: int
     preemptions: int
+    cached_tokens: int = 0  # prompt tokens reused from a cached prefix, not computed
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class RequestResult:
 
 
 def request_metrics(arrival: float, scheduled: float | None, times: list[float], prompt_tokens: int,
-                    preemptions: int) -> RequestMetrics | None:  # fmt: skip
+                    preemptions: int, cached_tokens: int = 0) -> RequestMetrics | None:  # fmt: skip
     """Times are seconds on one clock; `times[i]` is when output token i was ready."""
     if not times:
         return None
@@ -79,4 +80,5 @@ def request_metrics(arrival: float, scheduled: float | None, times: list[float],
         prompt_tokens=prompt_tokens,
         output_tokens=len(times),
         preemptions=preemptions,
+        cached_tokens=cached_tokens,
     )

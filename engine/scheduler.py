@@ -17,6 +17,10 @@ front of the line and recomputes its tokens when readmitted). Continuous and chu
 what fits; static admits a batch whose full length (prompt + max new tokens) fits, so it never
 preempts.
 
+Prefix reuse (`prefix`, engine/prefix_cache.py): an admitted request starts from the longest
+prefix already cached in a running or a finished ("leftover") seat; leftovers are evicted, oldest
+first, before anyone is preempted for a seat or for memory.
+
 No starvation: the line is first come, first served, admission stops at the first order that
 does not fit (a big order is never overtaken by smaller ones behind it), and preempted orders
 rejoin at the front.
@@ -35,6 +39,7 @@ from dataclasses import dataclass, field
 
 from engine.errors import EngineError
 from engine.kv_pool import SeatPool
+from engine.prefix_cache import Match, PrefixCache
 from engine.sequence import Sequence, Status
 
 POLICIES = ("static", "continuous", "chunked")
@@ -89,9 +94,9 @@ class Scheduler:
     prefill keeps it within `work_budget` (a pass with one prompt always goes: submit checked it)."""
 
     def __init__(self, config: SchedulerConfig, pool: SeatPool, work_bytes: Callable[[int, int], int],
-                 work_budget: int):  # fmt: skip
+                 work_budget: int, prefix: PrefixCache | None = None):  # fmt: skip
         config.check()
-        self.config, self.pool = config, pool
+        self.config, self.pool, self.prefix = config, pool, prefix
         self.work_bytes, self.work_budget = work_bytes, work_budget
         self.kv_tokens = config.kv_tokens or pool.seats * pool.seat_len
         self.waiting: deque[Sequence] = deque()
@@ -108,7 +113,10 @@ class Scheduler:
         """Take a sequence out of the kitchen (finished or cancelled) and free its seat."""
         if seq in self.running:
             self.running.remove(seq)
-            self.pool.release(seq.seat)
+            if self.prefix is not None and seq.num_cached:
+                self.prefix.keep(seq)  # its K/V stay as a leftover until the seat or memory is needed
+            else:
+                self.pool.release(seq.seat)
             seq.seat = None
         elif seq in self.waiting:
             self.waiting.remove(seq)
@@ -142,12 +150,25 @@ class Scheduler:
     def _room(self) -> bool:
         return bool(self.waiting) and len(self.running) < self.config.max_seqs
 
-    def _used(self) -> int:
-        return sum(s.num_cached for s in self.running)
+    def tokens_held(self) -> int:
+        """Cached tokens held: the running sequences' and the leftovers'."""
+        held = self.prefix.tokens_held if self.prefix is not None else 0
+        return sum(s.num_cached for s in self.running) + held
 
-    def _take_seat(self, seq: Sequence) -> None:
+    def _fit(self, need: int, keep: Match | None = None) -> int:
+        """Evict leftovers (not the one `keep` adopts) until `need` more tokens fit; returns the room left."""
+        while self.prefix is not None and self.tokens_held() + need > self.kv_tokens:
+            if not self.prefix.evict(keep=keep.leftover if keep is not None else None):
+                break
+        return self.kv_tokens - self.tokens_held()
+
+    def _match(self, seq: Sequence) -> Match | None:
+        return self.prefix.find(seq, self.running) if self.prefix is not None else None
+
+    def _take_seat(self, seq: Sequence, match: Match | None = None) -> None:
         self.waiting.popleft()
-        seq.seat, seq.status = self.pool.take(seq.request_id), Status.RUNNING
+        seq.seat = self.prefix.reuse(seq, match) if self.prefix is not None else self.pool.take(seq.request_id)
+        seq.status = Status.RUNNING
         self.running.append(seq)
 
     def _admit(self, whole_batch: bool = False) -> StepPlan:
@@ -157,19 +178,20 @@ class Scheduler:
         no cap on the pass's tokens. Otherwise (continuous): the pass holds at most token_budget
         prompt tokens, though always at least one whole prompt.
         """
-        plan, tokens, free = StepPlan(), 0, self.kv_tokens - self._used()
-        reserved = longest = 0
+        plan, tokens = StepPlan(), 0
+        reserved = longest = 0  # tokens this plan will add to the cache; the longest prompt in the pass
         while self.waiting and len(self.running) < self.config.max_seqs:
             seq = self.waiting[0]
-            n = seq.to_compute
-            need = len(seq.prompt) + seq.max_new_tokens if whole_batch else n
-            if reserved + need > free:
+            match = self._match(seq)
+            n = seq.to_compute - (match.length if match is not None else 0)
+            need = len(seq.tokens) - (match.length if match else 0) + seq.max_new_tokens if whole_batch else n
+            if self._fit(reserved + need, match) < reserved + need:
                 break
             if not whole_batch and plan.work and tokens + n > self.config.token_budget:
                 break
             if plan.work and self.work_bytes(tokens + n, max(n, longest)) > self.work_budget:
                 break
-            self._take_seat(seq)
+            self._take_seat(seq, match)
             plan.work.append(Work.of(seq, n))
             tokens, reserved, longest = tokens + n, reserved + need, max(longest, n)
         return plan
@@ -181,8 +203,9 @@ class Scheduler:
         return plan
 
     def _make_room(self, need: int, plan: StepPlan) -> None:
-        """Preempt the newest running sequences until `need` more cached tokens fit."""
-        while self.running and self._used() + need > self.kv_tokens:
+        """Evict leftovers, then preempt the newest running sequences, until `need` more tokens fit."""
+        self._fit(need)
+        while self.running and self.tokens_held() + need > self.kv_tokens:
             victim = self.running.pop()
             need -= 0 if victim.prefilling else 1
             self.pool.release(victim.seat)
@@ -197,19 +220,22 @@ class Scheduler:
         decodes = [s for s in self.running if not s.prefilling]
         plan.work = [Work.of(s, 1) for s in decodes]
         budget = self.config.token_budget - len(decodes)
-        free = self.kv_tokens - self._used() - len(decodes)
+        planned = len(decodes)  # tokens this step adds to the cache so far
+        free = self._fit(planned) - planned
         for seq in [s for s in self.running if s.prefilling]:  # chunks already under way, oldest first
             n = min(seq.to_compute, budget, free)
             if n <= 0:
                 return plan
             plan.work.append(Work.of(seq, n))
-            budget, free = budget - n, free - n
+            budget, free, planned = budget - n, free - n, planned + n
         while self._room() and budget > 0:
             seq = self.waiting[0]
-            n = min(seq.to_compute, budget, free)
+            match = self._match(seq)
+            todo = seq.to_compute - (match.length if match is not None else 0)
+            n = min(todo, budget, self._fit(planned + min(todo, budget), match) - planned)
             if n <= 0:
                 break
-            self._take_seat(seq)
+            self._take_seat(seq, match)
             plan.work.append(Work.of(seq, n))
-            budget, free = budget - n, free - n
+            budget, planned = budget - n, planned + n
         return plan

@@ -57,6 +57,7 @@ class Sequence:
     token_times: list[float] = field(default_factory=list)
     finish_t: float | None = None
     preemptions: int = 0
+    cached_tokens: int = 0  # prompt tokens reused from a cached prefix (engine/prefix_cache.py)
     cancel_requested: bool = False
 
     def __post_init__(self) -> None:

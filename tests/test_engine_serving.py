@@ -258,3 +258,37 @@ def test_compaction_moves_each_sequence_with_its_cache(tiny_llama):
             n = pool.lengths[seat]
             assert n == {10: 5, 11: 7, 13: 3}[rid]
             assert (pool.k[:, seat, :, :n] == rid).all() and (pool.v[:, seat, :, :n] == -rid).all()
+
+
+HOUSE = list(range(100, 160))  # a 60-token house prompt many orders share
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_prefix_reuse_changes_no_token_and_counts_its_hits(tiny, policy):
+    """Orders sharing a prefix, arriving while others run (copy from a running seat) and after they
+    finish (adopt a leftover seat): the same tokens as without reuse, and fewer prompt tokens computed."""
+    arrivals = {0: [(HOUSE + [1, 2, 3], {"max_new_tokens": 6})], 3: [(HOUSE + [4, 5], {"max_new_tokens": 5})],
+                30: [(HOUSE + [7], {"max_new_tokens": 4}), (HOUSE[:30] + [9, 9], {"max_new_tokens": 4})]}  # fmt: skip
+    runs = {}
+    for reuse in (False, True):
+        eng = Engine.load(str(tiny.path), policy=policy, token_budget=32, prefix_cache=reuse)
+        results, steps, _ = serve(eng, arrivals)
+        runs[reuse] = (results, sum(s.prefill_tokens for s in steps), eng.serving_state())
+    (cold, cold_prefill, _), (warm, warm_prefill, state) = runs[False], runs[True]
+    assert [r.tokens for r in warm] == [r.tokens for r in cold]
+    cached = [r.metrics.cached_tokens for r in warm]
+    assert cached[0] == 0 and all(c >= 30 for c in cached[1:]) and cached[3] == 30
+    assert warm_prefill == cold_prefill - sum(cached)
+    assert state.prefix_hits == sum(cached) and state.prefix_queries == sum(len(p) for s in arrivals.values() for p, _ in s)
+
+
+def test_leftovers_give_way_to_new_orders_before_anyone_is_preempted(tiny_llama):
+    """Two seats and KV for 80 tokens: leftovers are evicted for seats and memory, never a running order."""
+    eng = Engine.load(str(tiny_llama.path), policy="continuous", max_seqs=2, kv_tokens=80, prefix_cache=True)
+    arrivals = {i * 12: [([200 + i] * 20, {"max_new_tokens": 8})] for i in range(6)}
+    results, steps, _ = serve(eng, arrivals)
+    assert not [r for s in steps for r in s.preempted]
+    pool = eng.serving.pool
+    assert pool.free_seats + len(eng.serving.prefix.leftovers) == 2 and len(eng.serving.prefix.leftovers) >= 1
+    for res, (prompt, s) in zip(results, [a[0] for _, a in sorted(arrivals.items())], strict=True):
+        assert res.tokens == eng.generate([prompt], **s).tokens[0]

@@ -17,33 +17,23 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import socket
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from engine.errors import EngineError
-from serving.kitchen_loop import ENTRY_CODE, QueueState, ReadyInfo, StepInfo
+from serving.kitchen_loop import ENTRY_CODE, LoopSettings, QueueState, ReadyInfo, StepInfo
 from serving.metrics import KitchenMetrics
 
 REPO = Path(__file__).resolve().parent.parent
 READY_TIMEOUT_S = 600.0
-
-
-@dataclass(frozen=True)
-class LoopSettings:
-    model: str = "chef"
-    device: str = "cpu"
-    dtype: str = "float32"
-    policy: str = "chunked"
-    token_budget: int = 512
-    max_seqs: int = 64
-    threads: int = 0  # 0: torch's default
 
 
 @dataclass(frozen=True)
@@ -118,8 +108,7 @@ class EngineClient:
         ours, theirs = socket.socketpair()
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-        args = [str(theirs.fileno()), s.model, s.device, s.dtype, s.policy, str(s.token_budget),
-                str(s.max_seqs), str(s.threads)]  # fmt: skip
+        args = [str(theirs.fileno()), json.dumps(asdict(s))]
         self._proc = subprocess.Popen([sys.executable, "-c", ENTRY_CODE, *args], pass_fds=[theirs.fileno()],
                                       env=env, cwd=REPO, start_new_session=True)  # fmt: skip
         theirs.close()  # only the child holds that end: its death reads as EOF here

@@ -21,12 +21,13 @@ child -> parent:
                                           when the step only applied cancellations
 The key is the parent's name for a request (a string); the engine's request ids stay here.
 
-Run as `python -c "from serving.kitchen_loop import entry; entry()" FD MODEL DEVICE DTYPE POLICY
-TOKEN_BUDGET MAX_SEQS THREADS` (serving/engine_client.py does this).
+Run as `python -c "from serving.kitchen_loop import entry; ..." FD SETTINGS_JSON` (LoopSettings
+as JSON; serving/engine_client.py does this).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -35,6 +36,20 @@ from multiprocessing.connection import Connection
 
 ENTRY_CODE = "import sys; from serving.kitchen_loop import entry; entry(sys.argv[1:])"
 IDLE_POLL_S = 1.0  # an idle loop wakes this often to notice a parent that went away
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """What the kitchen loop loads and how it schedules (`two-pot-kitchen serve`'s options)."""
+
+    model: str = "chef"
+    device: str = "cpu"
+    dtype: str = "float32"
+    policy: str = "chunked"
+    token_budget: int = 512
+    max_seqs: int = 64
+    threads: int = 0  # 0: torch's default
+    prefix_cache: bool = True  # a class's orders often share a system prompt
 
 
 @dataclass(frozen=True)
@@ -68,30 +83,33 @@ class StepInfo:
 
 @dataclass(frozen=True)
 class QueueState:
-    """The scheduler after a step: the server's gauges."""
+    """The scheduler after a step: the server's gauges and prefix-cache counters."""
 
     running: int
     waiting: int
-    kv_usage: float  # 0..1 of the KV memory the running sequences hold
+    kv_usage: float  # 0..1 of the KV memory held (running sequences and leftovers)
+    prefix_queries: int = 0  # prompt tokens looked up, since the engine started
+    prefix_hits: int = 0
 
 
 def entry(argv: list[str]) -> None:
-    fd, model, device, dtype, policy, token_budget, max_seqs, threads = argv
+    fd, settings = argv
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch is imported (engine/__init__.py)
-    run(Connection(int(fd)), model, device, dtype, policy, int(token_budget), int(max_seqs), int(threads))
+    run(Connection(int(fd)), LoopSettings(**json.loads(settings)))
 
 
-def run(conn, model: str, device: str, dtype: str, policy: str, token_budget: int, max_seqs: int,
-        threads: int) -> None:  # fmt: skip
+def run(conn, s: LoopSettings) -> None:
     t0 = time.perf_counter()
+    model, policy = s.model, s.policy
     try:
         from engine import Engine, EngineError
 
-        if threads:
+        if s.threads:
             import torch
 
-            torch.set_num_threads(threads)
-        engine = Engine.load(model, device, dtype, policy=policy, token_budget=token_budget, max_seqs=max_seqs)
+            torch.set_num_threads(s.threads)
+        engine = Engine.load(model, s.device, s.dtype, policy=policy, token_budget=s.token_budget,
+                             max_seqs=s.max_seqs, prefix_cache=s.prefix_cache)  # fmt: skip
         warm = engine.submit([1], 2)  # first-call setup stays out of the first student's TTFT
         while not engine.idle:
             engine.step()
@@ -158,7 +176,8 @@ def serve(conn, engine, EngineError) -> None:  # noqa: N803 -- the engine's exce
                                 ev.decode_tokens, rec.kv_bytes)  # fmt: skip
         if info is not None or done:
             state = engine.serving_state()
-            conn.send(("step", info, tokens, done, QueueState(state.running, state.waiting, state.kv_usage)))
+            queue = QueueState(state.running, state.waiting, state.kv_usage, state.prefix_queries, state.prefix_hits)
+            conn.send(("step", info, tokens, done, queue))
 
 
 if __name__ == "__main__":

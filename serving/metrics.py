@@ -12,6 +12,7 @@ PromQL work), under our own prefix `twopot:` instead of `vllm:`:
     twopot:kv_cache_usage_perc                  gauge      0..1 of the KV memory in use
     twopot:prompt_tokens_total, generation_tokens_total    counter
     twopot:request_success_total{finished_reason}           counter
+    twopot:prefix_cache_queries_total, prefix_cache_hits_total  counter  prompt tokens looked up / found
 and the kitchen's own per-phase series:
     twopot:step_seconds{phase="prefill|decode|mixed"}       histogram  one engine step
     twopot:step_tokens_total{phase, kind="prefill|decode"}  counter
@@ -61,6 +62,11 @@ class KitchenMetrics:
                                          registry=r).labels(**labels)  # fmt: skip
         self.success = Counter(PREFIX + "request_success", "Finished requests by reason.",
                                ["model_name", "finished_reason"], registry=r)  # fmt: skip
+        self.prefix_queries = Counter(PREFIX + "prefix_cache_queries", "Prompt tokens looked up in the prefix cache.",
+                                      ["model_name"], registry=r).labels(**labels)  # fmt: skip
+        self.prefix_hits = Counter(PREFIX + "prefix_cache_hits", "Prompt tokens found in the prefix cache.",
+                                   ["model_name"], registry=r).labels(**labels)  # fmt: skip
+        self._prefix_seen = (0, 0)  # the engine's running totals at the last step (a restart resets them)
         self.step_seconds = Histogram(PREFIX + "step_seconds", "One engine step (forward + sampling).",
                                       ["model_name", "phase"], buckets=BUCKETS, registry=r)  # fmt: skip
         self.step_tokens = Counter(PREFIX + "step_tokens", "Tokens fed to the model, by step phase and kind.",
@@ -71,6 +77,10 @@ class KitchenMetrics:
         self.running.set(state.running)
         self.waiting.set(state.waiting)
         self.kv_usage.set(state.kv_usage)
+        q0, h0 = self._prefix_seen if state.prefix_queries >= self._prefix_seen[0] else (0, 0)
+        self.prefix_queries.inc(state.prefix_queries - q0)
+        self.prefix_hits.inc(state.prefix_hits - h0)
+        self._prefix_seen = (state.prefix_queries, state.prefix_hits)
 
     def observe_step(self, info: StepInfo) -> None:
         self.step_seconds.labels(self.model, info.phase).observe(info.seconds)

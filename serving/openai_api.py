@@ -145,9 +145,11 @@ def timings(step: StepInfo | None, ttft_s: float | None) -> dict:
     return out
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict:
+    """OpenAI's usage object; `prompt_tokens_details.cached_tokens` counts the prompt's reused prefix."""
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}  # fmt: skip
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}  # fmt: skip
 
 
 def chunk(order: Order, rid: str, index: int, text: str, finish: str | None, extra: dict, first: bool = False) -> dict:

@@ -71,6 +71,7 @@ class Choice:
     def __init__(self, stops: tuple[str, ...]):
         self.stops, self.hold = stops, max((len(s) for s in stops), default=1) - 1
         self.text, self.sent, self.tokens, self.finish = "", 0, 0, None
+        self.cached = 0  # prompt tokens the kitchen reused from a cached prefix
         self.ttft_s: float | None = None
         self.chunks = 0  # pieces sent so far
 
@@ -238,6 +239,7 @@ class Kitchen:
                                     first=c.chunks == 1))  # fmt: skip
             elif kind == "done":
                 c = choices[i]
+                c.cached = value.metrics.cached_tokens if value.metrics is not None else 0
                 if not c.finish:
                     reason = "length" if value.finish_reason == "length" else "stop"
                     rest = c.feed("", reason)
@@ -250,7 +252,7 @@ class Kitchen:
                 yield sse({"error": {"message": value, "type": kind_name, "param": None, "code": 500 if kind == "error" else 408}})
                 break
         if order.include_usage:
-            use = usage(handles[0].prompt_tokens, sum(c.tokens for c in choices))
+            use = usage(handles[0].prompt_tokens, sum(c.tokens for c in choices), choices[0].cached)
             yield sse({"id": rid, "object": "chat.completion.chunk" if order.chat else "text_completion",
                        "created": int(time.time()), "model": order.model, "choices": [], "usage": use})  # fmt: skip
         yield sse("[DONE]")
@@ -265,6 +267,7 @@ class Kitchen:
                     self.client.cancel(handles[i].key)
             elif kind == "done":
                 metrics[i] = value.metrics
+                choices[i].cached = value.metrics.cached_tokens if value.metrics is not None else 0
                 if not choices[i].finish:
                     choices[i].feed("", "length" if value.finish_reason == "length" else "stop")
                     choices[i].tokens -= 1
@@ -275,7 +278,7 @@ class Kitchen:
             "queue_ms": m.queue_s * 1e3, "ttft_ms": m.ttft_s * 1e3, "e2e_ms": m.e2e_s * 1e3,
             "tpot_ms": None if m.tpot_s is None else m.tpot_s * 1e3,
         } for m in metrics]  # fmt: skip
-        use = usage(handles[0].prompt_tokens, sum(c.tokens for c in choices))
+        use = usage(handles[0].prompt_tokens, sum(c.tokens for c in choices), choices[0].cached)
         body = whole(order, rid, [c.text for c in choices], [c.finish for c in choices], use,
                      {"timings": {"choices": per_choice}})  # fmt: skip
         return JSONResponse(body)
@@ -335,6 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token-budget", type=int, default=512)
     p.add_argument("--max-seqs", type=int, default=64)
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--no-prefix-cache", action="store_true", help="recompute shared prompt prefixes every time")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", default=None)
@@ -363,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         metrics = KitchenMetrics(name)
         print(f"loading {name} on {args.device} ({args.dtype}, policy {args.policy})...", file=sys.stderr)
         client = EngineClient(LoopSettings(source, args.device, args.dtype, args.policy, args.token_budget,
-                                           args.max_seqs, args.threads), metrics)  # fmt: skip
+                                           args.max_seqs, args.threads, not args.no_prefix_cache), metrics)  # fmt: skip
     except EngineError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

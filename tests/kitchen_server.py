@@ -20,7 +20,7 @@ def kitchen(caps: Caps | None = None, api_key: str | None = None, model: str = "
 
     name, source = served_name(model)
     metrics = KitchenMetrics(name)
-    client = EngineClient(LoopSettings(source, policy="chunked", token_budget=64, threads=1), metrics)
+    client = EngineClient(LoopSettings(source, policy="chunked", token_budget=64, threads=1, prefix_cache=True), metrics)
     app = create_app(client, ServerConfig(name, api_key, caps or Caps()), metrics)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -224,3 +224,15 @@ def test_loadgen_refuses_anything_but_loopback(capsys):
 
     assert loadgen(["--url", "http://10.0.0.5:8000"]) == 2
     assert "--url must be a loopback address" in capsys.readouterr().err
+
+
+def test_a_shared_house_prompt_is_cooked_once(oai, served):
+    house = "KING HENRY:\nOnce more unto the breach, dear friends, once more;\nOr close the wall up with our English dead.\n\n"
+    first = oai.completions.create(model="chef", prompt=house + "ROMEO:", max_tokens=6, temperature=0)
+    second = oai.completions.create(model="chef", prompt=house + "JULIET:", max_tokens=6, temperature=0)
+    assert first.usage.prompt_tokens_details.cached_tokens < 5  # at most a word shared with earlier orders
+    assert second.usage.prompt_tokens_details.cached_tokens >= 20  # the house prompt, reused
+    assert second.choices[0].text == alone(house + "JULIET:", 6)
+    text = httpx.get(served[0] + "/metrics").text
+    hits = next(float(ln.split()[-1]) for ln in text.splitlines() if ln.startswith("twopot:prefix_cache_hits_total{"))
+    assert hits >= 20

@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="python -m engine", description="Two-Pot Kitchen inference engine")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     gen = sub.add_parser("generate", help="run one request and print the tokens, texts and metrics")
-    gen.add_argument("--model", required=True, help="folder, preset:NAME, catalog name or hub id")
+    gen.add_argument("--model", required=True, help="folder, preset:NAME, embedded model name (chef, apprentice) or hub id")
     prompt = gen.add_mutually_exclusive_group(required=True)
     prompt.add_argument("--prompt", help="prompt text (needs a tokenizer)")
     prompt.add_argument("--prompt-ids", help="comma-separated token ids, e.g. 1,2,3")

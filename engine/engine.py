@@ -139,7 +139,7 @@ class Engine:
     def load(cls, model: str, device: str = "cpu", dtype: str = "float32", kv_budget_bytes: int | None = None,
              policy: str = "continuous", token_budget: int = 512, max_seqs: int = 64,
              max_seq_len: int | None = None, kv_tokens: int = 0, prefix_cache: bool = False) -> Engine:  # fmt: skip
-        """Folder, `preset:NAME`, catalog name or hub id -> a ready Engine (see docs/engine-api.md)."""
+        """Folder, `preset:NAME`, an embedded model's name (assets/models/NAME) or hub id -> a ready Engine."""
         serving = ServingConfig(policy, token_budget, max_seqs, max_seq_len, kv_tokens, prefix_cache=prefix_cache)
         SchedulerConfig(policy, max_seqs, token_budget).check()  # refuse bad settings before loading
         loaded = load_model(model, device, dtype)

@@ -71,3 +71,12 @@ def test_kv_layout_probe_times_both_layouts_on_the_same_data():
 
     t = time_layouts(Shape("tiny", 2, 4, 2, 8), batch=3, context=32, repeats=2)
     assert t.seats_ms > 0 and t.blocks_ms > 0 and t.blocks_vs_seats == t.blocks_ms / t.seats_ms
+
+
+def test_prefix_reuse_probe_times_cold_and_warm_on_the_real_engine(tiny_llama):
+    from bench.prefix_reuse import time_reuse
+    from engine import Engine
+
+    t = time_reuse(Engine.load(str(tiny_llama.path)), prompt_len=60, shared=0.9, repeats=2)
+    assert t.shared_tokens == 54 and t.warm_cached_tokens == 54
+    assert t.cold_ttft_s > 0 and t.warm_ttft_s > 0 and t.ratio == t.warm_ttft_s / t.cold_ttft_s

@@ -11,7 +11,6 @@ engine/results.py); medians over the repeats, the two sides interleaved.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import statistics

@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens")
     gen.add_argument("--cuda-graph", action="store_true", help="replay decode as a CUDA graph")
     gen.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    gen.add_argument("--speculate", type=int, default=0, help="draft tokens per decode step (speculative decoding)")
+    gen.add_argument("--draft", default="ngram", help="the draft: ngram (prompt lookup)")
     gen.add_argument("--json", action="store_true", help="print one JSON object")
     info = sub.add_parser("info", help="print the model's ModelInfo as JSON")
     info.add_argument("--model", required=True)
@@ -75,6 +77,8 @@ def run_generate(args) -> int:
         torch.set_num_threads(args.threads)  # process-wide: fine for a one-shot CLI run
     prompt = args.prompt if args.prompt is not None else parse_ids(args.prompt_ids)
     eng = Engine.load(args.model, device=args.device, dtype=args.dtype, kv_budget_bytes=args.kv_budget_bytes)
+    if args.speculate:
+        return run_speculative(eng, prompt, args)
     res = eng.generate(
         [prompt] * args.batch, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
         top_k=args.top_k, top_p=args.top_p, seed=args.seed, cache=args.cache, batching=args.batching,
@@ -90,6 +94,32 @@ def run_generate(args) -> int:
         f"TTFT {m.ttft_s * 1e3:.1f} ms | TPOT {m.tpot_s * 1e3:.2f} ms | E2E {m.e2e_s * 1e3:.1f} ms | "
         f"prefill {m.prefill_tps:,.0f} tok/s | decode {m.decode_tps:,.1f} tok/s | KV {m.kv_cache_bytes:,} B"
     )
+    return 0
+
+
+def run_speculative(eng, prompt, args) -> int:
+    """Speculative decoding runs on the serving path: one request through submit/step."""
+    from dataclasses import asdict
+
+    from engine.events import Done
+
+    if args.batch != 1:
+        raise EngineError(f"--speculate serves one prompt at a time here (got --batch {args.batch})")
+    eng.submit(prompt, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+               seed=args.seed, stop_at_eos=not args.ignore_eos, speculate=args.speculate, draft=args.draft)  # fmt: skip
+    res = None
+    while not eng.idle:
+        res = next((e.result for e in eng.step() if isinstance(e, Done)), res)
+    spec = res.speculation
+    if args.json:
+        out = {"tokens": [res.tokens], "texts": [res.text], "finish_reason": res.finish_reason}
+        out |= asdict(res.metrics) | {"speculation": asdict(spec) | {"mean_acceptance_length": spec.mean_acceptance_length}}
+        print(json.dumps(out))
+        return 0
+    m = res.metrics
+    print(f"[0] {res.text!r}  ids={res.tokens}")
+    print(f"TTFT {m.ttft_s * 1e3:.1f} ms | TPOT {(m.tpot_s or 0) * 1e3:.2f} ms | drafts {spec.drafts}, "
+          f"accepted {spec.accepted}/{spec.drafted} | mean acceptance length {spec.mean_acceptance_length:.2f}")  # fmt: skip
     return 0
 
 

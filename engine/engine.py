@@ -42,6 +42,7 @@ from engine.runner import PassOutput, Runner
 from engine.sampling import SamplingParams, sample
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import Sequence, Status
+from engine.speculative import verify
 from engine.text import IncrementalDecoder, TextCodec, encode_prompts
 from engine.trace import measured_step
 
@@ -170,6 +171,8 @@ class Engine:
             raise EngineError(f"cuda_graph=True needs a CUDA device; this engine runs on {self.device}")
         if req.cuda_graph and req.cache != "static":
             raise EngineError(f"cuda_graph=True needs cache='static' (got '{req.cache}')")
+        if req.speculate:
+            raise EngineError("speculative decoding runs on the serving path: submit() each prompt with speculate=K")
         return ids
 
     # --- one order as one fixed batch ---------------------------------------------------------------
@@ -248,7 +251,7 @@ class Engine:
             params=SamplingParams(req.temperature, req.top_k, req.top_p), generator=gen,
             stop_ids=frozenset(self.cfg.eos_ids) if req.stop_at_eos else frozenset(),
             decoder=IncrementalDecoder(self.codec, ids),
-            arrival_t=time.perf_counter() if arrival_s is None else arrival_s,
+            arrival_t=time.perf_counter() if arrival_s is None else arrival_s, speculate=req.speculate,
         )  # fmt: skip
         srv.seqs[rid] = seq
         srv.scheduler.add(seq)
@@ -285,21 +288,27 @@ class Engine:
         t_start = self._now()
         out = srv.runner.run(plan)
         t_fwd = self._now()
-        next_ids = self._sample(out)
+        picks = self._sample(out)
         t_end = self._now()
         t_abs = self._t0 + t_end
         finished = []
-        for w, tok in zip(out.sampled, next_ids, strict=True):
+        for w, toks in zip(out.sampled, picks, strict=True):
             seq = w.seq
-            done = seq.append(tok, t_abs)
-            text = seq.decoder.feed(tok, final=done)
-            events.append(Token(t_end, 0, len(seq.output) - 1, tok, text, done, seq.request_id))
-            if done:
-                finished.append(seq)
+            if w.draft:  # keep the K/V of the last token and the accepted drafts; the rest is stale
+                seq.spec.record(len(w.draft), len(toks) - 1)
+                seq.num_cached = w.start + len(toks)
+                srv.pool.note_written(seq.seat, seq.num_cached)
+            for tok in toks:
+                done = seq.append(tok, t_abs)
+                text = seq.decoder.feed(tok, final=done)
+                events.append(Token(t_end, 0, len(seq.output) - 1, tok, text, done, seq.request_id))
+                if done:
+                    finished.append(seq)
+                    break
         rec = measured_step(
             self.cfg, self.model.dtype.itemsize, phase=plan.phase, index=self._step_index(), t_start=t_start,
             t_end=t_end, forward_s=t_fwd - t_start, batch=len(plan.work), tokens=out.tokens, slots=out.tokens,
-            kv_tokens=out.kv_read, kv_bytes=srv.pool.bytes_in_use, logits_rows=len(out.sampled),
+            kv_tokens=out.kv_read, kv_bytes=srv.pool.bytes_in_use, logits_rows=out.logits.shape[0],
             attn_pairs=out.attn_pairs,
         )  # fmt: skip
         events.append(StepEnd(
@@ -312,19 +321,21 @@ class Engine:
             events.append(self._done(seq, t_abs))
         return events
 
-    def _sample(self, out: PassOutput) -> list[int]:
-        """Each sequence samples with its own settings and generator; greedy rows in one argmax."""
-        ids = [0] * len(out.sampled)
-        greedy = [i for i, w in enumerate(out.sampled) if w.seq.params.greedy]
-        if greedy:
-            picked = out.logits[greedy].argmax(dim=-1).tolist() if len(greedy) < len(ids) \
-                else out.logits.argmax(dim=-1).tolist()  # fmt: skip
-            for i, tok in zip(greedy, picked, strict=True):
-                ids[i] = tok
-        for i, w in enumerate(out.sampled):
-            if not w.seq.params.greedy:
-                ids[i] = int(sample(out.logits[i : i + 1], w.seq.params, w.seq.generator)[0])
-        return ids
+    def _sample(self, out: PassOutput) -> list[list[int]]:
+        """The tokens each sampled work appends: one, sampled with the sequence's own settings and
+        generator; or, for a speculating decode, the accepted drafts and one more (engine/speculative.py)."""
+        best = out.logits.argmax(dim=-1).tolist() if any(w.seq.params.greedy for w in out.sampled) else []
+        picks, row = [], 0
+        for w in out.sampled:
+            seq = w.seq
+            if w.draft:
+                picks.append(verify(out.logits[row : row + w.length], list(w.draft), seq.params, seq.generator))
+                row += w.length
+                continue
+            picks.append([best[row]] if seq.params.greedy else [int(sample(out.logits[row : row + 1], seq.params,
+                                                                               seq.generator)[0])])  # fmt: skip
+            row += 1
+        return picks
 
     def _done(self, seq: Sequence, t_abs: float) -> Done:
         seq.finish_t = t_abs
@@ -332,6 +343,7 @@ class Engine:
         result = RequestResult(
             request_id=seq.request_id, prompt_ids=seq.prompt, tokens=seq.output, text=self.decode(seq.output),
             finish_reason=seq.finish_reason,
+            speculation=seq.spec if seq.speculate else None,
             metrics=request_metrics(seq.arrival_t, seq.scheduled_t, seq.token_times, len(seq.prompt),
                                     seq.preemptions, seq.cached_tokens),
         )  # fmt: skip

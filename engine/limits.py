@@ -39,6 +39,8 @@ class RequestSettings:
     batching: str = "padded"
     stop_at_eos: bool = True
     cuda_graph: bool = False
+    speculate: int = 0  # draft tokens per decode step (serving path only; engine/speculative.py)
+    draft: str = "ngram"
 
     def __init__(self, **kwargs):
         known = {f.name for f in fields(self)}
@@ -97,8 +99,16 @@ def check_request(cfg: ModelConfig, prompts: list[list[int]], req: RequestSettin
     if req.batching not in BATCHING_MODES:
         raise EngineError(f"unknown batching '{req.batching}' (choose {', '.join(BATCHING_MODES)})")
     from engine.sampling import SamplingParams
+    from engine.speculative import DRAFTS, MAX_SPECULATE
 
     SamplingParams(req.temperature, req.top_k, req.top_p).check()
+    if not isinstance(req.speculate, int) or not 0 <= req.speculate <= MAX_SPECULATE:
+        raise EngineError(f"speculate must be 0..{MAX_SPECULATE} draft tokens per step (got {req.speculate})")
+    if req.draft not in DRAFTS:
+        raise EngineError(
+            f"draft '{req.draft}' is not available: the engine drafts with {', '.join(DRAFTS)} (prompt lookup); "
+            "a second model as the draft is not built yet"
+        )
     for i, ids in enumerate(prompts, start=1):
         if not ids:
             raise EngineError(f"prompt {i} is empty: give at least one token")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from engine.speculative import SpecCounters
 from engine.trace import Metrics, Trace
 
 
@@ -63,6 +64,7 @@ class RequestResult:
     text: str
     finish_reason: str  # "length", "stop" or "cancelled"
     metrics: RequestMetrics | None  # None when cancelled before its first token
+    speculation: SpecCounters | None = None  # drafts, drafted, accepted (per position) when it speculated
 
 
 def request_metrics(arrival: float, scheduled: float | None, times: list[float], prompt_tokens: int,

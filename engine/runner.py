@@ -26,8 +26,8 @@ from engine.scheduler import StepPlan, Work
 
 @dataclass(frozen=True)
 class PassOutput:
-    logits: torch.Tensor  # (R, V): one row per entry of `sampled`
-    sampled: list[Work]  # the work items whose sequence samples its next token
+    logits: torch.Tensor  # (R, V): one row per sampled work, or 1 + len(draft) rows for a speculating one
+    sampled: list[Work]  # the work items whose sequence samples, in the order of their rows
     tokens: int  # tokens fed (prefill + decode)
     prefill_tokens: int
     decode_tokens: int
@@ -46,20 +46,22 @@ class Runner:
 
     @torch.inference_mode()
     def run(self, plan: StepPlan) -> PassOutput:
-        decodes = sorted((w for w in plan.work if w.is_decode), key=lambda w: w.seq.seat)
-        chunks = [w for w in plan.work if not w.is_decode]
+        decodes = sorted((w for w in plan.work if w.is_decode and not w.draft), key=lambda w: w.seq.seat)
+        chunks = [w for w in plan.work if not w.is_decode or w.draft]  # prompt chunks and draft checks
         ids = [w.seq.tokens[w.start] for w in decodes]
         pos = [w.start for w in decodes]
         rows, spans, pairs = list(range(len(decodes))), [], sum(pos) + len(pos)
         offset = len(decodes)
         for w in chunks:
-            ids += w.seq.tokens[w.start : w.start + w.length]
+            ids += w.fed
             pos += range(w.start, w.start + w.length)
             spans.append(Span(w.seq.seat, w.start, w.length, self._span_mask(w)))
             pairs += w.length * w.start + w.length * (w.length + 1) // 2
+            if w.draft:  # every position is checked against the draft
+                rows += range(offset, offset + w.length)
+            elif w.samples:
+                rows.append(offset + w.length - 1)
             offset += w.length
-            if w.samples:
-                rows.append(offset - 1)
         sampled = decodes + [w for w in chunks if w.samples]
         graphed = self.graphs is not None and not chunks and self.graphs.fits(len(decodes))
         if graphed:
@@ -69,13 +71,15 @@ class Runner:
         for w in plan.work:
             w.seq.num_cached = w.start + w.length
             self.pool.note_written(w.seq.seat, w.seq.num_cached)
-        n_pre = sum(w.length for w in chunks)
-        return PassOutput(logits, sampled, n_pre + len(decodes), n_pre, len(decodes), pairs, pairs, graphed)
+        n_pre = sum(w.length for w in chunks if not w.is_decode)
+        n_dec = sum(w.length for w in plan.work if w.is_decode)
+        return PassOutput(logits, sampled, n_pre + n_dec, n_pre, n_dec, pairs, pairs, graphed)
 
     def _forward(self, decodes: list[Work], spans: list[Span], ids: list[int], pos: list[int],
                  rows: list[int] | None) -> torch.Tensor:  # fmt: skip
         """The eager pass. `rows` None: every row decodes, laid out (B, 1) like the decode path."""
         dev, nd, n = self.device, len(decodes), len(ids)
+        assert all(w.seq.seat == i for i, w in enumerate(decodes)), "the scheduler seats decode rows in 0..B-1"
         width = max(pos[:nd], default=-1) + 1
         self.pool.prepare_read([w.seq.seat for w in decodes], pos[:nd], width)
         # tokens, positions and the decode rows' K/V write index in one host-to-device copy

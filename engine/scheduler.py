@@ -41,6 +41,7 @@ from engine.errors import EngineError
 from engine.kv_pool import SeatPool
 from engine.prefix_cache import Match, PrefixCache
 from engine.sequence import Sequence, Status
+from engine.speculative import ngram_draft
 
 POLICIES = ("static", "continuous", "chunked")
 
@@ -64,18 +65,34 @@ class SchedulerConfig:
 @dataclass(frozen=True)
 class Work:
     """One sequence's share of a step: feed tokens[start : start + length]. Made with `Work.of`,
-    which fixes, at planning time, whether it is a decode and whether the pass samples for it."""
+    which fixes, at planning time, whether it is a decode and whether the pass samples for it.
+    A speculating decode also feeds its `draft` after its last token (length = 1 + len(draft))."""
 
     seq: Sequence
     start: int
     length: int
     is_decode: bool
     samples: bool  # the pass reaches the sequence's last token, so it samples the next one
+    draft: tuple[int, ...] = ()
 
     @classmethod
     def of(cls, seq: Sequence, length: int) -> Work:
         start = seq.num_cached
         return cls(seq, start, length, not seq.prefilling, start + length == len(seq.tokens))
+
+    @classmethod
+    def decode(cls, seq: Sequence, seat_len: int) -> Work:
+        """One decode, with a prompt-lookup draft when the sequence speculates (never past its
+        max_new_tokens or its seat)."""
+        k = min(seq.speculate, seq.max_new_tokens - len(seq.output) - 1, seat_len - len(seq.tokens))
+        draft = tuple(ngram_draft(seq.tokens, k)) if k > 0 else ()
+        return cls(seq, seq.num_cached, 1 + len(draft), True, True, draft)
+
+    @property
+    def fed(self) -> list[int]:
+        """The token ids this work feeds."""
+        return self.seq.tokens[self.start : self.start + self.length] if not self.draft else \
+            [self.seq.tokens[self.start], *self.draft]  # fmt: skip
 
 
 @dataclass
@@ -135,11 +152,12 @@ class Scheduler:
         for w in plan.work:
             if w.seq.scheduled_t is None:
                 w.seq.scheduled_t = now
-        self._compact([w.seq for w in plan.work if w.is_decode])
+        self._compact([w.seq for w in plan.work if w.is_decode and not w.draft])  # the rows read as one view
         return plan
 
     def _compact(self, decodes: list[Sequence]) -> None:
-        """Seat the decoding sequences in seats 0..B-1, so the step reads their KV as one view."""
+        """Seat the plain decodes in seats 0..B-1, so the step reads their KV as one view (prompt
+        chunks and draft checks attend seat by seat, wherever they sit)."""
         if sorted(s.seat for s in decodes) == list(range(len(decodes))):
             return
         self.pool.compact([s.seat for s in decodes])
@@ -198,8 +216,8 @@ class Scheduler:
 
     def _decode(self) -> StepPlan:
         plan = StepPlan()
-        self._make_room(len(self.running), plan)
-        plan.work = [Work.of(s, 1) for s in self.running]
+        self._make_room(len(self.running) + sum(s.speculate for s in self.running), plan)
+        plan.work = [Work.decode(s, self.pool.seat_len) for s in self.running]
         return plan
 
     def _make_room(self, need: int, plan: StepPlan) -> None:
@@ -216,11 +234,10 @@ class Scheduler:
     def _chunked(self) -> StepPlan:
         plan = StepPlan()
         decodes = [s for s in self.running if not s.prefilling]
-        self._make_room(len(decodes), plan)
-        decodes = [s for s in self.running if not s.prefilling]
-        plan.work = [Work.of(s, 1) for s in decodes]
-        budget = self.config.token_budget - len(decodes)
-        planned = len(decodes)  # tokens this step adds to the cache so far
+        self._make_room(len(decodes) + sum(s.speculate for s in decodes), plan)
+        plan.work = [Work.decode(s, self.pool.seat_len) for s in self.running if not s.prefilling]
+        planned = sum(w.length for w in plan.work)  # tokens this step adds to the cache so far
+        budget = self.config.token_budget - planned
         free = self._fit(planned) - planned
         for seq in [s for s in self.running if s.prefilling]:  # chunks already under way, oldest first
             n = min(seq.to_compute, budget, free)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.sampling import SamplingParams
+from engine.speculative import SpecCounters
 from engine.text import IncrementalDecoder
 
 
@@ -58,6 +59,8 @@ class Sequence:
     finish_t: float | None = None
     preemptions: int = 0
     cached_tokens: int = 0  # prompt tokens reused from a cached prefix (engine/prefix_cache.py)
+    speculate: int = 0  # draft tokens to propose per decode step (engine/speculative.py)
+    spec: SpecCounters = field(default_factory=SpecCounters)
     cancel_requested: bool = False
 
     def __post_init__(self) -> None:

@@ -80,3 +80,13 @@ def test_prefix_reuse_probe_times_cold_and_warm_on_the_real_engine(tiny_llama):
     t = time_reuse(Engine.load(str(tiny_llama.path)), prompt_len=60, shared=0.9, repeats=2)
     assert t.shared_tokens == 54 and t.warm_cached_tokens == 54
     assert t.cold_ttft_s > 0 and t.warm_ttft_s > 0 and t.ratio == t.warm_ttft_s / t.cold_ttft_s
+
+
+def test_speculation_probe_compares_plain_and_drafted_decode_on_the_real_engine(tiny_llama):
+    from bench.speculation import time_speculation
+    from engine import Engine
+
+    eng = Engine.load(str(tiny_llama.path))
+    t = time_speculation(eng, [5, 6, 7, 5, 6, 7, 5, 6], "copy", k=3, new=16, repeats=2)
+    assert t.identical and t.plain_tps > 0 and t.spec_tps > 0 and t.mean_acceptance_length >= 1
+    assert t.speedup == t.spec_tps / t.plain_tps

@@ -7,12 +7,10 @@
 See docs/engine-api.md for the contract. This package never imports streamlit.
 
 Why OMP_WAIT_POLICY=PASSIVE (set here only if unset, and only effective when this package is
-imported before torch): PyTorch's OpenMP threads spin while waiting for work. On a machine whose
-cores are shared with other processes, a spinning thread steals the core its partner needs, and a
-SmolLM2-135M decode step measured 10x slower with 2 threads than with 1 (650 ms vs 64 ms per token);
-with passive waiting the 2-thread step was back to ~50-110 ms. The price on an idle machine: every
-parallel region wakes a sleeping thread, and a quiet 2-thread step took 66 ms passive vs 37 ms with
-ACTIVE (docs/benchmarks/README.md). Export OMP_WAIT_POLICY=ACTIVE on an otherwise idle machine.
+imported before torch): PyTorch's OpenMP threads spin while waiting for work, and on cores shared
+with other processes a spinning thread steals the core its partner needs. The price on an idle
+machine is that every parallel region wakes a sleeping thread, so export OMP_WAIT_POLICY=ACTIVE
+when the cores are yours alone (the numbers: docs/benchmarks/engine-choices.md).
 """
 
 import os

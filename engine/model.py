@@ -85,9 +85,9 @@ class Norm(nn.Module):
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x / sqrt(mean(x^2) + eps) * weight, with the statistics in float32 as HF computes them.
 
-    Written out rather than `F.rms_norm`: on CPU (torch 2.13, 2 threads) the five ops took 166 us
-    for a 512 x 576 prefill activation vs 291 us for `F.rms_norm` (61 calls per pass), and the same
-    14 us for one decode row. Half and bfloat16 inputs take HF's round trip through float32.
+    Written out rather than `F.rms_norm`, which was slower on CPU for prefill-sized activations and
+    no faster for one decode row (docs/benchmarks/engine-choices.md). Half and bfloat16 inputs take
+    HF's round trip through float32.
     """
     if x.dtype == torch.float32:
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
@@ -101,10 +101,8 @@ def decode_attention(q, k, v, bias: torch.Tensor) -> torch.Tensor:
 
     q (B, H, 1, D); k, v (B, Hkv, S, D); bias (B, 1, 1, S) additive: 0 = may attend, -inf = not.
     The H query heads are regrouped as (Hkv, G) so each KV head serves its G query heads in one
-    matmul (grouped-query attention without copying K/V G times). Measured on CPU (2 threads,
-    SmolLM2-135M heads, 129 cached tokens, median of 200): at batch 32 this took 383 us vs 606 us
-    for SDPA with the same float mask (662 us with a bool mask); at batch 1 it is ~15 us slower
-    (44 vs 29 us), which 30 layers turn into 0.5 ms of a ~36 ms step.
+    matmul (grouped-query attention without copying K/V G times). On CPU this beats SDPA with the
+    same mask at large batch and costs a little at batch 1 (docs/benchmarks/engine-choices.md).
     Worked shapes, SmolLM2-135M at 128 cached tokens: q (1, 9, 1, 64) -> (1, 3, 3, 64);
     scores (1, 3, 3, 128); out (1, 3, 3, 64) -> (1, 1, 576).
     """
@@ -125,11 +123,10 @@ def _buffer(module: nn.Module, name: str, shape, device, dtype, present: bool = 
 def _weight(module: nn.Module, name: str, d_in: int, d_out: int, device, dtype) -> None:
     """A weight used as `x @ W_t`, shape (d_in, d_out); which way round its memory lies depends on dtype.
 
-    float32 keeps (in, out) rows contiguous: MKL's fp32 GEMV was fastest that way on our CPU.
+    float32 keeps (in, out) rows contiguous: MKL's fp32 GEMV is fastest that way on CPU.
     16-bit weights on CPU are stored (out, in), HF's layout, and `W_t` is a transposed view of
-    it: the bf16/fp16 kernels (oneDNN) want that. SmolLM2-135M's 121 decode matmuls, 2 threads,
-    median of 5: bf16 batch 1 took 53.4 ms as (in, out) vs 35.3 ms as (out, in); batch 32 51.1
-    vs 43.5 ms; 512-token prefill 189 vs 177 ms. Same values either way; loaders just copy_ in.
+    it: the bf16/fp16 kernels (oneDNN) want that (docs/benchmarks/engine-choices.md has both
+    measurements). Same values either way; loaders just copy_ in.
     """
     half_on_cpu = dtype in (torch.bfloat16, torch.float16) and torch.device(device).type == "cpu"
     if half_on_cpu:
@@ -323,10 +320,9 @@ class Transformer(nn.Module):
             return table[tokens]  # (B, T, d)
         # float32: gather columns -> (d, B*T). The transpose must be made contiguous: elementwise
         # ops keep a column-major layout all the way through the network, and `x @ W` on such an
-        # x cannot fold (B, T) into one GEMM: it runs B GEMVs, each reading all of W (a batch-32
-        # step took 261 ms instead of 110 ms when we let that happen). Advanced indexing, not
-        # index_select: with the matrix cold in memory (as it is after 30 layers) it gathered 32
-        # columns in 0.46 vs 3.15 ms and 512 in 3.5 vs 7.5 ms (2 threads, median of 7).
+        # x cannot fold (B, T) into one GEMM: it runs B GEMVs, each reading all of W. Advanced
+        # indexing, not index_select: it gathers cold columns several times faster
+        # (docs/benchmarks/engine-choices.md).
         cols = self.lm_head_t[:, tokens.reshape(-1)]  # (d, B*T)
         return cols.t().contiguous().view(B, T, -1)  # (B, T, d)
 

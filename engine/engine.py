@@ -257,6 +257,34 @@ class Engine:
         srv.scheduler.add(seq)
         return rid
 
+    def adopt(self, prompt: list[int], first_token: int, k: torch.Tensor, v: torch.Tensor,
+              max_new_tokens: int = 64, **settings) -> int:  # fmt: skip
+        """Take over a request prefilled by another engine (a second kitchen): its prompt's K/V,
+        `k` and `v` of shape (layers, Hkv, len(prompt), D), and the first token sampled from its
+        prefill logits. It joins the running batch at once; `step()` continues its decode.
+        Returns its request id. Its TTFT here is 0: the first token was made elsewhere."""
+        n = len(prompt)
+        if max_new_tokens < 2:
+            raise EngineError(f"an adopted request decodes at least one more token: max_new_tokens >= 2 (got {max_new_tokens})")
+        expected = (self.cfg.n_layers, self.cfg.n_kv_heads, n, self.cfg.head_dim)
+        if tuple(k.shape) != expected or tuple(v.shape) != expected:
+            raise EngineError(f"adopted K/V must be (layers, kv heads, prompt, head dim) = {expected}; got {tuple(k.shape)}")
+        if settings.get("stop_at_eos", True) and first_token in self.cfg.eos_ids:
+            raise EngineError("the first token already ends this request (EOS): there is nothing to decode")
+        rid = self.submit(prompt, max_new_tokens, **settings)
+        srv = self.serving
+        seq = srv.seqs[rid]
+        srv.scheduler.waiting.remove(seq)
+        seq.num_cached = n
+        seq.scheduled_t = seq.arrival_t
+        seat = srv.scheduler.adopt(seq)
+        srv.pool.k[:, seat, :, :n] = k.to(srv.pool.dtype)
+        srv.pool.v[:, seat, :, :n] = v.to(srv.pool.dtype)
+        srv.pool.note_written(seat, n)
+        seq.append(first_token, seq.arrival_t)
+        seq.decoder.feed(first_token)
+        return rid
+
     def cancel(self, request_id: int) -> bool:
         """Stop a request; its seat is freed and its Done (finish_reason "cancelled") comes at the next
         step. False if it had already finished."""

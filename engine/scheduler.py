@@ -126,6 +126,19 @@ class Scheduler:
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
 
+    def adopt(self, seq: Sequence) -> int:
+        """Seat a sequence whose prompt was prefilled elsewhere (its K/V are copied in by the caller),
+        straight into the running batch; its next step is a decode. Returns the seat."""
+        if len(self.running) >= self.config.max_seqs:
+            raise EngineError(f"no free seat: all {self.config.max_seqs} are cooking (max_seqs)")
+        need = seq.num_cached + 1
+        if self._fit(need) < need:
+            raise EngineError(f"no KV memory for {need:,} tokens: {self.kv_tokens - self.tokens_held():,} free")
+        seq.seat = self.prefix.take_seat(seq.request_id) if self.prefix is not None else self.pool.take(seq.request_id)
+        seq.status = Status.RUNNING
+        self.running.append(seq)
+        return seq.seat
+
     def remove(self, seq: Sequence) -> None:
         """Take a sequence out of the kitchen (finished or cancelled) and free its seat."""
         if seq in self.running:

@@ -1,0 +1,39 @@
+"""Two kitchens on this machine: prefill in one process, decode in another, gloo between them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import Engine, EngineError
+from serving.two_kitchens import run_two_kitchens
+
+
+def test_two_kitchens_serve_what_one_kitchen_serves(tiny_llama):
+    prompts = [[11, 57, 3, 200, 42, 9, 101, 7], list(range(40, 70))]
+    runs, link = run_two_kitchens(str(tiny_llama.path), prompts, max_new_tokens=12, stop_at_eos=False)
+    eng = Engine.load(str(tiny_llama.path))
+    per_token = eng.cfg.kv_bytes_per_token(4)
+    assert per_token == 2 * eng.cfg.n_layers * eng.cfg.n_kv_heads * eng.cfg.head_dim * 4
+    for run, prompt in zip(runs, prompts, strict=True):
+        assert run.tokens == eng.generate([prompt], max_new_tokens=12, stop_at_eos=False).tokens[0]
+        assert run.round_trip_exact and run.prompt_tokens == len(prompt)
+        assert run.kv_bytes == len(prompt) * per_token and run.kv_bytes_per_token == per_token
+        assert run.ttft_s == pytest.approx(run.prefill_s + run.transfer_s + run.first_decode_s)
+        assert min(run.prefill_s, run.transfer_s, run.first_decode_s) > 0
+        assert run.predicted_transfer_s == pytest.approx(link.latency_s + run.kv_bytes / link.bytes_per_s)
+    assert link.bytes_per_s > 0 and sorted(link.probes) == [4096, 65536, 1 << 20, 1 << 24]
+
+
+def test_adopting_a_prefilled_request_checks_what_it_is_given(tiny_llama):
+    eng = Engine.load(str(tiny_llama.path))
+    cfg = eng.cfg
+    k = torch.zeros(cfg.n_layers, cfg.n_kv_heads, 3, cfg.head_dim)
+    with pytest.raises(EngineError, match="adopted K/V must be"):
+        eng.adopt([1, 2, 3, 4], 5, k, k, 8)
+    with pytest.raises(EngineError, match="max_new_tokens >= 2"):
+        eng.adopt([1, 2, 3], 5, k, k, 1)
+    rid = eng.adopt([1, 2, 3], 5, k, k, 3)
+    while not eng.idle:
+        done = [e for e in eng.step() if getattr(e, "request_id", None) == rid and type(e).__name__ == "Done"]
+    assert done[0].result.tokens[0] == 5 and len(done[0].result.tokens) == 3

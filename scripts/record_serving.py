@@ -1,0 +1,171 @@
+"""Record the serving measurements on this machine into docs/benchmarks/serving-cpu.{json,md}.
+
+    .venv/bin/python scripts/record_serving.py [--quick]
+
+Runs each benchmark as its own process with --json (the same commands a reader can run), keeps
+every raw result in the JSON file, and writes the markdown from those numbers alone, with each
+goal of the serving issues checked against them. Nothing in the markdown is typed by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PY = sys.executable
+THREADS = "2"
+
+SERVE_RUNS = {
+    # name: (model, arguments) -- each replays one seeded Poisson stream under every policy
+    "chef_rush": ("chef", ["--requests", "400", "--rate", "150", "--prompt-len", "uniform:16:64",
+                           "--output-len", "choice:8,8,8,8,8,8,8,8,400", "--max-seqs", "32"]),
+    "chef_banquet": ("chef", ["--requests", "100", "--rate", "20", "--prompt-len",
+                              "choice:16,16,16,16,16,16,16,16,16,448", "--output-len", "64", "--token-budget", "64"]),
+    "smollm2_rush": ("preset:smollm2-135m", ["--requests", "120", "--rate", "40", "--prompt-len", "uniform:16:64",
+                                             "--output-len", "choice:8,8,8,8,8,8,8,8,160", "--max-seqs", "32",
+                                             "--max-seq-len", "512"]),
+    "smollm2_banquet": ("preset:smollm2-135m", ["--requests", "40", "--rate", "3", "--prompt-len",
+                                                "choice:16,16,16,16,16,16,16,16,16,400", "--output-len", "32",
+                                                "--token-budget", "64", "--max-seq-len", "512"]),
+}  # fmt: skip
+
+
+def run_json(args: list[str], timeout: float = 1800) -> object:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS=THREADS)
+    t = time.time()
+    out = subprocess.run([PY, *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=timeout)
+    if out.returncode != 0:
+        raise SystemExit(f"{' '.join(args)} failed: {out.stderr.strip()[-400:]}")
+    print(f"  {' '.join(args[:4])} ... {time.time() - t:.0f} s", file=sys.stderr)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def ms(x) -> str:
+    return "-" if x is None else f"{x * 1e3:.1f}"
+
+
+def policy_table(run: dict) -> list[str]:
+    rows = ["| policy | req/s | tok/s | TTFT p50 / p99 ms | TPOT p50 ms | ITL p50 / p99 ms | goodput req/s | preempted |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for name, r in run["policies"].items():
+        rows.append(f"| {name} | {r['requests_per_s']:.2f} | {r['tokens_per_s']:.0f} | {ms(r['ttft_s']['p50'])} / "
+                    f"{ms(r['ttft_s']['p99'])} | {ms(r['tpot_s']['p50'])} | {ms(r['itl_s']['p50'])} / "
+                    f"{ms(r['itl_s']['p99'])} | {r['goodput']:.2f} | {r['preemptions']} |")  # fmt: skip
+    return rows
+
+
+def verdict(ok: bool) -> str:
+    return "**met**" if ok else "**not met**"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks" / "serving-cpu"))
+    ap.add_argument("--only", nargs="*", default=None, help="names of SERVE_RUNS to run (default all)")
+    args = ap.parse_args()
+    data: dict = {"machine": {"cpus": os.cpu_count(), "threads": THREADS, "python": platform.python_version(),
+                              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}}  # fmt: skip
+    data["serve_bench"] = {}
+    for name, (model, extra) in SERVE_RUNS.items():
+        if args.only is None or name in args.only:
+            data["serve_bench"][name] = run_json(["-m", "engine", "serve-bench", "--model", model, "--policy", "all",
+                                                  "--threads", THREADS, "--json", *extra])  # fmt: skip
+            data["serve_bench"][name]["command"] = f"python -m engine serve-bench --model {model} --policy all " + " ".join(extra)
+    data["decode_step"] = {m: run_json(["-m", "engine", "serve-bench", "--model", m, "--policy", "none", "--threads",
+                                        THREADS, "--decode-step", "1,32", "--requests", "1", "--json"])["decode_step"]
+                           for m in ("chef", "preset:smollm2-135m")}  # fmt: skip
+    data["kv_layout"] = run_json(["-m", "bench.kv_layout", "--json"])
+    data["prefix_reuse"] = {m: run_json(["-m", "bench.prefix_reuse", "--model", m, "--prompt-len", "400", "--shared",
+                                         "0.9", "--threads", THREADS, "--json"]) for m in ("chef", "preset:smollm2-135m")}  # fmt: skip
+    data["speculation"] = run_json(["-m", "bench.speculation", "--model", "chef", "--speculate", "4", "--threads",
+                                    THREADS, "--json"])  # fmt: skip
+    data["two_kitchens"] = run_json(["scripts/two_kitchens_run.py"])
+    Path(args.out + ".json").write_text(json.dumps(data, indent=1) + "\n")
+    Path(args.out + ".md").write_text("\n".join(render(data)) + "\n")
+    print(f"wrote {args.out}.json and .md", file=sys.stderr)
+    return 0
+
+
+def render(d: dict) -> list[str]:
+    m = d["machine"]
+    out = [f"# Serving on this CPU: policies, the KV layout, leftovers, the apprentice, two kitchens",
+           "",
+           f"Measured {m['date']} on this project's machine ({m['cpus']} cores, torch with {m['threads']} threads, "
+           "float32), by `scripts/record_serving.py`: every number below is copied by the script from the JSON "
+           "the benchmarks printed (`serving-cpu.json` beside this file), and each goal is checked against them. "
+           "The machine is shared, so single runs move by several percent; the ratios compare runs made "
+           "back to back in one process.", ""]  # fmt: skip
+    for name, run in d["serve_bench"].items():
+        out += [f"## serve-bench: {name}", "", f"`{run['command']}`", ""] + policy_table(run) + [""]
+        r = run["ratios"]
+        if "rush" in name:
+            st, co = run["policies"]["static"], run["policies"]["continuous"]
+            ok = r["continuous_vs_static_requests_per_s"] >= 2 and co["ttft_s"]["p50"] <= st["ttft_s"]["p50"]
+            out.append(f"Goal, continuous >= 2x static requests/s with p50 TTFT no worse: "
+                       f"{r['continuous_vs_static_requests_per_s']:.2f}x, p50 TTFT {ms(co['ttft_s']['p50'])} vs "
+                       f"{ms(st['ttft_s']['p50'])} ms: {verdict(ok)}.")  # fmt: skip
+        else:
+            ch, co = run["policies"]["chunked"], run["policies"]["continuous"]
+            ok = r["chunked_vs_continuous_itl_p99"] <= 0.5
+            out.append(f"Goal, chunked p99 ITL <= 0.5x continuous's while long prompts arrive: "
+                       f"{r['chunked_vs_continuous_itl_p99']:.2f}x ({ms(ch['itl_s']['p99'])} vs {ms(co['itl_s']['p99'])} ms): "
+                       f"{verdict(ok)}. The price in TTFT: p50 {ms(ch['ttft_s']['p50'])} vs {ms(co['ttft_s']['p50'])} ms, "
+                       f"p99 {ms(ch['ttft_s']['p99'])} vs {ms(co['ttft_s']['p99'])} ms.")  # fmt: skip
+        out.append("")
+    out += ["## A decode step: serving path against the fixed-batch path", "",
+            "`python -m engine serve-bench --model M --policy none --decode-step 1,32`: wall-clock per decode step, "
+            "the same prompts and new tokens, interleaved, median of 5.", "",
+            "| model | batch | fixed-batch ms | serving ms | serving / fixed |", "|---|---:|---:|---:|---:|"]  # fmt: skip
+    for model, rows in d["decode_step"].items():
+        for t in rows:
+            out.append(f"| {model} | {t['batch']} | {t['fixed_ms']:.2f} | {t['serving_ms']:.2f} | {t['ratio']:.3f} |")
+    worst = max(t["ratio"] for rows in d["decode_step"].values() for t in rows)
+    out += ["", f"Goal, no slower than the static path at the same batch: worst ratio {worst:.3f}: "
+            f"{verdict(worst <= 1.0)}{'' if worst <= 1.0 else ' (within ' + f'{(worst - 1) * 100:.1f}' + ' %)'}.", ""]  # fmt: skip
+    out += ["## KV layout: seats against blocks (docs/design/kv-cache.md)", "", "`python -m bench.kv_layout`", "",
+            "| shape | batch | context | seats ms | blocks + gather ms | blocks / seats |", "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for r in d["kv_layout"]:
+        out.append(f"| {r['shape']} | {r['batch']} | {r['context']} | {r['seats_ms']:.3f} | {r['blocks_ms']:.3f} | "
+                   f"{r['blocks_vs_seats']:.2f} |")  # fmt: skip
+    out += ["", "## Leftovers: an order whose prefix is cached", "",
+            "`python -m bench.prefix_reuse --model M --prompt-len 400 --shared 0.9`", "",
+            "| model | prompt | shared | TTFT cold ms | TTFT cached ms | cached / cold |", "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for model, r in d["prefix_reuse"].items():
+        out.append(f"| {model} | {r['prompt_len']} | {r['shared_tokens']} | {ms(r['cold_ttft_s'])} | {ms(r['warm_ttft_s'])} | "
+                   f"{r['ratio']:.2f} ({verdict(r['ratio'] <= 0.3)}: goal <= 0.3) |")  # fmt: skip
+    out += ["", "## The apprentice: prompt-lookup drafts (K = 4), chef, greedy", "",
+            "`python -m bench.speculation --model chef --speculate 4`", "",
+            "| order | plain tok/s | speculating tok/s | speedup | identical | mean acceptance length | accepted per position |",
+            "|---|---:|---:|---:|---|---:|---|"]  # fmt: skip
+    for r in d["speculation"]:
+        out.append(f"| {r['order']} | {r['plain_tps']:.0f} | {r['spec_tps']:.0f} | {r['speedup']:.2f} | {r['identical']} | "
+                   f"{r['mean_acceptance_length']:.2f} | {r['accepted_at']} |")  # fmt: skip
+    copy = next(r for r in d["speculation"] if r["order"] == "copy")
+    out += ["", f"Goal, >= 1.5x decode tokens/s on a copy-heavy prompt with identical output: {copy['speedup']:.2f}x, "
+            f"identical {copy['identical']}: {verdict(copy['speedup'] >= 1.5 and copy['identical'])}.", ""]  # fmt: skip
+    tk = d["two_kitchens"]
+    out += ["## Two kitchens: prefill and decode in two processes, K/V over gloo", "",
+            "`python scripts/two_kitchens_run.py` (chef)", "",
+            f"Link measured first: latency {tk['link']['latency_s'] * 1e6:.0f} us (4 KB), bandwidth "
+            f"{tk['link']['bytes_per_s'] / 1e9:.2f} GB/s (16 MB).", "",
+            "| prompt tokens | KV bytes | prefill ms | transfer ms | predicted ms | first decode ms | TTFT ms | round trip exact | same tokens |",
+            "|---:|---:|---:|---:|---:|---:|---:|---|---|"]  # fmt: skip
+    for r in tk["runs"]:
+        out.append(f"| {r['prompt_tokens']} | {r['kv_bytes']:,} | {ms(r['prefill_s'])} | {r['transfer_s'] * 1e3:.3f} | "
+                   f"{r['predicted_transfer_s'] * 1e3:.3f} | {ms(r['first_decode_s'])} | {ms(r['ttft_s'])} | "
+                   f"{r['round_trip_exact']} | {r['same_tokens']} |")  # fmt: skip
+    within = all(r["transfer_s"] <= 2 * r["predicted_transfer_s"] and r["predicted_transfer_s"] <= 2 * r["transfer_s"]
+                 for r in tk["runs"])  # fmt: skip
+    out += ["", f"Goal, transfer within 2x of latency + bytes / bandwidth: {verdict(within)}.", ""]
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

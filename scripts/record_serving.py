@@ -95,7 +95,7 @@ def main() -> int:
 
 def render(d: dict) -> list[str]:
     m = d["machine"]
-    out = [f"# Serving on this CPU: policies, the KV layout, leftovers, the apprentice, two kitchens",
+    out = ["# Serving on this CPU: policies, the KV layout, leftovers, the apprentice, two kitchens",
            "",
            f"Measured {m['date']} on this project's machine ({m['cpus']} cores, torch with {m['threads']} threads, "
            "float32), by `scripts/record_serving.py`: every number below is copied by the script from the JSON "

@@ -12,7 +12,9 @@ Starts each server on 127.0.0.1, drives it with serving/loadgen.py, and records:
   4. versus   the same text-prompt load on our server and on `transformers serve
               --continuous-batching` (same weights, same machine): client-measured TTFT/ITL/TPOT
 
-Every number comes from this run; nothing is copied from elsewhere.
+Every number comes from this run; nothing is copied from elsewhere. The comparison needs
+`transformers serve`'s own dependencies (`pip install fastapi accelerate`); without them it is
+skipped and the report says so.
 """
 
 from __future__ import annotations
@@ -139,6 +141,11 @@ def main() -> int:
         out["versus_ours"] = load(url, "chef", 150, 60.0, 30, "text", False, 3)
     finally:
         stop(ours)
+    try:
+        import fastapi  # noqa: F401  -- transformers serve needs it
+    except ImportError:
+        args.skip_transformers = True
+        out["versus_transformers_serve"] = "skipped: pip install fastapi accelerate to compare"
     if not args.skip_transformers:
         port = free_port()
         url = f"http://127.0.0.1:{port}"

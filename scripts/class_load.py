@@ -95,7 +95,7 @@ def load(url: str, model: str, n: int, rate: float, students: int, kind: str, ve
                                   seed, 2048, kind)  # fmt: skip
     outcomes = asyncio.run(run_load(url, model, prompts, arrivals, students, 32, None, 900))
     alone = asyncio.run(serve_alone(url, model, prompts, 32, None, 900)) if verify else None
-    return asdict(summarize(outcomes, alone, 1.0, 0.1))
+    return asdict(summarize(outcomes, alone, 1.0, 0.1)) | {"load": {"rate": rate, "students": students, "prompts": kind}}
 
 
 def hang_ups(url: str, model: str, n: int = 10) -> float:
@@ -158,8 +158,47 @@ def main() -> int:
         finally:
             stop(theirs)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    Path(args.out).with_suffix(".md").write_text("\n".join(render(out)) + "\n")
     print(json.dumps(out, indent=1))
     return 0
+
+
+def render(d: dict) -> list[str]:
+    """The markdown report, from the JSON alone, with the issue's goals checked."""
+    ms = lambda x: "-" if x is None else f"{x * 1e3:.1f}"  # noqa: E731
+
+    def row(name: str, r: dict) -> str:
+        name += f" ({r['load']['prompts']} prompts, {r['load']['rate']:g}/s, {r['load']['students']} at a time)"
+        return (f"| {name} | {r['requests']} | {r['errors']} | {'-' if r['mismatches'] is None else r['mismatches']} | "
+                f"{r['requests_per_s']:.2f} | {ms(r['ttft_s']['p50'])} / {ms(r['ttft_s']['p99'])} | "
+                f"{ms(r['itl_s']['p50'])} / {ms(r['itl_s']['p99'])} | {ms(r['tpot_s']['p50'])} |")  # fmt: skip
+
+    crowd, soak = d["crowd_30_students"], d["soak_500"]
+    hang = d["hang_ups_10"]["num_requests_running_after"]
+    out = ["# The class kitchen under a class's load (this CPU)", "",
+           f"Measured {d['machine']['date']} on this project's 2-core machine by `scripts/class_load.py` "
+           "(`two-pot-kitchen serve --model chef`, policy chunked, prefix reuse on; the load from "
+           "`python -m serving.loadgen`, streaming, greedy, 32 new tokens, measured at the client). "
+           "Every number is copied by the script from `class-server-cpu.json`.", "",
+           "| load | requests | errors | mismatches | req/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | TPOT p50 ms |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|",
+           row("a class streaming at once", crowd), row("500 requests in a row", soak),
+           row("ours, for the comparison", d["versus_ours"])]  # fmt: skip
+    theirs = d.get("versus_transformers_serve")
+    if isinstance(theirs, dict):
+        out.append(row("`transformers serve --continuous-batching`", theirs))
+    out += ["",
+            f"- 30 concurrent students: {crowd['errors']} errors, {crowd['mismatches']} answers that differ from the "
+            f"same prompt served alone (lost, mixed-up or altered streams): "
+            f"{'**met**' if crowd['errors'] == 0 and crowd['mismatches'] == 0 else '**not met**'}.",
+            f"- 500 requests: server + engine RSS {soak['rss_kb_before'] / 1024:.0f} MB before, "
+            f"{soak['rss_kb_after'] / 1024:.0f} MB after ({soak['rss_growth'] * 100:+.1f} %; goal < 5 %): "
+            f"{'**met**' if soak['rss_growth'] < 0.05 else '**not met**'}.",
+            f"- 10 clients hanging up mid-stream: num_requests_running afterwards {hang:.0f}: "
+            f"{'**met**' if hang == 0 else '**not met**'}."]  # fmt: skip
+    if not isinstance(theirs, dict):
+        out.append(f"- transformers serve: {theirs}.")
+    return out
 
 
 if __name__ == "__main__":

@@ -20,7 +20,10 @@ fi
 if ! .venv/bin/python -c "import torch" 2>/dev/null && [ "$(uname -s)-$(uname -m)" = "Linux-x86_64" ] \
    && ! command -v nvidia-smi >/dev/null; then
   TORCH_PIN=$(sed -n 's/^ *"\(torch==[^"]*\)",.*/\1/p' pyproject.toml)
-  .venv/bin/python -m pip install -q "$TORCH_PIN" --index-url https://download.pytorch.org/whl/cpu
+  # --retries 0: where that index cannot be reached (an offline mirror), pip falls back at once to
+  # the other sources it is configured with instead of retrying each package for minutes.
+  .venv/bin/python -m pip install -q "$TORCH_PIN" --index-url https://download.pytorch.org/whl/cpu \
+    --retries 0 --timeout 10
 fi
 .venv/bin/python -m pip install -q -e ".[dev]"
 

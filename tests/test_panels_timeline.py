@@ -49,3 +49,17 @@ def test_a_one_token_order_has_no_tpot_and_no_decode_share(chef):
     parts = {s.key: s.seconds for s in timeline_segments(run)}
     assert parts["pot"] == 0.0
     assert "no decode step" in timeline_html(timeline_segments(run), 0)
+
+
+def test_the_bar_names_only_segments_wide_enough_to_hold_their_short_label():
+    import re
+
+    from kitchen_viz.panels import Segment, timeline_html
+
+    segments = [Segment("setup", "setup", 0.001, "#999"), Segment("wok", "wok's pass (prefill)", 0.024, "#f60"),
+                Segment("first", "first token sampled", 0.0001, "#fb3"), Segment("pot", "soup pot (decode)", 0.093, "#2a9")]  # fmt: skip
+    inside = [t for t in re.findall(r"<span>([^<]*)</span>", timeline_html(segments, 31)) if t]
+    assert inside == ["pot 93.00 ms"]  # the wok's 20 % would clip "wok 24.0 ms" on a 1024 px projector
+    wide = [Segment("setup", "setup", 0.0, "#999"), Segment("wok", "w", 0.05, "#f60"),
+            Segment("first", "f", 0.0, "#fb3"), Segment("pot", "p", 0.05, "#2a9")]  # fmt: skip
+    assert [t for t in re.findall(r"<span>([^<]*)</span>", timeline_html(wide, 3)) if t] == ["wok 50.00 ms", "pot 50.00 ms"]

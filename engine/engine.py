@@ -329,7 +329,7 @@ class Engine:
             for tok in toks:
                 done = seq.append(tok, t_abs)
                 text = seq.decoder.feed(tok, final=done)
-                events.append(Token(t_end, 0, len(seq.output) - 1, tok, text, done, seq.request_id))
+                events.append(Token(t_end, 0, seq.n_output - 1, tok, text, done, seq.request_id))
                 if done:
                     finished.append(seq)
                     break

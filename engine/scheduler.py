@@ -84,7 +84,9 @@ class Work:
     def decode(cls, seq: Sequence, seat_len: int) -> Work:
         """One decode, with a prompt-lookup draft when the sequence speculates (never past its
         max_new_tokens or its seat)."""
-        k = min(seq.speculate, seq.max_new_tokens - len(seq.output) - 1, seat_len - len(seq.tokens))
+        if not seq.speculate:
+            return cls(seq, seq.num_cached, 1, True, True)
+        k = min(seq.speculate, seq.max_new_tokens - seq.n_output - 1, seat_len - len(seq.tokens))
         draft = tuple(ngram_draft(seq.tokens, k)) if k > 0 else ()
         return cls(seq, seq.num_cached, 1 + len(draft), True, True, draft)
 

@@ -72,6 +72,11 @@ class Sequence:
         return self.tokens[len(self.prompt) :]
 
     @property
+    def n_output(self) -> int:
+        """len(output), without copying it (the decode loop asks every step)."""
+        return len(self.tokens) - len(self.prompt)
+
+    @property
     def to_compute(self) -> int:
         """Tokens the next passes must feed before this sequence can sample again."""
         return len(self.tokens) - self.num_cached
@@ -91,7 +96,7 @@ class Sequence:
         self.token_times.append(t)
         if token in self.stop_ids:
             self.finish_reason = "stop"
-        elif len(self.output) >= self.max_new_tokens:
+        elif self.n_output >= self.max_new_tokens:
             self.finish_reason = "length"
         return bool(self.finish_reason)
 

@@ -66,6 +66,11 @@ class SeatPool:
         alloc = torch.zeros if self.device.type == "cuda" else torch.empty
         self.k = alloc(shape, dtype=dtype, device=self.device)
         self.v = alloc(shape, dtype=dtype, device=self.device)
+        # Per-layer views, made once: a decode step reads and writes every layer, and re-slicing the
+        # 5-D tensors each time costs more than the one-token writes themselves on a small model.
+        self.k_layer, self.v_layer = list(self.k.unbind(0)), list(self.v.unbind(0))  # (S, Hkv, T, D) each
+        self.k_flat = [t.view(-1, cfg.head_dim) for t in self.k_layer]  # (S * Hkv * T, D) each
+        self.v_flat = [t.view(-1, cfg.head_dim) for t in self.v_layer]
         self.clean = [seat_len if self.device.type == "cuda" else 0] * seats  # slots safe to read
         self.lengths = [0] * seats  # real tokens each seat holds
         self.owner: list[int | None] = [None] * seats  # request id sitting there
@@ -148,8 +153,8 @@ class SeatPool:
     def write_rows(self, layer: int, index: torch.Tensor, k, v) -> None:
         """One token per row: k, v (B, Hkv, D) go to the flat rows `index` (see row_index_list)."""
         D = self.cfg.head_dim
-        self.k[layer].view(-1, D).index_copy_(0, index, k.reshape(-1, D))  # (S*Hkv*T, D) <- (B*Hkv, D)
-        self.v[layer].view(-1, D).index_copy_(0, index, v.reshape(-1, D))
+        self.k_flat[layer].index_copy_(0, index, k.reshape(-1, D))  # (S*Hkv*T, D) <- (B*Hkv, D)
+        self.v_flat[layer].index_copy_(0, index, v.reshape(-1, D))
 
     def write_span(self, layer: int, seat: int, start: int, k, v) -> None:
         """A prefill chunk of one sequence: k, v (Hkv, T, D) go to slots start..start+T-1."""
@@ -158,7 +163,7 @@ class SeatPool:
 
     def read_rows(self, layer: int, first: int, count: int, width: int):
         """Seats first..first+count-1, slots 0..width-1: views (count, Hkv, width, D), no copy."""
-        return self.k[layer, first : first + count, :, :width], self.v[layer, first : first + count, :, :width]
+        return self.k_layer[layer][first : first + count, :, :width], self.v_layer[layer][first : first + count, :, :width]
 
     def note_written(self, seat: int, length: int) -> None:
         """Record that `seat` now holds `length` real tokens (the runner calls this after a pass)."""

@@ -30,7 +30,7 @@ def test_every_policy_serves_the_same_seeded_stream(tiny_llama, capsys):
     )
     assert "chunked_vs_continuous_itl_p99" in ratios
     assert [t["batch"] for t in out["decode_step"]] == [1, 2]
-    assert all(t["fixed_ms"] > 0 and t["serving_ms"] > 0 for t in out["decode_step"])
+    assert all(t["fixed_ms"] > 0 and t["serving_ms"] > 0 and t["aa_ratio"] > 0 for t in out["decode_step"])
 
 
 def test_the_request_list_is_seeded_and_poisson():

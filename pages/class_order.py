@@ -75,7 +75,8 @@ if st.button("🔥 Order", type="primary", key="order-go"):
             f"Kitchen TTFT **{ms(out.server_ttft_s)}** (your order's arrival to its first token, without the "
             f"network). Your tokens came from {len(steps)} steps: "
             + ", ".join(f"{n} {p}" for p, n in steps["phase"].value_counts().items())
-            + f". Up to **{busy}** sequences were in the pot with yours in one step."
+            + (f". Up to **{busy}** sequences were in the pot together in one step (yours included)."
+               if busy > 1 else ". Yours was the only sequence in the pot.")
         )
         st.line_chart(steps.set_index("step")[["batch"]], height=180)
         st.caption("Sequences in each step that made one of your tokens: other students' orders joining "

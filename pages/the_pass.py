@@ -73,11 +73,11 @@ def live_pass() -> None:
     st.caption("Percentiles come from the server's histogram buckets filled during the window (interpolated "
                "inside a bucket, as Prometheus' histogram_quantile does).")  # fmt: skip
     timeline = pd.DataFrame(
-        {"running": [s.gauges.get("num_requests_running", 0.0) for s in history],
-         "waiting": [s.gauges.get("num_requests_waiting", 0.0) for s in history]},
-        index=pd.to_datetime([s.t for s in history], unit="s"),
+        {"orders running": [int(s.gauges.get("num_requests_running", 0)) for s in history],
+         "orders waiting": [int(s.gauges.get("num_requests_waiting", 0)) for s in history]},
+        index=pd.Index([round(s.t - now, 1) for s in history], name="seconds (0 = now)"),
     )  # fmt: skip
-    st.line_chart(timeline, height=200)
+    st.line_chart(timeline, height=200, x_label="seconds (0 = now)", y_label="orders")
     try:
         about = httpx.get(url.rstrip("/") + "/kitchen", timeout=3).json()
         st.markdown(f"**Kitchen**: {about['model']} on {about['device']} ({about['dtype']}), policy "

@@ -22,6 +22,21 @@ from engine.kv_pool import SeatBatch, SeatPool
 from engine.model import Transformer, additive_bias, decode_one_token
 
 
+def record(step, dev) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """Capture `step()` as a CUDA graph after two warm-up runs on a side stream (they let cuBLAS and
+    SDPA pick and allocate their workspaces). Returns the graph and its static output."""
+    side = torch.cuda.Stream(dev)
+    side.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream(dev).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    return graph, out
+
+
 class GraphedDecode:
     """Capture `decode_one_token` for a fixed batch and cache; call it like the eager function."""
 
@@ -45,17 +60,8 @@ class GraphedDecode:
             return decode_one_token(model, self.tokens, self.positions, self.input_pos, mask, cache)
 
         self.step, self.graph = step, None
-        if not capture:
-            return
-        side = torch.cuda.Stream(dev)
-        side.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(side):
-            for _ in range(2):  # lets cuBLAS / SDPA pick and allocate their workspaces
-                step()
-        torch.cuda.current_stream(dev).wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.logits = step()  # (B, V), a static output buffer
+        if capture:
+            self.graph, self.logits = record(step, dev)  # logits (B, V): a static output buffer
 
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, slot: int) -> torch.Tensor:
         self.tokens.copy_(tokens)
@@ -126,17 +132,8 @@ class _BucketStep:
 
         self.step, self.graph = step, None
         self._fill([0] * b, [0] * b)
-        if not capture:
-            return
-        side = torch.cuda.Stream(dev)
-        side.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(side):
-            for _ in range(2):  # lets cuBLAS / SDPA pick and allocate their workspaces
-                step()
-        torch.cuda.current_stream(dev).wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.logits = step()  # (b, V), a static output buffer
+        if capture:
+            self.graph, self.logits = record(step, dev)  # logits (b, V): a static output buffer
 
     def _fill(self, tokens: list[int], positions: list[int]) -> None:
         n, dev = len(tokens), self.tokens.device

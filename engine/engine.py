@@ -185,7 +185,7 @@ class Engine:
     def stream(self, prompts, max_new_tokens: int = 64, **settings) -> Iterator[Event]:
         req = RequestSettings(max_new_tokens=max_new_tokens, **settings)
         ids = self.check(prompts, max_new_tokens, **settings)
-        return FixedBatchRun(self, ids, req, self._new_id()).events()
+        return FixedBatchRun(self.model, self.codec, self.info, ids, req, self._new_id()).events()
 
     # --- serving: many requests, one step at a time ------------------------------------------------
     @property

@@ -16,7 +16,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -25,14 +24,12 @@ from engine.cache import GrowingKVCache, KVCache, StaticKVCache
 from engine.cuda_graph import GraphedDecode
 from engine.events import Done, Event, PrefillEnd, PrefillStart, StepEnd, Token
 from engine.limits import RequestSettings
-from engine.model import decode_one_token, prefill
+from engine.loader import ModelInfo
+from engine.model import Transformer, decode_one_token, prefill
 from engine.results import GenerationResult
 from engine.sampling import SamplingParams, sample
-from engine.text import IncrementalDecoder
+from engine.text import IncrementalDecoder, TextCodec
 from engine.trace import StepRecord, Trace, compute_metrics, measured_step
-
-if TYPE_CHECKING:
-    from engine.engine import Engine
 
 
 class Clock:
@@ -84,9 +81,10 @@ class Running:
 class FixedBatchRun:
     """Runs one order on `engine`'s model; iterate `events()` once."""
 
-    def __init__(self, engine: Engine, prompts: list[list[int]], req: RequestSettings, request_id: int):
-        self.model, self.codec, self.cfg, self.device = engine.model, engine.codec, engine.cfg, engine.device
-        self.info, self.decode = engine.info, engine.decode
+    def __init__(self, model: Transformer, codec: TextCodec | None, info: ModelInfo, prompts: list[list[int]],
+                 req: RequestSettings, request_id: int):  # fmt: skip
+        self.model, self.codec, self.info = model, codec, info
+        self.cfg, self.device = model.cfg, model.device
         self.prompts, self.req, self.request_id = prompts, req, request_id
 
     def events(self) -> Iterator[Event]:
@@ -192,7 +190,7 @@ class FixedBatchRun:
             kv_allocated = cache.peak_bytes
         result = GenerationResult(
             tokens=out,
-            texts=[self.decode(t) for t in out],
+            texts=[self.codec.decode(t) if self.codec is not None else "" for t in out],
             prompt_tokens=lengths,
             metrics=compute_metrics(trace, [len(t) for t in out], kv_allocated),
             trace=trace,

@@ -167,7 +167,8 @@ def test_graph_mode_bookkeeping_matches_eager_decode(eng, monkeypatch):
     )
     prompts = [[11, 57, 3, 200, 42, 9, 101, 7], [5, 6]]
     eager = eng.generate(prompts, max_new_tokens=7)
-    run = fixed_batch.FixedBatchRun(eng, prompts, RequestSettings(max_new_tokens=7, cuda_graph=True), 0)
+    settings = RequestSettings(max_new_tokens=7, cuda_graph=True)
+    run = fixed_batch.FixedBatchRun(eng.model, eng.codec, eng.info, prompts, settings, 0)
     events = list(run.events())
     graphed = events[-1].result
     assert graphed.tokens == eager.tokens

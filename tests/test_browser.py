@@ -12,48 +12,27 @@ from pathlib import Path
 
 import pytest
 
-from kitchen_viz.launch import free_port, spawn, stop, wait_healthy
+from tests.browser_kit import CHROMIUM, CHROMIUM_ARGS, app, chromium, needs_chromium  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-]
 COOK_TIMEOUT_MS = 240_000
 ORDER = "?new=16&live=1"  # short (16 bowls per table), and watched live: the fragment path under test
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium is not installed"),
-]
+pytestmark = [pytest.mark.browser, needs_chromium]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """The app as a learner starts it (the launcher), on a free port; yields its URL."""
-    log = tmp_path_factory.mktemp("server") / "streamlit.log"
-    proc, url = spawn(free_port(), log)
-    try:
-        if not wait_healthy(proc, url):
-            pytest.fail(f"the app never became healthy:\n{log.read_text()}")
+    with app(tmp_path_factory.mktemp("server")) as url:
         yield url
-    finally:
-        stop(proc)
 
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium() as b:
         yield b
-        b.close()
 
 
 def open_kitchen(browser, url: str, **context):

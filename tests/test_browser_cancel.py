@@ -9,56 +9,32 @@ and a second page's small order must then cook long before the first one could h
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
 import pytest
 
-from kitchen_viz.launch import free_port, spawn, stop, wait_healthy
 from serving.watchdog import TEST_HANG_ENV
+from tests.browser_kit import app, chromium, needs_chromium
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 HANG_S = 0.25  # per streamed event: a 480-token order needs 120 s or more
 LONG_ORDER = "?prompt=8&new=480&batch=1&live=1"
 SMALL_ORDER = "?prompt=8&new=8&batch=1&live=1"
 TIMEOUT_MS = 240_000
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium is not installed"),
-]
+pytestmark = [pytest.mark.browser, needs_chromium]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    log = tmp_path_factory.mktemp("server") / "streamlit.log"
-    old = os.environ.get(TEST_HANG_ENV)
-    os.environ[TEST_HANG_ENV] = str(HANG_S)  # inherited by the server, then by its engine's child
-    try:
-        proc, url = spawn(free_port(), log)
-    finally:
-        if old is None:
-            os.environ.pop(TEST_HANG_ENV)
-        else:
-            os.environ[TEST_HANG_ENV] = old
-    try:
-        if not wait_healthy(proc, url):
-            pytest.fail(f"the app never became healthy:\n{log.read_text()}")
+    # The hang is inherited by the server, then by its engine's child: a long order stays long.
+    with app(tmp_path_factory.mktemp("server"), {TEST_HANG_ENV: str(HANG_S)}) as url:
         yield url
-    finally:
-        stop(proc)
 
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium() as b:
         yield b
-        b.close()
 
 
 def cook(browser, url: str, order: str):

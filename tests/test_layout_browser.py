@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, COOK_TIMEOUT_MS, server, wait_for_cooked  # noqa: F401
+from tests.browser_kit import chromium, needs_chromium
+from tests.test_browser import COOK_TIMEOUT_MS, server, wait_for_cooked  # noqa: F401
 
 WIDTHS = (1024, 1280, 1366, 1920)
 ORDER = "?prompt=16&batch=2&new=8&live=1"
 
-pytestmark = [pytest.mark.browser]
+pytestmark = [pytest.mark.browser, needs_chromium]
 
 # Boxes of everything the panels and the Cook row show, with whether each is cut off.
 MEASURE = """() => {
@@ -39,12 +40,8 @@ MEASURE = """() => {
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium() as b:
         yield b
-        b.close()
 
 
 def key_figure_px(page) -> float:

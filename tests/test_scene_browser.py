@@ -11,7 +11,6 @@ MutationObserver counts what each update changed.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -20,12 +19,9 @@ from kitchen_viz.live_panels import live_panel_data
 from kitchen_viz.panels import panel_values
 from kitchen_viz.scene import scene_sources
 from kitchen_viz.timeline import LiveRun
+from tests.browser_kit import chromium, needs_chromium
 
-CHROMIUM = "/usr/bin/chromium"
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium is not installed"),
-]
+pytestmark = [pytest.mark.browser, needs_chromium]
 
 # The component's entry point becomes a global, so the page can call it as Streamlit would.
 PAGE = """<!doctype html><html><head><style>{css}</style></head><body><div id="host"></div>
@@ -41,17 +37,13 @@ window.tpkReady = true;
 
 @pytest.fixture(scope="module")
 def page():
-    from playwright.sync_api import sync_playwright
-
     css, js = scene_sources()
     html = PAGE.format(css=css, js=js.replace("export default function", "const tpkScene = function", 1))
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
+    with chromium() as browser:
         pg = browser.new_page(viewport={"width": 1400, "height": 1000})
         pg.set_content(html)
         pg.wait_for_function("window.tpkReady === true")
         yield pg
-        browser.close()
 
 
 def live_updates() -> list[dict]:

@@ -11,20 +11,16 @@ MB, the ladle the pot's label, the SERVED stamp the ticket's token count).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from engine import Engine
 from kitchen_viz.scene import scene_sources
 from kitchen_viz.timeline import LiveRun
+from tests.browser_kit import chromium, needs_chromium
 
-CHROMIUM = "/usr/bin/chromium"
 WIDTHS = (1024, 1280, 1366, 1920)
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium is not installed"),
-]
+pytestmark = [pytest.mark.browser, needs_chromium]
 
 PAGE = """<!doctype html><html><head><style>body{{margin:0;font-family:sans-serif}}{css}</style></head>
 <body><div id="host"></div><script type="module">
@@ -52,12 +48,8 @@ MEASURE = """() => {
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
+    with chromium() as b:
         yield b
-        b.close()
 
 
 def open_scene(browser, width: int):

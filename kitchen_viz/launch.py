@@ -85,22 +85,18 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    if args.catalog:
-        try:
+    try:  # the instructor's files are checked now (fail fast) and exported for the app's process
+        if args.catalog:
             from serving.catalog import use_extra_catalogs
 
             use_extra_catalogs(args.catalog)
-        except EngineError as err:
-            print(f"two-pot-kitchen: {err}", file=sys.stderr)
-            return 2
-    if args.caps:
-        try:
+        if args.caps:
             from serving.caps import use_caps_file
 
             use_caps_file(args.caps)
-        except EngineError as err:
-            print(f"two-pot-kitchen: {err}", file=sys.stderr)
-            return 2
+    except EngineError as err:
+        print(f"two-pot-kitchen: {err}", file=sys.stderr)
+        return 2
     if args.backend:
         from urllib.parse import urlparse
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from app_kit import open_kitchen
 from streamlit.testing.v1 import AppTest
 
 from engine.events import Token
@@ -18,18 +19,6 @@ APP = str(Path(__file__).resolve().parent.parent / "app.py")
 WAIT_S = 120
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-
-def open_kitchen() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    deadline = time.monotonic() + WAIT_S
-    while not any("Cook" in b.label for b in at.button) and time.monotonic() < deadline:
-        assert not at.exception, at.exception
-        time.sleep(0.3)
-        at.run()
-    assert not at.exception, at.exception
-    return at
 
 
 def cook(at: AppTest) -> AppTest:

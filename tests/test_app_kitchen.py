@@ -16,23 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
+from app_kit import open_kitchen
 from streamlit.testing.v1 import AppTest
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 WAIT_S = 120
-
-
-def open_kitchen() -> AppTest:
-    """The app after the chef has loaded (the first run shows the loading line instead)."""
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    deadline = time.monotonic() + WAIT_S
-    while not at.button and time.monotonic() < deadline:
-        assert not at.exception, at.exception
-        time.sleep(0.3)
-        at.run()
-    assert not at.exception, at.exception
-    return at
 
 
 def cook_button(at: AppTest):

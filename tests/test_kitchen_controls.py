@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from app_kit import open_kitchen
 from streamlit.testing.v1 import AppTest
 
 from kitchen_viz.orders import control_limits, prompt_ceiling, reply_ceiling, rounded_down
@@ -59,20 +60,6 @@ def test_memory_would_allow_is_a_stable_rounded_figure():
     assert rounded_down(64) == 64 and rounded_down(987) == 980
     lim = control_limits(llama_1b_like(32, 64, budget=19_331 * 96 * 32_768), 32, 64)
     assert "about 19,000" in lim.batch_reason and "depends on" in lim.batch_reason
-
-
-def open_kitchen(**query) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
-    for k, v in query.items():
-        at.query_params[k] = v
-    at.run()
-    deadline = time.monotonic() + 120
-    while not at.button and time.monotonic() < deadline:
-        assert not at.exception, at.exception
-        time.sleep(0.3)
-        at.run()
-    assert not at.exception, at.exception
-    return at
 
 
 def test_a_link_with_batch_0_is_raised_to_1_and_says_why():

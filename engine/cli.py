@@ -48,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--cuda-graph", action="store_true", help="replay decode as a CUDA graph")
     gen.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     gen.add_argument("--speculate", type=int, default=0, help="draft tokens per decode step (speculative decoding)")
-    gen.add_argument("--draft", default="ngram", help="the draft: ngram (prompt lookup)")
+    gen.add_argument("--draft", default="ngram",
+                     help="the draft: ngram (prompt lookup), apprentice, or any model with the same vocabulary")  # fmt: skip
     gen.add_argument("--json", action="store_true", help="print one JSON object")
     info = sub.add_parser("info", help="print the model's ModelInfo as JSON")
     info.add_argument("--model", required=True)

@@ -29,6 +29,7 @@ import torch
 
 from engine.config import ModelConfig
 from engine.costs import prefill_work_bytes
+from engine.draft import Drafter
 from engine.errors import EngineError
 from engine.events import Done, Event, StepEnd, Token
 from engine.fixed_batch import FixedBatchRun
@@ -110,7 +111,8 @@ class Serving:
             budget - self.pool.bytes_reserved, budget,
         )  # fmt: skip
         self.prefix = PrefixCache(self.pool) if config.prefix_cache else None
-        self.scheduler = Scheduler(sched, self.pool, self.work_bytes, self.limits.work_bytes, self.prefix)
+        self.drafter = Drafter(seats, seat_len)  # draft models load at the first submit that names one
+        self.scheduler = Scheduler(sched, self.pool, self.work_bytes, self.limits.work_bytes, self.prefix, self.drafter)
         self.runner = Runner(model, self.pool, config.cuda_graphs and model.device.type == "cuda")
         self.model = model
         self.seqs: dict[int, Sequence] = {}  # every request not yet Done, by id
@@ -244,6 +246,8 @@ class Engine:
                 f"a prefill pass over this prompt ({first_pass:,} tokens) needs {work:,} bytes of working memory; "
                 f"{lim.work_bytes:,} bytes are left beside the KV seats (budget {lim.budget_bytes:,} bytes)"
             )
+        if req.speculate:
+            srv.drafter.use(req.draft, self.cfg, self.device, self.model.dtype, self.codec)  # loads a draft model once
         rid = self._new_id()
         gen = torch.Generator(device=self.device).manual_seed(req.seed)
         seq = Sequence(
@@ -252,6 +256,7 @@ class Engine:
             stop_ids=frozenset(self.cfg.eos_ids) if req.stop_at_eos else frozenset(),
             decoder=IncrementalDecoder(self.codec, ids),
             arrival_t=time.perf_counter() if arrival_s is None else arrival_s, speculate=req.speculate,
+            draft=req.draft,
         )  # fmt: skip
         srv.seqs[rid] = seq
         srv.scheduler.add(seq)

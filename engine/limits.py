@@ -99,16 +99,13 @@ def check_request(cfg: ModelConfig, prompts: list[list[int]], req: RequestSettin
     if req.batching not in BATCHING_MODES:
         raise EngineError(f"unknown batching '{req.batching}' (choose {', '.join(BATCHING_MODES)})")
     from engine.sampling import SamplingParams
-    from engine.speculative import DRAFTS, MAX_SPECULATE
+    from engine.speculative import MAX_SPECULATE
 
     SamplingParams(req.temperature, req.top_k, req.top_p).check()
     if not isinstance(req.speculate, int) or not 0 <= req.speculate <= MAX_SPECULATE:
         raise EngineError(f"speculate must be 0..{MAX_SPECULATE} draft tokens per step (got {req.speculate})")
-    if req.draft not in DRAFTS:
-        raise EngineError(
-            f"draft '{req.draft}' is not available: the engine drafts with {', '.join(DRAFTS)} (prompt lookup); "
-            "a second model as the draft is not built yet"
-        )
+    if not isinstance(req.draft, str) or not req.draft:
+        raise EngineError(f"draft must be 'ngram' (prompt lookup), 'apprentice' or a model name/folder (got {req.draft!r})")
     for i, ids in enumerate(prompts, start=1):
         if not ids:
             raise EngineError(f"prompt {i} is empty: give at least one token")

@@ -81,14 +81,14 @@ class Work:
         return cls(seq, start, length, not seq.prefilling, start + length == len(seq.tokens))
 
     @classmethod
-    def decode(cls, seq: Sequence, seat_len: int) -> Work:
-        """One decode, with a prompt-lookup draft when the sequence speculates (never past its
-        max_new_tokens or its seat)."""
-        if not seq.speculate:
-            return cls(seq, seq.num_cached, 1, True, True)
-        k = min(seq.speculate, seq.max_new_tokens - seq.n_output - 1, seat_len - len(seq.tokens))
-        draft = tuple(ngram_draft(seq.tokens, k)) if k > 0 else ()
-        return cls(seq, seq.num_cached, 1 + len(draft), True, True, draft)
+    def decode(cls, seq: Sequence, draft: list[int] | tuple[int, ...] = ()) -> Work:
+        """One decode; a speculating one also feeds its draft to be checked in the same pass."""
+        return cls(seq, seq.num_cached, 1 + len(draft), True, True, tuple(draft))
+
+    @staticmethod
+    def draft_room(seq: Sequence, seat_len: int) -> int:
+        """Draft tokens this decode may propose: never past its max_new_tokens or its seat."""
+        return max(0, min(seq.speculate, seq.max_new_tokens - seq.n_output - 1, seat_len - len(seq.tokens)))
 
     @property
     def fed(self) -> list[int]:
@@ -113,9 +113,10 @@ class Scheduler:
     prefill keeps it within `work_budget` (a pass with one prompt always goes: submit checked it)."""
 
     def __init__(self, config: SchedulerConfig, pool: SeatPool, work_bytes: Callable[[int, int], int],
-                 work_budget: int, prefix: PrefixCache | None = None):  # fmt: skip
+                 work_budget: int, prefix: PrefixCache | None = None, drafter=None):  # fmt: skip
         config.check()
         self.config, self.pool, self.prefix = config, pool, prefix
+        self.drafter = drafter  # engine.draft.Drafter: draft models besides prompt lookup (None: lookup only)
         self.work_bytes, self.work_budget = work_bytes, work_budget
         self.kv_tokens = config.kv_tokens or pool.seats * pool.seat_len
         self.waiting: deque[Sequence] = deque()
@@ -232,8 +233,18 @@ class Scheduler:
     def _decode(self) -> StepPlan:
         plan = StepPlan()
         self._make_room(len(self.running) + sum(s.speculate for s in self.running), plan)
-        plan.work = [Work.decode(s, self.pool.seat_len) for s in self.running]
+        plan.work = self._decodes(self.running)
         return plan
+
+    def _decodes(self, seqs: list[Sequence]) -> list[Work]:
+        """One decode per sequence; the speculating ones get their drafts, every draft model's
+        sequences batched together (engine/draft.py), prompt lookup for the rest."""
+        ks = [Work.draft_room(s, self.pool.seat_len) for s in seqs]
+        if self.drafter is not None:
+            drafts = self.drafter.propose(seqs, ks, {s.request_id for s in self.running})
+        else:
+            drafts = [ngram_draft(s.tokens, k) if k > 0 else [] for s, k in zip(seqs, ks, strict=True)]
+        return [Work.decode(s, d) for s, d in zip(seqs, drafts, strict=True)]
 
     def _make_room(self, need: int, plan: StepPlan) -> None:
         """Evict leftovers, then preempt the newest running sequences, until `need` more tokens fit."""
@@ -250,7 +261,7 @@ class Scheduler:
         plan = StepPlan()
         decodes = [s for s in self.running if not s.prefilling]
         self._make_room(len(decodes) + sum(s.speculate for s in decodes), plan)
-        plan.work = [Work.decode(s, self.pool.seat_len) for s in self.running if not s.prefilling]
+        plan.work = self._decodes([s for s in self.running if not s.prefilling])  # after any preemption
         planned = sum(w.length for w in plan.work)  # tokens this step adds to the cache so far
         budget = self.config.token_budget - planned
         free = self._fit(planned) - planned

@@ -60,6 +60,7 @@ class Sequence:
     preemptions: int = 0
     cached_tokens: int = 0  # prompt tokens reused from a cached prefix (engine/prefix_cache.py)
     speculate: int = 0  # draft tokens to propose per decode step (engine/speculative.py)
+    draft: str = "ngram"  # who proposes them: prompt lookup, or a draft model's name (engine/draft.py)
     spec: SpecCounters = field(default_factory=SpecCounters)
     cancel_requested: bool = False
 

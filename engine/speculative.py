@@ -4,16 +4,20 @@ Decode reads every weight to make ONE token. If someone guesses the next k token
 model can score all k + 1 positions in one pass (reading the weights once) and keep every guess
 it agrees with, plus one token of its own: 1 to k + 1 tokens for the price of one step.
 
-Drafts here: prompt lookup (n-gram matching, Saxena 2023): find the most recent earlier place
-where the sequence's last n tokens occurred (n = 3, then 2, then 1) and propose what followed
-it. No second model; it shines when the answer copies the prompt (code edits, quotes, lists).
+Drafts: prompt lookup (n-gram matching, Saxena 2023): find the most recent earlier place where
+the sequence's last n tokens occurred (n = 3, then 2, then 1) and propose what followed it. No
+second model; it shines when the answer copies the prompt (code edits, quotes, lists). Or a draft
+model (the apprentice, or any model with the same vocabulary) decoding greedily with its own KV
+seats: engine/draft.py.
 
-Verification keeps the target's distribution exactly (Leviathan et al. 2023). A prompt-lookup
-draft is deterministic (q(d) = 1), so draft token d is accepted with probability p(d); on the
-first rejection the token is drawn from p with d removed (renormalised); if every draft is
-accepted, one more token is drawn from the last position. Greedy (temperature 0) reduces to
-"accept while the target's argmax equals the draft", so the output is token-identical to plain
-decoding.
+Verification keeps the target's distribution exactly (Leviathan et al. 2023): accept d with
+probability min(1, p(d) / q(d)), on rejection sample from max(0, p - q). Both drafts here are
+deterministic functions of the text so far (lookup, or the draft model's argmax), so q is one-hot
+on d, q(d) = 1: d is accepted with probability p(d); on the first rejection the token is drawn
+from p with d removed (renormalised); if every draft is accepted, one more token is drawn from
+the last position. (A draft model that *sampled* would need its q here; ours never samples.)
+Greedy (temperature 0) reduces to "accept while the target's argmax equals the draft", so the
+output is token-identical to plain decoding.
 
 Worked example, greedy, k = 3: tokens so far [.. to be or not to], draft [be, or, not] (seen after
 "to" before). The pass scores positions for [to, be, or, not]; argmax = [be, or, not, to]:
@@ -28,7 +32,6 @@ import torch
 
 from engine.sampling import SamplingParams, filter_top_k, filter_top_p
 
-DRAFTS = ("ngram",)
 MAX_SPECULATE = 16
 
 

@@ -235,7 +235,7 @@ def main(argv: list[str]) -> int:
         "requests": args.requests, "prompt_len": args.prompt_len, "output_len": args.output_len, "seed": args.seed,
         "token_budget": args.token_budget, "slo": {"ttft_s": args.slo_ttft, "tpot_s": args.slo_tpot},
         "policies": {p: asdict(r) for p, r in reports.items()}, "ratios": ratios(reports),
-        "decode_step": [asdict(t) | {"ratio": t.ratio, "aa_ratio": t.aa_ratio} for t in steps],
+        "decode_step": [asdict(t) | {"ratio": t.ratio, "order_ratio": t.order_ratio, "aa_ratio": t.aa_ratio} for t in steps],
     }  # fmt: skip
     if args.json:
         print(json.dumps(out))
@@ -257,7 +257,8 @@ def format_table(out: dict) -> str:
         )
     lines += [f"{k}: {v:.2f}" for k, v in out["ratios"].items()]
     lines += [f"decode step at batch {t['batch']}: fixed {t['fixed_ms']:.2f} ms, serving {t['serving_ms']:.2f} ms "
-              f"(x{t['ratio']:.3f}; fixed against itself x{t['aa_ratio']:.3f})" for t in out["decode_step"]]  # fmt: skip
+              f"(x{t['ratio']:.3f}), an order on seats {t['order_ms']:.2f} ms (x{t['order_ratio']:.3f}); "
+              f"fixed against itself x{t['aa_ratio']:.3f}" for t in out["decode_step"]]  # fmt: skip
     return "\n".join(lines)
 
 

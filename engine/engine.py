@@ -37,6 +37,7 @@ from engine.kv_pool import SeatPool
 from engine.limits import Limits, RequestSettings, available_memory, check_request, kv_limits
 from engine.loader import ModelInfo, load_model
 from engine.model import Transformer
+from engine.order_run import SeatOrderRun, runs_on_seats
 from engine.prefix_cache import PrefixCache
 from engine.results import GenerationResult, RequestResult, request_metrics
 from engine.runner import PassOutput, Runner
@@ -187,7 +188,8 @@ class Engine:
     def stream(self, prompts, max_new_tokens: int = 64, **settings) -> Iterator[Event]:
         req = RequestSettings(max_new_tokens=max_new_tokens, **settings)
         ids = self.check(prompts, max_new_tokens, **settings)
-        return FixedBatchRun(self.model, self.codec, self.info, ids, req, self._new_id()).events()
+        run = SeatOrderRun if runs_on_seats(req, ids) else FixedBatchRun  # engine/order_run.py says which
+        return run(self.model, self.codec, self.info, ids, req, self._new_id()).events()
 
     # --- serving: many requests, one step at a time ------------------------------------------------
     @property

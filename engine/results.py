@@ -31,12 +31,14 @@ class GenerationResult:
     device: str = ""
     dtype: str = ""
     request_id: int = 0
+    path: str = "fixed batch"  # which code cooked it: "seats" (the serving core) or "fixed batch"
 
     def to_dict(self) -> dict:
         """JSON-ready: the metrics flattened to the top level, plus one row per traced pass."""
         out = {"tokens": self.tokens, "texts": self.texts, "prompt_tokens": self.prompt_tokens}
         out |= asdict(self.metrics)
-        out |= {"settings": self.settings, "model": self.model, "device": self.device, "dtype": self.dtype}
+        out |= {"settings": self.settings, "model": self.model, "device": self.device, "dtype": self.dtype,
+                "path": self.path}
         out["trace"] = self.trace.to_rows()
         return out
 

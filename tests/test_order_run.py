@@ -1,0 +1,110 @@
+"""An order (generate / stream) on the serving core cooks what the fixed-batch path cooks.
+
+The reference is the fixed-batch path itself (engine/fixed_batch.py), which the parity tests hold
+against HF transformers: same tokens greedy and sampled, same passes in the trace, same events.
+"""
+
+import json
+import shutil
+
+import pytest
+
+from engine import Engine
+from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token
+from engine.fixed_batch import FixedBatchRun
+from engine.limits import RequestSettings
+from engine.order_run import runs_on_seats
+
+SAME = [[11, 57, 3, 200, 42, 9], [5, 6, 77, 8, 1, 300], [300, 1, 2, 99, 45, 2]]  # one length: the Kitchen's
+MIXED = [[11, 57, 3, 200, 42, 9, 101, 7], [5, 6], [300, 1, 2, 99, 45]]
+
+
+def fixed(eng: Engine, prompts, **settings) -> list:
+    """The same order through the fixed-batch path, bypassing the engine's choice."""
+    req = RequestSettings(**settings)
+    return list(FixedBatchRun(eng.model, eng.codec, eng.info, prompts, req, 0).events())
+
+
+def result(events):
+    (done,) = [ev for ev in events if isinstance(ev, Done)]
+    return done.result
+
+
+def shape(res):
+    """What each traced pass did, without its times."""
+    return [(s.phase, s.batch, s.tokens, s.slots, s.kv_tokens, s.kv_bytes, s.flops) for s in res.trace.steps]
+
+
+@pytest.mark.parametrize("family", ["tiny_llama", "tiny_qwen2", "tiny_gpt2"])
+@pytest.mark.parametrize("prompts,batching", [(SAME, "padded"), (MIXED, "packed")])
+def test_an_order_on_seats_equals_the_fixed_batch(request, family, prompts, batching):
+    eng = Engine.load(str(request.getfixturevalue(family).path))
+    for sampling in ({"temperature": 0.0}, {"temperature": 1.0, "top_k": 50, "seed": 7}):
+        kw = dict(max_new_tokens=12, batching=batching, stop_at_eos=False) | sampling
+        ours = eng.generate(prompts, **kw)
+        ref = result(fixed(eng, prompts, **kw))
+        assert ours.path == "seats" and ref.path == "fixed batch"
+        assert ours.tokens == ref.tokens, sampling
+        if prompts is SAME:
+            assert shape(ours) == shape(ref)
+        else:  # one decode slot per step for all rows: the fixed batch reads the longest row's width
+            assert [s[:4] for s in shape(ours)] == [s[:4] for s in shape(ref)]
+            for step, (s, r) in enumerate(zip(ours.trace.decode_steps, ref.trace.decode_steps, strict=True)):
+                assert s.kv_tokens == sum(len(p) + step + 1 for p in prompts) < r.kv_tokens
+        assert ours.metrics.kv_cache_allocated_bytes == ref.metrics.kv_cache_allocated_bytes
+        assert ours.metrics.kv_cache_bytes == ref.metrics.kv_cache_bytes
+
+
+def test_the_events_come_in_the_fixed_batch_order(tiny_llama):
+    eng = Engine.load(str(tiny_llama.path))
+    kw = dict(max_new_tokens=4, stop_at_eos=False)
+    ours = list(eng.stream(SAME, **kw))
+    ref = fixed(eng, SAME, **kw)
+
+    def kinds(events):
+        return [(type(ev).__name__, getattr(ev, "seq", None), getattr(ev, "step", None) if isinstance(ev, Token)
+                 else None) for ev in events]  # fmt: skip
+
+    assert kinds(ours) == kinds(ref)
+    assert isinstance(ours[0], PrefillStart) and isinstance(ours[1], PrefillEnd) and isinstance(ours[-1], Done)
+    assert ours[0].slots == sum(map(len, SAME)) and ours[0].prompt_tokens == [6, 6, 6]
+    assert ours[1].kv_bytes == ours[1].step.kv_bytes > 0
+    ends = [ev for ev in ours if isinstance(ev, StepEnd)]
+    assert [e.step.phase for e in ends] == ["prefill", "decode", "decode", "decode"]
+    assert len({ev.request_id for ev in ours}) == 1  # every event names the order
+
+
+def test_a_finished_table_leaves_its_seat(tiny_llama, tmp_path):
+    eng = Engine.load(str(tiny_llama.path))
+    free = eng.generate(SAME, max_new_tokens=10).tokens
+    eos = free[0][3]  # declare table 0's 4th token the end-of-sequence token
+    folder = tmp_path / "with_eos"
+    shutil.copytree(tiny_llama.path, folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(cfg | {"eos_token_id": eos}))
+    eng = Engine.load(str(folder))
+    res = eng.generate(SAME, max_new_tokens=10)
+    assert res.path == "seats"
+    assert res.tokens == result(fixed(eng, SAME, max_new_tokens=10)).tokens
+    assert res.tokens[0] == free[0][:4]
+    batches = [s.batch for s in res.trace.decode_steps]
+    assert batches[0] == len(SAME) and batches[-1] < len(SAME)  # the finished table stopped costing a row
+
+
+def test_which_orders_run_on_seats():
+    one, mixed = [[1, 2], [3, 4]], [[1, 2, 3], [4]]
+    assert runs_on_seats(RequestSettings(), one)
+    assert runs_on_seats(RequestSettings(batching="packed"), mixed)
+    assert not runs_on_seats(RequestSettings(), mixed)  # the padding lesson pads for real
+    assert not runs_on_seats(RequestSettings(cache="growing"), one)
+    assert not runs_on_seats(RequestSettings(cache="none"), one)
+    assert not runs_on_seats(RequestSettings(cuda_graph=True), one)
+
+
+def test_the_chef_cooks_the_kitchens_order_on_seats():
+    eng = Engine.load("chef")
+    res = eng.generate(["ROMEO:"] * 4, max_new_tokens=24, temperature=0.8, seed=3)
+    assert res.path == "seats"
+    assert res.tokens == result(fixed(eng, [eng.encode("ROMEO:")] * 4, max_new_tokens=24, temperature=0.8,
+                                      seed=3)).tokens  # fmt: skip
+    assert all(res.texts) and res.metrics.ttft_s > 0 and res.metrics.tpot_s > 0

@@ -13,17 +13,20 @@ Every lab page tells the same five-beat lesson, so it is written once here:
 
 Results are cached on disk per (experiment, model, device, dtype, settings) by the *worker*, so a
 measurement survives the learner closing the tab mid-run, and the next visitor sees it at once.
+
+What it renders is a `lab.experiment.Experiment` (framing, form, compute, figures, verdict, all in
+the experiment's own module in lab/); every page file calls `render_page(__file__)`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import streamlit as st
 
 from kitchen_viz.app_state import current_settings, service_for
@@ -35,32 +38,11 @@ from lab.cache import (
     model_fingerprint,
     remember_roof,
 )
+from lab.experiment import Experiment, Prediction  # noqa: F401  (re-exported for pages and tests)
 from lab.export import figure_png, slug
 from lab.inflight import InFlight
-from lab.inspector import diagnose
 from lab.progress import Progress
-
-
-@dataclass(frozen=True)
-class Prediction:
-    question: str
-    unit: str  # shown after the answer: "x", "%"
-    min_value: float
-    max_value: float
-    step: float
-    answer: Callable[[Any], float]  # the measured value the question asks about, from the result
-
-
-@dataclass(frozen=True)
-class Experiment:
-    key: str  # cache and widget prefix, e.g. "banquet"
-    title: str
-    kitchen: str  # framing in kitchen words (markdown)
-    engineering: str  # framing in engineering words (markdown)
-    predict: Prediction
-    run: Callable  # run(engine, settings, on_progress) -> result
-    figures: Callable  # figures(result, guess) -> list[go.Figure]
-    tables: Callable[[Any], dict[str, pd.DataFrame]] = field(default=lambda r: {"results": r.to_frame()})
+from lab.registry import experiment
 
 
 def framing(exp: Experiment) -> None:
@@ -181,16 +163,10 @@ def show_tables(exp: Experiment, result) -> None:
         )
 
 
-# Lessons about the soup pot: their verdict is the pot's, even on a sample run where prefill was longer.
-DECODE_LESSONS = {"roofline", "tables"}
-
-
-def show_verdict(result, settings, cache: ResultCache, key: str = "") -> None:
-    sample = result.sample
+def show_verdict(exp: Experiment, result, settings, cache: ResultCache) -> None:
     roof = getattr(result, "roof", None) or latest_roof(settings.device, settings.dtype, cache)
-    focus = "decode" if key in DECODE_LESSONS else None
-    verdict = diagnose(sample.metrics, sample.trace, roof, dtype=settings.dtype, focus=focus)
-    st.markdown(f"#### 4. The inspector's verdict (on the run: {sample.label})")
+    verdict = exp.verdict(result, roof, settings.dtype)
+    st.markdown(f"#### 4. The inspector's verdict (on the run: {exp.verdict_on(result)})")
     if roof is None:
         st.caption(
             "Run the Roofline experiment once on this device to let the inspector tell bandwidth "
@@ -221,10 +197,15 @@ def show_results(
         st.markdown(f"- {note}")
     show_figures(exp, result, guess)
     show_tables(exp, result)
-    show_verdict(result, settings, cache, exp.key)
+    show_verdict(exp, result, settings, cache)
 
 
-def render_experiment(exp: Experiment, settings_form: Callable[[Any], Any]) -> None:
+def render_page(page_file: str) -> None:
+    """What every `pages/lab_<key>.py` runs: the experiment its own file name names."""
+    render_experiment(experiment(Path(page_file).stem.removeprefix("lab_")))
+
+
+def render_experiment(exp: Experiment) -> None:
     """The whole page: framing, settings, prediction, run (or cached result), charts, verdict."""
     framing(exp)
     app = current_settings()
@@ -232,7 +213,7 @@ def render_experiment(exp: Experiment, settings_form: Callable[[Any], Any]) -> N
     if svc is None:
         return
     with st.expander("Experiment settings", expanded=False):
-        settings = settings_form(svc.info)
+        settings = exp.form(st, svc.info)  # lab/ has no UI: the form draws with the st we pass
         st.caption(f"Settings: {asdict(settings)}")
     cache = ResultCache()
     key = cache_key(exp.key, model_fingerprint(app.model), app.device, app.dtype, settings)

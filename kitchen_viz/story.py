@@ -2,12 +2,15 @@
 
 Kept as data (not prose inside the page) so the page stays a thin renderer and a test can check
 that every element links to a page that exists. Each `Mapping.link` is a page path: the kitchen
-(where the control lives) or one of the lab experiments (`lab.registry`).
+(where the control lives) or one of the lab experiments, whose element of the story and its meaning
+live in the experiment itself (`Experiment.story`, listed by `lab.registry`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from lab.registry import EXPERIMENTS
 
 KITCHEN = "pages/kitchen.py"
 
@@ -52,7 +55,7 @@ class Mapping:
     link_label: str
 
 
-MAPPINGS = [
+KITCHEN_MAPPINGS = [
     Mapping(
         "🔥 The wok, tossing everything at once",
         "**Prefill**: one forward pass over every prompt token of every request in the batch. Lots of "
@@ -68,52 +71,9 @@ MAPPINGS = [
         KITCHEN,
         "Kitchen: max new tokens",
     ),
-    Mapping(
-        "🧾 Order tickets on the rail",
-        "The **batch**: requests served together. More tables barely slow a decode step (the weights are read "
-        "once for all of them) until the step turns compute-bound.",
-        "pages/lab_tables.py",
-        "Lab: more tables (batch size)",
-    ),
-    Mapping(
-        "🎂 The banquet that took three times as long",
-        "**Long prompts**: prefill time grows with prompt length (and attention's share grows faster).",
-        "pages/lab_banquet.py",
-        "Lab: big banquet (TTFT vs prompt length)",
-    ),
-    Mapping(
-        "🫕 The serving counter",
-        "The **KV cache**: the keys and values prefill computed are handed to decode as they are, so decode "
-        "never recomputes the prompt. No cold restart.",
-        "pages/lab_kv_cache.py",
-        "Lab: keep the soup warm (KV cache)",
-    ),
-    Mapping(
-        "🥣 The portioning station",
-        "**Per-step overhead**: Python, allocation, sampling and kernel launches between the real work of "
-        "each decode step; CUDA graphs and leaner loops remove it.",
-        "pages/lab_overhead.py",
-        "Lab: the portioning station",
-    ),
-    Mapping(
-        "🧺 Prepping every ingredient first",
-        "**Padding waste** in prefill: mixed prompt lengths padded to the longest burn compute on nothing; "
-        "packing them avoids it.",
-        "pages/lab_padding.py",
-        "Lab: prep standard (padding)",
-    ),
-    Mapping(
-        "📈 Why the fire and the ladle differ",
-        "The **roofline**: a step is limited either by memory bandwidth or by arithmetic, depending on how many "
-        "FLOPs it does per byte it reads. Prefill sits right of the ridge, decode far left.",
-        "pages/lab_roofline.py",
-        "Lab: roofline",
-    ),
-    Mapping(
-        "⏱️ The complaints book",
-        "**Two panels, not one latency**: TTFT for the wok, TPOT and tokens/s for the pot, because they have "
-        "different causes and different fixes.",
-        "pages/lab_metrics.py",
-        "Lab: metrics, defined",
-    ),
+]
+
+# The lab's experiments, each linked from its own element of the story (lab/registry.py's order).
+MAPPINGS = KITCHEN_MAPPINGS + [
+    Mapping(e.story.element, e.story.meaning, e.page, e.story.link_label) for e in EXPERIMENTS
 ]

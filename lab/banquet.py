@@ -25,13 +25,18 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from engine.costs import step_cost
 from lab.cpu_time import busy_note, generate_timed
+from lab.experiment import Experiment, Prediction, StoryLink
+from lab.plot_kit import GREY, WOK, cpu_time_line, finish, guess_marker, mark_x, series
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.sample import Sample, sample_of
 from lab.workload import check_fits, prompt_ids
 
+MAX_SWEEP = 2048  # longer prompts exist on big presets, but a class demo should finish in minutes
 SATURATION = 0.9  # the wok is "saturated" once tokens/s is within 10 % of the best seen
 
 
@@ -150,3 +155,99 @@ def run_banquet(engine, settings: BanquetSettings, on_progress: ProgressFn | Non
         notes=notes,
         device=str(engine.info.device),
     )
+
+
+# -- figures --------------------------------------------------------------------------------------
+
+
+def banquet_figures(result, guess: float | None = None) -> list[go.Figure]:
+    df = result.to_frame()
+    ttft = go.Figure(series(df.prompt_tokens, df.ttft_s * 1e3, "TTFT (measured)", WOK))
+    if result.device == "cpu":
+        ttft.add_trace(cpu_time_line(df.prompt_tokens, df.prefill_cpu_s * 1e3, "prefill CPU time", WOK))
+    if guess is not None:
+        ttft.add_trace(
+            guess_marker(
+                df.prompt_tokens.iloc[-1], df.ttft_s.iloc[0] * 1e3 * guess, f"your guess: {guess:g}x"
+            )
+        )
+    if result.saturation_tokens:
+        mark_x(ttft, result.saturation_tokens, "wok saturated", log_x=True)
+    ttft.update_xaxes(title="prompt tokens", type="log")
+    ttft.update_yaxes(title="TTFT (ms)", type="log")
+    finish(ttft, "The big banquet: time to first token vs prompt length")
+
+    rate = make_subplots(specs=[[{"secondary_y": True}]])
+    rate.add_trace(series(df.prompt_tokens, df.prefill_tps, "prefill tokens/s", WOK))
+    rate.add_trace(
+        series(
+            df.prompt_tokens,
+            df.attention_share * 100,
+            "attention share of FLOPs (analytic, %)",
+            GREY,
+            mode="lines",
+            dash="dash",
+        ),
+        secondary_y=True,
+    )
+    if result.saturation_tokens:
+        mark_x(rate, result.saturation_tokens, "wok saturated", log_x=True)
+    rate.update_xaxes(title="prompt tokens", type="log")
+    rate.update_yaxes(title="prefill tokens / s", secondary_y=False)
+    rate.update_yaxes(
+        title="attention share (%)", secondary_y=True, rangemode="tozero", tickformat=".0f", showgrid=False
+    )
+    return [ttft, finish(rate, "How fast the wok tosses: prefill tokens/s, and attention's growing share")]
+
+
+# -- the experiment -------------------------------------------------------------------------------
+
+
+def settings_form(ui, info) -> BanquetSettings:
+    ctx = min(info.max_context - 1, MAX_SWEEP)
+    options = sorted({n for n in (16, 32, 64, 128, 256, 512, 1024, 2048) if n <= ctx} | {ctx})
+    longest = ui.select_slider(
+        "Longest prompt (tokens)", options=options, value=options[-1], key="banquet-longest"
+    )
+    repeats = ui.slider("Repeats per length (median is kept)", 1, 5, 3, key="banquet-repeats")
+    lengths = tuple(n for n in options if n <= longest)
+    return BanquetSettings(lengths=lengths, repeats=repeats)
+
+
+def record_settings(info) -> BanquetSettings:
+    """Every doubling up to the context: a few minutes on a small CPU."""
+    ctx = info.max_context
+    return BanquetSettings(
+        lengths=tuple([n for n in (16, 32, 64, 128, 256, 512, 1024) if n < ctx] + [ctx - 1])
+    )
+
+
+EXPERIMENT = Experiment(
+    key="banquet",
+    title="🍲 The big banquet: how long until the first dish?",
+    nav_title="Big banquet: TTFT vs prompt length",
+    icon="🍲",
+    kitchen="A birthday banquet puts a whole table's ingredients in one wok. Same wok, same heat: at first "
+    "a fuller wok costs little extra, then every extra ingredient adds its own time, and mixing everything "
+    "with everything else adds more. Time to the first dish (TTFT) is the wok's time.",
+    engineering="Prefill runs all L prompt tokens through the model in one forward pass. Matmul work grows "
+    "like L, attention's like L². We time prefill-only runs (one new token) for prompt lengths up to the "
+    "model's context and mark where prefill tokens/s stops improving: the wok is saturated.",
+    predict=Prediction(
+        question="How many times longer will TTFT be at the longest prompt than at the shortest?",
+        unit="x",
+        min_value=1.0,
+        max_value=10000.0,
+        step=1.0,
+        answer=lambda r: r.points[-1].ttft_s / r.points[0].ttft_s,
+    ),
+    form=settings_form,
+    run=run_banquet,
+    figures=banquet_figures,
+    record=record_settings,
+    story=StoryLink(
+        "🎂 The banquet that took three times as long",
+        "**Long prompts**: prefill time grows with prompt length (and attention's share grows faster).",
+        "Lab: big banquet (TTFT vs prompt length)",
+    ),
+)

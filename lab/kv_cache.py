@@ -23,9 +23,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pandas as pd
+import plotly.graph_objects as go
 
 from engine.errors import EngineError
 from lab.cpu_time import busy_note, generate_timed
+from lab.experiment import Experiment, Prediction, StoryLink
+from lab.plot_kit import GREY, MODE_COLOURS, POT, cpu_time_line, finish, guess_marker, series
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.sample import Sample, sample_of
 from lab.workload import check_fits, prompt_ids
@@ -162,3 +165,94 @@ def run_kv_cache(engine, settings: KvSettings, on_progress: ProgressFn | None = 
         notes=notes,
         device=str(engine.info.device),
     )
+
+
+# -- figures --------------------------------------------------------------------------------------
+
+
+def kv_figures(result, guess: float | None = None) -> list[go.Figure]:
+    df = result.to_frame()
+    lat, mem = go.Figure(), go.Figure()
+    for mode, part in df.groupby("mode", sort=False):
+        colour = MODE_COLOURS.get(mode, GREY)
+        lat.add_trace(series(part.position, part.step_ms, f"cache={mode} (wall)", colour, mode="lines"))
+        if result.device == "cpu":  # on a GPU the host's CPU time is not the step's work
+            lat.add_trace(cpu_time_line(part.position, part.cpu_ms, f"cache={mode} (CPU time)", colour))
+        mem.add_trace(
+            go.Scatter(
+                x=part.position, y=part.kv_mb, mode="lines", name=f"cache={mode}", line=dict(color=colour)
+            )
+        )
+    for run in result.runs:
+        if run.mode == "static" and run.kv_allocated_mb > 0:  # the counter is built full-size up front
+            mem.add_trace(
+                series(
+                    [df.position.min(), df.position.max()],
+                    [run.kv_allocated_mb] * 2,
+                    "cache=static, allocated up front",
+                    POT,
+                    mode="lines",
+                    dash="dash",
+                )
+            )
+    if guess is not None and "none" in set(df["mode"]):
+        none = df[df["mode"] == "none"]
+        fifth = max(1, len(none) // 5)
+        lat.add_trace(
+            guess_marker(
+                none.position.iloc[-1], none.step_ms.iloc[:fifth].median() * guess, f"your guess: {guess:g}x"
+            )
+        )
+    lat.update_xaxes(title="sequence position (tokens so far)")
+    lat.update_yaxes(title="decode step (ms)", rangemode="tozero")
+    mem.update_xaxes(title="sequence position (tokens so far)")
+    mem.update_yaxes(title="KV cache live (MB)", rangemode="tozero")
+    return [
+        finish(lat, "Keep the soup warm: per-step latency with and without the KV cache"),
+        finish(mem, "The serving counter fills up: KV cache memory over the generation"),
+    ]
+
+
+# -- the experiment -------------------------------------------------------------------------------
+
+
+def settings_form(ui, info) -> KvSettings:
+    prompt_len = ui.slider("Prompt length (tokens)", 4, 64, 16, key="kv-prompt")
+    most = max(16, min(1024, info.max_context - prompt_len))
+    new_tokens = ui.slider("Decode steps", 16, most, min(256, most), key="kv-new")
+    modes = ui.multiselect("Cache modes", MODES, default=list(MODES), key="kv-modes")
+    return KvSettings(prompt_len=prompt_len, new_tokens=new_tokens, modes=tuple(modes) or MODES)
+
+
+EXPERIMENT = Experiment(
+    key="kv_cache",
+    title="🔥 Keep the soup warm: the KV cache",
+    nav_title="KV cache: keep the soup warm",
+    icon="🔥",
+    kitchen="The wok's finished dish slides onto the warm serving counter and the soup pot ladles from it. "
+    "Without the counter, every spoonful means cooking the whole meal again, so each ladle is slower than "
+    "the last. A counter that is rebuilt bigger for every spoonful works, but keeps moving the meal.",
+    engineering="`static` preallocates K/V for the whole order (prompt + new tokens) and writes one column "
+    "per step; `growing` "
+    "concatenates (copies the cache every step); `none` recomputes the whole sequence every step. Same "
+    "tokens, very different per-step latency.",
+    predict=Prediction(
+        question="Without a cache, how many times slower is a late decode step than an early one?",
+        unit="x",
+        min_value=0.1,
+        max_value=1000.0,
+        step=0.5,
+        answer=lambda r: r.run("none").growth_ratio if "none" in [x.mode for x in r.runs] else float("nan"),
+    ),
+    form=settings_form,
+    run=run_kv_cache,
+    figures=kv_figures,
+    record=lambda info: KvSettings(prompt_len=16, new_tokens=min(256, info.max_context - 32)),
+    story=StoryLink(
+        "🫕 The serving counter",
+        "The **KV cache**: the keys and values prefill computed are handed to decode as they are, so decode "
+        "never recomputes the prompt. No cold restart.",
+        "Lab: keep the soup warm (KV cache)",
+    ),
+    tables=lambda r: {"steps": r.to_frame()},
+)

@@ -24,8 +24,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 
 from engine.errors import EngineError
+from lab.experiment import Experiment, Prediction, StoryLink
+from lab.plot_kit import POT, WOK, finish, guess_marker
 from lab.progress import ProgressFn, ProgressTracker
 from lab.sample import Sample, sample_of
 from lab.workload import batch_prompts, check_fits
@@ -145,3 +148,104 @@ def run_metrics(engine, settings: MetricsSettings, on_progress: ProgressFn | Non
         sample=sample_of(res, "recorded stream"),
         notes=notes,
     )
+
+
+# -- figures --------------------------------------------------------------------------------------
+
+
+def metrics_figures(result, guess: float | None = None) -> list[go.Figure]:
+    stream = result.stream_frame()
+    timeline = go.Figure(
+        go.Bar(
+            x=stream.token,
+            y=stream.gap_ms,
+            marker_color=[WOK] + [POT] * (len(stream) - 1),
+            name="gap before token (ms)",
+        )
+    )
+    timeline.update_xaxes(title="output token")
+    timeline.update_yaxes(title="wait before this token (ms)", type="log")
+    finish(timeline, "One recorded stream: the first wait is the wok (TTFT), the rest are ladles")
+
+    defs = result.to_frame()
+    ms = defs[defs.unit == "ms"]
+    # Orange: the number includes the wok's time (TTFT); teal: the soup pot's alone.
+    bars = go.Figure(
+        go.Bar(
+            x=ms.name,
+            y=ms.value,
+            marker_color=[WOK if p else POT for p in ms.includes_prefill],
+            hovertext=ms.formula,
+            text=[f"{v:.1f}" for v in ms.value],
+            textposition="outside",
+        )
+    )
+    if guess is not None:
+        bars.add_trace(
+            guess_marker("ITL incl. TTFT", result.value("TPOT") * guess, f"your guess: {guess:g}x TPOT")
+        )
+    bars.update_yaxes(title="ms", type="log")
+    finish(bars, "Same stream, different stopwatches (orange: includes the wok's TTFT)")
+
+    tps = defs[defs.unit == "tok/s"]
+    rates = go.Figure(
+        go.Bar(
+            x=tps.name,
+            y=tps.value,
+            marker_color=[WOK if p else POT for p in tps.includes_prefill],
+            hovertext=tps.formula,
+            text=[f"{v:.1f}" for v in tps.value],
+            textposition="outside",
+        )
+    )
+    rates.update_yaxes(title="tokens / s")
+    return [timeline, bars, finish(rates, "Same stream, different throughputs")]
+
+
+# -- the experiment -------------------------------------------------------------------------------
+
+
+def settings_form(ui, info) -> MetricsSettings:
+    prompt_len = ui.slider(
+        "Prompt length (tokens)",
+        8,
+        max(8, min(1024, info.max_context // 2)),
+        min(256, info.max_context // 2),
+        key="metrics-prompt",
+    )
+    new_tokens = ui.slider("New tokens", 8, 128, 32, key="metrics-new")
+    batch = ui.select_slider("Batch", options=[1, 2, 4, 8], value=1, key="metrics-batch")
+    return MetricsSettings(prompt_len=prompt_len, new_tokens=new_tokens, batch=batch)
+
+
+EXPERIMENT = Experiment(
+    key="metrics",
+    title="📏 Metrics, defined: who holds the stopwatch?",
+    nav_title="Metrics, defined",
+    icon="📏",
+    kitchen="“How fast is the soup?” depends on who times it. One inspector starts at the first bowl, "
+    "another when the guest sat down, a third divides the whole dinner by the number of bowls. Same dinner, "
+    "different numbers, none of them wrong.",
+    engineering="One recorded token stream, reported as vLLM's TPOT, per-token ITL (mean, p50, p99), "
+    "llmperf's ITL (which counts TTFT as the first gap), and tokens/s with and without prefill. The spread "
+    "is purely definitional: it is the same run.",
+    predict=Prediction(
+        question="How many times larger is an llmperf-style ITL than vLLM's TPOT for this stream?",
+        unit="x",
+        min_value=0.1,
+        max_value=1000.0,
+        step=0.1,
+        answer=lambda r: r.value("ITL incl. TTFT") / r.value("TPOT"),
+    ),
+    form=settings_form,
+    run=run_metrics,
+    figures=metrics_figures,
+    record=lambda info: MetricsSettings(prompt_len=min(256, info.max_context // 2), new_tokens=32),
+    story=StoryLink(
+        "⏱️ The complaints book",
+        "**Two panels, not one latency**: TTFT for the wok, TPOT and tokens/s for the pot, because they have "
+        "different causes and different fixes.",
+        "Lab: metrics, defined",
+    ),
+    tables=lambda r: {"definitions": r.to_frame(), "stream": r.stream_frame()},
+)

@@ -30,12 +30,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 import pandas as pd
+import plotly.graph_objects as go
 import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from engine.errors import EngineError
 from lab.cpu_time import busy_note, generate_timed
+from lab.experiment import Experiment, Prediction, StoryLink
+from lab.plot_kit import GREY, POT, finish, guess_marker
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.sample import Sample, sample_of
 from lab.workload import batch_prompts, check_fits
@@ -188,3 +191,75 @@ def run_overhead(engine, settings: OverheadSettings, on_progress: ProgressFn | N
         notes.append(f"CUDA graphs need a GPU; this run is on {device}, so only the eager step is measured")
     notes += busy_line
     return OverheadResult(settings=settings, device=device, points=points, sample=sample, notes=notes)
+
+
+# -- figures --------------------------------------------------------------------------------------
+
+
+def overhead_figure(result, guess: float | None = None) -> go.Figure:
+    df = result.to_frame()
+    fig = go.Figure()
+    parts = (
+        ("math_ms", "model math (op self time)", POT),
+        ("glue_ms", "glue inside forward", "#f0a202"),
+        ("outside_ms", "outside forward (sampling, bookkeeping)", GREY),
+    )
+    for col, name, colour in parts:
+        fig.add_trace(
+            go.Bar(
+                x=df.variant,
+                y=df[col],
+                name=name,
+                marker_color=colour,
+                text=[f"{v:.2f} ms" for v in df[col]],
+                textposition="inside",
+            )
+        )
+    if guess is not None:
+        fig.add_trace(
+            guess_marker(df.variant.iloc[0], df.step_ms.iloc[0] * guess / 100, f"your guess: math {guess:g}%")
+        )
+    fig.update_layout(barmode="stack")
+    fig.update_yaxes(title="per decode step (ms)")
+    return finish(fig, f"The portioning station: what one decode step is made of ({result.device})")
+
+
+# -- the experiment -------------------------------------------------------------------------------
+
+
+def settings_form(ui, info) -> OverheadSettings:
+    batch = ui.select_slider("Batch", options=[1, 2, 4, 8, 16], value=1, key="overhead-batch")
+    new_tokens = ui.slider("Decode steps", 8, 64, 32, key="overhead-new")
+    return OverheadSettings(batch=batch, new_tokens=new_tokens)
+
+
+EXPERIMENT = Experiment(
+    key="overhead",
+    title="⏱️ The portioning station: per-step overhead",
+    nav_title="Portioning station: per-step overhead",
+    icon="⏱️",
+    kitchen="Each ladle is quick, but between ladles the cook wipes the rim, fetches a bowl, reads the slip. "
+    "With a small pot those chores can take longer than the ladling itself. The supervisor's portioning "
+    "station does the chores once, ahead of time.",
+    engineering="A decode step = one forward pass + sampling + bookkeeping. We split its wall time into the "
+    "math (summed self time of the aten ops, from torch.profiler), glue inside the forward pass (Python, "
+    "modules, allocation, dispatch) and work outside it. On a GPU we also replay the step as a CUDA graph.",
+    predict=Prediction(
+        question="What % of a decode step is the model's math?",
+        unit="%",
+        min_value=0.0,
+        max_value=100.0,
+        step=5.0,
+        answer=lambda r: r.points[0].math_share * 100,
+    ),
+    form=settings_form,
+    run=run_overhead,
+    figures=lambda r, g: [overhead_figure(r, g)],
+    record=lambda info: OverheadSettings(prompt_len=32, new_tokens=32, repeats=3),
+    story=StoryLink(
+        "🥣 The portioning station",
+        "**Per-step overhead**: Python, allocation, sampling and kernel launches between the real work of "
+        "each decode step; CUDA graphs and leaner loops remove it.",
+        "Lab: the portioning station",
+    ),
+)

@@ -20,8 +20,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 import pandas as pd
+import plotly.graph_objects as go
 
 from engine.errors import EngineError
+from lab.experiment import Experiment, Prediction, StoryLink
+from lab.plot_kit import MODE_COLOURS, POT, WOK, finish, guess_marker
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.sample import Sample, sample_of
 from lab.workload import check_fits, mixed_prompts
@@ -116,3 +119,95 @@ def run_padding(engine, settings: PaddingSettings, on_progress: ProgressFn | Non
         sample=sample_of(results["padded"], "padded batch"),
         notes=[n for n in notes if n],
     )
+
+
+# -- figures --------------------------------------------------------------------------------------
+
+
+def padding_figures(result, guess: float | None = None) -> list[go.Figure]:
+    df = result.to_frame()
+    slots = go.Figure()
+    slots.add_trace(go.Bar(x=df["mode"], y=df.tokens, name="real tokens", marker_color=POT))
+    slots.add_trace(
+        go.Bar(
+            x=df["mode"],
+            y=df.wasted_slots,
+            name="padding (idle wok)",
+            marker_color=WOK,
+            text=[f"{s:.0%} idle" for s in df.idle_share],
+            textposition="outside",
+        )
+    )
+    if guess is not None:
+        pad = df[df["mode"] == "padded"].iloc[0]
+        slots.add_trace(guess_marker("padded", pad.slots * guess / 100, f"your guess: {guess:g}% idle"))
+    slots.update_layout(barmode="stack")
+    slots.update_yaxes(title="token slots computed in prefill")
+    time = go.Figure(
+        go.Bar(
+            x=df["mode"],
+            y=df.prefill_s * 1e3,
+            marker_color=[MODE_COLOURS[m] for m in df["mode"]],
+            text=[f"{v * 1e3:.1f} ms" for v in df.prefill_s],
+            textposition="outside",
+        )
+    )
+    time.update_yaxes(title="prefill pass (ms, median)")
+    return [
+        finish(slots, "The prep standard: slots the wok heats, padded vs packed"),
+        finish(time, "Prefill time for the same mixed batch"),
+    ]
+
+
+# -- the experiment -------------------------------------------------------------------------------
+
+
+def parse_lengths(text: str, limit: int) -> tuple[int, ...]:
+    values = [int(v) for v in text.replace(" ", "").split(",") if v.isdigit()]
+    return tuple(min(max(v, 1), limit) for v in values)
+
+
+def settings_form(ui, info) -> PaddingSettings:
+    text = ui.text_input(
+        "Prompt lengths in the batch (comma-separated tokens)",
+        "8, 16, 24, 40, 64, 96, 160, 256",
+        key="padding-lengths",
+    )
+    lengths = parse_lengths(text, info.max_context - 1)
+    if len(lengths) < 2:
+        ui.warning("Give at least two prompt lengths; using the default batch.")
+        lengths = PaddingSettings().lengths
+    repeats = ui.slider("Repeats (median is kept)", 1, 5, 3, key="padding-repeats")
+    return PaddingSettings(lengths=lengths, repeats=repeats)
+
+
+EXPERIMENT = Experiment(
+    key="padding",
+    title="🧺 The prep standard: no idle wok",
+    nav_title="Prep standard: padding waste",
+    icon="🧺",
+    kitchen="To toss orders of 8 and 200 ingredients together, padding tops the small orders up with filler "
+    "so every row is as long as the longest, and the wok heats the filler too. The supervisor's rule: no "
+    "heat on an empty corner of the pan.",
+    engineering="`padded` left-pads every prompt to the longest and masks the pads: B × max(L) slots. "
+    "`packed` concatenates the prompts into one row with a block-diagonal causal mask: sum(L) slots, none "
+    "wasted. Same first tokens either way.",
+    predict=Prediction(
+        question="What % of the padded wok's token slots are padding?",
+        unit="%",
+        min_value=0.0,
+        max_value=100.0,
+        step=5.0,
+        answer=lambda r: r.point("padded").idle_share * 100,
+    ),
+    form=settings_form,
+    run=run_padding,
+    figures=padding_figures,
+    record=lambda info: PaddingSettings(),
+    story=StoryLink(
+        "🧺 Prepping every ingredient first",
+        "**Padding waste** in prefill: mixed prompt lengths padded to the longest burn compute on nothing; "
+        "packing them avoids it.",
+        "Lab: prep standard (padding)",
+    ),
+)

@@ -1,18 +1,87 @@
-"""The lab's page list: one place that says which experiment pages exist and in what order.
+"""The lab's experiments, in the order the menu shows them: the one list everything else iterates.
 
-Why a registry: `app.py` builds its "Lab" navigation section from `LAB_PAGES` (plus `DASHBOARD`),
-so adding an experiment is one line here and one file in `pages/`, with no edit to the app shell.
+Who reads `EXPERIMENTS`: `app.py` builds the Lab menu from `LAB_PAGES` (plus `DASHBOARD`); every
+page file `pages/lab_<key>.py` renders `experiment(key)` through `kitchen_viz.lab_page_kit`; the
+Story's map links each experiment from its `story` element; `scripts/lab_record.py` records each
+one; the tests render and check each one. No other list of experiments exists.
+
 The order follows the two-pot story: the wok first (prefill), then the pot (decode), the roofline
 that explains both, the serving counter (KV cache), the portioning station (per-step overhead), the
-prep standard (padding), and finally how the numbers are defined.
+prep standard (padding), how the numbers are defined, then the serving night: many tables at once.
 
-Example (what app.py does):
-    sections = {"Lab": [st.Page(p.path, title=p.title, icon=p.icon) for p in LAB_PAGES + [DASHBOARD]]}
+How to add an experiment (one module, one line here, one copied page file):
+
+1. Write `lab/<name>.py`, read top-down: module docstring (what is measured, why, in kitchen and
+   engine words), a frozen settings dataclass with defaults that finish in well under a minute
+   on a 2-core CPU, a result dataclass with `to_frame()`, the compute function
+   `run_<name>(engine, settings, on_progress=None)` (top level: it is pickled by name into the
+   engine's process; refuse bad settings with a one-line `EngineError` naming the limit; report
+   `lab.progress.ProgressTracker` steps), the figures function `(result, guess) -> [go.Figure]`
+   drawn with `lab.plot_kit` (put the guess on the chart), and at the end:
+
+        def settings_form(ui, info) -> PortionSettings:   # ui is the streamlit module on the page
+            tables = ui.slider("Tables", 1, 16, 4, key="portions-tables")   # keys: "<key>-..."
+            return PortionSettings(tables=tables)
+
+        EXPERIMENT = Experiment(
+            key="portions",                       # the page is pages/lab_portions.py
+            title="🥄 Smaller portions: ...",      # the page's title
+            nav_title="Smaller portions: ...",     # the menu's
+            icon="🥄",
+            kitchen="... in kitchen words ...",
+            engineering="... in engine words ...",
+            predict=Prediction("How many times ...?", "x", 0.1, 100.0, 0.5,
+                               answer=lambda r: r.speedup),   # the measured value it asks about
+            form=settings_form,
+            run=run_portions,
+            figures=portions_figures,
+            record=lambda info: PortionSettings(),  # what scripts/lab_record.py records
+            story=StoryLink("🥄 The element of the fable", "**The idea**: ...", "Lab: smaller portions"),
+            # optional: tables=lambda r: {"steps": r.to_frame()}, verdict=..., verdict_on=...
+        )
+
+   `verdict(result, roof, dtype) -> lab.inspector.Verdict` defaults to the inspector on
+   `result.sample` (one kept fixed-batch run, `lab.sample.Sample`); a serving experiment without
+   one passes its own verdict from `lab/inspector.py` and `verdict_on` naming what it judged.
+2. Import its `EXPERIMENT` below and add it to `EXPERIMENTS` where it belongs in the story.
+3. Copy any `pages/lab_*.py` to `pages/lab_<key>.py` unchanged: every page file is the same three
+   lines and finds its experiment from its own file name (`st.page_link` and `st.Page` need a
+   file per page; tests/test_lab_pages.py checks each is an exact copy).
+4. Tests: the page tests and the recording pick it up by themselves; add its compute function's
+   test on the chef (tests/test_lab_compute.py or a test file of its own) and its verdicts'
+   tests (tests/test_inspector.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from lab.banquet import EXPERIMENT as BANQUET
+from lab.experiment import Experiment
+from lab.kv_cache import EXPERIMENT as KV_CACHE
+from lab.metrics_defs import EXPERIMENT as METRICS
+from lab.overhead import EXPERIMENT as OVERHEAD
+from lab.padding import EXPERIMENT as PADDING
+from lab.roofline_lab import EXPERIMENT as ROOFLINE
+from lab.tables import EXPERIMENT as TABLES
+
+EXPERIMENTS: list[Experiment] = [
+    BANQUET,
+    TABLES,
+    ROOFLINE,
+    KV_CACHE,
+    OVERHEAD,
+    PADDING,
+    METRICS,
+]
+
+
+def experiment(key: str) -> Experiment:
+    """The experiment with this key; a one-line error naming the known keys otherwise."""
+    for exp in EXPERIMENTS:
+        if exp.key == key:
+            return exp
+    raise KeyError(f"no lab experiment '{key}' (known: {', '.join(e.key for e in EXPERIMENTS)})")
 
 
 @dataclass(frozen=True)
@@ -22,14 +91,6 @@ class LabPage:
     icon: str
 
 
-LAB_PAGES: list[LabPage] = [
-    LabPage("pages/lab_banquet.py", "Big banquet: TTFT vs prompt length", "🍲"),
-    LabPage("pages/lab_tables.py", "More tables: batch size", "🍽️"),
-    LabPage("pages/lab_roofline.py", "Roofline: what limits each pot", "📈"),
-    LabPage("pages/lab_kv_cache.py", "KV cache: keep the soup warm", "🔥"),
-    LabPage("pages/lab_overhead.py", "Portioning station: per-step overhead", "⏱️"),
-    LabPage("pages/lab_padding.py", "Prep standard: padding waste", "🧺"),
-    LabPage("pages/lab_metrics.py", "Metrics, defined", "📏"),
-]
+LAB_PAGES: list[LabPage] = [LabPage(e.page, e.nav_title, e.icon) for e in EXPERIMENTS]
 
 DASHBOARD = LabPage("pages/dashboard.py", "Dashboard: all runs", "📊")

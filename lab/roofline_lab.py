@@ -25,10 +25,13 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 import torch
 
 from bench.roofline import Roofline, best_roof, measure_roofline
 from engine.costs import step_cost
+from lab.experiment import Experiment, Prediction, StoryLink, decode_verdict
+from lab.plot_kit import LABEL_POSITIONS, POT, WOK, finish, guess_marker, mark_x
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.sample import Sample, sample_of
 from lab.workload import batch_prompts, check_fits
@@ -216,3 +219,139 @@ def run_roofline(engine, settings: RooflineSettings, on_progress: ProgressFn | N
         notes=notes,
         theory=theory,
     )
+
+
+# -- figures --------------------------------------------------------------------------------------
+
+
+def roofline_figure(result, guess: float | None = None) -> go.Figure:
+    roof, df = result.roof, result.to_frame()
+    xs_all = list(df.intensity) + [t.intensity for t in getattr(result, "theory", [])] + [roof.ridge]
+    lo, hi = min(xs_all) / 2, max(xs_all) * 2
+    xs = np.geomspace(lo, hi, 200)
+    fig = go.Figure(
+        go.Scatter(
+            x=xs,
+            y=[roof.attainable(x) / 1e9 for x in xs],
+            mode="lines",
+            name="roof (measured)",
+            line=dict(color="black", width=2),
+        )
+    )
+    for phase, colour in (("prefill", WOK), ("decode", POT)):
+        path = [t for t in getattr(result, "theory", []) if t.phase == phase]
+        if path:  # the analytic path this phase travels as its knob (prompt length, batch) turns
+            knob = "prompt" if phase == "prefill" else "batch"
+            fig.add_trace(
+                go.Scatter(
+                    x=[t.intensity for t in path],
+                    y=[t.attainable_flops_per_s / 1e9 for t in path],
+                    mode="lines",
+                    line=dict(color=colour, width=9),
+                    opacity=0.25,
+                    name=f"{phase} theory path ({knob} {path[0].setting}-{path[-1].setting})",
+                    hovertext=[f"{knob} {t.setting}" for t in path],
+                )
+            )
+        part = df[df.phase == phase].sort_values("intensity")
+        # Theory: where the roof says each step could be, joined to its measurement by a dotted drop.
+        xs_gap, ys_gap = [], []
+        for x, top, got in zip(
+            part.intensity, part.attainable_flops_per_s, part.achieved_flops_per_s, strict=True
+        ):
+            xs_gap += [x, x, None]
+            ys_gap += [top / 1e9, got / 1e9, None]
+        fig.add_trace(
+            go.Scatter(
+                x=xs_gap,
+                y=ys_gap,
+                mode="lines",
+                line=dict(color=colour, dash="dot", width=1),
+                showlegend=False,
+                hoverinfo="skip",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=part.intensity,
+                y=part.attainable_flops_per_s / 1e9,
+                mode="markers",
+                name=f"{phase} theory (on the roof)",
+                marker=dict(color=colour, symbol="circle-open", size=11),
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=part.intensity,
+                y=part.achieved_flops_per_s / 1e9,
+                mode="markers+text",
+                name=f"{phase} measured",
+                text=[f"{lab}: {p:.0f}%" for lab, p in zip(part.label, part.pct_of_roof, strict=True)],
+                textposition=[LABEL_POSITIONS[i % len(LABEL_POSITIONS)] for i in range(len(part))],
+                marker=dict(color=colour, size=10),
+            )
+        )
+    if guess is not None:
+        first = df[df.phase == "decode"].sort_values("intensity").iloc[0]
+        fig.add_trace(
+            guess_marker(
+                first.intensity, first.attainable_flops_per_s / 1e9 * guess / 100, f"your guess: {guess:g}%"
+            )
+        )
+    mark_x(fig, roof.ridge, f"ridge {roof.ridge:.1f} FLOP/B", log_x=True)
+    fig.update_xaxes(title="arithmetic intensity (FLOP / byte, analytic)", type="log")
+    fig.update_yaxes(title="GFLOP/s", type="log")
+    bw, fl = roof.bandwidth_bytes_per_s / 1e9, roof.flops_per_s / 1e9
+    return finish(fig, f"Roofline of this machine ({bw:.1f} GB/s, {fl:.1f} GFLOP/s, measured now)")
+
+
+# -- the experiment -------------------------------------------------------------------------------
+
+
+def decode_pct(result) -> float:
+    decode = [p for p in result.points if p.phase == "decode"]
+    return min(decode, key=lambda p: p.intensity).pct_of_roof
+
+
+def settings_form(ui, info) -> RooflineSettings:
+    ctx = info.max_context - 1
+    lens = tuple(n for n in (16, 64, 256, 1024) if n <= ctx)
+    largest = ui.select_slider("Largest decode batch", options=[1, 4, 16, 64], value=16, key="roofline-batch")
+    quick = ui.toggle("Quick roof measurement", value=True, key="roofline-quick")
+    return RooflineSettings(
+        prompt_lens=lens, batches=tuple(b for b in (1, 4, 16, 64) if b <= largest), quick=quick
+    )
+
+
+EXPERIMENT = Experiment(
+    key="roofline",
+    title="📈 The roofline: what limits each pot?",
+    nav_title="Roofline: what limits each pot",
+    icon="📈",
+    kitchen="Two limits rule any kitchen: how fast ingredients come through the pantry door (memory "
+    "bandwidth) and how fast the cooks chop (compute). The wok chops a lot per armful fetched; the soup "
+    "pot fetches the whole pantry for one spoonful.",
+    engineering="We measure this machine's read bandwidth and matmul FLOP/s now, in the same run. Each step "
+    "sits at its arithmetic intensity (analytic FLOPs / bytes); its height is the FLOP/s its forward pass "
+    "achieved. The open circle above it on the roof is the theory for that step; the label is the % of roof "
+    "achieved. Above 100 % means the weights fit in a cache faster than the measured memory roof.",
+    predict=Prediction(
+        question="What % of the roof will a batch-1 decode step reach?",
+        unit="%",
+        min_value=0.0,
+        max_value=1000.0,
+        step=5.0,
+        answer=decode_pct,
+    ),
+    form=settings_form,
+    run=run_roofline,
+    figures=lambda r, g: [roofline_figure(r, g)],
+    record=lambda info: RooflineSettings(prompt_lens=(16, 64, 256), batches=(1, 4, 16, 64), quick=False),
+    story=StoryLink(
+        "📈 Why the fire and the ladle differ",
+        "The **roofline**: a step is limited either by memory bandwidth or by arithmetic, depending on how many "
+        "FLOPs it does per byte it reads. Prefill sits right of the ridge, decode far left.",
+        "Lab: roofline",
+    ),
+    verdict=decode_verdict,
+)

@@ -1,11 +1,12 @@
 """Record one full lab run on this machine: every experiment's charts (PNG), tables (CSV), findings.
 
 Why a script: the README's figures must be measurements, reproducible by anyone with one command,
-not screenshots. It calls the same compute functions the pages call, with ranges that finish in a
-few minutes on a small CPU, and writes:
+not screenshots. It records every experiment of `lab.registry` with the compute function, figures
+and tables its page uses and the settings its `record` gives (ranges that finish in a few minutes
+on a small CPU), and writes:
 
     docs/lab-results/<experiment>-<n>.png    the page's charts (no guess drawn)
-    docs/lab-results/<experiment>.csv        the page's table
+    docs/lab-results/<experiment>.csv        the page's (first) table; <experiment>-<table>.csv the others
     docs/lab-results/results.json            settings, findings, inspector verdicts, machine facts
 
 Usage:
@@ -31,56 +32,10 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from engine import Engine  # noqa: E402
-from kitchen_viz import charts  # noqa: E402
-from lab.banquet import BanquetSettings, run_banquet  # noqa: E402
+from lab.experiment import Experiment  # noqa: E402
 from lab.export import write_pngs  # noqa: E402
-from lab.inspector import diagnose  # noqa: E402
-from lab.kv_cache import KvSettings, run_kv_cache  # noqa: E402
-from lab.metrics_defs import MetricsSettings, run_metrics  # noqa: E402
-from lab.overhead import OverheadSettings, run_overhead  # noqa: E402
-from lab.padding import PaddingSettings, run_padding  # noqa: E402
-from lab.roofline_lab import RooflineSettings, run_roofline  # noqa: E402
-from lab.tables import TablesSettings, run_tables  # noqa: E402
+from lab.registry import EXPERIMENTS  # noqa: E402
 from serving.cores import engine_threads  # noqa: E402
-
-
-def experiments(ctx: int):
-    """(name, compute, settings, figures) for each experiment, sized for a few minutes on a CPU."""
-    longest = [n for n in (16, 32, 64, 128, 256, 512, 1024) if n < ctx] + [ctx - 1]
-    return [
-        ("banquet", run_banquet, BanquetSettings(lengths=tuple(longest), repeats=3), charts.banquet_figures),
-        (
-            "tables",
-            run_tables,
-            TablesSettings(batches=(1, 2, 4, 8, 16, 32, 64), prompt_len=32, new_tokens=16),
-            charts.tables_figures,
-        ),
-        (
-            "roofline",
-            run_roofline,
-            RooflineSettings(prompt_lens=(16, 64, 256), batches=(1, 4, 16, 64), quick=False),
-            lambda r, g: [charts.roofline_figure(r, g)],
-        ),
-        (
-            "kv_cache",
-            run_kv_cache,
-            KvSettings(prompt_len=16, new_tokens=min(256, ctx - 32)),
-            charts.kv_figures,
-        ),
-        (
-            "overhead",
-            run_overhead,
-            OverheadSettings(prompt_len=32, new_tokens=32, repeats=3),
-            lambda r, g: [charts.overhead_figure(r, g)],
-        ),
-        ("padding", run_padding, PaddingSettings(), charts.padding_figures),
-        (
-            "metrics",
-            run_metrics,
-            MetricsSettings(prompt_len=min(256, ctx // 2), new_tokens=32),
-            charts.metrics_figures,
-        ),
-    ]
 
 
 def machine_facts(engine) -> dict:
@@ -97,13 +52,17 @@ def machine_facts(engine) -> dict:
     }
 
 
-def record_one(engine, name, compute, settings, figures, out: Path):
+def record_one(engine, exp: Experiment, out: Path):
+    """Run one experiment with its recording settings; write its charts and tables; its entry."""
+    name, settings = exp.key, exp.record(engine.info)
     t0 = time.perf_counter()
-    result = compute(engine, settings, lambda p: print(f"  {name}: {p.line()}", flush=True))
+    result = exp.run(engine, settings, lambda p: print(f"  {name}: {p.line()}", flush=True))
     seconds = time.perf_counter() - t0
-    figs = figures(result, None)
+    figs = exp.figures(result, None)
     write_pngs(figs, [out / f"{name}-{i + 1}.png" for i in range(len(figs))])
-    result.to_frame().to_csv(out / f"{name}.csv", index=False)
+    tables = exp.tables(result)
+    for i, (table, frame) in enumerate(tables.items()):  # the first is <name>.csv, as on the page
+        frame.to_csv(out / (f"{name}.csv" if i == 0 else f"{name}-{table}.csv"), index=False)
     print(f"{name}: {seconds:.1f} s; " + "; ".join(result.notes), flush=True)
     entry = {
         "settings": asdict(settings),
@@ -116,11 +75,11 @@ def record_one(engine, name, compute, settings, figures, out: Path):
     return result, entry
 
 
-def verdict(result, roof) -> dict:
-    """The inspector on the experiment's kept run, with the roofline measured in this same recording."""
-    v = diagnose(result.sample.metrics, result.sample.trace, roof)
+def verdict(exp: Experiment, result, roof, dtype: str) -> dict:
+    """The inspector on the experiment's result, with the roofline measured in this same recording."""
+    v = exp.verdict(result, roof, dtype)
     return {
-        "on": result.sample.label,
+        "on": exp.verdict_on(result),
         "headline": v.headline,
         "decode_bound": v.decode_bound,
         "evidence": v.evidence,
@@ -173,15 +132,17 @@ def main() -> None:
     engine = Engine.load(args.model, device=args.device, dtype=args.dtype)
     report = {"machine": machine_facts(engine), "experiments": {}}
     results = {}
-    for name, compute, settings, figures in experiments(engine.info.max_context):
-        if args.only and name not in args.only:
-            continue
-        results[name], report["experiments"][name] = record_one(
-            engine, name, compute, settings, figures, args.out
+    chosen = [e for e in EXPERIMENTS if not args.only or e.key in args.only]
+    unknown = set(args.only or ()) - {e.key for e in EXPERIMENTS}
+    if unknown:
+        ap.error(
+            f"unknown experiment(s) {', '.join(sorted(unknown))}: choose from {[e.key for e in EXPERIMENTS]}"
         )
+    for exp in chosen:
+        results[exp.key], report["experiments"][exp.key] = record_one(engine, exp, args.out)
     roof = getattr(results.get("roofline"), "roof", None)
-    for name, result in results.items():
-        report["experiments"][name]["inspector"] = verdict(result, roof)
+    for exp in chosen:
+        report["experiments"][exp.key]["inspector"] = verdict(exp, results[exp.key], roof, args.dtype)
     report["machine"]["load_average_1m_end"] = os.getloadavg()[0]
     path = args.out / "results.json"
     if args.only and path.exists():  # keep the other experiments' earlier records

@@ -69,17 +69,23 @@ def refusing_page():
     from test_lab_page_kit import RefuseKnobs, refuse_run
 
     from kitchen_viz.lab_page_kit import Experiment, Prediction, render_experiment
+    from lab.experiment import StoryLink
 
     exp = Experiment(
         key="refuse",
         title="Refusal",
+        nav_title="Refusal",
+        icon="x",
         kitchen="k",
         engineering="e",
         predict=Prediction("Guess?", "x", 0.0, 10.0, 1.0, answer=lambda r: 0.0),
+        form=lambda ui, info: RefuseKnobs(),
         run=refuse_run,
         figures=lambda r, g: [],
+        record=lambda info: RefuseKnobs(),
+        story=StoryLink("k", "e", "l"),
     )
-    render_experiment(exp, lambda info: RefuseKnobs())
+    render_experiment(exp)
 
 
 def test_refused_settings_show_one_error_line_and_no_results(tmp_path, monkeypatch):

@@ -11,18 +11,12 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from lab.registry import DASHBOARD, LAB_PAGES
+from lab.experiment import default_settings
+from lab.registry import DASHBOARD, EXPERIMENTS, LAB_PAGES, experiment
 
 REPO = Path(__file__).resolve().parents[1]
-GUESS_KEYS = {
-    "pages/lab_banquet.py": "banquet-guess",
-    "pages/lab_tables.py": "tables-guess",
-    "pages/lab_roofline.py": "roofline-guess",
-    "pages/lab_kv_cache.py": "kv_cache-guess",
-    "pages/lab_overhead.py": "overhead-guess",
-    "pages/lab_padding.py": "padding-guess",
-    "pages/lab_metrics.py": "metrics-guess",
-}
+STUB = (REPO / "pages" / "lab_banquet.py").read_text()
+PAGES = {e.page: f"{e.key}-guess" for e in EXPERIMENTS}  # page -> its prediction's widget key
 
 
 @pytest.fixture(autouse=True)
@@ -43,20 +37,34 @@ def run_buttons(at: AppTest) -> list:
     return [b for b in at.button if b.label in ("Run", "Re-run")]
 
 
-def test_registry_lists_seven_existing_pages():
-    assert len(LAB_PAGES) == 7 and set(GUESS_KEYS) == {p.path for p in LAB_PAGES}
-    for p in [*LAB_PAGES, DASHBOARD]:
-        assert (REPO / p.path).is_file(), p.path
+def test_every_experiment_has_its_page_a_copy_of_the_one_page_file():
+    assert [p.path for p in LAB_PAGES] == list(PAGES)
+    assert len({e.key for e in EXPERIMENTS}) == len(EXPERIMENTS) >= 7
+    for e in EXPERIMENTS:
+        assert (REPO / e.page).read_text() == STUB, f"{e.page} must be a copy of pages/lab_banquet.py"
+    assert (REPO / DASHBOARD.path).is_file()
+    with pytest.raises(KeyError, match="no lab experiment 'cold_soup' \\(known: banquet, tables"):
+        experiment("cold_soup")
 
 
-@pytest.mark.parametrize("path", list(GUESS_KEYS))
+def test_every_form_gives_its_experiment_settings_without_a_widget_touched():
+    from engine import Engine
+
+    info = Engine.load("chef").info
+    for e in EXPERIMENTS:
+        settings = default_settings(e, info)
+        assert type(settings) is type(e.record(info)), e.key
+
+
+@pytest.mark.parametrize("path", list(PAGES))
 def test_page_asks_for_a_prediction_before_offering_run(path):
     at = page(path).run()
     assert not at.exception, at.exception
-    assert at.title and "In the kitchen" in " ".join(m.value for m in at.markdown)
-    assert at.number_input(key=GUESS_KEYS[path]).value is None
+    assert at.title[0].value == experiment(path.removeprefix("pages/lab_").removesuffix(".py")).title
+    assert "In the kitchen" in " ".join(m.value for m in at.markdown)
+    assert at.number_input(key=PAGES[path]).value is None
     assert run_buttons(at) == []
-    at.number_input(key=GUESS_KEYS[path]).set_value(2.0).run()
+    at.number_input(key=PAGES[path]).set_value(2.0).run()
     assert not at.exception, at.exception
     assert [b.label for b in run_buttons(at)] == ["Run"]
 

@@ -9,13 +9,12 @@ import pandas as pd
 import pytest
 
 from bench.roofline import Roofline
-from kitchen_viz import charts
 from lab.cache import ResultCache, cache_key, latest_roof, model_fingerprint, remember_roof
 from lab.cpu_time import busy_note
 from lab.export import figure_png, write_pngs
 from lab.monitoring import requests_per_minute, summary, with_percentiles
 from lab.progress import ProgressTracker
-from lab.roofline_lab import RooflineResult, RooflineSettings, place
+from lab.roofline_lab import RooflineResult, RooflineSettings, place, roofline_figure
 
 
 def test_eta_uses_the_measured_pace_over_work_units(monkeypatch):
@@ -107,20 +106,20 @@ def fake_roofline_result() -> RooflineResult:
 
 def test_roofline_figure_draws_roof_both_phases_and_the_guess():
     result = fake_roofline_result()
-    fig = charts.roofline_figure(result, guess=30)
+    fig = roofline_figure(result, guess=30)
     names = [t.name for t in fig.data]
     assert names[0] == "roof (measured)" and "prefill measured" in names and "decode measured" in names
     star = fig.data[names.index("your guess")]
     decode = result.points[1]
     assert star.y[0] == pytest.approx(decode.attainable_flops_per_s / 1e9 * 0.30)
-    assert "your guess" not in [t.name for t in charts.roofline_figure(result, guess=None).data]
+    assert "your guess" not in [t.name for t in roofline_figure(result, guess=None).data]
 
 
 @pytest.mark.skipif(
     not Path("/usr/bin/chromium").exists() and not shutil.which("chromium"), reason="no Chromium"
 )
 def test_png_export_writes_real_png_files(tmp_path):
-    figs = [charts.roofline_figure(fake_roofline_result(), guess=None)]
+    figs = [roofline_figure(fake_roofline_result(), guess=None)]
     (path,) = write_pngs(figs, [tmp_path / "roof.png"])
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
     assert figure_png(figs[0])[:8] == b"\x89PNG\r\n\x1a\n"  # what the page's download button serves

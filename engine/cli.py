@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--device", default="cpu")
     gen.add_argument("--dtype", default="float32")
+    gen.add_argument("--quant", default=None, help="int8: int8 matmul weights (engine/quant.py); default none")
     gen.add_argument("--cache", default="static", help="static | growing | none")
     gen.add_argument("--batching", default="padded", help="padded | packed")
     gen.add_argument("--kv-budget-bytes", type=int, default=None)
@@ -77,7 +78,8 @@ def run_generate(args) -> int:
 
         torch.set_num_threads(args.threads)  # process-wide: fine for a one-shot CLI run
     prompt = args.prompt if args.prompt is not None else parse_ids(args.prompt_ids)
-    eng = Engine.load(args.model, device=args.device, dtype=args.dtype, kv_budget_bytes=args.kv_budget_bytes)
+    eng = Engine.load(args.model, device=args.device, dtype=args.dtype, kv_budget_bytes=args.kv_budget_bytes,
+                      quant=args.quant)  # fmt: skip
     if args.speculate:
         return run_speculative(eng, prompt, args)
     res = eng.generate(
@@ -114,7 +116,8 @@ def run_speculative(eng, prompt, args) -> int:
     spec = res.speculation
     if args.json:
         out = {"tokens": [res.tokens], "texts": [res.text], "finish_reason": res.finish_reason}
-        out |= asdict(res.metrics) | {"speculation": asdict(spec) | {"mean_acceptance_length": spec.mean_acceptance_length}}
+        derived = {"mean_acceptance_length": spec.mean_acceptance_length, "acceptance_rate": spec.acceptance_rate}
+        out |= asdict(res.metrics) | {"speculation": asdict(spec) | derived}
         print(json.dumps(out))
         return 0
     m = res.metrics

@@ -43,14 +43,23 @@ class SpecCounters:
     drafted: int = 0  # draft tokens proposed
     accepted: int = 0  # draft tokens the target agreed with
     accepted_at: list[int] = field(default_factory=list)  # accepted_at[i]: accepted at draft position i
+    rejected: int = 0  # rounds that ended on a rejected draft token (the others accepted all of theirs)
 
     @property
     def mean_acceptance_length(self) -> float:
         """Tokens per verification round: 1 + accepted / drafts (1.0 = no gain)."""
         return 1 + self.accepted / self.drafts if self.drafts else 1.0
 
+    @property
+    def acceptance_rate(self) -> float:
+        """Per draft token, the chance the target agreed, given it got that far: accepted tokens over
+        accepted + rejected (each round is a run of accepts ended by one reject, or by the draft's end)."""
+        tried = self.accepted + self.rejected
+        return self.accepted / tried if tried else 0.0
+
     def record(self, proposed: int, accepted: int) -> None:
         self.drafts += 1
+        self.rejected += accepted < proposed
         self.drafted += proposed
         self.accepted += accepted
         self.accepted_at += [0] * (proposed - len(self.accepted_at))

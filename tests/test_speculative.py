@@ -93,6 +93,7 @@ def test_prompt_lookup_finds_the_most_recent_match():
     counters.record(4, 2)
     counters.record(3, 3)
     assert counters.accepted_at == [2, 2, 1, 0] and counters.mean_acceptance_length == 3.5
+    assert counters.rejected == 1 and counters.acceptance_rate == 5 / 6  # 5 accepts, 1 reject
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,49 @@
+"""The apprentice chef's compute function, headless on the real chef (and a model it cannot serve)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import Engine, EngineError
+from lab.apprentice import ApprenticeSettings, predicted_speedup, run_apprentice, tokens_per_pass
+
+
+def test_the_apprentice_chef_measures_both_drafts_on_the_chef():
+    eng = Engine.load("chef")
+    seen = []
+    res = run_apprentice(eng, ApprenticeSettings(k=3, new_tokens=16, batches=(1, 4), repeats=1), seen.append)
+    assert [p.done for p in seen] == [1, 2, 3, 4]
+    keys = {(r.order, r.draft, r.batch) for r in res.rows}
+    assert keys == {(o, d, b) for o, b in [("copy", 1), ("fresh", 1), ("fresh, T=0.8", 1), ("copy", 4)]
+                    for d in ("ngram", "apprentice")}  # fmt: skip
+    for r in res.rows:
+        assert r.identical is (True if "T=" not in r.order else None)  # greedy: the plain text, token for token
+        assert r.plain_tps > 0 and r.spec_tps > 0 and r.speedup == pytest.approx(r.spec_tps / r.plain_tps)
+        assert r.drafts > 0 and 0 <= r.accepted <= r.drafted <= 3 * r.drafts
+        assert r.mean_acceptance_length == pytest.approx(1 + r.accepted / r.drafts)
+        assert list(r.accepted_at) == sorted(r.accepted_at, reverse=True) and len(r.accepted_at) == 3
+        assert r.predicted_speedup == pytest.approx(predicted_speedup(r.acceptance_rate, 3, r.cost_ratio))
+        assert (r.cost_ratio > 0) == (r.draft == "apprentice") and r.verify_ratio > 0
+        assert 0 < r.passes_per_token <= 1
+    assert res.row("copy", "ngram").accepted > 0  # the copy order is what prompt lookup is for
+    frame = res.to_frame()
+    assert len(frame) == len(res.rows) and len(res.positions_frame()) == 3 * len(res.rows)
+
+
+def test_leviathan_formula_at_its_limits():
+    assert tokens_per_pass(0.0, 4) == 1 and tokens_per_pass(1.0, 4) == 5
+    assert tokens_per_pass(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
+    assert predicted_speedup(1.0, 4, 0.25) == pytest.approx(5 / 2)
+
+
+def test_a_model_the_apprentice_cannot_serve_gets_prompt_lookup_only(tiny_llama):
+    res = run_apprentice(Engine.load(str(tiny_llama.path)), ApprenticeSettings(k=2, new_tokens=8, batches=(1,), repeats=1))
+    assert {r.draft for r in res.rows} == {"ngram"}
+    assert any("vocabulary of 2,048 ids" in n for n in res.notes)
+
+
+@pytest.mark.parametrize("bad, limit", [({"k": 0}, "k must be 1..16"), ({"new_tokens": 2}, "at least 8"),
+                                        ({"batches": (0,)}, "1..64"), ({"drafts": ("eagle",)}, "drafts must be")])  # fmt: skip
+def test_bad_settings_are_refused_in_one_line(tiny_llama, bad, limit):
+    with pytest.raises(EngineError, match=limit):
+        run_apprentice(Engine.load(str(tiny_llama.path)), ApprenticeSettings(**bad))

@@ -39,6 +39,7 @@ from engine.loader import ModelInfo, load_model
 from engine.model import Transformer
 from engine.order_run import SeatOrderRun, runs_on_seats
 from engine.prefix_cache import PrefixCache
+from engine.quant import parse_quant
 from engine.results import GenerationResult, RequestResult, request_metrics
 from engine.runner import PassOutput, Runner
 from engine.sampling import SamplingParams, sample
@@ -142,11 +143,16 @@ class Engine:
     @classmethod
     def load(cls, model: str, device: str = "cpu", dtype: str = "float32", kv_budget_bytes: int | None = None,
              policy: str = "continuous", token_budget: int = 512, max_seqs: int = 64,
-             max_seq_len: int | None = None, kv_tokens: int = 0, prefix_cache: bool = False) -> Engine:  # fmt: skip
-        """Folder, `preset:NAME`, an embedded model's name (assets/models/NAME) or hub id -> a ready Engine."""
+             max_seq_len: int | None = None, kv_tokens: int = 0, prefix_cache: bool = False,
+             quant: str | None = None) -> Engine:  # fmt: skip
+        """Folder, `preset:NAME`, an embedded model's name (assets/models/NAME) or hub id -> a ready Engine.
+
+        `quant="int8"`: matmul weights stored as int8 with a scale per output channel (engine/quant.py).
+        """
         serving = ServingConfig(policy, token_budget, max_seqs, max_seq_len, kv_tokens, prefix_cache=prefix_cache)
         SchedulerConfig(policy, max_seqs, token_budget).check()  # refuse bad settings before loading
-        loaded = load_model(model, device, dtype)
+        parse_quant(quant)  # a bad value is refused before loading too
+        loaded = load_model(model, device, dtype, quant)
         return cls(loaded.model, loaded.codec, loaded.info, kv_budget_bytes, serving)
 
     # --- text -------------------------------------------------------------------------------------

@@ -248,6 +248,7 @@ class ModelInfo:
     device: str
     dtype: str
     has_tokenizer: bool = True
+    quant: str | None = None  # "int8": matmul weights stored as int8 (engine/quant.py); None: in `dtype`
 
 
 @dataclass
@@ -266,13 +267,18 @@ def _eos_from_generation_config(folder: Path) -> tuple[int, ...]:
     return tuple(eos if isinstance(eos, list) else [eos]) if eos is not None else ()
 
 
-def load_model(model: str, device: str = "cpu", dtype: str = "float32") -> LoadedModel:
-    """Everything `Engine.load` needs: weights on the device, the tokenizer, and a ModelInfo."""
+def load_model(model: str, device: str = "cpu", dtype: str = "float32", quant: str | None = None) -> LoadedModel:
+    """Everything `Engine.load` needs: weights on the device, the tokenizer, and a ModelInfo.
+
+    `quant="int8"` stores the matmul weights as int8 after loading (engine/quant.py); `weight_bytes`
+    then counts what is really on the device.
+    """
     from dataclasses import replace
 
+    from engine.quant import parse_quant, quantize
     from engine.text import TextCodec
 
-    dev, dt = parse_device(device), parse_dtype(dtype)
+    dev, dt, quant = parse_device(device), parse_dtype(dtype), parse_quant(quant)
     source = resolve_source(str(model))
     if source.startswith("preset:"):
         from engine.presets import build_preset
@@ -287,6 +293,8 @@ def load_model(model: str, device: str = "cpu", dtype: str = "float32") -> Loade
             cfg = replace(cfg, eos_ids=tuple(dict.fromkeys(cfg.eos_ids + extra_eos)))
         net = load_weights(folder, cfg, dev, dt)
         codec, trained = TextCodec.from_folder(folder), True
+    if quant is not None:
+        quantize(net, quant)
     cfg = net.cfg
     weight_bytes = sum(
         b.numel() * b.element_size() for n, b in net.named_buffers() if not n.startswith("rope_")
@@ -296,6 +304,6 @@ def load_model(model: str, device: str = "cpu", dtype: str = "float32") -> Loade
         d_model=cfg.d_model, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim,
         vocab_size=cfg.vocab_size, max_context=cfg.max_context, weight_bytes=weight_bytes,
         kv_bytes_per_token=cfg.kv_bytes_per_token(dt.itemsize), trained=trained, device=str(dev),
-        dtype=CANONICAL_DTYPE[dt], has_tokenizer=codec is not None,
+        dtype=CANONICAL_DTYPE[dt], has_tokenizer=codec is not None, quant=quant,
     )  # fmt: skip
     return LoadedModel(net, codec, info)

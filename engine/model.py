@@ -11,6 +11,8 @@ Written for reading and for decode speed (gpt-fast style), not for training:
 * Tied embeddings keep ONE `(d, V)` matrix: the LM head multiplies by it, and embedding a token
   gathers its column. No second 113 MB copy for SmolLM2.
 * RoPE cos/sin tables are computed once for the whole context; a pass just gathers its rows.
+* Every weight product goes through `engine.quant.matmul`, so `quant="int8"` can swap a weight for
+  an int8 one (engine/quant.py) without touching the code below.
 
 `forward(tokens, positions, input_pos, mask, cache, logits_rows, packed)` keeps the data flow
 explicit:
@@ -39,6 +41,7 @@ from torch import nn
 from engine.cache import KVCache
 from engine.config import ModelConfig, rope_inv_freq
 from engine.kv_pool import SeatBatch, SeatPool
+from engine.quant import matmul
 
 
 @dataclass(frozen=True)
@@ -149,7 +152,7 @@ class Attention(nn.Module):
         """Project and rotate: x (B, T, d) -> q (B, H, T, D), k and v (B, Hkv, T, D)."""
         cfg = self.cfg
         B, T, _ = x.shape
-        qkv = x @ self.wqkv_t  # (B, T, q + 2kv)
+        qkv = matmul(x, self.wqkv_t)  # (B, T, q + 2kv)
         if self.bqkv is not None:
             qkv = qkv + self.bqkv
         qk, v = qkv.split([cfg.q_dim + cfg.kv_dim, cfg.kv_dim], dim=-1)
@@ -221,7 +224,7 @@ class Attention(nn.Module):
 
     def _project(self, out: torch.Tensor) -> torch.Tensor:
         """Heads back to the model width: (B, T, H*D) @ (H*D, d)."""
-        out = out @ self.wo_t
+        out = matmul(out, self.wo_t)
         return out + self.bo if self.bo is not None else out
 
     def _packed_attention(self, q, k, v, lengths: list[int]) -> torch.Tensor:
@@ -249,7 +252,7 @@ class MLP(nn.Module):
         _buffer(self, "b_down", (cfg.d_model,), device, dtype, cfg.out_bias)
 
     def forward(self, x):
-        h = x @ self.w_up_t  # (B, T, 2F) or (B, T, F)
+        h = matmul(x, self.w_up_t)  # (B, T, 2F) or (B, T, F)
         if self.b_up is not None:
             h = h + self.b_up
         if self.cfg.mlp_gated:
@@ -257,7 +260,7 @@ class MLP(nn.Module):
             h = self.act(gate).mul_(up)  # SwiGLU, in place: prefill's (T, ffn) tensors are big
         else:
             h = self.act(h)
-        out = h @ self.w_down_t
+        out = matmul(h, self.w_down_t)
         return out + self.b_down if self.b_down is not None else out
 
 
@@ -304,11 +307,11 @@ class Transformer(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return self.lm_head_t.device
+        return self.final_norm.weight.device  # not the LM head: it may be an int8 module (engine/quant.py)
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.lm_head_t.dtype
+        return self.final_norm.weight.dtype  # the activations' dtype, int8 weights or not
 
     def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         B, T = tokens.shape
@@ -364,7 +367,7 @@ class Transformer(nn.Module):
     def _logits(self, x: torch.Tensor, logits_rows: torch.Tensor | None) -> torch.Tensor:
         if logits_rows is not None:
             x = x.reshape(-1, x.shape[-1]).index_select(0, logits_rows)  # (R, d)
-        return self.final_norm(x) @ self.lm_head_t  # (..., V)
+        return matmul(self.final_norm(x), self.lm_head_t)  # (..., V)
 
 
 def prefill(model: Transformer, batch, cache: KVCache | None) -> torch.Tensor:

@@ -1,0 +1,132 @@
+"""Smaller portions: int8 weight-only quantization of the model's matmul weights.
+
+Why: a batch-1 decode step reads every weight once and does two FLOPs per weight, so its time is
+the bytes it reads. Storing the weights as int8 (one byte each, plus one float scale per output
+channel) instead of float32 (four) cuts those bytes by almost 4x. Prefill is compute-bound and
+gains nothing from fewer bytes.
+
+What is quantized: every `x @ W` weight of the network -- the fused q|k|v and out projections,
+the fused gate|up and down projections of the MLP, and the LM head. The embedding table stays in
+the model's dtype: a token's embedding is one gathered row, not a matmul, so shrinking it saves
+no time per step. For tied models (one matrix for both) the embedding keeps its own float copy.
+
+The numbers (per output channel n, symmetric, no zero point):
+    scale[n] = max_k |W[n, k]| / 127        W[n, k] ~= q[n, k] * scale[n],  q in [-127, 127]
+so the largest weight of each row is exact and every other is off by at most scale[n] / 2.
+
+How a product is computed (`Int8Weight.forward`): the activations are rounded to bfloat16, the
+products are summed in float32 and the result comes back in bfloat16, then in the model's dtype.
+Two kernels, picked per call by the number of rows, both with exactly that arithmetic:
+  * few rows (decode): `torch.ops.aten._weight_int8pack_mm`, which reads the int8 weight directly
+    (its CPU AVX-512 kernel takes bfloat16 activations; with float32 ones it falls back to a scalar
+    loop that was 5-20x slower here). It loads 16 values at a time with aligned loads, so it needs
+    the input width to be a multiple of 16 (other widths crashed or gave wrong sums in torch 2.13);
+    other widths take the second kernel.
+  * many rows (prefill, big batches): the weight is widened to bfloat16 (exact: |q| <= 127 fits
+    bfloat16's 8-bit significand) and multiplied by torch's bfloat16 GEMM, then scaled.
+`docs/benchmarks/int8-cpu.md` has the measurements behind the choice and the row threshold.
+On CUDA the second kernel is used for every call (torch's int8 CUDA kernel is not in every
+version); that path has not been timed on a GPU yet.
+Norms, RoPE, attention, the KV cache and the residual stream keep the model's dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from engine.errors import EngineError
+
+QUANT_MODES = ("int8",)
+QMAX = 127  # symmetric: -127..127, so -q is always representable
+KERNEL_MAX_ROWS = 8  # up to this many rows the int8 kernel beat a bf16 GEMM on widened weights (int8-cpu.md)
+KERNEL_WIDTH_MULTIPLE = 16  # the CPU kernel's aligned loads need the input width in multiples of this
+
+
+def parse_quant(quant: str | None) -> str | None:
+    """None (full-precision weights) or one of QUANT_MODES; anything else is refused in one line."""
+    if quant is None or quant in ("", "none"):
+        return None
+    if quant not in QUANT_MODES:
+        raise EngineError(f"invalid quant '{quant}' (use {' or '.join(QUANT_MODES)}, or none)")
+    return quant
+
+
+class Int8Weight(nn.Module):
+    """A weight used as `x @ W_t` (W_t of shape (in, out)), stored as int8 rows with one scale each.
+
+    Buffers: `q` (out, in) int8, contiguous (the kernel reads each output channel's row);
+    `scale` (out,) bfloat16 (the kernel's scale dtype; quantization used this rounded scale).
+    """
+
+    def __init__(self, w_t: torch.Tensor):
+        super().__init__()
+        w = w_t.t().float()  # (in, out) -> (out, in), the kernel's layout
+        scale = (w.abs().amax(dim=1) / QMAX).clamp(min=torch.finfo(torch.bfloat16).tiny).to(torch.bfloat16)
+        q = torch.round(w / scale.float()[:, None]).clamp_(-QMAX, QMAX).to(torch.int8)  # (out, in)
+        self.register_buffer("q", q.contiguous())
+        self.register_buffer("scale", scale)
+        self.in_features, self.out_features = w.shape[1], w.shape[0]
+        self.use_kernel = w_t.device.type == "cpu" and self.in_features % KERNEL_WIDTH_MULTIPLE == 0
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(in, out), like the float weight it replaces (cost models and ceilings read it)."""
+        return self.in_features, self.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., in) -> (..., out) in x's dtype."""
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features).to(torch.bfloat16)  # (M, in); a new tensor unless x was bf16
+        if self.use_kernel and x2.shape[0] <= KERNEL_MAX_ROWS:
+            if x2.data_ptr() % 64 or not x2.is_contiguous():  # aligned loads: a fresh, packed buffer
+                x2 = x2.clone(memory_format=torch.contiguous_format)
+            y = torch.ops.aten._weight_int8pack_mm(x2, self.q, self.scale)  # (M, out) bf16
+        else:
+            y = (x2 @ self.q.t().to(torch.bfloat16)).mul_(self.scale)  # (M, out) bf16; widening is exact
+        return y.to(x.dtype).view(*lead, self.out_features)  # (..., out)
+
+
+def matmul(x: torch.Tensor, w: torch.Tensor | Int8Weight) -> torch.Tensor:
+    """`x @ W_t` for a float weight of shape (in, out); an Int8Weight runs its own kernel."""
+    return x @ w if isinstance(w, torch.Tensor) else w(x)
+
+
+@dataclass(frozen=True)
+class QuantReport:
+    """What `quantize` changed: how many weights, and the bytes before and after (embedding copy included)."""
+
+    mode: str
+    weights: int  # matrices replaced by Int8Weight
+    bytes_before: int
+    bytes_after: int
+
+
+def _replace(module: nn.Module, name: str) -> tuple[int, int]:
+    w_t = module._buffers.pop(name)  # (in, out) float
+    qw = Int8Weight(w_t)
+    setattr(module, name, qw)  # a submodule now: named_buffers() reports q and scale
+    return w_t.numel() * w_t.element_size(), qw.q.numel() + qw.scale.numel() * qw.scale.element_size()
+
+
+def quantize(model: nn.Module, mode: str = "int8") -> QuantReport:
+    """Replace every matmul weight of an engine.model.Transformer by an Int8Weight, in place.
+
+    A tied model first gets its own float embedding table (the LM head matrix, transposed), so
+    embedding a token still gathers exact float rows.
+    """
+    parse_quant(mode)
+    before = after = 0
+    if model.embed is None:  # tied: the (d, V) head doubled as the embedding table
+        model.embed = model.lm_head_t.t().contiguous()  # (V, d), model dtype
+        after += model.embed.numel() * model.embed.element_size()
+    count = 0
+    for block in model.layers:
+        for module, name in ((block.attn, "wqkv_t"), (block.attn, "wo_t"), (block.mlp, "w_up_t"),
+                             (block.mlp, "w_down_t")):  # fmt: skip
+            b, a = _replace(module, name)
+            before, after, count = before + b, after + a, count + 1
+    b, a = _replace(model, "lm_head_t")
+    return QuantReport(mode, count + 1, before + b, after + a)

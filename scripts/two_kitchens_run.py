@@ -1,6 +1,10 @@
 """Two kitchens on the chef, as JSON: the runs of serving/two_kitchens.py and whether each equals one kitchen.
 
     .venv/bin/python scripts/two_kitchens_run.py
+
+Each run's transfer is compared with the link's prediction (latency + bytes / bandwidth, fitted to
+probe messages of 4 KB .. 16 MB): `ratio` = measured / predicted, and `within_2x` says whether it
+is between 0.5 and 2.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ def main() -> int:
     out = {"link": asdict(link), "runs": []}
     for run, prompt in zip(runs, PROMPTS, strict=True):
         same = run.tokens == single.generate([prompt], max_new_tokens=32).tokens[0]
-        out["runs"].append(asdict(run) | {"same_tokens": same})
+        ratio = run.transfer_s / run.predicted_transfer_s
+        out["runs"].append(asdict(run) | {"same_tokens": same, "ratio": ratio, "within_2x": 0.5 <= ratio <= 2})
     out["link"]["probes"] = {str(k): v for k, v in link.probes.items()}
     print(json.dumps(out))
     return 0

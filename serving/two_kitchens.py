@@ -6,21 +6,26 @@ stalls its pot for a long prompt. What it costs is the carrying: KV bytes per to
 2 x layers x KV heads x head dim x bytes (the chef in float32: 6,144 B), times the prompt.
 
 Here the two kitchens are two processes on this machine joined by `torch.distributed` (gloo on
-CPU; NCCL between two GPUs), and everything is measured:
+CPU), each with its own torch threads (`threads`, default 1: one core each on a 2-core machine).
+A prompt's K/V travel as ONE contiguous tensor (2, layers, KV heads, prompt, head dim), so each
+carrying is one message: one latency, then the bytes.
 
-  prefill_s        the prefill kitchen's pass over the prompt and its first-token sampling
-  transfer_s       from the decode kitchen saying "ready" to its receipt of the last K/V byte
-  first_decode_s   the decode kitchen's first step after adopting the request
-  ttft_s           prefill + transfer + first decode step: when the order's first token leaves
-                   the decode kitchen, which streams the order
-  link             the link, measured with probe transfers before the orders: its latency (a 4 KB
-                   message) and bandwidth (16 MB), so latency + bytes / bandwidth predicts each
-                   order's transfer (compared in the report)
+Two ways to run them:
 
-Each order's K/V is carried REPEATS times and transfer_s is the median: on a busy machine a single
-transfer can wait a scheduler tick for the other process to wake, which says nothing of the link.
+  run_two_kitchens   orders one after another; each order's K/V crosses REPEATS times (median),
+                     after the link is probed at sizes from 4 KB to 16 MB. The link's latency and
+                     bandwidth are fitted to the probes (least squares on relative error), so
+                     `predicted_transfer_s` = latency + bytes / bandwidth can be compared with the
+                     measured transfer at every size. TTFT = prefill + transfer + first decode step
+                     (the decode kitchen streams the order: its first bowl leaves with that step).
+  run_stream         a stream of orders arriving at planned times: the wok cooks each as it
+                     arrives and ships it; the pot adopts it between its own decode steps. Per
+                     order: queue, prefill, handoff (wok done -> K/V received), first decode; every
+                     order's inter-token latencies (the pot never tosses a prompt).
+  one_kitchen_stream the same stream through one engine (the reference: its pot stalls while its
+                     wok cooks each new arrival).
 
-    results = run_two_kitchens("chef", ["ROMEO:", "JULIET:"], max_new_tokens=32)
+Clocks: `time.perf_counter()` is the system's monotonic clock, shared by both processes.
 """
 
 from __future__ import annotations
@@ -31,8 +36,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-PROBE_BYTES = (1 << 12, 1 << 16, 1 << 20, 1 << 24)  # 4 KB (the latency), 64 KB, 1 MB, 16 MB (the bandwidth)
-REPEATS = 5  # each order's K/V crosses this many times; its transfer_s is the median
+PROBE_BYTES = tuple(1 << p for p in range(12, 25, 2))  # 4 KB .. 16 MB, x4 apart
+REPEATS = 7  # each order's K/V crosses this many times in run_two_kitchens; transfer_s is the median
 
 
 @dataclass(frozen=True)
@@ -53,107 +58,44 @@ class KitchenRun:
 
 @dataclass(frozen=True)
 class Link:
-    bytes_per_s: float  # from the largest probe
-    latency_s: float  # the smallest probe's time
-    probes: dict  # bytes -> median seconds
+    bytes_per_s: float  # fitted: 1 / slope of time against bytes
+    latency_s: float  # fitted: the intercept (one message of no bytes)
+    probes: dict  # bytes -> median seconds of one message, "ready" handshake included
 
     def predict(self, nbytes: int) -> float:
         return self.latency_s + nbytes / self.bytes_per_s
 
 
-def _prefill_kitchen(model: str, prompts: list, dtype: str, settings: dict, out) -> None:
-    import torch
-    import torch.distributed as dist
+@dataclass(frozen=True)
+class StreamOrder:
+    """One order of a stream, timed on the shared clock (seconds). One kitchen: handoff 0."""
 
-    from engine import Engine
-    from engine.batching import build_batch
-    from engine.cache import StaticKVCache
-    from engine.model import prefill
-    from engine.sampling import SamplingParams, sample
-
-    eng = Engine.load(model, dtype=dtype)
-    cfg = eng.cfg
-    _probe(dist, sender=True)
-    exact = []
-    with torch.inference_mode():
-        for prompt in prompts:
-            ids = eng.check([prompt], 2)[0]
-            n = len(ids)
-            t0 = time.perf_counter()
-            cache = StaticKVCache(cfg.n_layers, 1, cfg.n_kv_heads, cfg.head_dim, n, eng.model.dtype, eng.device)
-            logits = prefill(eng.model, build_batch([ids], "packed", eng.device, n), cache)
-            params = SamplingParams(settings.get("temperature", 0.0))
-            first = int(sample(logits, params, torch.Generator().manual_seed(settings.get("seed", 0)))[0])
-            k = torch.stack([cache.k[i][0, :, :n] for i in range(cfg.n_layers)]).contiguous()  # (L, Hkv, n, D)
-            v = torch.stack([cache.v[i][0, :, :n] for i in range(cfg.n_layers)]).contiguous()
-            prefill_s = time.perf_counter() - t0
-            dist.send(torch.tensor([n, first], dtype=torch.long), dst=1)  # the header, then the order's ids
-            dist.send(torch.tensor(ids, dtype=torch.long), dst=1)
-            dist.send(torch.tensor([prefill_s], dtype=torch.float64), dst=1)
-            for _ in range(REPEATS):
-                dist.recv(torch.zeros(1), src=1)  # the decode kitchen is ready: carry the K/V now
-                dist.send(k, dst=1)
-                dist.send(v, dst=1)
-            back_k, back_v = torch.empty_like(k), torch.empty_like(v)
-            dist.recv(back_k, src=1)
-            dist.recv(back_v, src=1)
-            exact.append(bool(torch.equal(back_k, k) and torch.equal(back_v, v)))
-    out.put(("exact", exact))
+    prompt_tokens: int
+    arrival_s: float  # planned arrival, after the stream's start
+    queue_s: float  # arrival -> its prefill starts
+    prefill_s: float
+    handoff_s: float  # two kitchens: prefill done -> its K/V received by the decode kitchen
+    first_decode_s: float  # two kitchens: adopted -> its first decode token
+    ttft_s: float  # arrival -> first token out of the kitchen that streams it
+    itl_s: list[float]  # gaps between its decode tokens
+    tokens: list[int]
 
 
-def _decode_kitchen(model: str, n_prompts: int, max_new_tokens: int, dtype: str, settings: dict, out) -> None:
-    import torch
-    import torch.distributed as dist
+def fit_link(probes: dict) -> Link:
+    """Latency + bytes / bandwidth fitted to the probes, each weighted by 1 / its time: a 4 KB probe
+    counts as much as a 16 MB one (plain least squares would let the big ones set the latency)."""
+    import numpy as np
 
-    from engine import Engine
-    from engine.events import Done, StepEnd
-
-    eng = Engine.load(model, dtype=dtype, policy="continuous")
-    cfg = eng.cfg
-    link = _probe(dist, sender=False)
-    out.put(("link", link))
-    per_token = cfg.kv_bytes_per_token(eng.model.dtype.itemsize)
-    for _ in range(n_prompts):
-        header = torch.empty(2, dtype=torch.long)
-        dist.recv(header, src=0)
-        n, first = int(header[0]), int(header[1])
-        ids_t = torch.empty(n, dtype=torch.long)
-        dist.recv(ids_t, src=0)
-        ids = ids_t.tolist()
-        prefill_s = torch.empty(1, dtype=torch.float64)
-        dist.recv(prefill_s, src=0)
-        shape = (cfg.n_layers, cfg.n_kv_heads, n, cfg.head_dim)
-        k = torch.empty(shape, dtype=eng.model.dtype)
-        v = torch.empty(shape, dtype=eng.model.dtype)
-        times = []
-        for _ in range(REPEATS):
-            dist.send(torch.zeros(1), dst=0)  # ready (as in the probes): the clock starts now
-            t0 = time.perf_counter()
-            dist.recv(k, src=0)
-            dist.recv(v, src=0)
-            times.append(time.perf_counter() - t0)
-        transfer_s = statistics.median(times)
-        dist.send(k, dst=0)  # back again: the round trip is checked bit for bit
-        dist.send(v, dst=0)
-        rid = eng.adopt(ids, first, k, v, max_new_tokens, **settings)
-        steps, result = [], None
-        while not eng.idle:
-            for ev in eng.step():
-                if isinstance(ev, StepEnd):
-                    steps.append(ev.step.seconds)
-                elif isinstance(ev, Done) and ev.request_id == rid:
-                    result = ev.result
-        kv_bytes = per_token * n  # per token: K and V of every layer
-        out.put(("run", dict(
-            tokens=result.tokens, text=result.text, prompt_tokens=n, kv_bytes=kv_bytes, kv_bytes_per_token=per_token,
-            prefill_s=float(prefill_s[0]), transfer_s=transfer_s, first_decode_s=steps[0],
-            ttft_s=float(prefill_s[0]) + transfer_s + steps[0], tpot_s=result.metrics.tpot_s,
-            predicted_transfer_s=link.predict(kv_bytes),
-        )))  # fmt: skip
+    sizes = np.array(sorted(probes), dtype=float)
+    times = np.array([probes[int(s)] for s in sizes])
+    a = np.stack([1 / times, sizes / times], axis=1)  # (P, 2): [latency, seconds per byte] -> 1
+    (lat, per_byte), *_ = np.linalg.lstsq(a, np.ones_like(times), rcond=None)
+    per_byte = max(per_byte, 1e-15)
+    return Link(float(1 / per_byte), float(max(lat, 0.0)), probes)
 
 
-def _probe(dist, sender: bool, repeats: int = 5) -> Link | None:
-    """Time transfers of a few sizes over the link; the receiver reports the medians."""
+def _probe(dist, sender: bool, repeats: int = 7) -> Link | None:
+    """Time one message of each size (after a "ready" handshake, as the orders' transfers)."""
     import torch
 
     probes = {}
@@ -170,59 +112,233 @@ def _probe(dist, sender: bool, repeats: int = 5) -> Link | None:
                 dist.recv(buf, src=0)
                 times.append(time.perf_counter() - t0)
         probes[size] = statistics.median(times[1:]) if times else None
-    if sender:
-        return None
-    largest = PROBE_BYTES[-1]
-    return Link(largest / probes[largest], probes[PROBE_BYTES[0]], probes)
+    return None if sender else fit_link(probes)
 
 
-def _worker(rank: int, init: str, model: str, prompts: list, max_new_tokens: int, dtype: str, settings: dict, out):
+def _prefill(eng, prompt, settings: dict):
+    """The wok: one prefill pass over one prompt -> (ids, first token, K/V (2, L, Hkv, n, D), seconds)."""
+    import torch
+
+    from engine.batching import build_batch
+    from engine.cache import StaticKVCache
+    from engine.model import prefill
+    from engine.sampling import SamplingParams, sample
+
+    cfg = eng.cfg
+    ids = eng.check([prompt], 2)[0]
+    n = len(ids)
+    t0 = time.perf_counter()
+    cache = StaticKVCache(cfg.n_layers, 1, cfg.n_kv_heads, cfg.head_dim, n, eng.model.dtype, eng.device)
+    logits = prefill(eng.model, build_batch([ids], "packed", eng.device, n), cache)
+    params = SamplingParams(settings.get("temperature", 0.0))
+    first = int(sample(logits, params, torch.Generator().manual_seed(settings.get("seed", 0)))[0])
+    kv = torch.stack([torch.stack([c[i][0, :, :n] for i in range(cfg.n_layers)]) for c in (cache.k, cache.v)])
+    return ids, first, kv.contiguous(), time.perf_counter() - t0  # kv (2, L, Hkv, n, D)
+
+
+def _recv_order(dist, eng, n: int):
+    import torch
+
+    cfg = eng.cfg
+    ids = torch.empty(n, dtype=torch.long)
+    dist.recv(ids, src=0)
+    stamps = torch.empty(3, dtype=torch.float64)
+    dist.recv(stamps, src=0)
+    kv = torch.empty((2, cfg.n_layers, cfg.n_kv_heads, n, cfg.head_dim), dtype=eng.model.dtype)
+    return ids.tolist(), stamps.tolist(), kv
+
+
+def _finish(eng, rid: int):
+    from engine.events import Done
+
+    result = None
+    while not eng.idle:
+        result = next((e.result for e in eng.step() if isinstance(e, Done) and e.request_id == rid), result)
+    return result
+
+
+def _kitchens_one_by_one(dist, eng, rank: int, prompts: list, max_new_tokens: int, settings: dict, out) -> None:
+    import torch
+
+    link = _probe(dist, sender=rank == 0)
+    if rank == 0:
+        exact = []
+        for prompt in prompts:
+            ids, first, kv, prefill_s = _prefill(eng, prompt, settings)
+            dist.send(torch.tensor([len(ids), first], dtype=torch.long), dst=1)
+            dist.send(torch.tensor(ids, dtype=torch.long), dst=1)
+            dist.send(torch.tensor([prefill_s, 0.0, 0.0], dtype=torch.float64), dst=1)
+            for _ in range(REPEATS):
+                dist.recv(torch.zeros(1), src=1)  # the decode kitchen is ready: carry the K/V now
+                dist.send(kv, dst=1)
+            back = torch.empty_like(kv)
+            dist.recv(back, src=1)
+            exact.append(bool(torch.equal(back, kv)))
+        out.put(("exact", exact))
+        return
+    out.put(("link", link))
+    per_token = eng.cfg.kv_bytes_per_token(eng.model.dtype.itemsize)
+    for _ in prompts:
+        header = torch.empty(2, dtype=torch.long)
+        dist.recv(header, src=0)
+        n, first = header.tolist()
+        ids, (prefill_s, _, _), kv = _recv_order(dist, eng, n)
+        times = []
+        for _ in range(REPEATS):
+            dist.send(torch.zeros(1), dst=0)  # ready (as in the probes): the clock starts now
+            t0 = time.perf_counter()
+            dist.recv(kv, src=0)
+            times.append(time.perf_counter() - t0)
+        transfer_s = statistics.median(times)
+        dist.send(kv, dst=0)  # back again: the round trip is checked bit for bit
+        t_adopt = time.perf_counter()
+        result = _finish(eng, eng.adopt(ids, first, kv[0], kv[1], max_new_tokens, **settings))
+        first_decode = result.metrics.itl_s[0] if result.metrics.itl_s else time.perf_counter() - t_adopt
+        kv_bytes = per_token * n  # per token: K and V of every layer
+        out.put(("run", dict(
+            tokens=result.tokens, text=result.text, prompt_tokens=n, kv_bytes=kv_bytes, kv_bytes_per_token=per_token,
+            prefill_s=prefill_s, transfer_s=transfer_s, first_decode_s=first_decode,
+            ttft_s=prefill_s + transfer_s + first_decode, tpot_s=result.metrics.tpot_s,
+            predicted_transfer_s=link.predict(kv_bytes),
+        )))  # fmt: skip
+
+
+def _kitchens_stream(dist, eng, rank: int, orders: list, max_new_tokens: int, settings: dict, out) -> None:
+    """The wok cooks each order at its arrival; the pot adopts it between decode steps."""
+    import torch
+
+    from engine.events import Done
+
+    start = torch.tensor([time.perf_counter() + 0.05], dtype=torch.float64)
+    dist.broadcast(start, src=0)  # both kitchens count arrivals from the same instant
+    t0 = float(start[0])
+    if rank == 0:
+        for prompt, arrival in orders:
+            time.sleep(max(0.0, t0 + arrival - time.perf_counter()))
+            t_start = time.perf_counter()
+            ids, first, kv, _ = _prefill(eng, prompt, settings)
+            t_end = time.perf_counter()
+            dist.send(torch.tensor([len(ids), first], dtype=torch.long), dst=1)
+            dist.send(torch.tensor(ids, dtype=torch.long), dst=1)
+            dist.send(torch.tensor([t0 + arrival, t_start, t_end], dtype=torch.float64), dst=1)
+            dist.send(kv, dst=1)
+        return
+    header = torch.empty(2, dtype=torch.long)
+    pending, got, meta, results = dist.irecv(header, src=0), 0, {}, {}
+    while len(results) < len(orders):
+        if got < len(orders) and (eng.idle or pending.is_completed()):
+            pending.wait()
+            n, first = header.tolist()
+            ids, stamps, kv = _recv_order(dist, eng, n)
+            dist.recv(kv, src=0)
+            rid = eng.adopt(ids, first, kv[0], kv[1], max_new_tokens, **settings)
+            meta[rid] = (got, n, *stamps, time.perf_counter())
+            got += 1
+            if got < len(orders):
+                header = torch.empty(2, dtype=torch.long)
+                pending = dist.irecv(header, src=0)
+            continue
+        results |= {e.request_id: e.result for e in eng.step() if isinstance(e, Done)}
+    for rid, (i, n, arrival, t_start, t_end, t_recv) in meta.items():
+        r = results[rid]
+        first_decode = r.metrics.itl_s[0]
+        out.put(("order", i, StreamOrder(
+            n, orders[i][1], t_start - arrival, t_end - t_start, t_recv - t_end, first_decode,
+            t_recv + first_decode - arrival, r.metrics.itl_s[1:], r.tokens,
+        )))  # fmt: skip
+
+
+def _worker(rank: int, init: str, mode: str, model: str, orders: list, max_new_tokens: int, dtype: str,
+            threads: int, settings: dict, out):  # fmt: skip
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    import torch
     import torch.distributed as dist
 
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from engine import Engine
+
+    torch.set_num_threads(threads)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
     try:
-        if rank == 0:
-            _prefill_kitchen(model, prompts, dtype, settings, out)
-        else:
-            _decode_kitchen(model, len(prompts), max_new_tokens, dtype, settings, out)
+        eng = Engine.load(model, dtype=dtype, policy="continuous")
+        dist.barrier()  # both models loaded: nothing below waits for a load
+        run = _kitchens_stream if mode == "stream" else _kitchens_one_by_one
+        run(dist, eng, rank, orders, max_new_tokens, settings, out)
+        dist.barrier()  # the wok leaves only once the pot has everything it sent
+        out.put(("done", rank))
     except Exception as err:  # noqa: BLE001 -- the parent reports one line
         out.put(("error", " ".join(f"{type(err).__name__}: {err}".split())))
     finally:
         dist.destroy_process_group()
 
 
-def run_two_kitchens(model: str, prompts: list, max_new_tokens: int = 32, dtype: str = "float32",
-                     timeout_s: float = 600.0, **settings) -> tuple[list[KitchenRun], Link]:  # fmt: skip
-    """Serve `prompts` one after another through a prefill kitchen and a decode kitchen."""
+def _two_processes(mode: str, model: str, orders: list, max_new_tokens: int, dtype: str, threads: int,
+                   timeout_s: float, settings: dict) -> list:  # fmt: skip
+    """Start both kitchens, collect what they put on the queue until both say done."""
     import torch.multiprocessing as mp
 
     from engine.errors import EngineError
 
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
+    got, done = [], set()
     with tempfile.TemporaryDirectory() as tmp:
         init = f"file://{os.path.join(tmp, 'rendezvous')}"
-        procs = [ctx.Process(target=_worker, args=(r, init, model, prompts, max_new_tokens, dtype, settings, out))
-                 for r in (0, 1)]  # fmt: skip
+        args = (init, mode, model, orders, max_new_tokens, dtype, threads, settings, out)
+        procs = [ctx.Process(target=_worker, args=(r, *args)) for r in (0, 1)]
         for p in procs:
             p.start()
-        runs, link, exact = [], None, None
         deadline = time.time() + timeout_s
         try:
-            while len(runs) < len(prompts) or exact is None or link is None:
-                kind, value = out.get(timeout=max(1.0, deadline - time.time()))
-                if kind == "error":
-                    raise EngineError(f"a kitchen failed: {value}")
-                if kind == "run":
-                    runs.append(value)
-                elif kind == "link":
-                    link = value
+            while len(done) < 2:
+                item = out.get(timeout=max(1.0, deadline - time.time()))
+                if item[0] == "error":
+                    raise EngineError(f"a kitchen failed: {item[1]}")
+                if item[0] == "done":
+                    done.add(item[1])
                 else:
-                    exact = value
+                    got.append(item)
         finally:
             for p in procs:
                 p.join(10)
                 if p.is_alive():
                     p.kill()
+    return got
+
+
+def run_two_kitchens(model: str, prompts: list, max_new_tokens: int = 32, dtype: str = "float32",
+                     timeout_s: float = 600.0, threads: int = 1, **settings) -> tuple[list[KitchenRun], Link]:  # fmt: skip
+    """Serve `prompts` one after another through a prefill kitchen and a decode kitchen."""
+    got = _two_processes("one_by_one", model, list(prompts), max_new_tokens, dtype, threads, timeout_s, settings)
+    runs = [v for kind, v in got if kind == "run"]
+    exact = next(v for kind, v in got if kind == "exact")
+    link = next(v for kind, v in got if kind == "link")
     return [KitchenRun(**r, round_trip_exact=e) for r, e in zip(runs, exact, strict=True)], link
+
+
+def run_stream(model: str, orders: list[tuple], max_new_tokens: int = 32, dtype: str = "float32",
+               timeout_s: float = 600.0, threads: int = 1, **settings) -> list[StreamOrder]:  # fmt: skip
+    """`orders`: (prompt, arrival seconds after the start) in arrival order; greedy unless settings say."""
+    got = _two_processes("stream", model, list(orders), max_new_tokens, dtype, threads, timeout_s, settings)
+    return [o for _, _, o in sorted(got, key=lambda item: item[1])]
+
+
+def one_kitchen_stream(eng, orders: list[tuple], max_new_tokens: int = 32, **settings) -> list[StreamOrder]:
+    """The same stream through one engine: arrivals are submitted as their time comes, between steps."""
+    from engine.events import Done
+
+    t0 = time.perf_counter() + 0.05
+    waiting, ids, results = list(orders), [], {}
+    while waiting or not eng.idle:
+        while waiting and time.perf_counter() >= t0 + waiting[0][1]:
+            prompt, arrival = waiting.pop(0)
+            ids.append(eng.submit(prompt, max_new_tokens, arrival_s=t0 + arrival, **settings))
+        if eng.idle:
+            time.sleep(max(0.0, t0 + waiting[0][1] - time.perf_counter()))
+            continue
+        results |= {e.request_id: e.result for e in eng.step() if isinstance(e, Done)}
+    out = []
+    for rid, (_, arrival) in zip(ids, orders, strict=True):
+        m, r = results[rid].metrics, results[rid]
+        out.append(StreamOrder(m.prompt_tokens, arrival, m.queue_s, m.ttft_s - m.queue_s, 0.0, 0.0, m.ttft_s,
+                               m.itl_s[1:], r.tokens))  # fmt: skip
+    return out

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from engine import Engine, EngineError
-from serving.two_kitchens import run_two_kitchens
+from serving.two_kitchens import PROBE_BYTES, fit_link, one_kitchen_stream, run_stream, run_two_kitchens
 
 
 def test_two_kitchens_serve_what_one_kitchen_serves(tiny_llama):
@@ -22,7 +22,28 @@ def test_two_kitchens_serve_what_one_kitchen_serves(tiny_llama):
         assert run.ttft_s == pytest.approx(run.prefill_s + run.transfer_s + run.first_decode_s)
         assert min(run.prefill_s, run.transfer_s, run.first_decode_s) > 0
         assert run.predicted_transfer_s == pytest.approx(link.latency_s + run.kv_bytes / link.bytes_per_s)
-    assert link.bytes_per_s > 0 and sorted(link.probes) == [4096, 65536, 1 << 20, 1 << 24]
+    assert link.bytes_per_s > 0 and link.latency_s >= 0 and sorted(link.probes) == list(PROBE_BYTES)
+
+
+def test_the_link_fit_recovers_latency_and_bandwidth():
+    probes = {b: 50e-6 + b / 2e9 for b in PROBE_BYTES}  # a link of 50 us and 2 GB/s, exactly
+    link = fit_link(probes)
+    assert link.latency_s == pytest.approx(50e-6, rel=1e-6) and link.bytes_per_s == pytest.approx(2e9, rel=1e-6)
+    assert link.predict(1 << 20) == pytest.approx(probes[1 << 20])
+
+
+def test_a_stream_through_two_kitchens_serves_what_one_kitchen_serves(tiny_llama):
+    orders = [([11, 57, 3, 200, 42, 9], 0.0), (list(range(40, 100)), 0.02), ([5, 6, 7], 0.04)]
+    two = run_stream(str(tiny_llama.path), orders, max_new_tokens=10, stop_at_eos=False)
+    eng = Engine.load(str(tiny_llama.path))
+    one = one_kitchen_stream(eng, orders, max_new_tokens=10, stop_at_eos=False)
+    for a, b, (prompt, arrival) in zip(one, two, orders, strict=True):
+        assert a.tokens == b.tokens == eng.generate([prompt], max_new_tokens=10, stop_at_eos=False).tokens[0]
+        assert a.prompt_tokens == b.prompt_tokens == len(prompt) and a.arrival_s == b.arrival_s == arrival
+        assert len(a.itl_s) == len(b.itl_s) == 8  # gaps between the 9 decode tokens after the first
+        assert min(b.prefill_s, b.handoff_s, b.first_decode_s) > 0 and b.queue_s >= 0
+        assert b.ttft_s == pytest.approx(b.queue_s + b.prefill_s + b.handoff_s + b.first_decode_s)
+        assert a.ttft_s == pytest.approx(a.queue_s + a.prefill_s) and a.handoff_s == 0
 
 
 def test_adopting_a_prefilled_request_checks_what_it_is_given(tiny_llama):

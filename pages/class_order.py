@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 
 import pandas as pd
 import streamlit as st
 
 from engine.errors import EngineError
-from serving.remote_order import models, order_remote
+from kitchen_viz.class_rail import batch_figure, rail_html, you_and_kitchen, your_steps
+from serving.remote_order import board, models, order_remote
 
 BACKEND_ENV, KEY_ENV = "TWO_POT_BACKEND", "TWO_POT_BACKEND_KEY"
+RAIL_EVERY_S = 0.5  # how often the rail is refreshed while your order streams
 
 st.title("🧾 Order from a class kitchen")
 st.caption(
@@ -50,9 +53,24 @@ if st.button("🔥 Order", type="primary", key="order-go"):
         st.error("The order is empty: write a prompt (at least one non-space character).")
         st.stop()
     live = st.empty()
+    before = board(url, since=2**62, api_key=api_key)  # a Two-Pot class kitchen keeps a board; others do not
+    if before is not None:
+        st.caption("The rail: every order in the class kitchen right now (yours highlighted, the others anonymous).")
+        rail = st.empty()
+        rail.markdown(rail_html(before), unsafe_allow_html=True)
+        seen = {"at": time.perf_counter(), "step": before["last_step"]}
+
+    def on_chunk(o) -> None:
+        live.markdown(f"```\n{prompt}{o.text}\n```")
+        if before is not None and time.perf_counter() - seen["at"] >= RAIL_EVERY_S:
+            now = board(url, o.order_id, since=seen["step"], api_key=api_key)
+            seen["at"] = time.perf_counter()
+            if now is not None:
+                seen["step"] = now["last_step"]
+                rail.markdown(rail_html(now), unsafe_allow_html=True)
+
     try:
-        out = order_remote(url, model, prompt, int(max_tokens), float(temperature), api_key,
-                           on_chunk=lambda o: live.markdown(f"```\n{prompt}{o.text}\n```"))  # fmt: skip
+        out = order_remote(url, model, prompt, int(max_tokens), float(temperature), api_key, on_chunk=on_chunk)
     except EngineError as err:
         st.error(str(err))
         st.stop()
@@ -78,9 +96,22 @@ if st.button("🔥 Order", type="primary", key="order-go"):
             + (f". Up to **{busy}** sequences were in the pot together in one step (yours included)."
                if busy > 1 else ". Yours was the only sequence in the pot.")
         )
-        st.line_chart(steps.set_index("step")[["batch"]], height=180)
-        st.caption("Sequences in each step that made one of your tokens: other students' orders joining "
-                   "and leaving the same batch (continuous batching).")  # fmt: skip
     else:
         st.info("This server sends no per-step timings (vLLM and llama.cpp do not): the per-phase trace "
                 "(wok vs pot) cannot be shown, only the client-side numbers above.")
+    after = board(url, out.order_id, since=before["last_step"], api_key=api_key) if before is not None else None
+    if after is not None:
+        rail.markdown(rail_html(after), unsafe_allow_html=True)
+        st.subheader("The whole class")
+        yk = you_and_kitchen(out.ttft_s, out.tpot_s, after)
+        c = st.columns(4)
+        c[0].metric("Your TTFT (client)", ms(yk.your_ttft_s))
+        c[1].metric("Kitchen TTFT, median", ms(yk.kitchen_ttft_s))
+        c[2].metric("Your TPOT (client)", ms(yk.your_tpot_s))
+        c[3].metric("Kitchen TPOT, median", ms(yk.kitchen_tpot_s))
+        st.caption(f"The kitchen's medians are over the {yk.kitchen_finished} orders it finished in the last minute "
+                   f"(yours included), measured by the kitchen. {yk.shared_steps} of the {yk.your_steps} steps that "
+                   "cooked your order also cooked someone else's.")  # fmt: skip
+        steps = your_steps(after)
+        if steps:
+            st.plotly_chart(batch_figure(steps), use_container_width=True)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import EngineError
+from serving.class_board import ClassBoard
 from serving.kitchen_loop import ENTRY_CODE, LoopSettings, QueueState, ReadyInfo, StepInfo
 from serving.metrics import KitchenMetrics
 
@@ -85,9 +86,9 @@ class Handle:
 
 
 class EngineClient:
-    def __init__(self, settings: LoopSettings, metrics: KitchenMetrics | None = None):
-        """`metrics` is updated from the reader thread at each step and each finished request."""
-        self.settings, self.metrics = settings, metrics
+    def __init__(self, settings: LoopSettings, metrics: KitchenMetrics | None = None, board: ClassBoard | None = None):
+        """`metrics` and `board` are updated from the reader thread at each step and each finished request."""
+        self.settings, self.metrics, self.board = settings, metrics, board
         self.ready: ReadyInfo | None = None
         self.last_step: StepInfo | None = None
         self.state = QueueState(0, 0, 0.0)
@@ -186,6 +187,8 @@ class EngineClient:
             elif kind in ("accepted", "refused"):
                 with self._lock:
                     handle = self._handles.get(msg[1]) if kind == "accepted" else self._handles.pop(msg[1], None)
+                if handle is not None and kind == "accepted" and self.board is not None:
+                    self.board.arrived(msg[1], msg[2])
                 if handle is not None:
                     handle.settle(kind == "accepted", msg[2])
             elif kind == "step":
@@ -199,6 +202,8 @@ class EngineClient:
             self.metrics.observe_state(state)
             if info is not None:
                 self.metrics.observe_step(info)
+        if self.board is not None:
+            self.board.step(info, tokens, done)
         for key, token_id, text, index, finished, ttft in tokens:
             handle = self._handles.get(key)
             if handle is not None:
@@ -224,6 +229,8 @@ class EngineClient:
             handle.put(("error", line))
         self.restarts += 1
         self.last_step, self.state = None, QueueState(0, 0, 0.0)
+        if self.board is not None:
+            self.board.forget_all()
         if self.metrics is not None:
             self.metrics.observe_state(self.state)
         self._start()

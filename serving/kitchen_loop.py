@@ -79,6 +79,7 @@ class StepInfo:
     prefill_tokens: int
     decode_tokens: int
     kv_bytes: int
+    keys: tuple[str, ...] = ()  # the requests in the step, by the parent's keys (the class board)
 
 
 @dataclass(frozen=True)
@@ -172,8 +173,9 @@ def serve(conn, engine, EngineError) -> None:  # noqa: N803 -- the engine's exce
                 done.append((key, ev.result))
             elif isinstance(ev, StepEnd):
                 rec = ev.step
+                keys = tuple(key_of[r] for r in ev.request_ids if r in key_of)
                 info = StepInfo(rec.index, rec.phase, rec.seconds, rec.batch, ev.prefill_tokens,
-                                ev.decode_tokens, rec.kv_bytes)  # fmt: skip
+                                ev.decode_tokens, rec.kv_bytes, keys)  # fmt: skip
         if info is not None or done:
             state = engine.serving_state()
             queue = QueueState(state.running, state.waiting, state.kv_usage, state.prefix_queries, state.prefix_hits)

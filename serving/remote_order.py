@@ -32,6 +32,7 @@ class RemoteOrder:
     completion_tokens: int | None = None
     server_steps: list[dict] = field(default_factory=list)  # our server's `timings`, one per chunk
     server_ttft_s: float | None = None
+    order_id: str | None = None  # the stream's `id`: names this order on a Two-Pot class board
 
     @property
     def ttft_s(self) -> float | None:
@@ -89,9 +90,22 @@ def order_remote(url: str, model: str, prompt: str, max_tokens: int, temperature
     return out
 
 
+def board(url: str, order_id: str | None = None, since: int = -1, api_key: str | None = None,
+          timeout_s: float = 2.0) -> dict | None:  # fmt: skip
+    """A Two-Pot class kitchen's board (serving/class_board.py), your order's tickets marked; None from a
+    server that keeps none (vLLM, llama.cpp) or does not answer in time: the page then shows no rail."""
+    params = {"since": since} | ({"order": order_id} if order_id else {})
+    try:
+        r = httpx.get(url.rstrip("/") + "/kitchen/board", params=params, headers=_auth(api_key), timeout=timeout_s)
+        return r.json() if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
 def _take(out: RemoteOrder, ev: dict, t: float) -> None:
     if "error" in ev:
         raise EngineError(ev["error"].get("message", "the server sent an error"))
+    out.order_id = ev.get("id") or out.order_id
     for c in ev.get("choices", []):
         if c.get("text"):
             out.text += c["text"]

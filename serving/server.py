@@ -11,6 +11,9 @@ the `openai` client, curl, vLLM's benchmark scripts and the app itself can all o
     GET  /health                                 200 when the engine is ready, else 503
     GET  /metrics                                Prometheus text (serving/metrics.py)
     GET  /kitchen                                the policy, seats and the instructor's caps in force
+    GET  /kitchen/board?order=ID&since=N         the whole class in the pot: tickets (yours marked when
+                                                 you name your order's id), recent steps, the kitchen's
+                                                 TTFT and TPOT (serving/class_board.py)
 
 Errors are one line in OpenAI's error object: 400 a request the kitchen refuses (over the context,
 the KV memory or an instructor's cap), 401 a wrong key, 404 an unknown model or path, 413 a body
@@ -38,6 +41,7 @@ from starlette.routing import Route
 
 from engine.errors import EngineError
 from serving.caps import Caps, load_caps
+from serving.class_board import ClassBoard
 from serving.engine_client import EngineClient, Handle, LoopSettings, Refused
 from serving.metrics import CONTENT_TYPE, KitchenMetrics
 from serving.openai_api import (
@@ -121,6 +125,15 @@ class Kitchen:
             "caps_line": caps.summary(), "restarts": self.client.restarts,
         })  # fmt: skip
 
+    async def board(self, request: Request) -> Response:
+        board = self.client.board
+        if board is None:
+            raise ApiError(404, "this kitchen keeps no class board", kind="not_found_error")
+        since = request.query_params.get("since", "-1")
+        if not since.lstrip("-").isdigit():
+            raise ApiError(400, f"since must be a step number (got '{since[:40]}')", "since")
+        return JSONResponse(board.snapshot(request.query_params.get("order") or None, int(since)))
+
     async def prometheus(self, request: Request) -> Response:
         return Response(self.metrics.render(), media_type=CONTENT_TYPE)
 
@@ -149,6 +162,8 @@ class Kitchen:
             self._cancel(handles)
             raise ApiError(400, str(err), "prompt") from None
         rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
+        if self.client.board is not None:
+            self.client.board.order(rid, [h.key for h in handles])
         events = self._events(request, handles, time.monotonic() + caps.max_order_seconds)
         if order.stream:
             return StreamingResponse(self._stream(order, rid, handles, events), media_type="text/event-stream",
@@ -301,6 +316,7 @@ def create_app(client: EngineClient, config: ServerConfig, metrics: KitchenMetri
         Route("/health", kitchen.health, methods=["GET"]),
         Route("/metrics", kitchen.prometheus, methods=["GET"]),
         Route("/kitchen", kitchen.about, methods=["GET"]),
+        Route("/kitchen/board", kitchen.board, methods=["GET"]),
     ]
     app = Starlette(routes=routes, exception_handlers={ApiError: api_error, Exception: unexpected})
     app.add_middleware(_KeyCheck, key=config.api_key)
@@ -308,13 +324,13 @@ def create_app(client: EngineClient, config: ServerConfig, metrics: KitchenMetri
 
 
 class _KeyCheck:
-    """`Authorization: Bearer KEY` on /v1/* when the server has a key (401 otherwise)."""
+    """`Authorization: Bearer KEY` on /v1/* and the class board when the server has a key (401 otherwise)."""
 
     def __init__(self, app, key: str | None):
         self.app, self.key = app, key
 
     async def __call__(self, scope, receive, send):
-        if self.key and scope["type"] == "http" and scope["path"].startswith("/v1/"):
+        if self.key and scope["type"] == "http" and scope["path"].startswith(("/v1/", "/kitchen/board")):
             headers = dict(scope["headers"])
             given = headers.get(b"authorization", b"").decode(errors="replace")
             if not secrets.compare_digest(given, f"Bearer {self.key}"):
@@ -367,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
         metrics = KitchenMetrics(name)
         print(f"loading {name} on {args.device} ({args.dtype}, policy {args.policy})...", file=sys.stderr)
         client = EngineClient(LoopSettings(source, args.device, args.dtype, args.policy, args.token_budget,
-                                           args.max_seqs, args.threads, not args.no_prefix_cache), metrics)  # fmt: skip
+                                           args.max_seqs, args.threads, not args.no_prefix_cache), metrics,
+                              ClassBoard())  # fmt: skip
     except EngineError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

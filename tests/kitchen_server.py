@@ -8,6 +8,7 @@ import time
 from contextlib import contextmanager
 
 from serving.caps import Caps
+from serving.class_board import ClassBoard
 from serving.engine_client import EngineClient, LoopSettings
 from serving.metrics import KitchenMetrics
 from serving.server import ServerConfig, create_app, served_name
@@ -20,7 +21,8 @@ def kitchen(caps: Caps | None = None, api_key: str | None = None, model: str = "
 
     name, source = served_name(model)
     metrics = KitchenMetrics(name)
-    client = EngineClient(LoopSettings(source, policy="chunked", token_budget=64, threads=1, prefix_cache=True), metrics)
+    settings = LoopSettings(source, policy="chunked", token_budget=64, threads=1, prefix_cache=True)
+    client = EngineClient(settings, metrics, ClassBoard())
     app = create_app(client, ServerConfig(name, api_key, caps or Caps()), metrics)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

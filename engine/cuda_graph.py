@@ -11,6 +11,11 @@ The price of a graph is fixed shapes and fixed addresses:
   eager path reads only the filled prefix; here the width cannot change between replays);
 * finished sequences are not dropped (that would change the batch shape): they keep decoding and
   their tokens are ignored.
+
+A capture can fail (one did on an H200: `cudaErrorStreamCaptureInvalidated` after other models had
+run in the same process). Then that graph's step runs eagerly from the same static buffers, the
+failure is kept as one line in `failure` (the fixed path writes it into the trace's notes), and
+nothing is cached that a later request could trip on: the next request records its own graph.
 """
 
 from __future__ import annotations
@@ -37,6 +42,26 @@ def record(step, dev) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
     return graph, out
 
 
+def try_record(step, dev) -> tuple[torch.cuda.CUDAGraph | None, torch.Tensor | None, str | None]:
+    """`record`, but a failed capture returns (None, None, one-line reason) instead of raising.
+
+    The warm-up runs only write the cache slot the first real step overwrites, so an aborted
+    capture leaves no state behind; the device is synchronised so a pending error surfaces here,
+    not in the next request. The caller runs `step()` eagerly instead.
+    """
+    try:
+        graph, out = record(step, dev)
+        return graph, out, None
+    except Exception as err:  # capture invalidated, out of memory, an op that cannot be captured
+        reason = " ".join(f"{type(err).__name__}: {err}".split())[:300]  # one line
+        if torch.device(dev).type == "cuda":
+            try:
+                torch.cuda.synchronize(dev)
+            except Exception:  # an error that was already reported above; the eager step will tell
+                pass
+        return None, None, reason
+
+
 class GraphedDecode:
     """Capture `decode_one_token` for a fixed batch and cache; call it like the eager function."""
 
@@ -59,9 +84,9 @@ class GraphedDecode:
         def step() -> torch.Tensor:
             return decode_one_token(model, self.tokens, self.positions, self.input_pos, mask, cache)
 
-        self.step, self.graph = step, None
-        if capture:
-            self.graph, self.logits = record(step, dev)  # logits (B, V): a static output buffer
+        self.step, self.graph, self.failure = step, None, None
+        if capture:  # logits (B, V): a static output buffer; on failure the step runs eagerly
+            self.graph, self.logits, self.failure = try_record(step, dev)
 
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, slot: int) -> torch.Tensor:
         self.tokens.copy_(tokens)
@@ -91,6 +116,8 @@ class DecodeGraphs:
     are fixed), with the bias hiding what each row has not written.
 
     `capture=False` runs the same static buffers eagerly: CPU tests check the padding logic with it.
+    A bucket whose capture failed is remembered in `failed` (bucket -> one-line reason) and its steps
+    take the runner's ordinary eager path from then on, so no later step replays a broken graph.
     """
 
     def __init__(self, model: Transformer, pool: SeatPool, capture: bool | None = None):
@@ -98,9 +125,21 @@ class DecodeGraphs:
         self.capture = pool.device.type == "cuda" if capture is None else capture
         self.sizes = buckets(pool.seats)
         self.steps: dict[int, _BucketStep] = {}
+        self.failed: dict[int, str] = {}
 
     def fits(self, batch: int) -> bool:
-        return 0 < batch and self.bucket(batch) <= self.pool.seats
+        """Whether a step of `batch` rows replays a graph; records its bucket's graph on first use."""
+        if not (0 < batch and self.bucket(batch) <= self.pool.seats):
+            return False
+        b = self.bucket(batch)
+        if b not in self.steps and b not in self.failed:
+            self.pool.prepare_read(list(range(b)), [0] * b, self.pool.seat_len)
+            step = _BucketStep(self.model, self.pool, b, self.capture)
+            if step.failure:
+                self.failed[b] = step.failure
+            else:
+                self.steps[b] = step
+        return b in self.steps
 
     def bucket(self, batch: int) -> int:
         return next(b for b in self.sizes if b >= batch)
@@ -108,11 +147,8 @@ class DecodeGraphs:
     def replay(self, seats: list[int], tokens: list[int], positions: list[int]) -> torch.Tensor:
         """Logits (B, V) of one decode step whose rows sit in `seats` == 0..B-1."""
         assert seats == list(range(len(seats))), "decode rows must be compacted into seats 0..B-1"
-        b = self.bucket(len(seats))
-        if b not in self.steps:
-            self.pool.prepare_read(list(range(b)), [0] * b, self.pool.seat_len)
-            self.steps[b] = _BucketStep(self.model, self.pool, b, self.capture)
-        return self.steps[b](tokens, positions)[: len(seats)]
+        assert self.fits(len(seats)), "replay only a batch that fits() said a graph serves"
+        return self.steps[self.bucket(len(seats))](tokens, positions)[: len(seats)]
 
 
 class _BucketStep:
@@ -130,10 +166,12 @@ class _BucketStep:
         def step() -> torch.Tensor:
             return model.forward_seats(self.tokens, self.positions, sb, pool, rows)
 
-        self.step, self.graph = step, None
-        self._fill([0] * b, [0] * b)
-        if capture:
-            self.graph, self.logits = record(step, dev)  # logits (b, V): a static output buffer
+        self.step, self.graph, self.failure = step, None, None
+        # Recording runs the step for real (warm-ups): aim every row at its seat's last slot, which no
+        # sequence reads before writing it itself. Position 0 would overwrite live prompts' K/V.
+        self._fill([0] * b, [width - 1] * b)
+        if capture:  # logits (b, V): a static output buffer; on failure this bucket runs eagerly
+            self.graph, self.logits, self.failure = try_record(step, dev)
 
     def _fill(self, tokens: list[int], positions: list[int]) -> None:
         n, dev = len(tokens), self.tokens.device

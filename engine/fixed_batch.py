@@ -165,6 +165,8 @@ class FixedBatchRun:
                 if req.cuda_graph and graphed is None:  # step 1 includes recording the graph
                     run.valid[:, slot] = True
                     graphed = GraphedDecode(self.model, cache, run.valid, slot)
+                    if graphed.failure:  # this request decodes eagerly; the next one records afresh
+                        trace.notes.append(f"CUDA graph capture failed, decoded eagerly: {graphed.failure}")
                 logits, read = self._decode_step(run, slot, cache, graphed)
                 work = StepWork(len(live), len(run.rows), len(run.rows) * read)
             t_fwd = clock.now()

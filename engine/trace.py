@@ -95,6 +95,7 @@ class Trace:
     steps: list[StepRecord] = field(default_factory=list)
     t_first_token: float | None = None  # seconds since start, when token 1 was ready
     t_done: float | None = None
+    notes: list[str] = field(default_factory=list)  # what ran differently than asked, one line each
 
     @property
     def prefill(self) -> StepRecord | None:

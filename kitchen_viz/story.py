@@ -44,6 +44,16 @@ STORY = [
         "**serving counter** between them: the wok slides its hot dish straight onto it and the soup side picks "
         "up from there, nothing cooled and reheated. The two stations stay separate; the hand-off stays warm.",
     ),
+    (
+        "Serving the whole hall",
+        "Success brought a new problem: not one banquet but a full hall, tickets arriving all evening. During the "
+        "**dinner rush** the cooks first served in rounds, and a table that wanted one bowl waited for a "
+        "neighbour's tureen; letting each new ticket take the first free place at the pot ended that. Then a "
+        "**banquet ticket landed while the soup was being served**, and tossing it all at once left every table "
+        "staring at a still ladle; tossing it a handful at a time between ladles kept the rhythm. And since "
+        "most orders began with the same base, the **house stock was kept on the counter** instead of being "
+        "boiled again for each table, until the counter ran out of room.",
+    ),
 ]
 
 

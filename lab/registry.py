@@ -57,12 +57,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lab.banquet import EXPERIMENT as BANQUET
+from lab.dinner_rush import EXPERIMENT as DINNER_RUSH
 from lab.experiment import Experiment
 from lab.kv_cache import EXPERIMENT as KV_CACHE
+from lab.leftovers import EXPERIMENT as LEFTOVERS
 from lab.metrics_defs import EXPERIMENT as METRICS
 from lab.overhead import EXPERIMENT as OVERHEAD
 from lab.padding import EXPERIMENT as PADDING
 from lab.roofline_lab import EXPERIMENT as ROOFLINE
+from lab.stall import EXPERIMENT as STALL
 from lab.tables import EXPERIMENT as TABLES
 
 EXPERIMENTS: list[Experiment] = [
@@ -73,6 +76,9 @@ EXPERIMENTS: list[Experiment] = [
     OVERHEAD,
     PADDING,
     METRICS,
+    DINNER_RUSH,
+    STALL,
+    LEFTOVERS,
 ]
 
 

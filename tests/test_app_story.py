@@ -48,3 +48,28 @@ def test_our_story_copies_no_sentence_of_the_fable():
     ours = words(" ".join(t for _, t in STORY) + " ".join(m.engineering for m in MAPPINGS))
     copied = [" ".join(ours[i : i + 8]) for i in range(len(ours) - 7) if tuple(ours[i : i + 8]) in grams]
     assert not copied, copied
+
+
+def test_every_lab_experiment_is_linked_from_its_element_of_the_story():
+    """The Story iterates the lab's registry: a new experiment appears with its own element and link."""
+    from lab.registry import EXPERIMENTS
+
+    linked = {m.link: m for m in MAPPINGS}
+    for exp in EXPERIMENTS:
+        assert exp.page in linked, exp.key
+        assert (
+            linked[exp.page].kitchen == exp.story.element
+            and linked[exp.page].link_label == exp.story.link_label
+        )
+    told = " ".join(text for _, text in STORY).lower()
+    for element in ("dinner rush", "banquet ticket landed while the soup was being served", "house stock"):
+        assert element in told  # the serving lessons' elements are in the fable we tell
+
+
+def test_story_page_links_the_serving_lessons():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.run()
+    at.switch_page("pages/story.py").run()
+    assert not at.exception, at.exception
+    links = {el.proto.page for el in at.get("page_link")}  # the url path: the page file's name
+    assert {"lab_dinner_rush", "lab_stall", "lab_leftovers"} <= links, links

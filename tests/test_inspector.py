@@ -7,7 +7,14 @@ sees after a real run.
 
 from bench.roofline import Roofline
 from engine.trace import StepRecord, Trace, compute_metrics
-from lab.inspector import diagnose
+from lab.inspector import (
+    PolicyNumbers,
+    StallNumbers,
+    diagnose,
+    diagnose_leftovers,
+    diagnose_rush,
+    diagnose_stall,
+)
 
 # A machine with 20 GB/s and 100 GFLOP/s: ridge at 5 FLOP/byte.
 ROOF = Roofline(bandwidth_bytes_per_s=20e9, flops_per_s=100e9, device="cpu", dtype="float32")
@@ -194,3 +201,71 @@ def test_a_lesson_about_the_pot_diagnoses_the_pot_even_when_the_wok_took_longer(
     assert diagnose(m, trace, ROOF).slow_phase == "prefill"
     v = diagnose(m, trace, ROOF, focus="decode")
     assert v.slow_phase == "decode" and v.headline.startswith("The soup pot (10 steps")
+
+
+# -- issue 13: the serving labs' verdicts, on constructed streams ----------------------------------
+
+
+def rush(policy, rps, ttft_p50, ttft_p99, tpot, e2e):
+    return PolicyNumbers(policy, rps, ttft_p50, ttft_p99, tpot, e2e)
+
+
+def test_rush_credits_continuous_batching_and_names_its_costs():
+    static = rush("static", 24.0, 0.60, 1.2, 0.006, 0.70)
+    continuous = rush("continuous", 44.0, 0.010, 0.080, 0.0078, 0.06)
+    v = diagnose_rush(static, continuous)
+    assert v.headline.startswith("Continuous batching served 1.8x the requests/s of static")
+    assert v.slow_phase == "decode" and v.decode_bound is None
+    assert any(f.startswith("Each ladle got 1.3x slower") for f in v.fixes)  # 7.8 vs 6.0 ms TPOT
+    assert any("Don't stall the pot" in f for f in v.fixes)  # p99 80 ms > 5 x p50 10 ms
+    assert v.evidence[0] == "static: 24.00 requests/s, TTFT p50 600.0 ms / p99 1200.0 ms, TPOT p50 6.0 ms"
+
+
+def test_rush_too_light_to_tell_and_static_ahead():
+    static = rush("static", 10.0, 0.02, 0.03, 0.005, 0.1)
+    even = diagnose_rush(static, rush("continuous", 10.5, 0.02, 0.03, 0.005, 0.1))
+    assert even.headline.startswith("The rush was too light to tell them apart: continuous served 1.05x")
+    ahead = diagnose_rush(static, rush("continuous", 5.0, 0.02, 0.03, 0.005, 0.1))
+    assert ahead.headline.startswith("Static batching served 2.0x the requests/s of continuous")
+
+
+def stall_runs(cont_max, chunk_maxes):
+    runs = [StallNumbers("continuous", 388, 0.043, 0.003, cont_max)]
+    for budget, ttft, worst in chunk_maxes:
+        runs.append(StallNumbers("chunked", budget, ttft, 0.003, worst))
+    return runs
+
+
+def test_stall_names_the_cheapest_budget_that_flattens_the_pot():
+    # Continuous: 54 ms worst gap, 18x the usual 3 ms. Budgets 16 and 32 stay under 2x; 32 is sooner.
+    runs = stall_runs(0.054, [(256, 0.044, 0.027), (16, 0.150, 0.004), (32, 0.090, 0.0055)])
+    v = diagnose_stall(runs)
+    assert v.headline.startswith(
+        "The banquet stalled the pot: a 54.0 ms gap (18.0x the usual) under continuous"
+    )
+    assert "budget of 32 kept it to 1.8x, for a banquet TTFT of 90.0 ms instead of 43.0 ms" in v.headline
+    assert v.fixes[0].startswith("Use chunked prefill with a token budget of 32")
+    assert [e.split(":")[0] for e in v.evidence] == [
+        "continuous", "chunked (budget 16)", "chunked (budget 32)", "chunked (budget 256)"
+    ]  # fmt: skip
+
+
+def test_stall_without_a_spike_or_without_a_flat_budget():
+    calm = diagnose_stall(stall_runs(0.005, [(64, 0.05, 0.004)]))  # 1.7x: no stall
+    assert calm.headline.startswith("No stall to fix")
+    stuck = diagnose_stall(stall_runs(0.054, [(64, 0.05, 0.010), (128, 0.045, 0.02)]))
+    assert stuck.headline.endswith("no budget tried kept the worst gap under 2x")
+
+
+def test_leftovers_meets_the_goal_helps_partly_or_not_at_all():
+    met = diagnose_leftovers(0.037, 0.0073, 0.9, 0.84, 7_500_000)
+    assert met.headline.startswith("With 90% of the order already cooked, the first dish came in 0.20x")
+    assert met.slow_phase == "prefill"
+    assert (
+        "84% of prompt tokens looked up were found cached" in met.evidence[1] and "7.5 MB" in met.evidence[1]
+    )
+    partly = diagnose_leftovers(0.040, 0.022, 0.5, 0.45, 1_000_000)
+    assert partly.headline.startswith("Reuse helped (0.55x the cold TTFT)")
+    none = diagnose_leftovers(0.040, 0.039, 0.9, 0.0, 0)
+    assert none.headline.startswith("Reuse did not shorten the wait here (0.97x")
+    assert any("hit rate" in f for f in none.fixes)

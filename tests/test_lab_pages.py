@@ -89,6 +89,24 @@ def test_run_shows_charts_table_verdict_and_is_stored_for_the_next_visitor():
     assert any("stored measurement" in c.value for c in again.caption)
 
 
+@pytest.mark.parametrize("key", ["dinner_rush", "stall", "leftovers"])
+def test_serving_pages_run_on_the_kitchen_and_show_every_chart_table_and_their_verdict(key):
+    """The serving labs' defaults run through the app's kitchen in seconds; every part is drawn."""
+    exp = experiment(key)
+    at = page(exp.page).run()
+    at.number_input(key=f"{key}-guess").set_value(3.0).run()
+    run_buttons(at)[0].click().run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    assert "You guessed **3" in " ".join(m.value for m in at.markdown)
+    charts = at.get("plotly_chart")
+    assert len(charts) == {"dinner_rush": 3, "stall": 2, "leftovers": 3}[key]
+    assert len(at.dataframe) == 2  # each keeps two tables: the summary and the per-request/per-gap rows
+    headline = at.info[0].value
+    assert {"dinner_rush": "requests/s", "stall": "gap", "leftovers": "cold"}[key] in headline
+    assert any(m.value.startswith("#### 4. The inspector's verdict (on the run: ") for m in at.markdown)
+
+
 def test_dashboard_renders_empty_then_with_a_recorded_run():
     from engine import Engine
     from kitchen_viz.app_state import run_log

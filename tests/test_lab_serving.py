@@ -1,0 +1,127 @@
+"""The serving labs' compute functions on the embedded chef: dinner rush, don't stall the pot, leftovers.
+
+What is asserted: facts that hold by construction of the scheduler (static admits whole batches,
+continuous lets tickets join mid-service, exact output lengths, cached tokens equal the shared
+prefix, the hit rate is vLLM's token ratio), and timing facts only where the gap is structural and
+wide (a ticket waiting for a whole batch against one that joins at once; a 384-token prefill pass
+against a decode step), with the measured values stated beside each margin. Torch runs
+single-threaded, as in test_lab_compute.py (a loaded 2-core machine).
+"""
+
+import pytest
+import torch
+
+from engine import Engine
+from engine.errors import EngineError
+from lab.dinner_rush import RushSettings, run_dinner_rush, rush_figures, rush_verdict
+from lab.leftovers import LeftoversSettings, leftovers_figures, leftovers_verdict, run_leftovers
+from lab.stall import StallSettings, run_stall, stall_figures, stall_verdict
+
+
+@pytest.fixture(scope="module")
+def chef():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield Engine.load("chef")
+    torch.set_num_threads(threads)
+
+
+def test_dinner_rush_static_serves_whole_batches_continuous_lets_tickets_join(chef):
+    seen = []
+    s = RushSettings(requests=24, rate=80.0, long_answer=96, long_every=4)
+    r = run_dinner_rush(chef, s, seen.append)
+    assert [run.policy for run in r.runs] == ["static", "continuous"] and [p.done for p in seen] == [1, 2]
+    for run in r.runs:
+        assert len(run.served.results) == 24 == run.report.requests
+        wanted = [res.metrics.output_tokens for res in run.served.results]
+        assert all(len(res.tokens) == n for res, n in zip(run.served.results, wanted, strict=True))
+        assert set(wanted) <= {s.short_answer, s.long_answer}
+        assert run.report.requests_per_s == pytest.approx(24 / run.served.span_s)
+
+    def joined_mid_service(steps) -> int:
+        """Steps where a ticket joined while others kept cooking (neither a subset nor a new batch)."""
+        held = [set(st.request_ids) for st in steps]
+        return sum(1 for a, b in zip(held, held[1:], strict=False) if not b <= a and a & b)
+
+    assert joined_mid_service(r.run("static").served.steps) == 0  # a batch only ever shrinks
+    assert joined_mid_service(r.run("continuous").served.steps) > 0
+    # The same orders, same arrivals: under static a ticket waits for the batch's long order (measured
+    # TTFT p50 ~150-650 ms), under continuous it joins at once (~10 ms). Margin: continuous below static.
+    assert r.run("continuous").report.ttft_s["p50"] < r.run("static").report.ttft_s["p50"]
+    assert r.speedup == pytest.approx(
+        r.run("continuous").report.requests_per_s / r.run("static").report.requests_per_s
+    )
+    assert set(r.tickets_frame().policy) == {"static", "continuous"} and len(r.tickets_frame()) == 48
+    assert len(rush_figures(r, 2.0)) == 3
+    assert rush_verdict(r).evidence[0].startswith("static: ")
+
+
+def test_a_banquet_stalls_the_pot_under_continuous_and_chunks_flatten_it(chef):
+    s = StallSettings(
+        tables=3, table_answer=24, join_after=6, banquet_prompt=384, budgets=(16, 128), repeats=2
+    )
+    r = run_stall(chef, s)
+    assert [(x.policy, x.token_budget) for x in r.runs] == [
+        ("continuous", 387),
+        ("chunked", 16),
+        ("chunked", 128),
+    ]
+    assert all(len(x.itl_s) == 23 for x in r.runs)  # one gap between each pair of the tables' 24 tokens
+    cont, small = r.runs[0], r.runs[1]
+    # Continuous: the 384-token prefill pass sits between two of the tables' tokens (measured 15-20x the
+    # usual gap). Chunked at 16 tokens per step: 13 prompt tokens per pass (measured ~2x the usual gap)
+    # but 30 passes before the banquet's first token (measured TTFT ~2x continuous's).
+    assert cont.itl_max_s > 3 * cont.itl_p50_s
+    assert small.itl_max_s < cont.itl_max_s
+    assert small.banquet_ttft_s > cont.banquet_ttft_s
+    assert list(r.to_frame().columns) == [
+        "policy",
+        "token_budget",
+        "banquet_ttft_s",
+        "itl_p50_s",
+        "itl_max_s",
+        "spike",
+    ]
+    assert len(stall_figures(r, 5.0)) == 2
+    assert "continuous" in stall_verdict(r).evidence[0]
+
+
+def test_leftovers_reuse_exactly_the_shared_prefix_and_count_hits_by_token(chef):
+    s = LeftoversSettings(prompt_len=300, shares=(0.5, 0.9), repeats=3, orders=8, max_seqs=2)
+    r = run_leftovers(chef, s)
+    assert [t.shared_tokens for t in r.timings] == [150, 270]
+    assert [t.warm_cached_tokens for t in r.timings] == [150, 270]  # the house prefix, not a token more
+    # 90 % cached: the wok tosses 30 tokens instead of 300 (measured 0.2-0.3x); margin 0.6x.
+    assert r.most_cached.ratio < 0.6
+    assert r.stream[0].cached_tokens == 0  # the first order finds nothing
+    assert all(o.cached_tokens >= 270 for o in r.stream[1:])  # every later one finds the house stock
+    prompt_tokens = s.orders * s.prompt_len  # looked up once each (two seats hold every stream here)
+    assert r.hit_rate == pytest.approx(sum(o.cached_tokens for o in r.stream) / prompt_tokens)
+    assert 0 < r.kv_held_end <= s.max_seqs * (s.prompt_len + s.answer)  # leftovers, within the seats
+    assert all(o.kv_held_plain <= o.kv_held_reuse for o in r.stream)
+    assert len(leftovers_figures(r, 25.0)) == 3
+    assert leftovers_verdict(r).slow_phase == "prefill"
+
+
+@pytest.mark.parametrize(
+    "call, words",
+    [
+        (
+            lambda e: run_dinner_rush(e, RushSettings(prompt_max=400, long_answer=200)),
+            "the model's context is 512",
+        ),
+        (lambda e: run_dinner_rush(e, RushSettings(requests=1)), "requests must be between 2 and 400"),
+        (
+            lambda e: run_stall(e, StallSettings(tables=8, budgets=(8, 64))),
+            "must exceed the 8 decoding tables",
+        ),
+        (lambda e: run_stall(e, StallSettings(banquet_prompt=600)), "the model's context is 512"),
+        (lambda e: run_stall(e, StallSettings(join_after=40)), "the banquet must arrive after 1 to 36"),
+        (lambda e: run_leftovers(e, LeftoversSettings(shares=(1.0,))), "between 0 and 1"),
+        (lambda e: run_leftovers(e, LeftoversSettings(prompt_len=520)), "the model's context is 512"),
+    ],
+)
+def test_bad_serving_settings_are_refused_in_one_line(chef, call, words):
+    with pytest.raises(EngineError) as err:
+        call(chef)
+    assert words in str(err.value) and "\n" not in str(err.value)

@@ -507,6 +507,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--threads", type=int, help="torch threads for every measurement (default: torch's)")
     p.add_argument("--profile", type=int, default=0, metavar="STEPS", help="also profile STEPS decode steps")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--quant", help="int8: time int8 weights against float32/bfloat16 and HF instead (bench/int8.py)")
     return p.parse_args(argv)
 
 
@@ -537,6 +538,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quiet:
             print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
+    if args.quant is not None:
+        return run_quant(args, argv, progress)
     try:
         report = run_bench(
             args.model, args.device, args.dtype, args.quick, plan_from(args), progress,
@@ -551,6 +554,23 @@ def main(argv: list[str] | None = None) -> int:
             f.write(text + "\n")
     print(text if args.json else format_report(report))
     return 0
+
+
+def run_quant(args: argparse.Namespace, argv: list[str], progress) -> int:
+    """`--quant int8`: the smaller-portions comparison (bench/int8.py), on --model or its two defaults."""
+    from bench.int8 import QuantPlan
+    from bench.int8 import main as quant_main
+    from engine.quant import parse_quant
+
+    try:
+        parse_quant(args.quant)
+    except EngineError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    plan = QuantPlan(**{k: v for k, v in (("repeats", args.repeats), ("decode_tokens", args.decode_tokens),
+                                          ("prefill_tokens", args.prefill_tokens)) if v is not None})  # fmt: skip
+    models = [args.model] if any(a.startswith("--model") for a in argv) else None  # default: 135M and chef
+    return quant_main(models, args.out, args.json, plan, progress)
 
 
 if __name__ == "__main__":

@@ -32,10 +32,12 @@ import torch.nn.functional as F
 
 from bench.roofline import synchronize
 from engine.model import Transformer
+from engine.quant import matmul
 
 
-def layer_weights(model: Transformer) -> list[torch.Tensor]:
-    """Every layer's weights as the `(in, out)` tensors the engine multiplies by, in call order."""
+def layer_weights(model: Transformer) -> list:
+    """Every layer's weights as the engine multiplies by them, in call order: `(in, out)` float
+    tensors, or engine.quant.Int8Weight modules (same `.shape`) when the model was loaded int8."""
     out = []
     for block in model.layers:
         out += [block.attn.wqkv_t, block.attn.wo_t, block.mlp.w_up_t, block.mlp.w_down_t]
@@ -56,17 +58,18 @@ def time_chain(fn, device: torch.device, repeats: int) -> float:
 
 
 def matmul_chain(model: Transformer, rows: int, head_rows: int):
-    """A function that runs `x @ W` for every weight (x: `rows` rows; the LM head: `head_rows`)."""
-    weights, head = layer_weights(model), model.lm_head_t
+    """A function that runs `x @ W` for every weight (x: `rows` rows; the LM head: `head_rows`),
+    through the same `engine.quant.matmul` the model calls (so int8 weights use their kernels)."""
+    weights, head, dev, dt = layer_weights(model), model.lm_head_t, model.device, model.dtype
     inputs = {
-        w.shape[0]: torch.randn(rows, w.shape[0], device=w.device, dtype=w.dtype) for w in weights
+        w.shape[0]: torch.randn(rows, w.shape[0], device=dev, dtype=dt) for w in weights
     }  # one (rows, in) activation per input width
-    x_head = torch.randn(head_rows, head.shape[0], device=head.device, dtype=head.dtype)
+    x_head = torch.randn(head_rows, head.shape[0], device=dev, dtype=dt)
 
     def run() -> None:
         for w in weights:
-            inputs[w.shape[0]] @ w  # (rows, in) @ (in, out)
-        x_head @ head  # (head_rows, d) @ (d, V)
+            matmul(inputs[w.shape[0]], w)  # (rows, in) @ (in, out)
+        matmul(x_head, head)  # (head_rows, d) @ (d, V)
 
     return run
 

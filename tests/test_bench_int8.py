@@ -1,0 +1,39 @@
+"""The smaller-portions benchmark (bench/int8.py, `python -m engine bench --quant int8`): it runs,
+reports every contestant and ratio, and refuses a bad --quant in one line. No timing is asserted."""
+
+import json
+
+from bench.ceilings import matmul_chain
+from bench.int8 import VARIANTS, QuantPlan, run
+from engine import Engine
+from engine.cli import main as cli_main
+
+TINY = QuantPlan(decode_prompt_tokens=4, decode_tokens=3, prefill_tokens=8, repeats=1, agreement_tokens=6)
+
+
+def test_report_has_every_contestant_and_ratio(tiny_llama):
+    report = run((str(tiny_llama.path),), TINY)
+    (m,) = report["models"]
+    assert set(m["tpot_s"]) == set(m["prefill_s"]) == {*VARIANTS, "hf"}
+    assert all(v["median"] > 0 for v in m["tpot_s"].values())
+    assert m["weight_bytes"]["int8"] < m["weight_bytes"]["float32"]
+    assert m["kernel_b1_s"]["int8"] > 0 and m["kernel_b1_s"]["float32"] > 0
+    assert m["greedy_agreement"]["tokens"] == 6 and 0 <= m["greedy_agreement"]["common_prefix"] <= 6
+    assert m["ratios"]["int8_tpot_vs_fp32"] == m["tpot_s"]["int8"]["median"] / m["tpot_s"]["float32"]["median"]
+    assert report["targets"] == {"int8_tpot_vs_fp32": 0.6, "int8_tpot_vs_hf_fp32": 0.5}
+
+
+def test_cli_writes_the_report_and_refuses_a_bad_quant(tiny_llama, tmp_path, capsys):
+    out = tmp_path / "int8.json"
+    code = cli_main(["bench", "--quant", "int8", "--model", str(tiny_llama.path), "--repeats", "1",
+                     "--decode-tokens", "2", "--prefill-tokens", "8", "--out", str(out), "--quiet"])  # fmt: skip
+    assert code == 0 and json.loads(out.read_text())["models"][0]["model"] == str(tiny_llama.path)
+    capsys.readouterr()
+    assert cli_main(["bench", "--quant", "int4", "--quiet"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_kernel_chain_runs_int8_weights_through_their_kernels(tiny_llama):
+    eng = Engine.load(str(tiny_llama.path), quant="int8")
+    matmul_chain(eng.model, rows=1, head_rows=1)()  # Int8Weight modules, not tensors: no error
+    matmul_chain(eng.model, rows=16, head_rows=1)()

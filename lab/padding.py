@@ -66,6 +66,7 @@ class PaddingResult:
 
 
 def measure_mode(engine, prompts: list[list[int]], mode: str, repeats: int):
+    engine.generate(prompts, max_new_tokens=1, stop_at_eos=False, batching=mode)  # warm-up: a GPU's first call of a new shape is slow (lazy init, kernel choice), so it is not timed
     runs = [
         engine.generate(prompts, max_new_tokens=1, temperature=0.0, stop_at_eos=False, batching=mode)
         for _ in range(repeats)

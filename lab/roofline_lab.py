@@ -115,6 +115,7 @@ class Pass:
 
 
 def prefill_pass(engine, length: int):
+    engine.generate(batch_prompts(engine, 1, length), max_new_tokens=1, stop_at_eos=False)  # warm-up: a GPU's first call of a new shape is slow (lazy init, kernel choice), so it is not timed
     res = engine.generate(
         batch_prompts(engine, 1, length), max_new_tokens=1, temperature=0.0, stop_at_eos=False
     )
@@ -123,6 +124,7 @@ def prefill_pass(engine, length: int):
 
 
 def decode_pass(engine, batch: int, s: RooflineSettings):
+    engine.generate(batch_prompts(engine, batch, s.decode_prompt), max_new_tokens=2, stop_at_eos=False)  # warm-up: a GPU's first call of a new shape is slow (lazy init, kernel choice), so it is not timed
     res = engine.generate(
         batch_prompts(engine, batch, s.decode_prompt),
         max_new_tokens=s.new_tokens,

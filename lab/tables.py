@@ -71,6 +71,7 @@ class TablesResult:
 
 def measure_batch(engine, batch: int, s: TablesSettings) -> tuple[TablesPoint, Sample]:
     prompts = batch_prompts(engine, batch, s.prompt_len)
+    engine.generate(prompts, max_new_tokens=2, stop_at_eos=False)  # warm-up: a GPU's first call of a new shape is slow (lazy init, kernel choice), so it is not timed
     timed = [
         generate_timed(engine, prompts, max_new_tokens=s.new_tokens, temperature=0.0, stop_at_eos=False)
         for _ in range(max(1, s.repeats))

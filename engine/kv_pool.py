@@ -55,6 +55,7 @@ class SeatBatch:
     spans: list[Span]
 
     n_decode: int
+    uniform: bool = False  # the pass is laid out (B, T): the spans are B whole prompts of T tokens in seats 0..B-1
 
 
 class SeatPool:
@@ -160,6 +161,12 @@ class SeatPool:
         """A prefill chunk of one sequence: k, v (Hkv, T, D) go to slots start..start+T-1."""
         self.k[layer, seat, :, start : start + k.shape[1]] = k
         self.v[layer, seat, :, start : start + k.shape[1]] = v
+
+    def write_block(self, layer: int, k, v) -> None:
+        """B whole prompts from position 0 into seats 0..B-1: k, v (B, Hkv, T, D), one copy per layer."""
+        B, _, T, _ = k.shape
+        self.k[layer, :B, :, :T] = k
+        self.v[layer, :B, :, :T] = v
 
     def read_rows(self, layer: int, first: int, count: int, width: int):
         """Seats first..first+count-1, slots 0..width-1: views (count, Hkv, width, D), no copy."""

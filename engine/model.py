@@ -194,7 +194,11 @@ class Attention(nn.Module):
         per step), or (B, 1, d) when every row decodes: then this is the decode path exactly.
         """
         cfg, layer, nd = self.cfg, self.layer, sb.n_decode
-        q, k, v = self.qkv(x, rope)  # (1, H, N, D) and (1, Hkv, N, D), or (B, H, 1, D) and (B, Hkv, 1, D)
+        q, k, v = self.qkv(x, rope)  # (1, H, N, D) and (1, Hkv, N, D), or (B, H, T, D) and (B, Hkv, T, D)
+        if sb.uniform:  # B whole prompts of one length: one batched causal pass, like the fixed batch's wok
+            pool.write_block(layer, k, v)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=q.shape[2] > 1, enable_gqa=cfg.group > 1)
+            return self._project(out.transpose(1, 2).reshape(x.shape[0], x.shape[1], cfg.q_dim))  # (B, T, d)
         if not sb.spans:
             pool.write_rows(layer, sb.decode_index, k[:, :, 0], v[:, :, 0])
             keys, values = pool.read_rows(layer, sb.decode_first, nd, sb.decode_width)  # (B, Hkv, W, D)

@@ -63,11 +63,17 @@ class Runner:
                 rows.append(offset + w.length - 1)
             offset += w.length
         sampled = decodes + [w for w in chunks if w.samples]
+        # B whole prompts of one length in seats 0..B-1 (an order's wok, or a rush of equal prompts):
+        # laid out (B, T) so attention is one batched causal pass instead of one call per prompt
+        uniform = not decodes and len(chunks) > 1 and all(
+            w.start == 0 and not w.draft and w.length == chunks[0].length and w.seq.seat == i
+            for i, w in enumerate(chunks)
+        )
         graphed = self.graphs is not None and not chunks and self.graphs.fits(len(decodes))
         if graphed:
             logits = self.graphs.replay([w.seq.seat for w in decodes], ids, pos)
         else:
-            logits = self._forward(decodes, spans, ids, pos, None if not chunks else rows)
+            logits = self._forward(decodes, spans, ids, pos, None if not chunks else rows, uniform)
         for w in plan.work:
             w.seq.num_cached = w.start + w.length
             self.pool.note_written(w.seq.seat, w.seq.num_cached)
@@ -76,8 +82,9 @@ class Runner:
         return PassOutput(logits, sampled, n_pre + n_dec, n_pre, n_dec, pairs, pairs, graphed)
 
     def _forward(self, decodes: list[Work], spans: list[Span], ids: list[int], pos: list[int],
-                 rows: list[int] | None) -> torch.Tensor:  # fmt: skip
-        """The eager pass. `rows` None: every row decodes, laid out (B, 1) like the decode path."""
+                 rows: list[int] | None, uniform: bool = False) -> torch.Tensor:  # fmt: skip
+        """The eager pass. `rows` None: every row decodes, laid out (B, 1) like the decode path.
+        `uniform`: B whole prompts of one length, laid out (B, T) like the fixed batch's prefill."""
         dev, nd, n = self.device, len(decodes), len(ids)
         assert all(w.seq.seat == i for i, w in enumerate(decodes)), "the scheduler seats decode rows in 0..B-1"
         width = max(pos[:nd], default=-1) + 1
@@ -91,7 +98,11 @@ class Runner:
             bias = torch.where(self.slots[None, :width] <= slots, self.zero, self.neg_inf)  # (Bd, W) additive
             bias = bias[:, None, None, :]  # (Bd, 1, 1, W)
         inputs = inputs[: 2 * n].view(2, n)  # (2, N)
-        sb = SeatBatch(index, 0, width, bias, spans, nd)
+        sb = SeatBatch(index, 0, width, bias, spans, nd, uniform)
+        if uniform:
+            B = len(spans)
+            logits_rows = torch.tensor(rows, dtype=torch.long, device=dev)  # (B,) each prompt's last token
+            return self.model.forward_seats(inputs[0].view(B, -1), inputs[1].view(B, -1), sb, self.pool, logits_rows)
         if rows is None:
             tokens, positions = inputs[0].view(-1, 1), inputs[1].view(-1, 1)  # (B, 1)
             return self.model.forward_seats(tokens, positions, sb, self.pool, None).view(nd, -1)  # (B, V)

@@ -108,3 +108,24 @@ def test_the_chef_cooks_the_kitchens_order_on_seats():
     assert res.tokens == result(fixed(eng, [eng.encode("ROMEO:")] * 4, max_new_tokens=24, temperature=0.8,
                                       seed=3)).tokens  # fmt: skip
     assert all(res.texts) and res.metrics.ttft_s > 0 and res.metrics.tpot_s > 0
+
+
+def test_equal_prompts_take_one_batched_prefill_pass(tiny_qwen2, monkeypatch):
+    """The order's wok on seats is laid out (B, T) like the fixed batch's, and its K/V serve the decode."""
+    import engine.runner as runner
+
+    layouts = []
+    forward = runner.Runner._forward
+
+    def spy(self, decodes, spans, ids, pos, rows, uniform=False):
+        layouts.append(uniform)
+        return forward(self, decodes, spans, ids, pos, rows, uniform)
+
+    monkeypatch.setattr(runner.Runner, "_forward", spy)
+    eng = Engine.load(str(tiny_qwen2.path))
+    kw = dict(max_new_tokens=8, stop_at_eos=False)
+    assert eng.generate(SAME, **kw).tokens == result(fixed(eng, SAME, **kw)).tokens
+    assert layouts == [True] + [False] * 7
+    layouts.clear()
+    eng.generate(MIXED, batching="packed", **kw)  # mixed lengths: one span per prompt
+    assert layouts[0] is False

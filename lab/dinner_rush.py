@@ -193,7 +193,7 @@ def timeline_figure(result: RushResult) -> go.Figure:
         fig.update_yaxes(autorange="reversed", categoryorder="array", row=row, col=1,
                          categoryarray=["stove", *labels], showticklabels=False)  # fmt: skip
     fig.update_layout(barmode="overlay")
-    fig.update_xaxes(title="seconds after the first order", row=len(result.runs), col=1)
+    fig.update_xaxes(title="seconds after the rush began", row=len(result.runs), col=1)
     finish(fig, "The dinner rush: each ticket waiting, in the wok, at the pot (top row: the stove)")
     fig.update_layout(height=700)
     return fig

@@ -18,7 +18,7 @@ Measured, two ways:
    reuse against the same order after a first order with that prefix has finished; medians.
 2. A seeded Poisson stream of orders sharing one house prefix, replayed with and without reuse
    (`lab.serve_replay`): each order's TTFT and cached tokens, the hit rate so far, and the KV
-   tokens the kitchen holds after each order finishes (with reuse: running orders + leftovers).
+   tokens the kitchen holds after every pass (with reuse: running orders + leftovers).
 """
 
 from __future__ import annotations
@@ -61,8 +61,6 @@ class StreamOrder:
     ttft_plain_s: float  # without prefix reuse
     ttft_reuse_s: float
     hit_rate: float  # prompt tokens found cached / looked up, every lookup until this order finished (reuse)
-    kv_held_plain: int  # KV tokens held right after this order finished, without reuse
-    kv_held_reuse: int  # with reuse (running orders and leftovers)
 
 
 @dataclass(frozen=True)
@@ -70,6 +68,7 @@ class LeftoversResult:
     settings: LeftoversSettings
     timings: list[ReuseTiming]  # one per share, smallest share first
     stream: list[StreamOrder]
+    held: dict[str, list[tuple[float, int]]]  # "with reuse"/"without reuse": (seconds, KV tokens) per pass
     hit_rate: float  # the whole stream's: prompt tokens found cached / looked up (vLLM's definition)
     kv_held_end: int  # KV tokens the reuse engine still holds after the stream: the leftovers alone
     kv_bytes_per_token: int
@@ -87,10 +86,14 @@ class LeftoversResult:
         )  # fmt: skip
 
     def stream_frame(self) -> pd.DataFrame:
-        frame = pd.DataFrame([vars(o) for o in self.stream])
-        for col in ("kv_held_plain", "kv_held_reuse"):
-            frame[col.replace("kv_held", "kv_mb")] = frame[col] * self.kv_bytes_per_token / 1e6
-        return frame
+        return pd.DataFrame([vars(o) for o in self.stream])
+
+    def held_frame(self) -> pd.DataFrame:
+        """KV memory the kitchen held after each pass of the stream, with and without reuse."""
+        return pd.DataFrame(
+            [{"reuse": name, "t_s": t, "kv_tokens": n, "kv_mb": n * self.kv_bytes_per_token / 1e6}
+             for name, points in self.held.items() for t, n in points]
+        )  # fmt: skip
 
 
 def check(engine, s: LeftoversSettings) -> None:
@@ -154,10 +157,12 @@ def run_leftovers(
     tracker.step("the stream with reuse")
     stream = [
         StreamOrder(i + 1, a, rw.metrics.cached_tokens, rp.metrics.ttft_s, rw.metrics.ttft_s,
-                    (sw.prefix_hits - h0) / max(1, sw.prefix_queries - q0), sp.kv_tokens_used, sw.kv_tokens_used)
-        for i, (a, rp, rw, sp, sw) in enumerate(zip(warm.arrivals_s, plain.results, warm.results, plain.states,
-                                                    warm.states, strict=True))
+                    (sw.prefix_hits - h0) / max(1, sw.prefix_queries - q0))
+        for i, (a, rp, rw, sw) in enumerate(zip(warm.arrivals_s, plain.results, warm.results, warm.states,
+                                                strict=True))
     ]  # fmt: skip
+    held = {name: [(st.end_s, st.kv_tokens_held) for st in served.steps]
+            for name, served in (("without reuse", plain), ("with reuse", warm))}  # fmt: skip
     kv_bpt = engine.info.kv_bytes_per_token
     top, end = timings[-1], warm.final
     hit_rate = (end.prefix_hits - h0) / max(1, end.prefix_queries - q0)
@@ -171,7 +176,7 @@ def run_leftovers(
         f"after the stream: {end.kv_tokens_used * kv_bpt / 1e6:.2f} MB of KV held by leftovers with reuse, "
         f"{plain.final.kv_tokens_used * kv_bpt / 1e6:.2f} MB without",
     ]
-    return LeftoversResult(s, timings, stream, hit_rate, end.kv_tokens_used, kv_bpt, notes)
+    return LeftoversResult(s, timings, stream, held, hit_rate, end.kv_tokens_used, kv_bpt, notes)
 
 
 # -- figures --------------------------------------------------------------------------------------
@@ -210,13 +215,15 @@ def leftovers_figures(result: LeftoversResult, guess: float | None = None) -> li
     finish(service, "A stream of orders with one house stock: each order's TTFT and the hit rate")
 
     memory = go.Figure()
-    memory.add_trace(go.Scatter(x=stream.order, y=stream.kv_mb_plain, name="without reuse (running orders only)",
-                                mode="lines+markers", line=dict(color=WOK)))  # fmt: skip
-    memory.add_trace(go.Scatter(x=stream.order, y=stream.kv_mb_reuse, name="with reuse (running + leftovers)",
-                                mode="lines+markers", line=dict(color=POT)))  # fmt: skip
-    memory.update_xaxes(title="after this order of the stream finished")
-    memory.update_yaxes(title="KV cache held (MB)", rangemode="tozero")
-    return [cold_warm, service, finish(memory, "What the leftovers cost: KV memory held as orders finish")]
+    kv = result.held_frame()
+    for name, colour in (("without reuse", WOK), ("with reuse", POT)):
+        part = kv[kv.reuse == name]
+        memory.add_trace(go.Scatter(x=part.t_s, y=part.kv_mb, name=f"{name} (running orders"
+                                    + (" + leftovers)" if name == "with reuse" else ")"),
+                                    mode="lines", line=dict(color=colour, shape="hv")))  # fmt: skip
+    memory.update_xaxes(title="seconds after the stream began")
+    memory.update_yaxes(title="KV cache held after each pass (MB)", rangemode="tozero")
+    return [cold_warm, service, finish(memory, "What the leftovers cost: KV memory held during the stream")]
 
 
 # -- the experiment -------------------------------------------------------------------------------
@@ -272,7 +279,7 @@ EXPERIMENT = Experiment(
         "keys and values, so prefill computes only the new part; finished sequences are kept until evicted.",
         "Lab: leftovers (prefix caching)",
     ),
-    tables=lambda r: {"reuse": r.to_frame(), "stream": r.stream_frame()},
+    tables=lambda r: {"reuse": r.to_frame(), "stream": r.stream_frame(), "memory": r.held_frame()},
     verdict=leftovers_verdict,
     verdict_on=lambda r: (
         f"one {r.settings.prompt_len}-token order cold and warm, and a stream of {r.settings.orders}"

@@ -36,6 +36,7 @@ class StepSpan:
     request_ids: tuple[int, ...]  # positions in the request list (0 = the first order)
     prefill_tokens: int  # the wok's share of the pass
     decode_tokens: int  # the pot's share
+    kv_tokens_held: int  # cached tokens held after the pass: running sequences' and leftovers'
 
     @property
     def phase(self) -> str:
@@ -92,12 +93,15 @@ def replay(engine: Engine, requests: list[Request]) -> Served:
         start = time.perf_counter() - t0
         events = engine.step()
         end = time.perf_counter() - t0
+        state = engine.serving_state()
         for ev in events:
             if isinstance(ev, StepEnd):
                 held = tuple(where[i] for i in ev.request_ids)
-                steps.append(StepSpan(start, end, held, ev.prefill_tokens, ev.decode_tokens))
+                steps.append(
+                    StepSpan(start, end, held, ev.prefill_tokens, ev.decode_tokens, state.kv_tokens_used)
+                )
             elif isinstance(ev, Done):
-                done[where[ev.request_id]] = (ev.result, engine.serving_state())
+                done[where[ev.request_id]] = (ev.result, state)
     results = [done[i][0] for i in range(len(requests))]
     last = max(r.arrival_s + res.metrics.e2e_s for r, res in zip(requests, results, strict=True))
     return Served(

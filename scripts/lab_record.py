@@ -55,7 +55,7 @@ def machine_facts(engine) -> dict:
 def record_one(engine, exp: Experiment, out: Path):
     """Run one experiment with its recording settings; write its charts and tables; its entry."""
     name, settings = exp.key, exp.record(engine.info)
-    t0 = time.perf_counter()
+    load, t0 = os.getloadavg()[0], time.perf_counter()
     result = exp.run(engine, settings, lambda p: print(f"  {name}: {p.line()}", flush=True))
     seconds = time.perf_counter() - t0
     figs = exp.figures(result, None)
@@ -65,6 +65,9 @@ def record_one(engine, exp: Experiment, out: Path):
         frame.to_csv(out / (f"{name}.csv" if i == 0 else f"{name}-{table}.csv"), index=False)
     print(f"{name}: {seconds:.1f} s; " + "; ".join(result.notes), flush=True)
     entry = {
+        "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "load_average_1m": [load, os.getloadavg()[0]],  # at its start and end: how busy the cores were
+        "torch_threads": torch.get_num_threads(),
         "settings": asdict(settings),
         "seconds": seconds,
         "notes": result.notes,
@@ -92,14 +95,24 @@ def summary_markdown(report: dict) -> str:
     lines = [
         "# Lab recording: generated findings",
         "",
-        f"Written by `scripts/lab_record.py` at {m['recorded_at']}: "
+        f"Written by `scripts/lab_record.py`, the full run at {m['recorded_at']} (an experiment recorded "
+        "later with `--only` says when): "
         f"{m['model']} on {m['device']} ({m['dtype']}), "
         f"torch {m['torch']} with {m['torch_threads']} thread(s) on {m['cpu_count']} CPU(s); 1-minute load "
         f"average {m['load_average_1m']:.1f} at the start, "
         f"{m.get('load_average_1m_end', float('nan')):.1f} at the end.",
     ]
+    if m.get("note"):
+        lines += ["", m["note"]]
     for name, e in report["experiments"].items():
         lines += ["", f"## {name} ({e['seconds']:.1f} s, settings `{json.dumps(e['settings'])}`)", ""]
+        if "recorded_at" in e:  # recorded with --only, perhaps later than the others
+            start, end = e["load_average_1m"]
+            lines.append(
+                f"- recorded at {e['recorded_at']} with {e['torch_threads']} torch thread(s); 1-minute load "
+                f"average {start:.1f} at its start, {end:.1f} at its end"
+                + (f" ({e['note']})" if e.get("note") else "")
+            )
         lines += [f"- {note}" for note in e["notes"]]
         if "roof" in e:
             r = e["roof"]
@@ -126,6 +139,11 @@ def main() -> None:
     )
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "lab-results")
     ap.add_argument("--only", nargs="*", help="record only these experiments")
+    ap.add_argument(
+        "--note",
+        default="",
+        help="a sentence about the conditions (e.g. a shared machine), kept in summary.md",
+    )
     args = ap.parse_args()
     torch.set_num_threads(max(1, args.threads))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -140,14 +158,19 @@ def main() -> None:
         )
     for exp in chosen:
         results[exp.key], report["experiments"][exp.key] = record_one(engine, exp, args.out)
+        if args.note:
+            report["experiments"][exp.key]["note"] = args.note
+    if args.note and not args.only:
+        report["machine"]["note"] = args.note
     roof = getattr(results.get("roofline"), "roof", None)
     for exp in chosen:
         report["experiments"][exp.key]["inspector"] = verdict(exp, results[exp.key], roof, args.dtype)
     report["machine"]["load_average_1m_end"] = os.getloadavg()[0]
     path = args.out / "results.json"
-    if args.only and path.exists():  # keep the other experiments' earlier records
+    if args.only and path.exists():  # keep the other experiments' earlier records and their machine facts
         earlier = json.loads(path.read_text())
         report["experiments"] = earlier.get("experiments", {}) | report["experiments"]
+        report["machine"] = earlier.get("machine", report["machine"])
     path.write_text(json.dumps(report, indent=2, default=str))
     (args.out / "summary.md").write_text(summary_markdown(report))
     print(f"wrote {path} and summary.md")

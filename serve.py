@@ -5,11 +5,14 @@ Streamlit's `st.App` runs the same app.py with extra routes; `streamlit run serv
 while an order cooks, the drawn kitchen fetches its latest measurements from it instead of the
 page rerunning four times a second, which measured cheaper for the browser that shares the
 engine's machine (docs/benchmarks/ui-overhead.md). `streamlit run app.py` still works; the live
-view then updates through fragment reruns.
+view then updates through fragment reruns. With `--class-kitchen` the class kitchen server is
+mounted at /class on the same port (serving/mounted.py).
 """
 
 import streamlit as st
 
-from kitchen_viz.live_feed import feed_routes
+from kitchen_viz.live_feed import base_path, feed_routes
+from serving.mounted import class_kitchen
 
-app = st.App("app.py", routes=feed_routes())
+class_routes, class_lifespan = class_kitchen(base_path())  # `two-pot-kitchen --class-kitchen`: the class server at /class
+app = st.App("app.py", routes=feed_routes() + class_routes, lifespan=class_lifespan)

@@ -153,3 +153,18 @@ def keep_model_in_url() -> None:
     model = st.session_state.get(KEY_MODEL)
     if model and st.query_params.get("model") != model:
         st.query_params["model"] = model
+
+
+def class_kitchen_address() -> tuple[str, str]:
+    """(URL, API key) the class kitchen pages start with: the launcher's `--backend`, else the
+    class kitchen mounted on this very server (`--class-kitchen`), else `two-pot-kitchen serve`'s
+    default address."""
+    from kitchen_viz.live_feed import base_path
+    from serving.mounted import ENV_KEY, ENV_MODEL, PREFIX
+
+    if os.environ.get("TWO_POT_BACKEND"):
+        return os.environ["TWO_POT_BACKEND"], os.environ.get("TWO_POT_BACKEND_KEY", "")
+    if os.environ.get(ENV_MODEL):
+        port = st.get_option("server.port")
+        return f"http://127.0.0.1:{port}{base_path()}{PREFIX}", os.environ.get(ENV_KEY, "")
+    return "http://127.0.0.1:8000", ""

@@ -55,11 +55,30 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         help="an OpenAI-compatible server (two-pot-kitchen serve, vLLM, llama.cpp) for the class kitchen pages",
     )
     parser.add_argument("--api-key", metavar="KEY", help="the --backend server's API key")
+    parser.add_argument(
+        "--class-kitchen",
+        nargs="?",
+        const="chef",
+        metavar="MODEL",
+        help="also serve a class kitchen (OpenAI-compatible, one continuous batch for the whole class) "
+        "on the app's own port at /class/v1 (default model: chef)",
+    )
+    parser.add_argument("--class-key", metavar="KEY", help="the API key students send to the class kitchen")
     parser.add_argument("--presenter", action="store_true", help="start every session in presenter mode")
     parser.add_argument(
         "--print-command", action="store_true", help="print the streamlit command instead of running it"
     )
     return parser.parse_known_args(argv)
+
+
+def server_address(passthrough: list[str]) -> str | None:
+    """The --server.address handed to Streamlit (either spelling), or None when not given."""
+    for i, arg in enumerate(passthrough):
+        if arg.startswith("--server.address="):
+            return arg.split("=", 1)[1]
+        if arg == "--server.address" and i + 1 < len(passthrough):
+            return passthrough[i + 1]
+    return None
 
 
 def streamlit_command(passthrough: list[str]) -> list[str]:
@@ -107,6 +126,15 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["TWO_POT_BACKEND"] = args.backend.rstrip("/").removesuffix("/v1")
         if args.api_key:
             os.environ["TWO_POT_BACKEND_KEY"] = args.api_key
+    if args.class_kitchen:
+        from serving.mounted import ENV_KEY, ENV_MODEL
+
+        os.environ[ENV_MODEL] = args.class_kitchen
+        if args.class_key:
+            os.environ[ENV_KEY] = args.class_key
+        elif server_address(passthrough) not in (None, "127.0.0.1", "localhost", "::1"):
+            print("two-pot-kitchen: warning: no --class-key: anyone who can reach this address can order "
+                  "from the class kitchen", file=sys.stderr)  # fmt: skip
     if args.presenter:
         os.environ["TWO_POT_PRESENTER"] = "1"
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -10,7 +10,6 @@ Logic: serving/remote_order.py.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 
@@ -18,10 +17,10 @@ import pandas as pd
 import streamlit as st
 
 from engine.errors import EngineError
+from kitchen_viz.app_state import class_kitchen_address
 from kitchen_viz.class_rail import batch_figure, rail_html, you_and_kitchen, your_steps
 from serving.remote_order import board, models, order_remote
 
-BACKEND_ENV, KEY_ENV = "TWO_POT_BACKEND", "TWO_POT_BACKEND_KEY"
 RAIL_EVERY_S = 0.5  # how often the rail is refreshed while your order streams
 
 st.title("🧾 Order from a class kitchen")
@@ -30,8 +29,9 @@ st.caption(
     "the kitchen measured it. A remote kitchen cannot show its wok and pot the way the Kitchen page "
     "does: only what its stream carries."
 )
-url = st.text_input("Kitchen server", value=os.environ.get(BACKEND_ENV, "http://127.0.0.1:8000"), key="order-url")
-api_key = st.text_input("API key", value=os.environ.get(KEY_ENV, ""), type="password", key="order-key") or None
+address, known_key = class_kitchen_address()
+url = st.text_input("Kitchen server", value=address, key="order-url")
+api_key = st.text_input("API key", value=known_key, type="password", key="order-key") or None
 try:
     offered = models(url, api_key)
 except EngineError as err:

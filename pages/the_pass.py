@@ -9,7 +9,6 @@ over a window, tokens per second, and the caps in force. Logic: serving/scrape.p
 
 from __future__ import annotations
 
-import os
 import time
 
 import httpx
@@ -17,6 +16,7 @@ import pandas as pd
 import streamlit as st
 
 from engine.errors import EngineError
+from kitchen_viz.app_state import class_kitchen_address
 from serving.scrape import scrape, window
 
 KEY_URL, KEY_SCRAPES = "pass-url", "pass-scrapes"
@@ -29,10 +29,11 @@ st.caption(
     "Start the class kitchen with `two-pot-kitchen serve` (the README's classroom section); students order from "
     "it with any OpenAI client. Every number here is read from the server's own /metrics."
 )
-default_url = st.session_state.get(KEY_URL, os.environ.get("TWO_POT_BACKEND", "http://127.0.0.1:8000"))
+address, known_key = class_kitchen_address()
+default_url = st.session_state.get(KEY_URL, address)
 url = st.text_input("Kitchen server", value=default_url, key=KEY_URL)
 api_key = st.text_input("API key (only if the server was started with one)", type="password",
-                        value=os.environ.get("TWO_POT_BACKEND_KEY", ""))  # fmt: skip
+                        value=known_key)  # fmt: skip
 span = st.radio("Window", list(WINDOWS), horizontal=True, index=1)
 
 

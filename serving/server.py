@@ -330,7 +330,8 @@ class _KeyCheck:
         self.app, self.key = app, key
 
     async def __call__(self, scope, receive, send):
-        if self.key and scope["type"] == "http" and scope["path"].startswith(("/v1/", "/kitchen/board")):
+        path = scope.get("path", "")[len(scope.get("root_path", "")) :]  # inside a mount (serving/mounted.py)
+        if self.key and scope["type"] == "http" and path.startswith(("/v1/", "/kitchen/board")):
             headers = dict(scope["headers"])
             given = headers.get(b"authorization", b"").decode(errors="replace")
             if not secrets.compare_digest(given, f"Bearer {self.key}"):

@@ -40,13 +40,13 @@ def chromium():
 
 
 @contextmanager
-def app(log_dir: Path, env: dict[str, str] | None = None):
-    """`two-pot-kitchen` on a free port, with `env` set for it (and so its engine's child); yields its URL."""
+def app(log_dir: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()):
+    """`two-pot-kitchen [args]` on a free port, with `env` set for it (and so its engine's child); yields its URL."""
     log = log_dir / "streamlit.log"
     saved = {k: os.environ.get(k) for k in env or {}}
     os.environ.update(env or {})
     try:
-        proc, url = spawn(free_port(), log)
+        proc, url = spawn(free_port(), log, *args)
     finally:
         for k, v in saved.items():
             if v is None:

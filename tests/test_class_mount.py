@@ -1,0 +1,73 @@
+"""`two-pot-kitchen --class-kitchen`: the app and the class kitchen on one port, as a workshop starts it."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from browser_kit import app, chromium, needs_chromium
+
+from kitchen_viz.launch import main
+from serving.remote_order import board, models, order_remote
+
+
+def ready(url: str, key: str, timeout_s: float = 120) -> list[dict]:
+    """Poll /class/health; returns every answer until the first 200 (the 503s while it loads)."""
+    seen, deadline = [], time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        r = httpx.get(url + "/class/health", timeout=5)
+        seen.append({"status": r.status_code, "body": r.json()})
+        if r.status_code == 200:
+            return seen
+        time.sleep(0.2)
+    pytest.fail(f"the class kitchen never became ready: {seen[-3:]}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with app(tmp_path_factory.mktemp("class"), args=("--class-kitchen", "--class-key", "k")) as url:
+        yield url
+
+
+def test_the_class_kitchen_answers_on_the_apps_port(server):
+    answers = ready(server, "k")
+    assert all(a["status"] == 503 and "loading chef" in a["body"]["error"]["message"] for a in answers[:-1])
+    url = server + "/class"
+    assert models(url, "k") == ["chef"]
+    r = httpx.get(url + "/v1/models")
+    assert r.status_code == 401 and "API key" in r.json()["error"]["message"]  # the key holds inside the mount
+    out = order_remote(url, "chef", "ROMEO:", 8, api_key="k")
+    assert out.completion_tokens == 8 and out.server_steps
+    snap = board(url, out.order_id, api_key="k")
+    assert sum(s["mine"] for s in snap["steps"]) == 8
+    assert "twopot:time_to_first_token_seconds" in httpx.get(url + "/metrics").text
+    assert httpx.get(server + "/_stcore/health").text == "ok"  # the app itself is unchanged
+
+
+@needs_chromium
+def test_the_class_order_page_orders_from_the_mounted_kitchen(server):
+    ready(server, "k")
+    with chromium() as b:
+        page = b.new_page(viewport={"width": 1280, "height": 3000})
+        page.goto(server + "/class_order")
+        page.get_by_role("button", name="Order").wait_for(timeout=120_000)
+        assert page.get_by_label("Kitchen server").input_value().endswith("/class")
+        page.get_by_role("button", name="Order").click()
+        page.get_by_text("The whole class").wait_for(timeout=120_000)
+        page.get_by_text("Kitchen TTFT, median").wait_for(timeout=30_000)
+        page.get_by_text("The pot while your order cooked").wait_for(timeout=30_000)
+        assert page.locator("[data-testid='stException']").count() == 0
+
+
+def test_the_launcher_warns_about_an_open_kitchen_without_a_key(monkeypatch, capsys):
+    monkeypatch.delenv("TWO_POT_CLASS_KITCHEN", raising=False)
+    monkeypatch.delenv("TWO_POT_CLASS_KEY", raising=False)
+    assert main(["--class-kitchen", "--server.address", "0.0.0.0", "--print-command"]) == 0
+    assert "no --class-key" in capsys.readouterr().err
+    import os
+
+    assert os.environ["TWO_POT_CLASS_KITCHEN"] == "chef"
+    assert main(["--class-kitchen", "preset:smollm2-135m", "--class-key", "s", "--print-command"]) == 0
+    assert "no --class-key" not in capsys.readouterr().err
+    assert (os.environ["TWO_POT_CLASS_KITCHEN"], os.environ["TWO_POT_CLASS_KEY"]) == ("preset:smollm2-135m", "s")

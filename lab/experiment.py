@@ -9,7 +9,7 @@ other place iterates that list (how to add one: the registry's docstring).
 No Streamlit here: `lab/` stays UI-free (it runs headless in the engine's process, in tests and in
 `scripts/lab_record.py`). The settings form is written against a small `ui` object passed in by the
 caller: the page passes the `streamlit` module itself, so `ui.slider(...)` *is* `st.slider(...)`;
-`defaults_ui` answers every widget with its default value, for headless callers.
+`DefaultsUI` answers every widget with its default value, for headless callers (`default_settings`).
 """
 
 from __future__ import annotations

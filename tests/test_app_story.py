@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from kitchen_viz.story import KITCHEN, MAPPINGS, STORY
@@ -37,8 +38,8 @@ def test_every_mapping_links_to_a_page_that_exists_or_is_listed_by_the_lab():
 
 def test_our_story_copies_no_sentence_of_the_fable():
     """Tell it in our own words: no run of 8 consecutive words from the seed text."""
-    if not FABLE.is_file():
-        return
+    if not FABLE.is_file():  # said, not silently passed: this check needs the seed text beside the repo
+        pytest.skip(f"the seed fable is not at {FABLE}")
 
     def words(s: str) -> list[str]:
         return "".join(c.lower() if c.isalnum() else " " for c in s).split()

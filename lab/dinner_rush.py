@@ -133,7 +133,7 @@ def run_dinner_rush(engine, settings: RushSettings, on_progress: ProgressFn | No
     answers = Dist("choice", (s.short_answer,) * (s.long_every - 1) + (s.long_answer,))
     prompts = Dist("uniform", (s.prompt_min, s.prompt_max))
     requests = make_requests(s.requests, s.rate, prompts, answers, s.seed, engine.info.vocab_size)
-    tracker = ProgressTracker([1.0, 1.0], on_progress)  # static first: it takes longer, the ETA is honest
+    tracker = ProgressTracker([1.0, 1.0], on_progress)  # static first: the longer run, so the ETA errs long
     runs = []
     for policy in POLICIES:
         eng = serving_engine(engine, policy, max_seqs=s.max_seqs, max_seq_len=s.prompt_max + s.long_answer)

@@ -140,6 +140,7 @@ def serve_once(base, s: StallSettings, policy: str, budget: int) -> tuple[float,
                 done[ev.request_id] = ev.result.metrics
         if banquet is None and min(served.values()) >= s.join_after:
             banquet = eng.submit(prompt_ids(base, s.banquet_prompt, 3), s.banquet_answer, stop_at_eos=False)
+    # (tables, gaps) -> (gaps, tables): at each gap, the median over the tables (they step together)
     gaps = [statistics.median(g) for g in zip(*(done[t].itl_s for t in tables), strict=True)]
     return done[banquet].ttft_s, gaps
 

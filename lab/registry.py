@@ -65,6 +65,7 @@ from lab.metrics_defs import EXPERIMENT as METRICS
 from lab.overhead import EXPERIMENT as OVERHEAD
 from lab.padding import EXPERIMENT as PADDING
 from lab.roofline_lab import EXPERIMENT as ROOFLINE
+from lab.smaller_portions import EXPERIMENT as PORTIONS
 from lab.stall import EXPERIMENT as STALL
 from lab.tables import EXPERIMENT as TABLES
 
@@ -74,6 +75,7 @@ EXPERIMENTS: list[Experiment] = [
     ROOFLINE,
     KV_CACHE,
     OVERHEAD,
+    PORTIONS,
     PADDING,
     METRICS,
     DINNER_RUSH,

@@ -1,0 +1,59 @@
+"""Smaller portions (lab/smaller_portions.py) on the chef: every variant measured, refusals in one
+line. Which variant is faster is what the page measures, so no timing is asserted here."""
+
+import pytest
+
+from engine import Engine, EngineError
+from lab.smaller_portions import PortionSettings, run_portions
+
+SMALL = PortionSettings(prompt_len=8, new_tokens=3, prefill_tokens=16, repeats=1, agreement_tokens=8)
+
+
+@pytest.fixture(scope="module")
+def chef():
+    return Engine.load("chef")
+
+
+def test_every_variant_is_measured_and_compared_with_float32(chef):
+    steps = []
+    r = run_portions(chef, SMALL, on_progress=lambda *a: steps.append(a))
+    assert [p.variant for p in r.points] == ["float32", "bfloat16", "int8"] and steps
+    assert all(p.decode_step_s > 0 and p.prefill_s > 0 for p in r.points)
+    f32, b16, i8 = r.points
+    assert i8.weight_mb < b16.weight_mb < f32.weight_mb
+    assert f32.greedy_prefix == 8 and 0 <= i8.greedy_prefix <= 8
+    assert r.decode_speedup == f32.decode_step_s / i8.decode_step_s
+    assert r.sample.label == "int8 weights" and len(r.notes) >= 4
+    assert list(r.to_frame().variant) == ["float32", "bfloat16", "int8"]
+
+
+@pytest.mark.parametrize(
+    "settings, words",
+    [
+        (PortionSettings(variants=("float32", "bfloat16")), "must include float32 and int8"),
+        (PortionSettings(variants=("float32", "int4")), "must include float32 and int8"),
+        (PortionSettings(new_tokens=1), "new_tokens >= 2"),
+        (PortionSettings(prefill_tokens=600), "the model's context is 512"),
+    ],
+)
+def test_bad_settings_are_refused_in_one_line(chef, settings, words):
+    with pytest.raises(EngineError, match=words) as err:
+        run_portions(chef, settings)
+    assert "\n" not in str(err.value)
+
+
+def test_the_page_runs_through_the_kitchen_and_draws_both_charts(tmp_path, monkeypatch):
+    """The page with its defaults on the chef, through the app's engine process."""
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("TWO_POT_LAB_CACHE", str(tmp_path / "lab-cache"))
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "pages" / "lab_portions.py"), default_timeout=300)
+    at.run()
+    at.number_input(key="portions-guess").set_value(2.0).run()
+    next(b for b in at.button if b.label == "Run").click().run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    assert len(at.get("plotly_chart")) == 2 and len(at.dataframe) == 1
+    assert set(at.dataframe[0].value["variant"]) == {"float32", "bfloat16", "int8"}

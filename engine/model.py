@@ -32,6 +32,7 @@ explicit:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -232,7 +233,17 @@ class Attention(nn.Module):
         return out + self.bo if self.bo is not None else out
 
     def _packed_attention(self, q, k, v, lengths: list[int]) -> torch.Tensor:
-        """Causal attention within each packed sequence: what a varlen kernel does, as a loop."""
+        """Causal attention within each packed sequence, q (1, H, N, D), k and v (1, Hkv, N, D).
+
+        Two ways, measured (docs/benchmarks/varlen-cpu.md): one SDPA call per sequence (each does
+        exactly its own n x n work; fastest on a quiet CPU), or ONE call over all N tokens with a
+        block-diagonal causal mask (`document_mask`), for devices where each call costs a launch
+        (CUDA), used only while N^2 is no more than the pairs a padded batch would score.
+        """
+        n_total, longest = sum(lengths), max(lengths)
+        if q.device.type in ONE_CALL_DEVICES and len(lengths) > 1 and n_total**2 <= len(lengths) * longest**2:
+            mask = document_mask(tuple(lengths), q.device)  # (N, N) bool, built once per batch shape
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.cfg.group > 1)
         outs, start = [], 0
         for n in lengths:
             s = slice(start, start + n)
@@ -283,6 +294,18 @@ class Block(nn.Module):
     def forward_seats(self, x, rope, sb: SeatBatch, pool: SeatPool):
         x = x + self.attn.forward_seats(self.attn_norm(x), rope, sb, pool)
         return x + self.mlp(self.mlp_norm(x))
+
+
+ONE_CALL_DEVICES = ("cuda",)  # where packed attention runs as one masked call (see _packed_attention)
+
+
+@functools.lru_cache(maxsize=8)
+def document_mask(lengths: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """(N, N) bool for packed sequences: token i may attend to j iff both are in the same sequence
+    and j <= i. lengths (3, 2) -> N = 5, blocks of 3 and 2 on the diagonal, each lower-triangular."""
+    doc = torch.repeat_interleave(torch.arange(len(lengths), device=device), torch.tensor(lengths, device=device))
+    pos = torch.arange(doc.numel(), device=device)  # (N,)
+    return (doc[:, None] == doc[None, :]) & (pos[:, None] >= pos[None, :])  # (N, N)
 
 
 def additive_bias(mask: torch.Tensor, dtype) -> torch.Tensor:

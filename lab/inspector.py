@@ -410,3 +410,94 @@ def diagnose_leftovers(
         "Leftovers are evicted oldest first when a seat or memory is needed: reuse costs no capacity."
     )
     return Verdict(headline=headline, slow_phase="prefill", decode_bound=None, fixes=fixes, evidence=evidence)
+
+
+# -- serving verdicts: the apprentice chef, the two kitchens (lab/apprentice.py, lab/two_kitchens_lab.py) --
+
+SPEC_PAYS = 1.05  # a draft "pays" when decode tokens/s rose by more than 5 % (repeat noise on this machine)
+
+
+@dataclass(frozen=True)
+class SpecNumbers:
+    """One draft on one order, measured (lab/apprentice.py `SpecRow` carries these)."""
+
+    draft: str  # "ngram" | "apprentice"
+    order: str
+    batch: int
+    k: int
+    speedup: float  # decode tokens/s with the draft / without
+    acceptance_rate: float  # alpha
+    mean_acceptance_length: float
+    cost_ratio: float  # c: a draft pass / a plain decode step
+    predicted_speedup: float
+
+
+def diagnose_speculation(rows: list[SpecNumbers]) -> Verdict:
+    """Where did drafting pay, and why not elsewhere: acceptance (alpha), the draft's cost (c), the batch."""
+    evidence = [
+        f"{r.draft} on the {r.order} order, batch {r.batch}: x{r.speedup:.2f} measured, x{r.predicted_speedup:.2f} "
+        f"predicted; alpha {r.acceptance_rate:.2f}, {r.mean_acceptance_length:.2f} tokens per pass, c {r.cost_ratio:.2f}"
+        for r in rows
+    ]
+    single = [r for r in rows if r.batch == 1]
+    best = max(single or rows, key=lambda r: r.speedup)
+    fixes = []
+    if best.speedup >= SPEC_PAYS:
+        headline = (
+            f"The best draft was {best.draft} on the {best.order} order: x{best.speedup:.2f} decode speed, "
+            f"{best.mean_acceptance_length:.2f} tokens per pass of the chef"
+        )
+    else:
+        headline = f"No draft paid off here: the best was {best.draft} on the {best.order} order at x{best.speedup:.2f}"
+    app = [r for r in single if r.draft == "apprentice"]
+    if app and max(r.speedup for r in app) < SPEC_PAYS:
+        weak = min(app, key=lambda r: r.speedup)
+        fixes.append(
+            f"The apprentice did not pay ({weak.order}: x{weak.speedup:.2f}): each round costs k x c + 1 = "
+            f"{weak.k} x {weak.cost_ratio:.2f} + 1 = {weak.k * weak.cost_ratio + 1:.2f} chef steps and returns "
+            f"{weak.mean_acceptance_length:.2f} tokens (alpha {weak.acceptance_rate:.2f}). It needs a higher "
+            "alpha (a better-trained apprentice) or a lower c (a cheaper one), or a smaller k."
+        )
+    sampled = [r for r in single if "T=" in r.order and r.draft == "apprentice"]
+    if sampled:
+        fixes.append(
+            f"Sampled, the greedy apprentice's guess is accepted only with the chef's probability of it: alpha "
+            f"{sampled[0].acceptance_rate:.2f} here. Draft greedily only for greedy orders."
+        )
+    big = [r for r in rows if r.batch > 1]
+    lost = [r for r in big if r.speedup < 1 / SPEC_PAYS]
+    if lost:
+        worst = min(lost, key=lambda r: r.speedup)
+        fixes.append(
+            f"Turn drafting off for big batches: at batch {worst.batch} {worst.draft} ran at x{worst.speedup:.2f}. "
+            "Every table's check feeds k + 1 tokens into the pass, and a full pass no longer costs the same "
+            "as a one-token one."
+        )
+    return Verdict(headline=headline, slow_phase="decode", decode_bound=None, fixes=fixes, evidence=evidence)
+
+
+def diagnose_two_kitchens(worst_gap_one_s: float, worst_gap_two_s: float, usual_gap_one_s: float,
+                          transfer_s: float, predicted_transfer_s: float, ttft_two_s: float) -> Verdict:  # fmt: skip
+    """Did the second kitchen keep the pot steady, and what did carrying the K/V cost the first dish?"""
+    ratio = transfer_s / predicted_transfer_s if predicted_transfer_s else float("inf")
+    evidence = [
+        f"one kitchen: worst decode gap {ms(worst_gap_one_s)} ({worst_gap_one_s / usual_gap_one_s:.1f}x its usual "
+        f"{ms(usual_gap_one_s)}); two kitchens: worst {ms(worst_gap_two_s)}",
+        f"the longest order's K/V crossed in {transfer_s * 1e3:.2f} ms, {ratio:.2f}x the link's prediction "
+        f"({predicted_transfer_s * 1e3:.2f} ms): {transfer_s / ttft_two_s:.1%} of its TTFT {ms(ttft_two_s)}",
+    ]
+    fixes = []
+    if worst_gap_two_s * SPEC_PAYS < worst_gap_one_s:
+        headline = (
+            f"The second kitchen kept the pot steady: its worst gap was {ms(worst_gap_two_s)} against "
+            f"{ms(worst_gap_one_s)} when the wok shared the stove"
+        )
+    else:
+        headline = "The second kitchen did not steady the pot here: the worst gaps were alike"
+        fixes.append("Make the long orders longer, or bring them closer together, to see the stall it removes.")
+    if not 0.5 <= ratio <= 2:
+        fixes.append(f"The transfer was {ratio:.2f}x the link's latency + bytes / bandwidth: the machine was busy, "
+                     "or the link's fit does not hold at this size; rerun before trusting the what-if.")  # fmt: skip
+    fixes.append("The what-if chart computes what the same bytes would take over a link of another bandwidth "
+                 "(computed, not measured).")  # fmt: skip
+    return Verdict(headline=headline, slow_phase="decode", decode_bound=None, fixes=fixes, evidence=evidence)

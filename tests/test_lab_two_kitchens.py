@@ -38,3 +38,13 @@ def test_the_what_if_is_bytes_over_bandwidth():
 def test_bad_settings_are_refused_in_one_line(bad, limit):
     with pytest.raises(EngineError, match=limit):
         run_two_kitchens_lab(Engine.load("chef"), TwoKitchensSettings(**bad))
+
+
+def test_the_inspector_sees_the_steadier_pot_and_a_transfer_off_its_prediction():
+    from lab.inspector import diagnose_two_kitchens
+
+    v = diagnose_two_kitchens(0.045, 0.004, 0.006, 0.0009, 0.0005, 0.06)
+    assert "kept the pot steady" in v.headline and "7.5x its usual" in v.evidence[0]
+    assert "1.80x the link's prediction" in v.evidence[1] and not any("rerun" in f for f in v.fixes)
+    v = diagnose_two_kitchens(0.005, 0.005, 0.004, 0.003, 0.001, 0.06)
+    assert "did not steady" in v.headline and any("3.00x" in f and "rerun" in f for f in v.fixes)

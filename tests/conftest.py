@@ -20,6 +20,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see engine/__init__.py: shared cores, no spinning
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    """The launcher's main() exports its choices into os.environ (for the Streamlit process it
+    execs); a test that calls it must not hand them to the tests after it."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
 FABLE = Path("/work/shared/seed/two-pots-fable.txt")
 VOCAB = 320  # >= 256 byte symbols + a few merges, so a byte-level BPE tokenizer fits
 

@@ -6,7 +6,7 @@ implementations that round in different places. What can be asked is that ours i
 sides run the same weights in bf16, the float32 HF forward is the reference, and we compare the two
 errors. Both share the floor set by rounding the logits themselves to bf16.
 
-    python -m bench.bf16_parity --model chef [--tokens 256] [--json]
+    python -m bench.bf16_parity --model chef [--tokens 256] [--device cuda] [--json]
 
 `measure(folder, tokens)` runs one forward pass over a prompt on each side and returns a
 `Bf16Parity`. The tests call it on tiny random models of every family (tests/test_bf16_parity.py).
@@ -48,20 +48,23 @@ def _errors(x: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, float]:
     return d.pow(2).mean().sqrt().item(), d.max().item(), top1
 
 
-def measure(folder: str, tokens: list[int]) -> Bf16Parity:
-    """One forward over `tokens` (1, T): HF float32 (reference), HF bf16 and ours bf16."""
+def measure(folder: str, tokens: list[int], device: str = "cpu") -> Bf16Parity:
+    """One forward over `tokens` (1, T) on `device`: HF float32 (reference), HF bf16 and ours bf16."""
     from transformers import AutoModelForCausalLM
 
     from engine import Engine
 
-    ids = torch.tensor([tokens])  # (1, T)
-    positions = torch.arange(len(tokens))[None]  # (1, T)
+    ids = torch.tensor([tokens], device=device)  # (1, T)
+    positions = torch.arange(len(tokens), device=device)[None]  # (1, T)
+
+    def hf(dtype):
+        return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()(ids).logits
+
     with torch.inference_mode():
-        ref = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()(ids).logits.double()
-        hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).eval()(ids).logits
-        ours = Engine.load(folder, dtype="bfloat16").model(ids, positions)
+        ref, theirs = hf(torch.float32).double().cpu(), hf(torch.bfloat16).cpu()
+        ours = Engine.load(folder, device=device, dtype="bfloat16").model(ids, positions).cpu()
     o_rms, o_max, o_top = _errors(ours, ref)
-    h_rms, h_max, h_top = _errors(hf, ref)
+    h_rms, h_max, h_top = _errors(theirs, ref)
     return Bf16Parity(len(tokens), o_rms, h_rms, o_max, h_max, o_top, h_top, (ref.max() - ref.min()).item())
 
 
@@ -72,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.bf16_parity", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="chef", help="a local HF folder or embedded model name (not a preset)")
     p.add_argument("--tokens", type=int, default=256, help="prompt length of the one forward pass")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     try:
@@ -86,8 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     vocab = read_config(Path(folder)).vocab_size
     tokens = torch.randint(3, vocab, (args.tokens,), generator=torch.Generator().manual_seed(0)).tolist()
-    result = measure(folder, tokens)
-    out = asdict(result) | {"model": args.model, "rms_ratio": result.rms_ratio, "torch": torch.__version__}
+    result = measure(folder, tokens, args.device)
+    out = asdict(result) | {"model": args.model, "device": args.device, "rms_ratio": result.rms_ratio,
+                            "torch": torch.__version__}  # fmt: skip
     print(json.dumps(out, indent=2) if args.json else
           f"{args.model}, {result.positions} positions: rms error vs fp32 ours {result.ours_rms:.5f}, "
           f"HF {result.hf_rms:.5f} (ratio {result.rms_ratio:.3f}); max {result.ours_max:.4f} vs "

@@ -9,7 +9,11 @@
 # What it checks (issue 2): `pytest -m gpu`, then `python -m engine bench --device cuda`, which
 # also times our engine with cuda_graph=True. Target there: decode with CUDA graphs >= 3x faster
 # than HF eager `generate` (ratio decode_tpot_cuda_graph_vs_hf_b1 <= 0.333).
-# Exit status: 0 when every step ran and passed, else the number of failed steps.
+# Issue 15 adds: bf16 parity on the chef (bench/bf16_parity.py), and the lab computed on the GPU
+# (scripts/lab_gpu.py compute, results pickled in $OUT/lab-gpu); draw them afterwards on a CPU:
+#   .venv/bin/python scripts/lab_gpu.py render --results <collected>/lab-gpu --out docs/lab-results-gpu
+# The step timeouts add up to 470 s, so the whole check fits in 8 minutes even when
+# every step hangs. Exit status: 0 when every step ran and passed, else the number of failed steps.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,7 +49,7 @@ elif [ -z "$gpu_files" ]; then
   note "FAIL: no test file has a gpu mark"
   failed=$((failed + 1))
 else
-  timeout 150 "$PY" -m pytest -q -rs -m gpu -p no:cacheprovider $gpu_files >"$DEST/pytest_gpu.log" 2>&1
+  timeout 110 "$PY" -m pytest -q -rs -m gpu -p no:cacheprovider $gpu_files >"$DEST/pytest_gpu.log" 2>&1
   rc=$?
   tail -n 5 "$DEST/pytest_gpu.log"
   if [ $rc -eq 0 ]; then note "ok: pytest -m gpu ($gpu_files)"; else note "FAIL: pytest -m gpu exited $rc"; failed=$((failed + 1)); fi
@@ -60,10 +64,22 @@ bench() {  # bench NAME TIMEOUT_S ARGS...
   grep -v '^\[bench\]' "$DEST/$name.log" | tail -n 20
   if [ $rc -eq 0 ]; then note "ok: bench $*"; else note "FAIL: bench $* exited $rc"; failed=$((failed + 1)); fi
 }
-bench bench_cuda_bf16 170 --dtype bfloat16
-bench bench_cuda_fp32_quick 90 --dtype float32 --quick
+bench bench_cuda_bf16 130 --dtype bfloat16
+bench bench_cuda_fp32_quick 60 --dtype float32 --quick
 
-# 4. One line per ratio and whether its target was met, from the JSON reports.
+# 4. bf16 parity on the chef: our bf16 logits' error against HF float32 beside HF bf16's (<= 1 is good).
+timeout 30 "$PY" -m bench.bf16_parity --model chef --device cuda --json >"$DEST/bf16_parity_chef.json" 2>"$DEST/bf16_parity.log"
+if [ $? -eq 0 ]; then note "ok: bf16 parity $(grep -o '"rms_ratio": [0-9.]*' "$DEST/bf16_parity_chef.json")"; else note "FAIL: bf16 parity (bf16_parity.log)"; failed=$((failed + 1)); fi
+
+# 5. The lab's compute functions on the GPU, chef then the 135M shape, bf16; no new experiment starts
+#    after 110 s. Only pickles here: the PNGs are drawn on a CPU machine (see the header).
+timeout 140 "$PY" scripts/lab_gpu.py compute --device cuda --dtype bfloat16 --models chef preset:smollm2-135m \
+  --out "$DEST/lab-gpu" --budget-s 110 >"$DEST/lab_gpu.log" 2>"$DEST/lab_gpu.err"
+rc=$?
+grep -E '^(ok|FAIL|skipped)' "$DEST/lab_gpu.log" | cut -c1-160
+if [ $rc -eq 0 ]; then note "ok: lab computed on the GPU ($(ls "$DEST/lab-gpu" | wc -l) results)"; else note "FAIL: lab on the GPU exited $rc (lab_gpu.log, lab_gpu.err)"; failed=$((failed + 1)); fi
+
+# 6. One line per ratio and whether its target was met, from the JSON reports.
 "$PY" - "$DEST" <<'EOF' | tee -a "$summary"
 import json, pathlib, sys
 for f in sorted(pathlib.Path(sys.argv[1]).glob("bench_*.json")):

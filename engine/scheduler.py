@@ -239,6 +239,8 @@ class Scheduler:
     def _decodes(self, seqs: list[Sequence]) -> list[Work]:
         """One decode per sequence; the speculating ones get their drafts, every draft model's
         sequences batched together (engine/draft.py), prompt lookup for the rest."""
+        if not any(s.speculate for s in seqs):  # the usual step: no drafts to plan
+            return [Work.decode(s) for s in seqs]
         ks = [Work.draft_room(s, self.pool.seat_len) for s in seqs]
         if self.drafter is not None:
             drafts = self.drafter.propose(seqs, ks, {s.request_id for s in self.running})

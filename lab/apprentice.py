@@ -34,10 +34,14 @@ from dataclasses import asdict, dataclass, field
 from statistics import median
 
 import pandas as pd
+import plotly.graph_objects as go
 
 from engine.errors import EngineError
 from engine.events import Done, StepEnd
 from engine.speculative import MAX_SPECULATE, SpecCounters
+from lab.experiment import Experiment, Prediction, StoryLink
+from lab.inspector import SpecNumbers, diagnose_speculation
+from lab.plot_kit import GREY, POT, WOK, finish, guess_marker
 from lab.progress import ProgressFn, ProgressTracker, median_of
 
 FRESH_TEXT = "KING RICHARD II:\nNow is the hour to speak of kings and crowns;\nWhat say you, cousin?\n"
@@ -157,7 +161,9 @@ def check_settings(engine, s: ApprenticeSettings) -> None:
     if not s.batches or min(s.batches) < 1 or max(s.batches) > 64:
         raise EngineError(f"the apprentice chef: batch sizes must be 1..64 (got {list(s.batches)})")
     if not s.drafts or any(d not in DRAFTS for d in s.drafts):
-        raise EngineError(f"the apprentice chef: drafts must be among {', '.join(DRAFTS)} (got {list(s.drafts)})")
+        raise EngineError(
+            f"the apprentice chef: drafts must be among {', '.join(DRAFTS)} (got {list(s.drafts)})"
+        )
 
 
 def orders(engine) -> dict[str, tuple[list[int], float]]:
@@ -214,13 +220,17 @@ def measure(engine, order: str, prompt: list[int], temperature: float, batch: in
     return rows
 
 
-def run_apprentice(engine, settings: ApprenticeSettings, on_progress: ProgressFn | None = None) -> ApprenticeResult:
+def run_apprentice(
+    engine, settings: ApprenticeSettings, on_progress: ProgressFn | None = None
+) -> ApprenticeResult:
     """Speedup, acceptance and the formula's prediction for each draft, then the copy order at larger batches."""
     check_settings(engine, settings)
     prompts, notes, drafts = orders(engine), [], list(settings.drafts)
     if "apprentice" in drafts:
         try:
-            engine.submit(prompts["fresh"][0], 2, speculate=1, draft="apprentice")  # loads it once, or refuses
+            engine.submit(
+                prompts["fresh"][0], 2, speculate=1, draft="apprentice"
+            )  # loads it once, or refuses
             while not engine.idle:
                 engine.step()
         except EngineError as err:
@@ -241,3 +251,122 @@ def run_apprentice(engine, settings: ApprenticeSettings, on_progress: ProgressFn
     notes.append(f"k = {settings.k} draft tokens per round, {settings.new_tokens} new tokens per table, greedy; "
                  "prompt lookup has no draft model, so c = 0 in its prediction")  # fmt: skip
     return ApprenticeResult(settings, engine.info.name, str(engine.info.device), rows, notes)
+
+
+# -- figures --------------------------------------------------------------------------------------
+
+COLOURS = {"ngram": WOK, "apprentice": POT}
+
+
+def speedup_figure(result: ApprenticeResult, guess: float | None = None) -> go.Figure:
+    """Measured speedup per order and draft at one table, the formula's prediction beside it."""
+    fig = go.Figure()
+    one = [r for r in result.rows if r.batch == 1]
+    for d in dict.fromkeys(r.draft for r in one):
+        rows = [r for r in one if r.draft == d]
+        fig.add_trace(go.Bar(x=[r.order for r in rows], y=[r.speedup for r in rows], name=f"{d}: measured",
+                             marker_color=COLOURS[d], text=[f"x{r.speedup:.2f}" for r in rows],
+                             textposition="outside", offsetgroup=d))  # fmt: skip
+        fig.add_trace(go.Scatter(x=[r.order for r in rows], y=[r.predicted_speedup for r in rows], mode="markers",
+                                 name=f"{d}: Leviathan's prediction", offsetgroup=d,
+                                 marker=dict(symbol="diamond-open", size=13, color=COLOURS[d], line=dict(width=2))))  # fmt: skip
+    fig.add_hline(y=1, line_dash="dot", line_color=GREY, annotation_text="plain decode")
+    if guess is not None:
+        fig.add_trace(guess_marker("fresh", guess, f"your guess: x{guess:g}"))
+    fig.update_layout(barmode="group", scattermode="group")
+    fig.update_yaxes(title="decode tokens/s, x plain decoding", rangemode="tozero")
+    fig.update_xaxes(title="the order (one table)")
+    return finish(fig, f"The apprentice chef: speedup per draft, k = {result.settings.k} ({result.device})")
+
+
+def acceptance_figure(result: ApprenticeResult) -> go.Figure:
+    """How often the chef agreed with draft token i: the drop with i is why a long draft stops paying."""
+    fig = go.Figure()
+    dashes = {"copy": None, "fresh": "dash"}
+    for r in (r for r in result.rows if r.batch == 1):
+        fig.add_trace(go.Scatter(x=list(range(1, len(r.accepted_at) + 1)), y=list(r.accepted_at),
+                                 mode="lines+markers", name=f"{r.draft}, {r.order}",
+                                 line=dict(color=COLOURS[r.draft], dash=dashes.get(r.order, "dot"))))  # fmt: skip
+    fig.update_xaxes(title="draft position", dtick=1)
+    fig.update_yaxes(title="share of rounds accepted at this position", range=[0, 1.05])
+    return finish(fig, "Acceptance per draft position (one table)")
+
+
+def batch_figure(result: ApprenticeResult) -> go.Figure:
+    """The copy order at growing batch: the slowdown at large batch, shown."""
+    fig = go.Figure()
+    copy = [r for r in result.rows if r.order == "copy"]
+    for d in dict.fromkeys(r.draft for r in copy):
+        rows = sorted((r for r in copy if r.draft == d), key=lambda r: r.batch)
+        fig.add_trace(go.Scatter(x=[r.batch for r in rows], y=[r.speedup for r in rows], mode="lines+markers+text",
+                                 name=d, line=dict(color=COLOURS[d]), text=[f"x{r.speedup:.2f}" for r in rows],
+                                 textposition="top center"))  # fmt: skip
+    fig.add_hline(y=1, line_dash="dot", line_color=GREY, annotation_text="plain decode")
+    fig.update_xaxes(title="tables (batch)", type="log")
+    fig.update_yaxes(title="decode tokens/s, x plain decoding", rangemode="tozero")
+    return finish(fig, "The copy order at larger batches: each check feeds k + 1 tokens per table")
+
+
+# -- the experiment -------------------------------------------------------------------------------
+
+
+def apprentice_verdict(result: ApprenticeResult, roof=None, dtype: str | None = None):
+    k = result.settings.k
+    return diagnose_speculation([SpecNumbers(r.draft, r.order, r.batch, k, r.speedup, r.acceptance_rate,
+                                             r.mean_acceptance_length, r.cost_ratio, r.predicted_speedup)
+                                 for r in result.rows])  # fmt: skip
+
+
+def guess_answer(result: ApprenticeResult) -> float:
+    """The apprentice's speedup on the fresh order (prompt lookup's where this model has no apprentice)."""
+    row = result.row("fresh", "apprentice") or result.row("fresh", "ngram")
+    return row.speedup
+
+
+def settings_form(ui, info) -> ApprenticeSettings:
+    k = ui.slider("Draft tokens per round (k)", 1, 8, 4, key="apprentice-k")
+    new = ui.slider("New tokens per table", 16, 128, 64, key="apprentice-new")
+    big = ui.select_slider("Larger batch for the copy order", options=[2, 4, 8, 16], value=8, key="apprentice-batch")
+    repeats = ui.slider("Repeats (median is kept)", 1, 5, 3, key="apprentice-repeats")
+    return ApprenticeSettings(k=k, new_tokens=new, batches=(1, big), repeats=repeats)
+
+
+EXPERIMENT = Experiment(
+    key="apprentice",
+    title="🧑‍🍳 The apprentice chef: speculative decoding",
+    nav_title="The apprentice chef: speculative decoding",
+    icon="🧑‍🍳",
+    kitchen="The chef ladles one spoonful per trip to the pot. An apprentice guesses the next few; the chef "
+    "tastes all the guesses in one trip and keeps those he agrees with, plus one of his own. Copying a dish "
+    "already on the pass (prompt lookup) costs the apprentice nothing, but only helps when the order repeats "
+    "what is on the ticket.",
+    engineering="A draft proposes k tokens; the target scores all k + 1 positions in one forward pass and keeps "
+    "the agreed prefix plus one token (Leviathan et al. 2023), so greedy output is token-identical. Drafts: "
+    "prompt lookup (n-gram) and the apprentice, a small model with the chef's tokenizer decoding from its own "
+    "KV cache. Expected tokens per pass (1 - a^(k+1)) / (1 - a) for acceptance a; speedup = that / (k c + 1), "
+    "with c = a draft step's cost over a target step's. We measure a and c and compare.",
+    predict=Prediction(
+        question="The apprentice drafts k tokens a round for the chef (k as set above), on an order that copies nothing "
+        "(greedy, one table). Decode speed: how many times plain decoding?",
+        unit="x",
+        min_value=0.1,
+        max_value=8.0,
+        step=0.05,
+        answer=guess_answer,
+    ),
+    form=settings_form,
+    run=run_apprentice,
+    figures=lambda r, g: [speedup_figure(r, g), acceptance_figure(r), batch_figure(r)],
+    record=lambda info: ApprenticeSettings(),
+    story=StoryLink(
+        "🧑‍🍳 The apprentice prepares ladles ahead",
+        "**Speculative decoding**: a cheap draft (a small model, or n-gram lookup in the prompt) proposes "
+        "tokens; the large model verifies them all in one pass and keeps the agreed ones, exactly as if it "
+        "had decoded them itself.",
+        "Lab: the apprentice chef (speculative decoding)",
+    ),
+    tables=lambda r: {"drafts": r.to_frame(), "acceptance by position": r.positions_frame()},
+    verdict=apprentice_verdict,
+    verdict_on=lambda r: f"k = {r.settings.k}, {r.settings.new_tokens} tokens per table, batch 1 and "
+    f"{max(r.settings.batches)}",
+)

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lab.apprentice import EXPERIMENT as APPRENTICE
 from lab.banquet import EXPERIMENT as BANQUET
 from lab.dinner_rush import EXPERIMENT as DINNER_RUSH
 from lab.experiment import Experiment
@@ -68,6 +69,7 @@ from lab.roofline_lab import EXPERIMENT as ROOFLINE
 from lab.smaller_portions import EXPERIMENT as PORTIONS
 from lab.stall import EXPERIMENT as STALL
 from lab.tables import EXPERIMENT as TABLES
+from lab.two_kitchens_lab import EXPERIMENT as TWO_KITCHENS
 
 EXPERIMENTS: list[Experiment] = [
     BANQUET,
@@ -80,7 +82,9 @@ EXPERIMENTS: list[Experiment] = [
     METRICS,
     DINNER_RUSH,
     STALL,
+    APPRENTICE,
     LEFTOVERS,
+    TWO_KITCHENS,
 ]
 
 

@@ -26,8 +26,12 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 
 from engine.errors import EngineError
+from lab.experiment import Experiment, Prediction, StoryLink
+from lab.inspector import diagnose_two_kitchens
+from lab.plot_kit import GREY, POT, WOK, finish, guess_marker
 from lab.progress import ProgressFn, ProgressTracker
 from lab.workload import check_fits, prompt_ids
 from serving.two_kitchens import (
@@ -159,3 +163,149 @@ def run_two_kitchens_lab(engine, settings: TwoKitchensSettings, on_progress: Pro
     same = all(a.tokens == b.tokens for a, b in zip(one, two, strict=True))
     return TwoKitchensResult(s, model, str(engine.info.device), per_token, formula, link, handoffs, one, two, same,
                              notes)  # fmt: skip
+
+
+# -- figures --------------------------------------------------------------------------------------
+
+KITCHEN_COLOURS = {"one kitchen": WOK, "two kitchens": POT}
+WHAT_IF_GBPS = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)  # the slider's choices: the learner picks, nothing measured
+
+
+def gaps_figure(result: TwoKitchensResult, guess: float | None = None) -> go.Figure:
+    """Every gap between two decode tokens of every order: the one-kitchen spikes are the wok's passes."""
+    fig = go.Figure()
+    for name, orders in (("one kitchen", result.one), ("two kitchens", result.two)):
+        gaps = [g * 1e3 for o in orders for g in o.itl_s]
+        fig.add_trace(go.Box(y=gaps, name=name, boxpoints="all", jitter=0.4, pointpos=0,
+                             marker=dict(color=KITCHEN_COLOURS[name], size=4)))  # fmt: skip
+    if guess is not None:
+        two = result.summary()[1]
+        fig.add_trace(guess_marker("one kitchen", two.max_ms * guess, f"your guess: worst gap x{guess:g}"))
+    fig.update_yaxes(title="gap between two decode tokens (ITL, ms)", type="log")
+    return finish(fig, f"The pot's rhythm: every decode gap of the stream ({len(result.one)} orders)")
+
+
+def ttft_figure(result: TwoKitchensResult) -> go.Figure:
+    """The handoff runs' TTFT, split: the wok, the carrying, the pot's first step."""
+    fig = go.Figure()
+    x = [f"{r.prompt_tokens} tokens ({r.kv_bytes / 1e6:.2f} MB of K/V)" for r in result.handoffs]
+    parts = (("prefill_s", "prefill (the wok)", WOK), ("transfer_s", "K/V transfer (the runner)", "#f0a202"),
+             ("first_decode_s", "first decode step (the pot)", POT))  # fmt: skip
+    for attr, name, colour in parts:
+        ys = [getattr(r, attr) * 1e3 for r in result.handoffs]
+        fig.add_trace(go.Bar(x=x, y=ys, name=name, marker_color=colour, text=[f"{v:.2f} ms" for v in ys],
+                             textposition="inside"))  # fmt: skip
+    fig.update_layout(barmode="stack")
+    fig.update_yaxes(title="TTFT in two kitchens (ms)")
+    return finish(fig, "Two kitchens' TTFT = prefill + transfer + first decode step, measured")
+
+
+def link_figure(result: TwoKitchensResult) -> go.Figure:
+    """The link's probes, the latency + bytes / bandwidth fitted to them, and each order's K/V transfer."""
+    link, fig = result.link, go.Figure()
+    sizes = sorted(link.probes)
+    fig.add_trace(go.Scatter(x=sizes, y=[link.probes[b] * 1e3 for b in sizes], mode="markers", name="probe messages",
+                             marker=dict(color=GREY, size=9)))  # fmt: skip
+    line = np.geomspace(min(sizes), max(sizes), 40)
+    fig.add_trace(go.Scatter(x=line, y=[link.predict(b) * 1e3 for b in line], mode="lines", name=(
+        f"fit: {link.latency_s * 1e6:.0f} us + bytes / {link.bytes_per_s / 1e9:.2f} GB/s"), line=dict(color=GREY,
+        dash="dot")))  # fmt: skip
+    fig.add_trace(go.Scatter(x=[r.kv_bytes for r in result.handoffs], y=[r.transfer_s * 1e3 for r in result.handoffs],
+                             mode="markers+text", name="an order's K/V, measured", marker=dict(color=POT, size=13),
+                             text=[f"{r.transfer_s / r.predicted_transfer_s:.2f}x the fit" for r in result.handoffs],
+                             textposition="top left"))  # fmt: skip
+    fig.update_xaxes(title="bytes in one message", type="log")
+    fig.update_yaxes(title="one message, ms", type="log")
+    return finish(fig, "The runner between kitchens: the link measured, and the K/V against it")
+
+
+def what_if_figure(result: TwoKitchensResult) -> go.Figure:
+    """TTFT with the transfer COMPUTED as the measured K/V bytes / a bandwidth picked on the slider."""
+    runs, fig = result.handoffs, go.Figure()
+    x = [f"{r.prompt_tokens} tokens" for r in runs]
+    choices = [*WHAT_IF_GBPS, round(result.link.bytes_per_s / 1e9, 2)]  # the last: this machine's fitted link
+    fig.add_trace(go.Bar(x=x, y=[r.prefill_s * 1e3 for r in runs], name="prefill (measured)", marker_color=WOK))
+    for gbps in choices:
+        ys = [computed_transfer_s(r.kv_bytes, gbps * 1e9) * 1e3 for r in runs]
+        fig.add_trace(go.Bar(x=x, y=ys, name=f"transfer at {gbps:g} GB/s (computed)", marker_color="#f0a202",
+                             visible=gbps == choices[-1], text=[f"{v:.3g} ms" for v in ys]))  # fmt: skip
+    fig.add_trace(go.Bar(x=x, y=[r.first_decode_s * 1e3 for r in runs], name="first decode (measured)",
+                         marker_color=POT))  # fmt: skip
+    steps = [dict(label=f"{g:g} GB/s" + (" (this link)" if i == len(choices) - 1 else ""), method="update",
+                  args=[{"visible": [True, *[j == i for j in range(len(choices))], True]}])
+             for i, g in enumerate(choices)]  # fmt: skip
+    fig.update_layout(barmode="stack", sliders=[dict(active=len(choices) - 1, steps=steps, y=-0.45,
+                                                      currentvalue=dict(prefix="link bandwidth: "))])  # fmt: skip
+    fig.update_yaxes(title="TTFT (ms): transfer COMPUTED, not measured")
+    fig = finish(fig, "What if the kitchens were further apart?<br><sup>transfer = measured K/V bytes / the "
+                      "bandwidth you pick: COMPUTED, not measured</sup>")  # fmt: skip
+    fig.update_layout(margin=dict(b=220))
+    return fig
+
+
+# -- the experiment -------------------------------------------------------------------------------
+
+
+def two_kitchens_verdict(result: TwoKitchensResult, roof=None, dtype: str | None = None):
+    one, two = result.summary()
+    longest = max(result.handoffs, key=lambda r: r.prompt_tokens)
+    return diagnose_two_kitchens(one.max_ms / 1e3, two.max_ms / 1e3, one.p50_ms / 1e3, longest.transfer_s,
+                                 longest.predicted_transfer_s, longest.ttft_s)  # fmt: skip
+
+
+def settings_form(ui, info) -> TwoKitchensSettings:
+    orders = ui.slider("Orders in the stream (short and long alternating)", 2, 12, 6, key="two-kitchens-orders")
+    new = ui.slider("New tokens per order", 8, 64, 32, key="two-kitchens-new")
+    most = max(32, info.max_context - new)
+    long = ui.slider("Long prompt (tokens)", 32, most, min(384, most), key="two-kitchens-long")
+    gap = ui.slider("Gap between arrivals (ms)", 20, 400, 120, key="two-kitchens-gap")
+    threads = ui.slider("Torch threads per kitchen", 1, 2, 1, key="two-kitchens-threads")
+    return TwoKitchensSettings(orders=orders, long_prompt=long, new_tokens=new, gap_ms=gap, threads=threads)
+
+
+def kv_tables(result: TwoKitchensResult) -> dict[str, pd.DataFrame]:
+    bytes_row = pd.DataFrame([{"kv_bytes_per_token": result.kv_bytes_per_token, "formula": result.kv_formula,
+                               "link_latency_us": result.link.latency_s * 1e6,
+                               "link_GB_per_s": result.link.bytes_per_s / 1e9}])  # fmt: skip
+    return {"decode gaps": result.to_frame(), "handoffs": result.handoff_frame(), "stream": result.stream_frame(),
+            "KV bytes and link": bytes_row}  # fmt: skip
+
+
+EXPERIMENT = Experiment(
+    key="two_kitchens",
+    title="🏠 Two kitchens: prefill and decode apart",
+    nav_title="Two kitchens: disaggregation",
+    icon="🏠",
+    kitchen="In one kitchen every new order's prompt goes in the wok on the same stove as the soup pot, and "
+    "the pot waits while the wok tosses. Two kitchens: the wok in one, the pot in the other, and a runner "
+    "carries each order's stock (its KV cache) across. The pot never waits for the wok; each order pays for "
+    "the carrying instead.",
+    engineering="Prefill/decode disaggregation: a prefill worker and a decode worker, two processes joined by "
+    "torch.distributed (gloo), the prompt's K/V sent as one message. KV bytes per token = 2 x layers x KV "
+    "heads x head dim x bytes. We split TTFT into prefill + transfer + first decode step, compare each "
+    "transfer with the link's measured latency + bytes / bandwidth, and serve one stream of orders through "
+    "one kitchen and through two.",
+    predict=Prediction(
+        question="Long orders arrive while tables are eating. Worst gap between two tokens of the tables, one "
+        "kitchen divided by two kitchens: how many times?",
+        unit="x",
+        min_value=0.1,
+        max_value=100.0,
+        step=0.5,
+        answer=lambda r: r.worst_gap_ratio,
+    ),
+    form=settings_form,
+    run=run_two_kitchens_lab,
+    figures=lambda r, g: [gaps_figure(r, g), ttft_figure(r), link_figure(r), what_if_figure(r)],
+    record=lambda info: TwoKitchensSettings(long_prompt=min(384, info.max_context - 32)),
+    story=StoryLink(
+        "🏠 The two pots in two kitchens, the dish carried between them",
+        "**Prefill/decode disaggregation**: prefill and decode on separate workers, the KV cache transferred "
+        "between them; decode is never interrupted by a prefill, and each request pays the transfer.",
+        "Lab: two kitchens (disaggregation)",
+    ),
+    tables=kv_tables,
+    verdict=two_kitchens_verdict,
+    verdict_on=lambda r: f"{r.settings.orders} orders, {r.settings.short_prompt} and {r.settings.long_prompt} "
+    f"tokens alternating, {r.settings.gap_ms} ms apart",
+)

@@ -73,3 +73,22 @@ def test_the_inspector_says_so_when_no_draft_paid():
 
     v = diagnose_speculation([_spec("ngram", "fresh", 1, 1.01), _spec("apprentice", "fresh", 1, 0.8)])
     assert v.headline.startswith("No draft paid off") and not any("batch" in f for f in v.fixes)
+
+
+def test_the_page_runs_through_the_kitchen_and_shows_charts_tables_and_verdict(tmp_path, monkeypatch):
+    """The page with its defaults on the chef, through the app's engine process."""
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("TWO_POT_LAB_CACHE", str(tmp_path / "lab-cache"))
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "pages" / "lab_apprentice.py"), default_timeout=300)
+    at.run()
+    at.number_input(key="apprentice-guess").set_value(1.5).run()
+    next(b for b in at.button if b.label == "Run").click().run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    assert len(at.get("plotly_chart")) == 3 and len(at.dataframe) == 2
+    assert set(at.dataframe[0].value["draft"]) == {"ngram", "apprentice"}
+    assert "draft" in at.info[0].value
+    assert any(m.value.startswith("#### 4. The inspector's verdict (on the run: k = 4") for m in at.markdown)

@@ -48,3 +48,23 @@ def test_the_inspector_sees_the_steadier_pot_and_a_transfer_off_its_prediction()
     assert "1.80x the link's prediction" in v.evidence[1] and not any("rerun" in f for f in v.fixes)
     v = diagnose_two_kitchens(0.005, 0.005, 0.004, 0.003, 0.001, 0.06)
     assert "did not steady" in v.headline and any("3.00x" in f and "rerun" in f for f in v.fixes)
+
+
+def test_the_page_runs_through_the_kitchen_and_shows_charts_tables_and_verdict(tmp_path, monkeypatch):
+    """The page with its defaults on the chef, through the app's engine process (which starts the two kitchens)."""
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("TWO_POT_LAB_CACHE", str(tmp_path / "lab-cache"))
+    path = Path(__file__).resolve().parents[1] / "pages" / "lab_two_kitchens.py"
+    at = AppTest.from_file(str(path), default_timeout=300)
+    at.run()
+    at.number_input(key="two_kitchens-guess").set_value(5.0).run()
+    next(b for b in at.button if b.label == "Run").click().run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    charts = at.get("plotly_chart")
+    assert len(charts) == 4 and len(at.dataframe) == 4
+    assert "computed, not measured" in charts[3].proto.spec.lower()
+    assert "second kitchen" in at.info[0].value

@@ -365,7 +365,7 @@ EXPERIMENT = Experiment(
         "had decoded them itself.",
         "Lab: the apprentice chef (speculative decoding)",
     ),
-    tables=lambda r: {"drafts": r.to_frame(), "acceptance by position": r.positions_frame()},
+    tables=lambda r: {"drafts": r.to_frame(), "positions": r.positions_frame()},
     verdict=apprentice_verdict,
     verdict_on=lambda r: f"k = {r.settings.k}, {r.settings.new_tokens} tokens per table, batch 1 and "
     f"{max(r.settings.batches)}",

@@ -14,7 +14,9 @@ the text must be token-identical to plain decoding; the table says whether it wa
 Measured per order (`orders`: "copy", whose prompt already holds the text to come; "fresh", an
 open prompt; the fresh one sampled), served alone, plain and each draft interleaved, median of
 repeats:
-  decode tok/s     decode tokens / (E2E - TTFT), all tables of the order together
+  decode tok/s     decode tokens / (E2E - TTFT), all tables of the order together; speedup is
+                   the median of each repeat's drafted / plain pair (run back to back, so a
+                   neighbour's burst on a shared machine moves one pair, not the answer)
   acceptance       alpha = accepted / (accepted + rejected): per draft token, given it was reached
   accepted at i    share of rounds whose draft token i was accepted
   passes/token     target forward passes per decode token
@@ -66,7 +68,7 @@ class SpecRow:
     batch: int
     plain_tps: float  # decode tokens/s without a draft, same order and batch
     spec_tps: float
-    speedup: float
+    speedup: float  # median over repeats of spec / plain, each pair run back to back
     identical: bool | None  # greedy: every repeat's tokens equal plain decoding's (None: sampled)
     drafts: int  # verification rounds (summed over tables, last repeat)
     drafted: int
@@ -212,7 +214,8 @@ def measure(engine, order: str, prompt: list[int], temperature: float, batch: in
         alpha = c.acceptance_rate
         decode_tokens = batch * (s.new_tokens - 1)
         rows.append(SpecRow(
-            order, d, batch, base, median_of(tps[d]), median_of(tps[d]) / base if base else 0.0, same[d],
+            order, d, batch, base, median_of(tps[d]), median_of([b / a for a, b in zip(plain_tps, tps[d], strict=True)]),
+            same[d],
             c.drafts, c.drafted, c.accepted, alpha, c.mean_acceptance_length, r.decode_passes * batch / decode_tokens,
             cost, r.pass_s / step if step else 0.0, predicted_speedup(alpha, k, cost),
             tuple(a / c.drafts if c.drafts else 0.0 for a in c.accepted_at),
@@ -357,7 +360,7 @@ EXPERIMENT = Experiment(
     form=settings_form,
     run=run_apprentice,
     figures=lambda r, g: [speedup_figure(r, g), acceptance_figure(r), batch_figure(r)],
-    record=lambda info: ApprenticeSettings(),
+    record=lambda info: ApprenticeSettings(repeats=5),
     story=StoryLink(
         "🧑‍🍳 The apprentice prepares ladles ahead",
         "**Speculative decoding**: a cheap draft (a small model, or n-gram lookup in the prompt) proposes "

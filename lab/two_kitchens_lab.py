@@ -9,7 +9,7 @@ the carrying instead.
 Engine words: prefill/decode disaggregation (serving/two_kitchens.py). Two processes joined by
 gloo, each with `threads` torch threads; one kitchen is one engine with the lab's threads.
 Measured:
-  handoff runs   orders one at a time: prefill, the K/V transfer (median of repeats), the first
+  handoff runs   orders one at a time: prefill, the K/V transfer (fastest of repeats), the first
                  decode step: TTFT = prefill + transfer + first decode. The link is probed from
                  4 KB to 16 MB and fitted (latency + bytes / bandwidth); each transfer is compared
                  with that prediction. KV bytes per token = 2 x layers x KV heads x head dim x bytes.
@@ -49,8 +49,8 @@ class TwoKitchensSettings:
     orders: int = 6  # in the stream, alternating short and long prompts
     short_prompt: int = 16
     long_prompt: int = 384
-    new_tokens: int = 32
-    gap_ms: int = 120  # between arrivals
+    new_tokens: int = 48
+    gap_ms: int = 50  # between arrivals: each order is still decoding when the next two arrive
     threads: int = 1  # torch threads of each of the two kitchens
 
 
@@ -255,10 +255,10 @@ def two_kitchens_verdict(result: TwoKitchensResult, roof=None, dtype: str | None
 
 def settings_form(ui, info) -> TwoKitchensSettings:
     orders = ui.slider("Orders in the stream (short and long alternating)", 2, 12, 6, key="two-kitchens-orders")
-    new = ui.slider("New tokens per order", 8, 64, 32, key="two-kitchens-new")
+    new = ui.slider("New tokens per order", 8, 64, 48, key="two-kitchens-new")
     most = max(32, info.max_context - new)
     long = ui.slider("Long prompt (tokens)", 32, most, min(384, most), key="two-kitchens-long")
-    gap = ui.slider("Gap between arrivals (ms)", 20, 400, 120, key="two-kitchens-gap")
+    gap = ui.slider("Gap between arrivals (ms)", 10, 400, 50, key="two-kitchens-gap")
     threads = ui.slider("Torch threads per kitchen", 1, 2, 1, key="two-kitchens-threads")
     return TwoKitchensSettings(orders=orders, long_prompt=long, new_tokens=new, gap_ms=gap, threads=threads)
 

@@ -12,8 +12,10 @@ carrying is one message: one latency, then the bytes.
 
 Two ways to run them:
 
-  run_two_kitchens   orders one after another; each order's K/V crosses REPEATS times (median),
-                     after the link is probed at sizes from 4 KB to 16 MB. The link's latency and
+  run_two_kitchens   orders one after another; each order's K/V crosses REPEATS times, after the
+                     link is probed at sizes from 4 KB to 16 MB, REPEATS times each. Both keep the
+                     fastest crossing: on shared cores a crossing can only be slowed (a process
+                     not yet woken), so the minimum is the link's own time, for probes and K/V alike. The link's latency and
                      bandwidth are fitted to the probes (least squares on relative error), so
                      `predicted_transfer_s` = latency + bytes / bandwidth can be compared with the
                      measured transfer at every size. TTFT = prefill + transfer + first decode step
@@ -31,13 +33,12 @@ Clocks: `time.perf_counter()` is the system's monotonic clock, shared by both pr
 from __future__ import annotations
 
 import os
-import statistics
 import tempfile
 import time
 from dataclasses import dataclass
 
 PROBE_BYTES = tuple(1 << p for p in range(12, 25, 2))  # 4 KB .. 16 MB, x4 apart
-REPEATS = 7  # each order's K/V crosses this many times in run_two_kitchens; transfer_s is the median
+REPEATS = 9  # crossings per probe size and per order's K/V in run_two_kitchens; the fastest is kept
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class KitchenRun:
 class Link:
     bytes_per_s: float  # fitted: 1 / slope of time against bytes
     latency_s: float  # fitted: the intercept (one message of no bytes)
-    probes: dict  # bytes -> median seconds of one message, "ready" handshake included
+    probes: dict  # bytes -> fastest seconds of one message, "ready" handshake included
 
     def predict(self, nbytes: int) -> float:
         return self.latency_s + nbytes / self.bytes_per_s
@@ -94,7 +95,7 @@ def fit_link(probes: dict) -> Link:
     return Link(float(1 / per_byte), float(max(lat, 0.0)), probes)
 
 
-def _probe(dist, sender: bool, repeats: int = 7) -> Link | None:
+def _probe(dist, sender: bool, repeats: int = REPEATS) -> Link | None:
     """Time one message of each size (after a "ready" handshake, as the orders' transfers)."""
     import torch
 
@@ -111,7 +112,7 @@ def _probe(dist, sender: bool, repeats: int = 7) -> Link | None:
                 t0 = time.perf_counter()
                 dist.recv(buf, src=0)
                 times.append(time.perf_counter() - t0)
-        probes[size] = statistics.median(times[1:]) if times else None
+        probes[size] = min(times[1:]) if times else None
     return None if sender else fit_link(probes)
 
 
@@ -189,7 +190,7 @@ def _kitchens_one_by_one(dist, eng, rank: int, prompts: list, max_new_tokens: in
             t0 = time.perf_counter()
             dist.recv(kv, src=0)
             times.append(time.perf_counter() - t0)
-        transfer_s = statistics.median(times)
+        transfer_s = min(times)
         dist.send(kv, dst=0)  # back again: the round trip is checked bit for bit
         t_adopt = time.perf_counter()
         result = _finish(eng, eng.adopt(ids, first, kv[0], kv[1], max_new_tokens, **settings))

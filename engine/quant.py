@@ -25,8 +25,10 @@ Two kernels, picked per call by the number of rows, both with exactly that arith
   * many rows (prefill, big batches): the weight is widened to bfloat16 (exact: |q| <= 127 fits
     bfloat16's 8-bit significand) and multiplied by torch's bfloat16 GEMM, then scaled.
 `docs/benchmarks/int8-cpu.md` has the measurements behind the choice and the row threshold.
-On CUDA the second kernel is used for every call (torch's int8 CUDA kernel is not in every
-version); that path has not been timed on a GPU yet.
+On CUDA, torch's int8 kernel exists only in some versions and takes float32 activations and
+scales: `kernel_works` tries it once per device on a small product, and the few-rows path uses it
+(float32 activations, so no bf16 rounding there) when it gives the right answer; otherwise every
+call widens the weight. Neither CUDA path has been timed on a GPU yet.
 Norms, RoPE, attention, the KV cache and the residual stream keep the model's dtype.
 """
 
@@ -43,6 +45,7 @@ QUANT_MODES = ("int8",)
 QMAX = 127  # symmetric: -127..127, so -q is always representable
 KERNEL_MAX_ROWS = 8  # up to this many rows the int8 kernel beat a bf16 GEMM on widened weights (int8-cpu.md)
 KERNEL_WIDTH_MULTIPLE = 16  # the CPU kernel's aligned loads need the input width in multiples of this
+_KERNEL_WORKS: dict[str, bool] = {}  # device -> did the int8 kernel give the right product there
 
 
 def parse_quant(quant: str | None) -> str | None:
@@ -54,11 +57,38 @@ def parse_quant(quant: str | None) -> str | None:
     return quant
 
 
+def kernel_dtype(device: torch.device) -> torch.dtype:
+    """The activation (and scale) dtype torch's int8 kernel runs fast with on this device type."""
+    return torch.bfloat16 if device.type == "cpu" else torch.float32
+
+
+def kernel_works(device: torch.device) -> bool:
+    """Whether `_weight_int8pack_mm` exists on this device and computes x @ (q * scale)^T, tried once.
+
+    A probe, not a version check: the op's CUDA kernel appeared in some torch versions only, and a
+    wrong answer must be as disqualifying as a missing op.
+    """
+    key = str(device)
+    if key not in _KERNEL_WORKS:
+        dt, gen = kernel_dtype(device), torch.Generator().manual_seed(0)
+        x = torch.randn(3, 32, generator=gen).to(device, dt)  # (M, K)
+        q = torch.randint(-QMAX, QMAX + 1, (48, 32), generator=gen, dtype=torch.int8).to(device)  # (N, K)
+        s = (torch.rand(48, generator=gen) / 64).to(device, dt)  # (N,)
+        try:
+            y = torch.ops.aten._weight_int8pack_mm(x, q, s).float()
+            ref = (x.float() @ q.float().t()) * s.float()
+            _KERNEL_WORKS[key] = bool(torch.allclose(y, ref, rtol=2e-2, atol=2e-2))
+        except (RuntimeError, NotImplementedError):
+            _KERNEL_WORKS[key] = False
+    return _KERNEL_WORKS[key]
+
+
 class Int8Weight(nn.Module):
     """A weight used as `x @ W_t` (W_t of shape (in, out)), stored as int8 rows with one scale each.
 
     Buffers: `q` (out, in) int8, contiguous (the kernel reads each output channel's row);
-    `scale` (out,) bfloat16 (the kernel's scale dtype; quantization used this rounded scale).
+    `scale` (out,) bfloat16 (quantization used this rounded scale); `kernel_scale` (out,) the same
+    values in the kernel's dtype (bfloat16 on CPU, float32 on CUDA).
     """
 
     def __init__(self, w_t: torch.Tensor):
@@ -69,7 +99,11 @@ class Int8Weight(nn.Module):
         self.register_buffer("q", q.contiguous())
         self.register_buffer("scale", scale)
         self.in_features, self.out_features = w.shape[1], w.shape[0]
-        self.use_kernel = w_t.device.type == "cpu" and self.in_features % KERNEL_WIDTH_MULTIPLE == 0
+        dev = w_t.device
+        self.kernel_dtype = kernel_dtype(dev)
+        self.register_buffer("kernel_scale", scale.to(self.kernel_dtype) if dev.type != "cpu" else None)
+        aligned = dev.type != "cpu" or self.in_features % KERNEL_WIDTH_MULTIPLE == 0
+        self.use_kernel = aligned and kernel_works(dev)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -81,6 +115,10 @@ class Int8Weight(nn.Module):
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features).to(torch.bfloat16)  # (M, in); a new tensor unless x was bf16
         if self.use_kernel and x2.shape[0] <= KERNEL_MAX_ROWS:
+            if self.kernel_scale is not None:  # CUDA: float32 activations and scales
+                xk = x.reshape(-1, self.in_features).to(self.kernel_dtype).contiguous()  # (M, in)
+                y = torch.ops.aten._weight_int8pack_mm(xk, self.q, self.kernel_scale)  # (M, out)
+                return y.to(x.dtype).view(*lead, self.out_features)  # (..., out)
             if x2.data_ptr() % 64 or not x2.is_contiguous():  # aligned loads: a fresh, packed buffer
                 x2 = x2.clone(memory_format=torch.contiguous_format)
             y = torch.ops.aten._weight_int8pack_mm(x2, self.q, self.scale)  # (M, out) bf16

@@ -113,3 +113,16 @@ def test_cli_generate_with_quant(tiny_llama, capsys):
                      "--max-new-tokens", "4", "--quant", "int8", "--json"])  # fmt: skip
     assert code == 0
     assert len(json.loads(capsys.readouterr().out)["tokens"][0]) == 4
+
+
+def test_without_a_working_kernel_every_product_takes_the_widened_path(monkeypatch):
+    """Where the int8 kernel is missing or wrong (probed once per device), the bf16 GEMM serves all rows."""
+    import engine.quant as quant
+
+    assert quant.kernel_works(torch.device("cpu"))  # this CPU's AVX-512 kernel, probed on a small product
+    w_t, x = torch.randn(64, 96), torch.randn(3, 64)
+    with_kernel = Int8Weight(w_t)
+    monkeypatch.setitem(quant._KERNEL_WORKS, "cpu", False)
+    without = Int8Weight(w_t)
+    assert with_kernel.use_kernel and not without.use_kernel
+    torch.testing.assert_close(without(x), with_kernel(x), rtol=2**-7, atol=1e-3)

@@ -49,6 +49,7 @@ class Plan:
     """What to run. Token counts are per sequence; `repeats` timed runs follow `warmup` untimed ones."""
 
     prefill_tokens: int = 512
+    prefill_batch: int = 1  # prompts of prefill_tokens in the prefill pass (8 x 1024 makes a GPU compute-bound)
     decode_prompt_tokens: int = 64
     decode_tokens: int = 32
     big_batch: int = 32
@@ -190,12 +191,12 @@ def alternate(i: int, first, second) -> tuple:
 
 
 def measure_prefill(c: Contestants, plan: Plan, dev: torch.device, progress) -> dict:
-    """TTFT of one P-token prompt: the wok's single parallel pass, then one sampled token."""
-    prompt = random_prompts(c.vocab_size, 1, plan.prefill_tokens, seed=1)
+    """TTFT of B prompts of P tokens (B = plan.prefill_batch): the wok's one parallel pass, then one token each."""
+    prompt = random_prompts(c.vocab_size, plan.prefill_batch, plan.prefill_tokens, seed=1)  # (B, P) ids
     hf_ttft, ours_ttft, ours_wall, ours_prefill = Samples(), Samples(), Samples(), Samples()
     flops = 0.0
     for i in range(plan.warmup + plan.repeats):
-        progress(f"prefill {plan.prefill_tokens} tokens: run {i + 1}/{plan.warmup + plan.repeats}")
+        progress(f"prefill {plan.prefill_batch} x {plan.prefill_tokens} tokens: run {i + 1}/{plan.warmup + plan.repeats}")
         timed = i >= plan.warmup
         (hf_s, _), (wall, res) = alternate(
             i, lambda: run_hf(c.hf, prompt, 1, dev), lambda: run_ours(c.engine, prompt, 1, dev)
@@ -208,6 +209,7 @@ def measure_prefill(c: Contestants, plan: Plan, dev: torch.device, progress) -> 
             flops = res.trace.prefill.flops
     return {
         "prompt_tokens": plan.prefill_tokens,
+        "prompt_batch": plan.prefill_batch,
         "hf": {"ttft_s": hf_ttft.to_dict()},
         "ours": {
             "ttft_s": ours_ttft.to_dict(),
@@ -428,7 +430,7 @@ def measure_all(
             bbig = measure_decode(c, plan, dev, plan.big_batch, plan.big_batch_prompt_tokens, progress)
             progress("kernel ceilings: the model's own GEMMs and attention with nothing in between")
             ceilings = measure_ceilings(
-                c.engine.model, plan.prefill_tokens, (1, plan.big_batch), plan.repeats
+                c.engine.model, plan.prefill_tokens, (1, plan.big_batch), plan.repeats, plan.prefill_batch
             )
             if profile_steps:
                 progress(f"profiling {profile_steps} decode steps at batch 1 and {plan.big_batch}")
@@ -471,7 +473,8 @@ def measure_all(
 
 
 def validate(plan: Plan) -> None:
-    for name in ("prefill_tokens", "decode_prompt_tokens", "big_batch", "big_batch_prompt_tokens", "repeats"):
+    for name in ("prefill_tokens", "prefill_batch", "decode_prompt_tokens", "big_batch", "big_batch_prompt_tokens",
+                 "repeats"):  # fmt: skip
         if getattr(plan, name) < 1:
             raise EngineError(f"{name.replace('_', ' ')} must be at least 1, got {getattr(plan, name)}")
     if plan.decode_tokens < 2:
@@ -502,6 +505,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--out", help="also write the JSON report to this file")
     p.add_argument("--repeats", type=int, help="timed runs per measurement (after one warm-up)")
     p.add_argument("--prefill-tokens", type=int, help="prompt length of the prefill measurement")
+    p.add_argument("--prefill-batch", type=int, help="prompts in the prefill measurement (default 1)")
     p.add_argument("--decode-tokens", type=int, help="new tokens per sequence in the decode measurements")
     p.add_argument("--batch", type=int, help="the large decode batch (default 32)")
     p.add_argument("--threads", type=int, help="torch threads for every measurement (default: torch's)")
@@ -516,6 +520,7 @@ def plan_from(args: argparse.Namespace) -> Plan:
     overrides = {
         "repeats": args.repeats,
         "prefill_tokens": args.prefill_tokens,
+        "prefill_batch": args.prefill_batch,
         "decode_tokens": args.decode_tokens,
         "big_batch": args.batch,
     }

@@ -74,11 +74,11 @@ def matmul_chain(model: Transformer, rows: int, head_rows: int):
     return run
 
 
-def attention_chain(model: Transformer, tokens: int):
-    """A function that runs the engine's prefill attention kernel once per layer on T tokens."""
+def attention_chain(model: Transformer, tokens: int, batch: int = 1):
+    """A function that runs the engine's prefill attention kernel once per layer on B x T tokens."""
     cfg, dev, dt = model.cfg, model.device, model.dtype
-    q = torch.randn(1, cfg.n_heads, tokens, cfg.head_dim, device=dev, dtype=dt)  # (B, H, T, D)
-    k = torch.randn(1, cfg.n_kv_heads, tokens, cfg.head_dim, device=dev, dtype=dt)  # (B, Hkv, T, D)
+    q = torch.randn(batch, cfg.n_heads, tokens, cfg.head_dim, device=dev, dtype=dt)  # (B, H, T, D)
+    k = torch.randn(batch, cfg.n_kv_heads, tokens, cfg.head_dim, device=dev, dtype=dt)  # (B, Hkv, T, D)
     v = torch.randn_like(k)
 
     def run() -> None:
@@ -88,12 +88,14 @@ def attention_chain(model: Transformer, tokens: int):
     return run
 
 
-def measure_ceilings(model: Transformer, prefill_tokens: int, batches: tuple[int, ...], repeats: int) -> dict:
-    """Seconds of the kernel-only chains: prefill (GEMMs + attention) and decode per batch size."""
+def measure_ceilings(model: Transformer, prefill_tokens: int, batches: tuple[int, ...], repeats: int,
+                     prefill_batch: int = 1) -> dict:  # fmt: skip
+    """Seconds of the kernel-only chains: prefill of `prefill_batch` x `prefill_tokens` (GEMMs with
+    B x T rows, the LM head with B rows, attention per sequence) and decode per batch size."""
     dev = model.device
     with torch.inference_mode():
-        gemm = time_chain(matmul_chain(model, prefill_tokens, 1), dev, repeats)
-        attn = time_chain(attention_chain(model, prefill_tokens), dev, repeats)
+        gemm = time_chain(matmul_chain(model, prefill_batch * prefill_tokens, prefill_batch), dev, repeats)
+        attn = time_chain(attention_chain(model, prefill_tokens, prefill_batch), dev, repeats)
         decode = {
             f"b{b}": time_chain(matmul_chain(model, b, b), dev, repeats) for b in batches
         }  # seconds per step
@@ -101,6 +103,7 @@ def measure_ceilings(model: Transformer, prefill_tokens: int, batches: tuple[int
         "method": "the model's own weights through x @ W (and SDPA for prefill), nothing else; "
         f"median of {repeats} after a warm-up",
         "prefill_tokens": prefill_tokens,
+        "prefill_batch": prefill_batch,
         "prefill_gemm_s": gemm,
         "prefill_attention_s": attn,
         "prefill_s": gemm + attn,

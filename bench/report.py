@@ -124,7 +124,7 @@ def format_report(r: dict) -> str:
         f"{r['plan']['repeats']} repeats after {r['plan']['warmup']} warm-up; {r['elapsed_s']:.0f} s",
         f"roofline: read {roof['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, GEMM {roof['flops_per_s'] / 1e9:.0f} GFLOP/s,"
         f" ridge {roof['ridge_flop_per_byte']:.1f} FLOP/byte",
-        f"prefill {pre['prompt_tokens']} tok: TTFT ours {pre['ours']['ttft_s']['median'] * ms:.0f} ms"
+        f"prefill {pre.get('prompt_batch', 1)} x {pre['prompt_tokens']} tok: TTFT ours {pre['ours']['ttft_s']['median'] * ms:.0f} ms"
         f" (wall {pre['ours']['wall_s']['median'] * ms:.0f}), HF {pre['hf']['ttft_s']['median'] * ms:.0f} ms;"
         f" ours {pre['ours']['prefill_flops_per_s'] / 1e9:.0f} GFLOP/s",
         f"decode b1 ({b1['new_tokens']} tok): TPOT ours {b1['ours']['tpot_s']['median'] * ms:.1f} ms"

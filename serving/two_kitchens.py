@@ -33,7 +33,9 @@ Clocks: `time.perf_counter()` is the system's monotonic clock, shared by both pr
 from __future__ import annotations
 
 import os
+import queue
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 
@@ -76,7 +78,7 @@ class StreamOrder:
     queue_s: float  # arrival -> its prefill starts
     prefill_s: float
     handoff_s: float  # two kitchens: prefill done -> its K/V received by the decode kitchen
-    first_decode_s: float  # two kitchens: adopted -> its first decode token
+    first_decode_s: float  # two kitchens: K/V received -> its first decode token (the pot's step in progress, then one)
     ttft_s: float  # arrival -> first token out of the kitchen that streams it
     itl_s: list[float]  # gaps between its decode tokens
     tokens: list[int]
@@ -224,25 +226,31 @@ def _kitchens_stream(dist, eng, rank: int, orders: list, max_new_tokens: int, se
             dist.send(torch.tensor([t0 + arrival, t_start, t_end], dtype=torch.float64), dst=1)
             dist.send(kv, dst=1)
         return
-    header = torch.empty(2, dtype=torch.long)
-    pending, got, meta, results = dist.irecv(header, src=0), 0, {}, {}
-    while len(results) < len(orders):
-        if got < len(orders) and (eng.idle or pending.is_completed()):
-            pending.wait()
+    inbox: queue.Queue = queue.Queue()
+
+    def receive() -> None:
+        """The kitchen door, in its own thread. (gloo's irecv never showed completed until waited on,
+        so the pot noticed an order only when it ran dry; a blocking recv here hands it over at once.)"""
+        for _ in orders:
+            header = torch.empty(2, dtype=torch.long)
+            dist.recv(header, src=0)
             n, first = header.tolist()
             ids, stamps, kv = _recv_order(dist, eng, n)
             dist.recv(kv, src=0)
+            inbox.put((ids, first, stamps, kv, time.perf_counter()))
+
+    threading.Thread(target=receive, name="decode-kitchen-door", daemon=True).start()
+    meta, results = {}, {}
+    while len(results) < len(orders):
+        if len(meta) < len(orders) and (eng.idle or not inbox.empty()):
+            ids, first, stamps, kv, t_recv = inbox.get()
             rid = eng.adopt(ids, first, kv[0], kv[1], max_new_tokens, **settings)
-            meta[rid] = (got, n, *stamps, time.perf_counter())
-            got += 1
-            if got < len(orders):
-                header = torch.empty(2, dtype=torch.long)
-                pending = dist.irecv(header, src=0)
+            meta[rid] = (len(meta), len(ids), *stamps, t_recv, time.perf_counter())
             continue
         results |= {e.request_id: e.result for e in eng.step() if isinstance(e, Done)}
-    for rid, (i, n, arrival, t_start, t_end, t_recv) in meta.items():
+    for rid, (i, n, arrival, t_start, t_end, t_recv, t_adopt) in meta.items():
         r = results[rid]
-        first_decode = r.metrics.itl_s[0]
+        first_decode = t_adopt - t_recv + r.metrics.itl_s[0]  # waits for the pot's step in progress, then one
         out.put(("order", i, StreamOrder(
             n, orders[i][1], t_start - arrival, t_end - t_start, t_recv - t_end, first_decode,
             t_recv + first_decode - arrival, r.metrics.itl_s[1:], r.tokens,

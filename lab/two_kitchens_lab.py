@@ -223,18 +223,19 @@ def what_if_figure(result: TwoKitchensResult) -> go.Figure:
     """TTFT with the transfer COMPUTED as the measured K/V bytes / a bandwidth picked on the slider."""
     runs, fig = result.handoffs, go.Figure()
     x = [f"{r.prompt_tokens} tokens" for r in runs]
-    choices = [*WHAT_IF_GBPS, round(result.link.bytes_per_s / 1e9, 2)]  # the last: this machine's fitted link
+    here = round(result.link.bytes_per_s / 1e9, 2)  # this machine's fitted link, where the slider starts
+    choices = sorted({*WHAT_IF_GBPS, here})
     fig.add_trace(go.Bar(x=x, y=[r.prefill_s * 1e3 for r in runs], name="prefill (measured)", marker_color=WOK))
     for gbps in choices:
         ys = [computed_transfer_s(r.kv_bytes, gbps * 1e9) * 1e3 for r in runs]
         fig.add_trace(go.Bar(x=x, y=ys, name=f"transfer at {gbps:g} GB/s (computed)", marker_color="#f0a202",
-                             visible=gbps == choices[-1], text=[f"{v:.3g} ms" for v in ys]))  # fmt: skip
+                             visible=gbps == here, text=[f"{v:.3g} ms" for v in ys]))  # fmt: skip
     fig.add_trace(go.Bar(x=x, y=[r.first_decode_s * 1e3 for r in runs], name="first decode (measured)",
                          marker_color=POT))  # fmt: skip
-    steps = [dict(label=f"{g:g} GB/s" + (" (this link)" if i == len(choices) - 1 else ""), method="update",
+    steps = [dict(label=f"{g:g} GB/s" + (" (here)" if g == here else ""), method="update",
                   args=[{"visible": [True, *[j == i for j in range(len(choices))], True]}])
              for i, g in enumerate(choices)]  # fmt: skip
-    fig.update_layout(barmode="stack", sliders=[dict(active=len(choices) - 1, steps=steps, y=-0.45,
+    fig.update_layout(barmode="stack", sliders=[dict(active=choices.index(here), steps=steps, y=-0.45,
                                                       currentvalue=dict(prefix="link bandwidth: "))])  # fmt: skip
     fig.update_yaxes(title="TTFT (ms): transfer COMPUTED, not measured")
     fig = finish(fig, "What if the kitchens were further apart?<br><sup>transfer = measured K/V bytes / the "

@@ -251,6 +251,11 @@ def run_apprentice(
     if any(r.identical is False for r in rows):
         notes.append("speculation changed the greedy text of: "
                      + ", ".join(f"{r.draft} {r.order} x{r.batch}" for r in rows if r.identical is False))  # fmt: skip
+    for r in rows:
+        same = {True: ", identical text", False: ", TEXT CHANGED", None: ""}[r.identical]
+        notes.append(f"{r.draft} on the {r.order} order, batch {r.batch}: x{r.speedup:.2f} decode tokens/s{same}; "
+                     f"alpha {r.acceptance_rate:.2f}, {r.mean_acceptance_length:.2f} tokens per pass, c {r.cost_ratio:.2f}, "
+                     f"predicted x{r.predicted_speedup:.2f}")  # fmt: skip
     notes.append(f"k = {settings.k} draft tokens per round, {settings.new_tokens} new tokens per table, greedy; "
                  "prompt lookup has no draft model, so c = 0 in its prediction")  # fmt: skip
     return ApprenticeResult(settings, engine.info.name, str(engine.info.device), rows, notes)

@@ -161,6 +161,15 @@ def run_two_kitchens_lab(engine, settings: TwoKitchensSettings, on_progress: Pro
         "one kitchen's first token leaves straight from the wok",
     ]
     same = all(a.tokens == b.tokens for a, b in zip(one, two, strict=True))
+    for name, orders_of in (("one kitchen", one), ("two kitchens", two)):
+        gaps = [g * 1e3 for o in orders_of for g in o.itl_s]
+        notes.append(f"{name}: decode gaps p50 {np.median(gaps):.1f} ms, worst {max(gaps):.1f} ms; "
+                     f"TTFT median {np.median([o.ttft_s for o in orders_of]) * 1e3:.1f} ms")  # fmt: skip
+    for r in handoffs:
+        notes.append(f"{r.prompt_tokens} tokens, {r.kv_bytes:,} B of K/V: transfer {r.transfer_s * 1e3:.3f} ms, "
+                     f"{r.transfer_s / r.predicted_transfer_s:.2f}x the link's {link.latency_s * 1e6:.0f} us + bytes / "
+                     f"{link.bytes_per_s / 1e9:.2f} GB/s; round trip exact: {r.round_trip_exact}")  # fmt: skip
+    notes.append(f"tokens equal in one kitchen and two: {same}")
     return TwoKitchensResult(s, model, str(engine.info.device), per_token, formula, link, handoffs, one, two, same,
                              notes)  # fmt: skip
 

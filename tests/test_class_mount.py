@@ -52,6 +52,10 @@ def test_the_class_order_page_orders_from_the_mounted_kitchen(server):
         page = b.new_page(viewport={"width": 1280, "height": 3000})
         page.goto(server + "/class_order")
         page.get_by_role("button", name="Order").wait_for(timeout=120_000)
+        # the first visit of a fresh server came by a page's link: the app's own menu and controls anyway
+        nav = page.locator("[data-testid='stSidebarNav']").inner_text()
+        assert "Order from a class kitchen" in nav and "class order" not in nav
+        assert page.get_by_text("Model (from the catalog)").count() == 1
         assert page.get_by_label("Kitchen server").input_value().endswith("/class")
         page.get_by_role("button", name="Order").click()
         page.get_by_text("The whole class").wait_for(timeout=120_000)

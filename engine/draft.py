@@ -28,7 +28,7 @@ Worked example, k = 3, the chef's text [.. a b] with b not yet cached by either 
   the shadow agrees up to [.. a b d1], so num_cached = len([.. a b d1]) and next round feeds t.
 
 The draft model's KV seats live beside the chef's budget (the apprentice's are tiny: the chef's
-6 layers x 4 KV heads against its 2 x 2, a twelfth of the bytes per token).
+6 layers x 4 KV heads against its 2 x 2: a sixth of the bytes per token, 1,024 B in float32).
 """
 
 from __future__ import annotations

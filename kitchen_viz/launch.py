@@ -60,9 +60,10 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         nargs="?",
         const="chef",
         metavar="MODEL",
-        help="also serve a class kitchen (OpenAI-compatible, one continuous batch for the whole class) "
-        "on the app's own port at /class/v1 (default model: chef)",
+        help="the model of the class kitchen (OpenAI-compatible, one continuous batch for the whole class) "
+        "served on the app's own port at /class/v1 (default: chef)",
     )
+    parser.add_argument("--no-class-kitchen", action="store_true", help="do not start the class kitchen")
     parser.add_argument("--class-key", metavar="KEY", help="the API key students send to the class kitchen")
     parser.add_argument("--presenter", action="store_true", help="start every session in presenter mode")
     parser.add_argument(
@@ -126,10 +127,14 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["TWO_POT_BACKEND"] = args.backend.rstrip("/").removesuffix("/v1")
         if args.api_key:
             os.environ["TWO_POT_BACKEND_KEY"] = args.api_key
-    if args.class_kitchen:
+    if args.backend and args.class_kitchen:
+        print("two-pot-kitchen: --backend and --class-kitchen both name the class kitchen: choose one",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    if not args.no_class_kitchen and not args.backend:  # the app's class pages order from it by default
         from serving.mounted import ENV_KEY, ENV_MODEL
 
-        os.environ[ENV_MODEL] = args.class_kitchen
+        os.environ[ENV_MODEL] = args.class_kitchen or "chef"
         if args.class_key:
             os.environ[ENV_KEY] = args.class_key
         elif server_address(passthrough) not in (None, "127.0.0.1", "localhost", "::1"):

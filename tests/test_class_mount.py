@@ -75,3 +75,12 @@ def test_the_launcher_warns_about_an_open_kitchen_without_a_key(monkeypatch, cap
     assert main(["--class-kitchen", "preset:smollm2-135m", "--class-key", "s", "--print-command"]) == 0
     assert "no --class-key" not in capsys.readouterr().err
     assert (os.environ["TWO_POT_CLASS_KITCHEN"], os.environ["TWO_POT_CLASS_KEY"]) == ("preset:smollm2-135m", "s")
+    for env in ("TWO_POT_CLASS_KITCHEN", "TWO_POT_CLASS_KEY"):
+        del os.environ[env]
+    assert main(["--print-command"]) == 0 and os.environ["TWO_POT_CLASS_KITCHEN"] == "chef"  # on by default
+    del os.environ["TWO_POT_CLASS_KITCHEN"]
+    assert main(["--no-class-kitchen", "--print-command"]) == 0 and "TWO_POT_CLASS_KITCHEN" not in os.environ
+    assert main(["--backend", "http://10.0.0.5:8000", "--print-command"]) == 0
+    assert "TWO_POT_CLASS_KITCHEN" not in os.environ  # the class pages order from the backend instead
+    assert main(["--backend", "http://10.0.0.5:8000", "--class-kitchen", "--print-command"]) == 2
+    assert "choose one" in capsys.readouterr().err

@@ -7,7 +7,8 @@ prepared stock (its KV cache) across. The pot never waits for the wok again; eac
 the carrying instead.
 
 Engine words: prefill/decode disaggregation (serving/two_kitchens.py). Two processes joined by
-gloo, each with `threads` torch threads; one kitchen is one engine with the lab's threads.
+gloo on CPU (NCCL between two GPUs is not built), each with `threads` torch threads; one kitchen is one
+engine with the lab's threads, on the lab's device.
 Measured:
   handoff runs   orders one at a time: prefill, the K/V transfer (fastest of repeats), the first
                  decode step: TTFT = prefill + transfer + first decode. The link is probed from
@@ -161,6 +162,9 @@ def run_two_kitchens_lab(engine, settings: TwoKitchensSettings, on_progress: Pro
         "one kitchen's first token leaves straight from the wok",
     ]
     same = all(a.tokens == b.tokens for a, b in zip(one, two, strict=True))
+    if engine.device.type != "cpu":
+        notes.insert(0, f"the two kitchens run on CPU (gloo between processes), the one kitchen on {engine.device}: "
+                        "compare the shapes, not the milliseconds")  # fmt: skip
     for name, orders_of in (("one kitchen", one), ("two kitchens", two)):
         gaps = [g * 1e3 for o in orders_of for g in o.itl_s]
         notes.append(f"{name}: decode gaps p50 {np.median(gaps):.1f} ms, worst {max(gaps):.1f} ms; "

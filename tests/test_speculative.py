@@ -145,9 +145,11 @@ def test_a_draft_model_is_token_identical_to_plain_decoding(tiny, draft_of, k):
     orders = [(COPY, {"max_new_tokens": 24, "stop_at_eos": False}), ([5, 6, 7, 8], {"max_new_tokens": 17}),
               (list(range(100, 130)), {"max_new_tokens": 9, "stop_at_eos": False})]  # fmt: skip
     plain = run_all(eng, orders)
+    neighbours = [([9, 8, 7], {"max_new_tokens": 12}), (COPY, {"max_new_tokens": 10, "speculate": 2})]  # plain, lookup
     for draft in (str(draft_of.path), str(tiny.path)):  # a weak draft; the target itself (agrees always)
-        spec = run_all(eng, [(p, s | {"speculate": k, "draft": draft}) for p, s in orders])
-        for a, b in zip(plain, spec, strict=True):
+        spec = run_all(eng, [(p, s | {"speculate": k, "draft": draft}) for p, s in orders] + neighbours)
+        assert spec[3].speculation is None and spec[4].speculation is not None
+        for a, b in zip(plain, spec[:3], strict=True):
             assert b.tokens == a.tokens
             c = b.speculation
             assert c.drafts > 0 and 0 <= c.accepted <= c.drafted <= k * c.drafts
@@ -214,3 +216,20 @@ def test_cli_generate_with_the_apprentice_reports_its_counters(capsys):
     assert spec["tokens"] == plain["tokens"]
     s = spec["speculation"]
     assert s["drafts"] > 0 and len(s["accepted_at"]) == 3 and s["mean_acceptance_length"] == 1 + s["accepted"] / s["drafts"]
+
+
+def test_a_preempted_sequence_drafts_again_from_scratch_with_the_same_text(tiny_llama):
+    """KV memory for 70 tokens, three orders wanting 30-40 each: the newest is preempted and recomputed;
+    its draft seat is freed with it and rebuilt when it runs again."""
+    orders = [(list(range(10 + i, 20 + i)), {"max_new_tokens": 24, "stop_at_eos": False}) for i in range(3)]
+    plain = run_all(Engine.load(str(tiny_llama.path)), orders)
+    eng = Engine.load(str(tiny_llama.path), kv_tokens=70)
+    ids = [eng.submit(p, **s, speculate=3, draft=str(tiny_llama.path)) for p, s in orders]
+    results, preempted = {}, 0
+    while not eng.idle:
+        for e in eng.step():
+            preempted += len(getattr(e, "preempted", ()))
+            if isinstance(e, Done):
+                results[e.request_id] = e.result
+    assert preempted > 0
+    assert [results[i].tokens for i in ids] == [r.tokens for r in plain]

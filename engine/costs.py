@@ -35,16 +35,23 @@ class StepCost:
         return self.flops / self.bytes_moved if self.bytes_moved else 0.0
 
 
-def weight_bytes(cfg: ModelConfig, dtype_bytes: int, with_lm_head: bool = True) -> int:
-    """Weights one pass must read: every layer's matrices, biases and norms, plus the LM head."""
+def weight_bytes(cfg: ModelConfig, dtype_bytes: int, with_lm_head: bool = True, quant: str | None = None) -> int:
+    """Weights one pass must read: every layer's matrices, biases and norms, plus the LM head.
+
+    `quant="int8"` (engine/quant.py): every matrix is one byte per weight plus a bfloat16 scale
+    per output channel; biases and norms stay at `dtype_bytes`. The chef: 4.7 M matrix weights,
+    18.9 MB in float32, 4.7 MB + 9 KB of scales in int8."""
     layer_extras = cfg.num_params() - cfg.n_layers * cfg.layer_matmul_params()
     layer_extras -= cfg.vocab_size * cfg.d_model * (1 if cfg.tied else 2)  # embeddings: gathered, not read
     if cfg.positions == "learned":
         layer_extras -= cfg.max_context * cfg.d_model
-    params = cfg.n_layers * cfg.layer_matmul_params() + layer_extras
-    if with_lm_head:
-        params += cfg.vocab_size * cfg.d_model
-    return params * dtype_bytes
+    matrices = cfg.n_layers * cfg.layer_matmul_params() + (cfg.vocab_size * cfg.d_model if with_lm_head else 0)
+    if quant != "int8":
+        return (matrices + layer_extras) * dtype_bytes
+    up = cfg.ffn_dim * (2 if cfg.mlp_gated else 1)  # gate|up fused, or GPT-2's one fc
+    channels = cfg.n_layers * (cfg.q_dim + 2 * cfg.kv_dim + cfg.d_model + up + cfg.d_model)
+    channels += cfg.vocab_size if with_lm_head else 0
+    return layer_extras * dtype_bytes + matrices + channels * 2
 
 
 def step_cost(
@@ -55,6 +62,7 @@ def step_cost(
     dtype_bytes: int,
     logits_rows: int,
     attn_pairs: int | None = None,
+    quant: str | None = None,
 ) -> StepCost:
     """FLOPs and bytes of one pass.
 
@@ -64,13 +72,14 @@ def step_cost(
     logits_rows  rows that go through the LM head (prefill: one per sequence; full forward: all)
     attn_pairs   (query, key) pairs scored; default: each token sees kv_tokens / batch keys, which
                  is exact for decode. Prefill passes the causal count (sum of L(L+1)/2).
+    quant        "int8": the matrices are read as int8 (see weight_bytes); the FLOPs are the same
     """
     pairs = attn_pairs if attn_pairs is not None else tokens * kv_tokens // max(batch, 1)
     flops = 2.0 * cfg.n_layers * cfg.layer_matmul_params() * tokens
     flops += 4.0 * cfg.n_layers * cfg.n_heads * cfg.head_dim * pairs  # QK^T and PV
     flops += 2.0 * cfg.d_model * cfg.vocab_size * logits_rows
     kv_token_bytes = cfg.kv_bytes_per_token(dtype_bytes)
-    moved = weight_bytes(cfg, dtype_bytes, with_lm_head=logits_rows > 0)
+    moved = weight_bytes(cfg, dtype_bytes, with_lm_head=logits_rows > 0, quant=quant)
     moved += kv_tokens * kv_token_bytes  # attention reads the cache
     moved += tokens * kv_token_bytes  # this pass writes its K/V
     moved += tokens * cfg.d_model * dtype_bytes  # embedding rows gathered

@@ -350,7 +350,7 @@ class Engine:
             self.cfg, self.model.dtype.itemsize, phase=plan.phase, index=self._step_index(), t_start=t_start,
             t_end=t_end, forward_s=t_fwd - t_start, batch=len(plan.work), tokens=out.tokens, slots=out.tokens,
             kv_tokens=out.kv_read, kv_bytes=srv.pool.bytes_in_use, logits_rows=out.logits.shape[0],
-            attn_pairs=out.attn_pairs,
+            attn_pairs=out.attn_pairs, quant=self.info.quant,
         )  # fmt: skip
         events.append(StepEnd(
             t_end, rec, -1, tuple(w.seq.request_id for w in plan.work), out.prefill_tokens, out.decode_tokens,

@@ -105,7 +105,7 @@ class FixedBatchRun:
         return measured_step(
             self.cfg, self.model.dtype.itemsize, phase=phase, index=index, t_start=t_start, t_end=t_end,
             forward_s=forward_s, batch=batch, tokens=tokens, slots=slots, kv_tokens=kv_tokens,
-            kv_bytes=kv_bytes, logits_rows=logits_rows, attn_pairs=attn_pairs,
+            kv_bytes=kv_bytes, logits_rows=logits_rows, attn_pairs=attn_pairs, quant=self.info.quant,
         )  # fmt: skip
 
     @torch.inference_mode()
@@ -200,7 +200,7 @@ class FixedBatchRun:
             prompt_ids=prompts,
             model=self.info.name,
             device=str(self.device),
-            dtype=self.info.dtype,
+            dtype=self.info.precision,
             request_id=self.request_id,
         )
         yield from clock.emit([Done(clock.now(), result, request_id=self.request_id)])

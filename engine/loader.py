@@ -250,6 +250,11 @@ class ModelInfo:
     has_tokenizer: bool = True
     quant: str | None = None  # "int8": matmul weights stored as int8 (engine/quant.py); None: in `dtype`
 
+    @property
+    def precision(self) -> str:
+        """One word for how it cooks: "int8" (int8 matrices, `dtype` for the rest), else `dtype`."""
+        return self.quant or self.dtype
+
 
 @dataclass
 class LoadedModel:

@@ -124,7 +124,7 @@ class SeatOrderRun:
                 self.cfg, self.model.dtype.itemsize, phase=plan.phase, index=step, t_start=t_start, t_end=t_end,
                 forward_s=t_fwd - t_start, batch=len(plan.work), tokens=out.tokens, slots=out.tokens,
                 kv_tokens=out.kv_read if step else out.tokens, kv_bytes=kv_bytes,
-                logits_rows=out.logits.shape[0], attn_pairs=out.attn_pairs,
+                logits_rows=out.logits.shape[0], attn_pairs=out.attn_pairs, quant=self.info.quant,
             )  # fmt: skip
             trace.steps.append(rec)
             if step == 0:
@@ -145,7 +145,7 @@ class SeatOrderRun:
             prompt_ids=prompts,
             model=self.info.name,
             device=str(self.device),
-            dtype=self.info.dtype,
+            dtype=self.info.precision,
             request_id=rid,
             path="seats",
         )

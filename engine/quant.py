@@ -48,6 +48,15 @@ KERNEL_WIDTH_MULTIPLE = 16  # the CPU kernel's aligned loads need the input widt
 _KERNEL_WORKS: dict[str, bool] = {}  # device -> did the int8 kernel give the right product there
 
 
+INT8_PRECISION = "int8"  # the app's Precision choice: int8 matrices, float32 activations and KV cache
+
+
+def precision_parts(precision: str) -> tuple[str, str | None]:
+    """The app's one Precision string -> (dtype, quant): "int8" is ("float32", "int8"), any other
+    is a dtype with full-precision weights ("bfloat16" -> ("bfloat16", None))."""
+    return ("float32", "int8") if precision == INT8_PRECISION else (precision, None)
+
+
 def parse_quant(quant: str | None) -> str | None:
     """None (full-precision weights) or one of QUANT_MODES; anything else is refused in one line."""
     if quant is None or quant in ("", "none"):

@@ -29,7 +29,7 @@ class GenerationResult:
     prompt_ids: list[list[int]] = field(default_factory=list)
     model: str = ""
     device: str = ""
-    dtype: str = ""
+    dtype: str = ""  # the precision it cooked at: a dtype, or "int8" (int8 matrices, float32 the rest)
     request_id: int = 0
     path: str = "fixed batch"  # which code cooked it: "seats" (the serving core) or "fixed batch"
 

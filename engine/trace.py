@@ -63,9 +63,10 @@ class StepRecord:
 
 def measured_step(cfg: ModelConfig, dtype_bytes: int, *, phase: Phase, index: int, t_start: float,
                   t_end: float, forward_s: float, batch: int, tokens: int, slots: int, kv_tokens: int,
-                  kv_bytes: int, logits_rows: int, attn_pairs: int | None = None) -> StepRecord:  # fmt: skip
+                  kv_bytes: int, logits_rows: int, attn_pairs: int | None = None,
+                  quant: str | None = None) -> StepRecord:  # fmt: skip
     """A StepRecord: the pass's measured times plus its analytic cost (engine/costs.py)."""
-    cost = step_cost(cfg, batch, slots, kv_tokens, dtype_bytes, logits_rows, attn_pairs)
+    cost = step_cost(cfg, batch, slots, kv_tokens, dtype_bytes, logits_rows, attn_pairs, quant)
     return StepRecord(
         phase=phase, index=index, t_start=t_start, t_end=t_end, forward_s=forward_s, batch=batch,
         tokens=tokens, slots=slots, kv_tokens=kv_tokens, kv_bytes=kv_bytes,

@@ -23,6 +23,8 @@ from serving.service import KitchenService, engine_threads
 REPO = Path(__file__).resolve().parent.parent
 CHEF_FOLDER = REPO / "assets" / "models" / "chef"
 DTYPES = ["float32", "bfloat16", "float16"]
+PRECISIONS = [*DTYPES, "int8"]  # "int8": int8 weight matrices, float32 for the rest (engine/quant.py)
+PRECISION_LABELS = {"int8": "int8 weights (float32 KV)"}
 
 # Session-state keys of the shared controls (app.py's widgets use exactly these keys).
 KEY_MODEL, KEY_DEVICE, KEY_DTYPE, KEY_SEED, KEY_PRESENTER = (

@@ -429,7 +429,7 @@ def draw_live(svc: KitchenService, presenter: bool, wok_capacity: int) -> None:
             data["feed"] = {"url": feed, "poll_ms": live_feed.POLL_MS} if feed else None
             data["quiet"] = cooking and not following  # the scene says it replays once done
         said = draw_scene(data)
-        draw_outcome(svc.info.device, svc.info.dtype)
+        draw_outcome(svc.info.device, svc.info.precision)
         if feed and str(said or "").startswith("failed"):
             st.session_state[K_FEED_FAILED] = str(said)
             st.rerun()  # follow this order (and the session's next ones) with the fragment's ticks

@@ -144,7 +144,7 @@ def prefill_fixes(pre: StepRecord, evidence: list[str]) -> list[str]:
     return fixes
 
 
-SMALLER = {"float32": ("bfloat16", "float16"), "bfloat16": (), "float16": ()}
+SMALLER = {"float32": ("bfloat16", "float16", "int8"), "bfloat16": ("int8",), "float16": ("int8",), "int8": ()}
 
 
 def dtype_advice(dtype: str | None, dtype_tpot: dict[str, float] | None) -> str | None:

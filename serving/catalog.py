@@ -71,7 +71,9 @@ class Entry:
 class EntryFacts:
     """What a picker shows, computed from the config alone.
 
-    `weight_bytes` and `kv_bytes_per_token` are keyed by dtype name ("float32", "bfloat16", "float16").
+    `weight_bytes` and `kv_bytes_per_token` are keyed by precision: a dtype name ("float32",
+    "bfloat16", "float16") or "int8" (int8 matrices with a scale per output channel, float32 for
+    the rest and the KV cache; engine/quant.py).
     Example, the SmolLM2-135M preset: n_params 134,515,008; weight_bytes["float32"] 538,060,032;
     kv_bytes_per_token["float32"] 46,080 (2 x 30 layers x 3 KV heads x 64 x 4 bytes).
     """
@@ -268,12 +270,19 @@ def _model_config(entry: Entry) -> ModelConfig:
 
 def describe(entry: Entry) -> EntryFacts:
     """Parameters, bytes per dtype and KV bytes per token, from the config alone (no weights loaded)."""
+    from engine.costs import weight_bytes
+
     cfg = _model_config(entry)
     n = cfg.num_params()
+    # int8: what a pass reads, plus the float32 embedding table every token is gathered from (a tied
+    # model keeps its own copy of it beside the int8 LM head, engine/quant.py)
+    tables = cfg.vocab_size * cfg.d_model + (cfg.max_context * cfg.d_model if cfg.positions == "learned" else 0)
+    int8 = weight_bytes(cfg, 4, quant="int8") + 4 * tables
     return EntryFacts(
         n_params=n,
-        weight_bytes={dt: n * b for dt, b in DTYPE_BYTES.items()},
-        kv_bytes_per_token={dt: cfg.kv_bytes_per_token(b) for dt, b in DTYPE_BYTES.items()},
+        weight_bytes={dt: n * b for dt, b in DTYPE_BYTES.items()} | {"int8": int8},
+        kv_bytes_per_token={dt: cfg.kv_bytes_per_token(b) for dt, b in DTYPE_BYTES.items()}
+        | {"int8": cfg.kv_bytes_per_token(4)},
         max_context=cfg.max_context,
         family=cfg.family,
         trained=entry.trained,
@@ -287,8 +296,10 @@ def fits(entry: Entry, dtype: str = "float32", device: str = "cpu", available: i
     Example: the Llama-3.2-1B preset in float32 is 1.236 B x 4 bytes = 4.9 GB of weights; with 3 GB
     free the answer is ok=False with a message naming both numbers, and bfloat16 (2.5 GB) still fails.
     """
+    if dtype == "int8":  # loading holds the float32 weights before they are quantized: that is the peak
+        dtype = "float32"
     if dtype not in DTYPE_BYTES:
-        raise EngineError(f"unsupported dtype '{dtype}' (supported: {', '.join(DTYPE_BYTES)})")
+        raise EngineError(f"unsupported dtype '{dtype}' (supported: {', '.join(DTYPE_BYTES)}, int8)")
     if entry.kind == "preset":
         import torch
 

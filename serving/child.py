@@ -75,7 +75,10 @@ def child_main(jobs, quick, model: str, device: str, dtype: str, threads: int | 
             import torch
 
             torch.set_num_threads(threads)
-        engine = Engine.load(model, device=device, dtype=dtype)
+        from engine.quant import precision_parts
+
+        dtype, quant = precision_parts(dtype)  # the app's Precision may be "int8"
+        engine = Engine.load(model, device=device, dtype=dtype, quant=quant)
         token_s = warm_up(engine)
         jobs.send(("ready", Loaded(engine.info, engine.cfg, time.perf_counter() - t0, token_s)))
     except EngineError as err:

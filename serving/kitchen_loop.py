@@ -109,8 +109,11 @@ def run(conn, s: LoopSettings) -> None:
             import torch
 
             torch.set_num_threads(s.threads)
-        engine = Engine.load(model, s.device, s.dtype, policy=policy, token_budget=s.token_budget,
-                             max_seqs=s.max_seqs, prefix_cache=s.prefix_cache)  # fmt: skip
+        from engine.quant import precision_parts
+
+        dtype, quant = precision_parts(s.dtype)  # `--dtype int8`: int8 matrices, float32 for the rest
+        engine = Engine.load(model, s.device, dtype, policy=policy, token_budget=s.token_budget,
+                             max_seqs=s.max_seqs, prefix_cache=s.prefix_cache, quant=quant)  # fmt: skip
         warm = engine.submit([1], 2)  # first-call setup stays out of the first student's TTFT
         while not engine.idle:
             engine.step()
@@ -122,7 +125,7 @@ def run(conn, s: LoopSettings) -> None:
     special = (lambda i: codec.decode([i]) if i is not None else "") if codec is not None else (lambda i: "")
     lim = engine.serving_limits()
     conn.send(("ready", ReadyInfo(
-        engine.info.name, str(engine.device), engine.info.dtype, policy, engine.cfg.max_context,
+        engine.info.name, str(engine.device), engine.info.precision, policy, engine.cfg.max_context,
         engine.cfg.vocab_size, lim.seats, lim.kv_tokens, getattr(codec, "chat_template", None),
         special(engine.cfg.bos_id), special(next(iter(engine.cfg.eos_ids), None)), time.perf_counter() - t0,
     )))  # fmt: skip

@@ -350,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="two-pot-kitchen serve", description="one kitchen server for a whole class")
     p.add_argument("--model", default="chef", help="a catalog name, preset:NAME or a local model folder")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 | int8 (int8 weight matrices)")
     p.add_argument("--policy", default="chunked", help="static | continuous | chunked")
     p.add_argument("--token-budget", type=int, default=512)
     p.add_argument("--max-seqs", type=int, default=64)

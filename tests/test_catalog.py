@@ -233,7 +233,17 @@ def test_presets_report_documented_parameter_counts(name):
 
 def test_smollm2_kv_bytes_per_token():
     facts = describe(load_catalog().get("preset:smollm2-135m"))
-    assert facts.kv_bytes_per_token == {"float32": 46_080, "bfloat16": 23_040, "float16": 23_040}
+    assert facts.kv_bytes_per_token == {"float32": 46_080, "bfloat16": 23_040, "float16": 23_040, "int8": 46_080}
+
+
+@pytest.mark.parametrize("name", ["chef", "apprentice"])
+def test_int8_weight_bytes_are_known_before_loading(name):
+    """The sidebar's figure for int8 is what the engine then holds on the device."""
+    from engine import Engine
+
+    facts = describe(load_catalog().get(name))
+    assert facts.weight_bytes["int8"] == Engine.load(name, quant="int8").info.weight_bytes
+    assert facts.weight_bytes["int8"] < facts.weight_bytes["float32"]  # the float embedding table stays
 
 
 def test_fits_refuses_a_1b_preset_in_fp32_on_a_small_machine():

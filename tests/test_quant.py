@@ -126,3 +126,21 @@ def test_without_a_working_kernel_every_product_takes_the_widened_path(monkeypat
     without = Int8Weight(w_t)
     assert with_kernel.use_kernel and not without.use_kernel
     torch.testing.assert_close(without(x), with_kernel(x), rtol=2**-7, atol=1e-3)
+
+
+def test_an_int8_trace_counts_the_bytes_an_int8_step_reads(tiny_llama):
+    """The roofline and the inspector read `bytes_moved`: int8 matrices are one byte per weight."""
+    from engine.costs import weight_bytes
+
+    full = Engine.load(str(tiny_llama.path))
+    small = Engine.load(str(tiny_llama.path), quant="int8")
+    cfg = full.cfg
+    kw = dict(max_new_tokens=4, stop_at_eos=False)
+    a, b = full.generate([[5, 6, 7]], **kw).trace.steps, small.generate([[5, 6, 7]], **kw).trace.steps
+    matrices = cfg.n_layers * cfg.layer_matmul_params() + cfg.vocab_size * cfg.d_model
+    channels = cfg.n_layers * (cfg.q_dim + 2 * cfg.kv_dim + 2 * cfg.d_model + 2 * cfg.ffn_dim) + cfg.vocab_size
+    assert weight_bytes(cfg, 4) - weight_bytes(cfg, 4, quant="int8") == 3 * matrices - 2 * channels
+    for x, y in zip(a, b, strict=True):  # same passes, same FLOPs, fewer bytes by exactly that
+        assert x.flops == y.flops
+        assert x.bytes_moved - y.bytes_moved == 3 * matrices - 2 * channels
+    assert sum(q.numel() for q in (m.q for m in small.model.modules() if hasattr(m, "q"))) == matrices

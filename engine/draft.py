@@ -27,8 +27,9 @@ Worked example, k = 3, the chef's text [.. a b] with b not yet cached by either 
   (cached [.. a b d1 d2]); the chef accepts d1 and replaces d2 by t: text [.. a b d1 t];
   the shadow agrees up to [.. a b d1], so num_cached = len([.. a b d1]) and next round feeds t.
 
-The draft model's KV seats live beside the chef's budget (the apprentice's are tiny: the chef's
-6 layers x 4 KV heads against its 2 x 2: a sixth of the bytes per token, 1,024 B in float32).
+The draft model's KV seats live beside the chef's budget, refused at load past half the free memory
+(the apprentice's are tiny: the chef's 6 layers x 4 KV heads against its 2 x 2, a sixth of the bytes
+per token, 1,024 B in float32).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import torch
 
 from engine.errors import EngineError
 from engine.kv_pool import SeatPool
+from engine.limits import available_memory
 from engine.runner import Runner
 from engine.scheduler import StepPlan, Work
 from engine.speculative import ngram_draft
@@ -155,6 +157,12 @@ class Drafter:
             raise EngineError(f"draft '{name}' has a vocabulary of {vocab:,} ids; the model's is {cfg.vocab_size:,}")
         if codec is not None and loaded.codec is not None and codec.tok.get_vocab() != loaded.codec.tok.get_vocab():
             raise EngineError(f"draft '{name}' has another tokenizer than the model (same size, other tokens)")
+        per_token = loaded.model.cfg.kv_bytes_per_token(loaded.model.dtype.itemsize)
+        need = self.seats * min(self.seat_len, loaded.model.cfg.max_context) * per_token
+        free = available_memory(loaded.model.device)
+        if need > free // 2:
+            raise EngineError(f"draft '{name}' needs {need:,} bytes of KV seats ({self.seats} x its context); "
+                              f"half the free memory is {free // 2:,} (load with a smaller max_seqs)")  # fmt: skip
         self.models[name] = ModelDraft(name, loaded, self.seats, self.seat_len)
 
     def propose(self, seqs: list, ks: list[int], live: set[int]) -> list[list[int]]:

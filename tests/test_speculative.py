@@ -233,3 +233,14 @@ def test_a_preempted_sequence_drafts_again_from_scratch_with_the_same_text(tiny_
                 results[e.request_id] = e.result
     assert preempted > 0
     assert [results[i].tokens for i in ids] == [r.tokens for r in plain]
+
+
+def test_a_draft_whose_kv_seats_do_not_fit_is_refused_in_one_line(tiny_llama, monkeypatch):
+    """The draft's seats (max_seqs x its context x its bytes per token) must fit in half the free memory;
+    the machine is made to report 1 MB free (the one thing not real here)."""
+    import engine.draft
+
+    monkeypatch.setattr(engine.draft, "available_memory", lambda device: 1_000_000)
+    eng = Engine.load(str(tiny_llama.path), max_seqs=64)
+    with pytest.raises(EngineError, match=r"draft '.*' needs 4,194,304 bytes of KV seats \(64 x its context\)"):
+        eng.submit(COPY, 4, speculate=2, draft=str(tiny_llama.path))

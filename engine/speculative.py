@@ -57,6 +57,15 @@ class SpecCounters:
         tried = self.accepted + self.rejected
         return self.accepted / tried if tried else 0.0
 
+    def add(self, other: SpecCounters) -> None:
+        """Count another request's rounds in with these (a batch's totals)."""
+        self.drafts, self.drafted, self.accepted = self.drafts + other.drafts, self.drafted + other.drafted, \
+            self.accepted + other.accepted  # fmt: skip
+        self.rejected += other.rejected
+        self.accepted_at += [0] * (len(other.accepted_at) - len(self.accepted_at))
+        for i, a in enumerate(other.accepted_at):
+            self.accepted_at[i] += a
+
     def record(self, proposed: int, accepted: int) -> None:
         self.drafts += 1
         self.rejected += accepted < proposed

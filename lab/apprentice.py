@@ -144,11 +144,7 @@ def serve(engine, prompt: list[int], batch: int, new: int, k: int = 0, draft: st
     window = max(r.metrics.e2e_s for r in res) - max(r.metrics.ttft_s for r in res)
     total = SpecCounters(accepted_at=[0] * k)  # every table's counters together
     for c in (r.speculation for r in res if r.speculation is not None):
-        total.drafts, total.drafted, total.accepted = total.drafts + c.drafts, total.drafted + c.drafted, \
-            total.accepted + c.accepted  # fmt: skip
-        total.rejected += c.rejected
-        for i, a in enumerate(c.accepted_at):
-            total.accepted_at[i] += a
+        total.add(c)
     d_s, d_n = (model.cost.seconds - before[0], model.cost.passes - before[1]) if model else (0.0, 0)
     decode_tokens = sum(len(r.tokens) - 1 for r in res)
     return Served([r.tokens for r in res], decode_tokens / window if window > 0 else 0.0, len(passes),
@@ -211,14 +207,15 @@ def measure(engine, order: str, prompt: list[int], temperature: float, batch: in
     for d in drafts:
         r, c = runs[d], runs[d].counters
         cost = r.draft_pass_s / step if step else 0.0
-        alpha = c.acceptance_rate
-        decode_tokens = batch * (s.new_tokens - 1)
         rows.append(SpecRow(
-            order, d, batch, base, median_of(tps[d]), median_of([b / a for a, b in zip(plain_tps, tps[d], strict=True)]),
-            same[d],
-            c.drafts, c.drafted, c.accepted, alpha, c.mean_acceptance_length, r.decode_passes * batch / decode_tokens,
-            cost, r.pass_s / step if step else 0.0, predicted_speedup(alpha, k, cost),
-            tuple(a / c.drafts if c.drafts else 0.0 for a in c.accepted_at),
+            order=order, draft=d, batch=batch, plain_tps=base, spec_tps=median_of(tps[d]),
+            speedup=median_of([b / a for a, b in zip(plain_tps, tps[d], strict=True)]), identical=same[d],
+            drafts=c.drafts, drafted=c.drafted, accepted=c.accepted, acceptance_rate=c.acceptance_rate,
+            mean_acceptance_length=c.mean_acceptance_length,
+            passes_per_token=r.decode_passes / (s.new_tokens - 1),  # each table gets one token per pass, or more
+            cost_ratio=cost, verify_ratio=r.pass_s / step if step else 0.0,
+            predicted_speedup=predicted_speedup(c.acceptance_rate, k, cost),
+            accepted_at=tuple(a / c.drafts if c.drafts else 0.0 for a in c.accepted_at),
         ))  # fmt: skip
     return rows
 
@@ -256,7 +253,8 @@ def run_apprentice(
         notes.append(f"{r.draft} on the {r.order} order, batch {r.batch}: x{r.speedup:.2f} decode tokens/s{same}; "
                      f"alpha {r.acceptance_rate:.2f}, {r.mean_acceptance_length:.2f} tokens per pass, c {r.cost_ratio:.2f}, "
                      f"predicted x{r.predicted_speedup:.2f}")  # fmt: skip
-    notes.append(f"k = {settings.k} draft tokens per round, {settings.new_tokens} new tokens per table, greedy; "
+    notes.append(f"k = {settings.k} draft tokens per round, {settings.new_tokens} new tokens per table, greedy "
+                 f"except the T={SAMPLED_T:g} order; "
                  "prompt lookup has no draft model, so c = 0 in its prediction")  # fmt: skip
     return ApprenticeResult(settings, engine.info.name, str(engine.info.device), rows, notes)
 

@@ -94,6 +94,9 @@ def test_prompt_lookup_finds_the_most_recent_match():
     counters.record(3, 3)
     assert counters.accepted_at == [2, 2, 1, 0] and counters.mean_acceptance_length == 3.5
     assert counters.rejected == 1 and counters.acceptance_rate == 5 / 6  # 5 accepts, 1 reject
+    both = SpecCounters(accepted_at=[1])
+    both.add(counters)
+    assert (both.drafts, both.accepted, both.rejected, both.accepted_at) == (2, 5, 1, [3, 2, 1, 0])
 
 
 @pytest.mark.parametrize(

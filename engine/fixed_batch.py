@@ -1,21 +1,16 @@
-"""One order as one fixed batch: the lessons' path (`Engine.generate` / `Engine.stream`).
+"""One order as one fixed batch: the lessons' other kitchens (`Engine.generate` / `Engine.stream`).
 
 The order's prompts are prefilled together in one pass (padded or packed), then decoded together
-until the last one finishes: the `static` policy seen from inside one order, with every knob the
-lessons turn -- cache modes (`static` / `growing` / `none`), padded vs packed batching, CUDA
-graphs -- and one `Trace` of the order's own passes. The serving path (many orders joining and
-leaving at any step) is engine/scheduler.py + engine/runner.py.
-
-Honest timing: the clock pauses while the consumer handles an event (a UI may take milliseconds
-to draw), so TTFT, TPOT and ITL measure the engine, not the page. On CUDA every measured point
-is taken after `torch.cuda.synchronize()`, so the numbers include the kernels, not their launch.
+until the last one finishes, with every knob the lessons turn -- cache modes (`static` /
+`growing` / `none`), padded vs packed batching, the recorded single-batch CUDA graph -- and one
+`Trace` of the order's own passes. Orders the serving core cooks exactly as asked run there
+instead (engine/order_run.py); both share engine/order.py (the order, its clock, its result).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
@@ -24,30 +19,11 @@ from engine.cache import GrowingKVCache, KVCache, StaticKVCache
 from engine.cuda_graph import GraphedDecode
 from engine.events import Done, Event, PrefillEnd, PrefillStart, StepEnd, Token
 from engine.limits import RequestSettings
-from engine.loader import ModelInfo
-from engine.model import Transformer, decode_one_token, prefill
-from engine.results import GenerationResult
+from engine.model import decode_one_token, prefill
+from engine.order import Clock, OrderRun
 from engine.sampling import SamplingParams, sample
-from engine.text import IncrementalDecoder, TextCodec
-from engine.trace import StepRecord, Trace, compute_metrics, measured_step
-
-
-class Clock:
-    """Seconds since the request started, minus the time the consumer held an event."""
-
-    def __init__(self, device: torch.device):
-        self.device, self.t0, self.paused_s = device, time.perf_counter(), 0.0
-
-    def now(self, sync: bool = True) -> float:
-        if sync and self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        return time.perf_counter() - self.t0 - self.paused_s
-
-    def emit(self, events: list[Event]) -> Iterator[Event]:
-        for ev in events:
-            held = time.perf_counter()
-            yield ev
-            self.paused_s += time.perf_counter() - held
+from engine.text import IncrementalDecoder
+from engine.trace import StepRecord, Trace, measured_step
 
 
 @dataclass(frozen=True)
@@ -78,17 +54,10 @@ class Running:
             cache.keep_rows(keep)
 
 
-class FixedBatchRun:
-    """Runs one order on `engine`'s model; iterate `events()` once."""
+class FixedBatchRun(OrderRun):
+    """Runs one order as one fixed batch; iterate `events()` once."""
 
-    def __init__(self, model: Transformer, codec: TextCodec | None, info: ModelInfo, prompts: list[list[int]],
-                 req: RequestSettings, request_id: int):  # fmt: skip
-        self.model, self.codec, self.info = model, codec, info
-        self.cfg, self.device = model.cfg, model.device
-        self.prompts, self.req, self.request_id = prompts, req, request_id
-
-    def events(self) -> Iterator[Event]:
-        return self._run(self.prompts, self.req)
+    path = "fixed batch"
 
     def _new_cache(self, req: RequestSettings, batch: int, max_slots: int) -> KVCache | None:
         cfg, dtype = self.cfg, self.model.dtype
@@ -109,7 +78,8 @@ class FixedBatchRun:
         )  # fmt: skip
 
     @torch.inference_mode()
-    def _run(self, prompts: list[list[int]], req: RequestSettings) -> Iterator[Event]:
+    def _run(self) -> Iterator[Event]:
+        prompts, req = self.prompts, self.req
         clock = Clock(self.device)
         params = SamplingParams(req.temperature, req.top_k, req.top_p)
         gen = torch.Generator(device=self.device).manual_seed(req.seed)
@@ -190,19 +160,7 @@ class FixedBatchRun:
         trace.t_done = trace.steps[-1].t_end if len(trace.steps) > 1 else trace.t_first_token
         if isinstance(cache, GrowingKVCache):
             kv_allocated = cache.peak_bytes
-        result = GenerationResult(
-            tokens=out,
-            texts=[self.codec.decode(t) if self.codec is not None else "" for t in out],
-            prompt_tokens=lengths,
-            metrics=compute_metrics(trace, [len(t) for t in out], kv_allocated),
-            trace=trace,
-            settings=asdict(req),
-            prompt_ids=prompts,
-            model=self.info.name,
-            device=str(self.device),
-            dtype=self.info.precision,
-            request_id=self.request_id,
-        )
+        result = self._result(out, trace, kv_allocated)
         yield from clock.emit([Done(clock.now(), result, request_id=self.request_id)])
 
     def _decode_step(self, run: Running, slot: int, cache: KVCache, graphed: GraphedDecode | None):

@@ -27,23 +27,19 @@ Worked example: 2 tables, prompts of 5 tokens, 3 new tokens each. Seats of 5 + 3
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import asdict
 
 import torch
 
 from engine.events import Done, Event, PrefillEnd, PrefillStart, StepEnd, Token
-from engine.fixed_batch import Clock
 from engine.kv_pool import SeatPool
 from engine.limits import RequestSettings
-from engine.loader import ModelInfo
-from engine.model import Transformer
-from engine.results import GenerationResult
+from engine.order import Clock, OrderRun
 from engine.runner import Runner
 from engine.sampling import SamplingParams, sample
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import Sequence
-from engine.text import IncrementalDecoder, TextCodec
-from engine.trace import Trace, compute_metrics, measured_step
+from engine.text import IncrementalDecoder
+from engine.trace import Trace, measured_step
 
 
 def runs_on_seats(req: RequestSettings, prompts: list[list[int]]) -> bool:
@@ -52,17 +48,10 @@ def runs_on_seats(req: RequestSettings, prompts: list[list[int]]) -> bool:
     return req.cache == "static" and not req.cuda_graph and (one_length or req.batching == "packed")
 
 
-class SeatOrderRun:
-    """Runs one order on `model` over its own seats; iterate `events()` once."""
+class SeatOrderRun(OrderRun):
+    """Runs one order over its own seats; iterate `events()` once."""
 
-    def __init__(self, model: Transformer, codec: TextCodec | None, info: ModelInfo, prompts: list[list[int]],
-                 req: RequestSettings, request_id: int):  # fmt: skip
-        self.model, self.codec, self.info = model, codec, info
-        self.cfg, self.device = model.cfg, model.device
-        self.prompts, self.req, self.request_id = prompts, req, request_id
-
-    def events(self) -> Iterator[Event]:
-        return self._run()
+    path = "seats"
 
     def _kitchen(self) -> tuple[SeatPool, Scheduler, list[Sequence]]:
         """Seats, a static scheduler holding the whole order, and one sequence per table (id = table)."""
@@ -134,19 +123,5 @@ class SeatOrderRun:
             yield from clock.emit(events)
 
         trace.t_done = trace.steps[-1].t_end
-        out_ids = [s.output for s in seqs]
-        result = GenerationResult(
-            tokens=out_ids,
-            texts=[self.codec.decode(t) if self.codec is not None else "" for t in out_ids],
-            prompt_tokens=lengths,
-            metrics=compute_metrics(trace, [len(t) for t in out_ids], pool.bytes_reserved),
-            trace=trace,
-            settings=asdict(req),
-            prompt_ids=prompts,
-            model=self.info.name,
-            device=str(self.device),
-            dtype=self.info.precision,
-            request_id=rid,
-            path="seats",
-        )
+        result = self._result([s.output for s in seqs], trace, pool.bytes_reserved)
         yield from clock.emit([Done(clock.now(), result, request_id=rid)])

@@ -150,14 +150,7 @@ def test_a_broken_instructor_catalog_is_one_line_and_the_chef_still_opens(tmp_pa
 
 def test_int8_precision_cooks_and_says_so():
     """Precision "int8" in the sidebar: the kitchen loads int8 matrices and every figure says int8."""
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.session_state["tpk_dtype"] = "int8"
-    at.run()
-    deadline = time.monotonic() + WAIT_S
-    while not any("Cook" in b.label for b in at.button) and time.monotonic() < deadline:
-        assert not at.exception, at.exception
-        time.sleep(0.3)
-        at.run()
+    at = open_kitchen(state={"tpk_dtype": "int8"})
     caption = next(c.value for c in at.caption if "MB of weights" in c.value)
     assert "(int8)" in caption and "7.1 MB of weights" in caption  # the chef: 19.8 MB in float32
     at.slider(key="tpk_new").set_value(8).run()

@@ -292,3 +292,36 @@ def test_leftovers_give_way_to_new_orders_before_anyone_is_preempted(tiny_llama)
     assert pool.free_seats + len(eng.serving.prefix.leftovers) == 2 and len(eng.serving.prefix.leftovers) >= 1
     for res, (prompt, s) in zip(results, [a[0] for _, a in sorted(arrivals.items())], strict=True):
         assert res.tokens == eng.generate([prompt], **s).tokens[0]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("policy", ["continuous", "chunked"])
+def test_cuda_serving_replays_graph_buckets_with_the_cpu_tokens(tiny_llama, policy):
+    """On CUDA the decode steps replay captured graphs (buckets 1, 2, 4, ...), padded rows and all,
+    and every request gets the tokens the CPU's eager serving path gives it."""
+    arrivals = {0: [(PROMPTS[0], {"max_new_tokens": 12})], 2: [(PROMPTS[1], {"max_new_tokens": 20})],
+                5: [(PROMPTS[2], {"max_new_tokens": 6}), (PROMPTS[3], {"max_new_tokens": 9})]}  # fmt: skip
+    cpu, _, _ = serve(Engine.load(str(tiny_llama.path), policy=policy, token_budget=16), arrivals)
+    gpu_engine = Engine.load(str(tiny_llama.path), device="cuda", policy=policy, token_budget=16)
+    gpu, _, _ = serve(gpu_engine, arrivals)
+    assert [r.tokens for r in gpu] == [r.tokens for r in cpu]
+    graphs = gpu_engine.serving.runner.graphs
+    assert graphs is not None and graphs.steps and not graphs.failed  # captured, replayed, none broke
+    assert {1, 2} <= set(graphs.steps)  # one request alone, then two: two buckets
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_orders_on_seats_match_the_fixed_batch(tiny_qwen2):
+    """The Kitchen's order on the serving core (engine/order_run.py) on CUDA: the fixed batch's tokens
+    (float32: in bfloat16 the two kitchens' different reduction widths may flip a near-tie)."""
+    from engine.fixed_batch import FixedBatchRun
+    from engine.limits import RequestSettings
+
+    eng = Engine.load(str(tiny_qwen2.path), device="cuda")
+    prompts = [[11, 57, 3, 200, 42, 9], [5, 6, 77, 8, 1, 300]]
+    seats = eng.generate(prompts, max_new_tokens=12, stop_at_eos=False)
+    req = RequestSettings(max_new_tokens=12, stop_at_eos=False)
+    (done,) = [e for e in FixedBatchRun(eng.model, eng.codec, eng.info, prompts, req, 0).events() if isinstance(e, Done)]
+    assert seats.path == "seats" and seats.tokens == done.result.tokens

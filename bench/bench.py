@@ -36,7 +36,14 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from bench.ceilings import measure_ceilings
-from bench.report import check_targets, derive_ratios, format_report, kernel_bounds, roofline_bounds
+from bench.report import (
+    check_targets,
+    derive_ratios,
+    format_report,
+    gpu_goal_ratios,
+    kernel_bounds,
+    roofline_bounds,
+)
 from bench.roofline import Roofline, best_roof, measure_roofline, synchronize
 from engine.errors import EngineError
 from engine.loader import parse_device, parse_dtype
@@ -445,6 +452,7 @@ def measure_all(
     measure_roof()
     roof = best_roof(roofs)
     ratios = derive_ratios(roof, prefill, b1, bbig)
+    ratios |= gpu_goal_ratios(model, device, ratios, b1)
     bounds = roofline_bounds(roof, prefill, b1, bbig, torch.finfo(parse_dtype(dtype)).bits // 8)
     kernels = kernel_bounds(ceilings, roof, prefill, b1, bbig)
     return {

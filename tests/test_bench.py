@@ -260,3 +260,18 @@ def test_cuda_bench_times_the_graphed_decode_too(tiny_llama_tied):
     assert len(graph["tpot_s"]["samples"]) == TINY.repeats and graph["tpot_s"]["median"] > 0
     assert r["ratios"]["decode_tpot_cuda_graph_vs_hf_b1"] > 0
     assert r["decode_b1"]["greedy_tokens_matching_hf"] == TINY.decode_tokens
+
+
+def test_gpu_goals_apply_to_their_shapes_on_cuda_only():
+    from bench.report import gpu_goal_ratios
+
+    b1 = {"ours_cuda_graph": {"tpot_s": {"median": 1.5e-3}}}
+    ratios = {"prefill_flops_fraction": 0.52}
+    got = gpu_goal_ratios("preset:llama-3.2-1b", "cuda", ratios, b1)
+    assert got == pytest.approx({"decode_tpot_cuda_graph_vs_goal_b1": 1.25, "prefill_flops_fraction_vs_gpu_goal": 0.8})
+    verdicts = check_targets(got)
+    assert not verdicts["decode_tpot_cuda_graph_vs_goal_b1"]["met"]
+    assert not verdicts["prefill_flops_fraction_vs_gpu_goal"]["met"]
+    assert gpu_goal_ratios("preset:smollm2-135m", "cuda", ratios, b1) == {"decode_tpot_cuda_graph_vs_goal_b1": 1.5}
+    assert gpu_goal_ratios("preset:llama-3.2-1b", "cpu", ratios, b1) == {}
+    assert gpu_goal_ratios("chef", "cuda", ratios, b1) == {}  # no goal for the chef's shape

@@ -64,7 +64,7 @@ class PortionPoint:
 class PortionResult:
     settings: PortionSettings
     points: list[PortionPoint]
-    sample: Sample  # the float32 decode run, for the inspector (see `notes`: its bytes are right)
+    sample: Sample  # the int8 decode run, for the inspector (its trace counts int8 bytes, engine/costs.py)
     notes: list[str] = field(default_factory=list)
     device: str = "cpu"
 
@@ -142,7 +142,7 @@ def run_portions(engine, settings: PortionSettings, on_progress: ProgressFn | No
     for v in variants:
         tracker.step(f"{v}: greedy tokens compared with float32")
     points = [point(v, engines[v], steps[v], cpu[v], pre[v], s, greedy[v], greedy["float32"]) for v in variants]
-    result = PortionResult(s, points, sample_of(runs["float32"], "float32 weights"), [], str(engine.device))
+    result = PortionResult(s, points, sample_of(runs["int8"], "int8 weights"), [], str(engine.device))
     return replace(result, notes=notes(result, engine))
 
 
@@ -167,8 +167,6 @@ def notes(r: PortionResult, engine) -> list[str]:
         b16 = r.point("bfloat16")
         out.insert(2, f"against bfloat16 (the same arithmetic as int8's prefill): decode {b16.decode_step_s * 1e3:.2f}"
                       f" ms ({b16.decode_step_s / i8.decode_step_s:.2f}x int8's), prefill {b16.prefill_s * 1e3:.1f} ms")  # fmt: skip
-    out.append("the inspector judges the float32 run: the engine's analytic byte counts assume the model's dtype "
-               "for every weight, so an int8 trace would overstate the bytes a step moves about 4x")  # fmt: skip
     busy = busy_note(sum(p.decode_step_s for p in r.points), sum(p.decode_cpu_step_s for p in r.points), r.device)
     return out + ([busy] if busy else [])
 

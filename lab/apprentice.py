@@ -42,9 +42,9 @@ from engine.errors import EngineError
 from engine.events import Done, StepEnd
 from engine.speculative import MAX_SPECULATE, SpecCounters
 from lab.experiment import Experiment, Prediction, StoryLink
-from lab.inspector import SpecNumbers, diagnose_speculation
 from lab.plot_kit import GREY, POT, WOK, finish, guess_marker
 from lab.progress import ProgressFn, ProgressTracker, median_of
+from lab.serving_verdicts import SpecNumbers, diagnose_speculation
 
 FRESH_TEXT = "KING RICHARD II:\nNow is the hour to speak of kings and crowns;\nWhat say you, cousin?\n"
 DRAFTS = ("ngram", "apprentice")

@@ -28,10 +28,10 @@ from plotly.subplots import make_subplots
 from bench.serve_bench import Dist, PolicyReport, make_requests, report
 from engine.errors import EngineError
 from lab.experiment import Experiment, Prediction, StoryLink
-from lab.inspector import PolicyNumbers, diagnose_rush
 from lab.plot_kit import GREY, POT, WOK, finish, guess_marker
 from lab.progress import ProgressFn, ProgressTracker
 from lab.serve_replay import Served, replay, serving_engine, warm_up
+from lab.serving_verdicts import PolicyNumbers, diagnose_rush
 
 POLICIES = ("static", "continuous")
 SLO_TTFT_S, SLO_TPOT_S = 1.0, 0.1  # the benchmark's goodput defaults; only counted in its report

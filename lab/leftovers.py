@@ -34,10 +34,10 @@ from bench.prefix_reuse import ReuseTiming, time_reuse
 from bench.serve_bench import Request
 from engine.errors import EngineError
 from lab.experiment import Experiment, Prediction, StoryLink
-from lab.inspector import LEFTOVERS_GOAL, diagnose_leftovers
 from lab.plot_kit import GREY, POT, WOK, finish, guess_marker
 from lab.progress import ProgressFn, ProgressTracker
 from lab.serve_replay import Served, replay, serving_engine, warm_up
+from lab.serving_verdicts import LEFTOVERS_GOAL, diagnose_leftovers
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,10 @@ import plotly.graph_objects as go
 from engine.errors import EngineError
 from engine.events import Done, Token
 from lab.experiment import Experiment, Prediction, StoryLink
-from lab.inspector import StallNumbers, diagnose_stall
 from lab.plot_kit import GREY, POT, WOK, finish, guess_marker, mark_x
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.serve_replay import serving_engine, warm_up
+from lab.serving_verdicts import StallNumbers, diagnose_stall
 from lab.workload import prompt_ids
 
 

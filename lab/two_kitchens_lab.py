@@ -31,9 +31,9 @@ import plotly.graph_objects as go
 
 from engine.errors import EngineError
 from lab.experiment import Experiment, Prediction, StoryLink
-from lab.inspector import diagnose_two_kitchens
 from lab.plot_kit import GREY, POT, WOK, finish, guess_marker
 from lab.progress import ProgressFn, ProgressTracker
+from lab.serving_verdicts import diagnose_two_kitchens
 from lab.workload import check_fits, prompt_ids
 from serving.two_kitchens import (
     KitchenRun,

@@ -7,10 +7,10 @@ sees after a real run.
 
 from bench.roofline import Roofline
 from engine.trace import StepRecord, Trace, compute_metrics
-from lab.inspector import (
+from lab.inspector import diagnose
+from lab.serving_verdicts import (
     PolicyNumbers,
     StallNumbers,
-    diagnose,
     diagnose_leftovers,
     diagnose_rush,
     diagnose_stall,

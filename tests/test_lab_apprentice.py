@@ -50,13 +50,13 @@ def test_bad_settings_are_refused_in_one_line(tiny_llama, bad, limit):
 
 
 def _spec(draft, order, batch, speedup, alpha=0.6, c=0.3, mal=2.0):
-    from lab.inspector import SpecNumbers
+    from lab.serving_verdicts import SpecNumbers
 
     return SpecNumbers(draft, order, batch, 4, speedup, alpha, mal, c, predicted_speedup(alpha, 4, c))
 
 
 def test_the_inspector_names_the_draft_that_paid_and_why_the_apprentice_did_not():
-    from lab.inspector import diagnose_speculation
+    from lab.serving_verdicts import diagnose_speculation
 
     v = diagnose_speculation([_spec("ngram", "copy", 1, 2.8, alpha=0.9, c=0.0, mal=4.1),
                               _spec("apprentice", "fresh", 1, 0.9, alpha=0.4, c=0.3, mal=1.5),
@@ -69,7 +69,7 @@ def test_the_inspector_names_the_draft_that_paid_and_why_the_apprentice_did_not(
 
 
 def test_the_inspector_says_so_when_no_draft_paid():
-    from lab.inspector import diagnose_speculation
+    from lab.serving_verdicts import diagnose_speculation
 
     v = diagnose_speculation([_spec("ngram", "fresh", 1, 1.01), _spec("apprentice", "fresh", 1, 0.8)])
     assert v.headline.startswith("No draft paid off") and not any("batch" in f for f in v.fixes)

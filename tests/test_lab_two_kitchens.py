@@ -41,7 +41,7 @@ def test_bad_settings_are_refused_in_one_line(bad, limit):
 
 
 def test_the_inspector_sees_the_steadier_pot_and_a_transfer_off_its_prediction():
-    from lab.inspector import diagnose_two_kitchens
+    from lab.serving_verdicts import diagnose_two_kitchens
 
     v = diagnose_two_kitchens(0.045, 0.004, 0.006, 0.0009, 0.0005, 0.06)
     assert "kept the pot steady" in v.headline and "7.5x its usual" in v.evidence[0]

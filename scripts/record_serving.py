@@ -175,8 +175,8 @@ def render(d: dict) -> list[str]:
     tk = d["two_kitchens"]
     out += ["## Two kitchens: prefill and decode in two processes, K/V over gloo", "",
             "`python scripts/two_kitchens_run.py` (chef)", "",
-            f"Link measured first: latency {tk['link']['latency_s'] * 1e6:.0f} us (4 KB), bandwidth "
-            f"{tk['link']['bytes_per_s'] / 1e9:.2f} GB/s (16 MB).", "",
+            f"The link measured first, one message each of 4 KB to 16 MB, fitted as latency + bytes / bandwidth: "
+            f"{tk['link']['latency_s'] * 1e6:.0f} us + bytes / {tk['link']['bytes_per_s'] / 1e9:.2f} GB/s.", "",
             "| prompt tokens | KV bytes | prefill ms | transfer ms | predicted ms | first decode ms | TTFT ms | round trip exact | same tokens |",
             "|---:|---:|---:|---:|---:|---:|---:|---|---|"]  # fmt: skip
     for r in tk["runs"]:

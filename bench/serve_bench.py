@@ -173,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="chef")
     p.add_argument("--policy", default="all", help="static | continuous | chunked | all | none")
     p.add_argument("--decode-step", default="", help="batch sizes, e.g. 1,32: time a decode step on both paths")
+    p.add_argument("--decode-repeats", type=int, default=5, help="rounds of the decode-step timing (median kept)")
     p.add_argument("--rate", type=float, default=20.0, help="mean arrivals per second (Poisson)")
     p.add_argument("--requests", type=int, default=100)
     p.add_argument("--prompt-len", default="uniform:16:96")
@@ -219,6 +220,8 @@ def main(argv: list[str]) -> int:
         raise EngineError(f"--decode-step must be comma-separated batch sizes (got '{args.decode_step}')") from None
     if any(b < 1 or b > args.max_seqs for b in batches):
         raise EngineError(f"--decode-step batch sizes must be between 1 and --max-seqs {args.max_seqs}")
+    if not 1 <= args.decode_repeats <= 100:
+        raise EngineError(f"--decode-repeats must be between 1 and 100 (got {args.decode_repeats})")
     base = Engine.load(args.model, device=args.device, dtype=args.dtype, policy="continuous",
                        token_budget=args.token_budget, max_seqs=args.max_seqs, max_seq_len=args.max_seq_len)  # fmt: skip
     seat = base.serving_limits().seat_len
@@ -229,7 +232,7 @@ def main(argv: list[str]) -> int:
         )
     requests = make_requests(args.requests, args.rate, prompt_len, output_len, args.seed, base.cfg.vocab_size)
     reports = {p: run_policy(base, p, requests, args) for p in policies}
-    steps = [time_decode_step(base, b) for b in batches]
+    steps = [time_decode_step(base, b, repeats=args.decode_repeats) for b in batches]
     out = {
         "model": base.info.name, "device": args.device, "dtype": args.dtype, "rate": args.rate,
         "requests": args.requests, "prompt_len": args.prompt_len, "output_len": args.output_len, "seed": args.seed,

@@ -76,17 +76,22 @@ def main() -> int:
     data: dict = {"machine": {"cpus": os.cpu_count(), "threads": THREADS, "python": platform.python_version(),
                               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}}  # fmt: skip
     old = json.loads(Path(args.out + ".json").read_text()) if Path(args.out + ".json").exists() else {}
+    old_dates, old_date = old.get("dates", {}), old.get("machine", {}).get("date", "?")
+    dates: dict[str, str] = {}
     data["serve_bench"] = {}
     for name, (model, extra) in SERVE_RUNS.items():
         if args.only is not None and name not in args.only:
             data["serve_bench"][name] = old["serve_bench"][name]  # recorded by an earlier run, kept
+            data.setdefault("kept", []).append(f"serve-bench {name}")
+            dates[f"serve-bench {name}"] = old_dates.get(f"serve-bench {name}", old_date)
         else:
             data["serve_bench"][name] = run_json(["-m", "engine", "serve-bench", "--model", model, "--policy", "all",
                                                   "--threads", THREADS, "--json", *extra])  # fmt: skip
             data["serve_bench"][name]["command"] = f"python -m engine serve-bench --model {model} --policy all " + " ".join(extra)
     parts = {
         "decode_step": lambda: {m: run_json(["-m", "engine", "serve-bench", "--model", m, "--policy", "none", "--threads",
-                                             THREADS, "--decode-step", "1,32", "--requests", "1", "--json"])["decode_step"]
+                                             THREADS, "--decode-step", "1,32", "--decode-repeats", "15", "--requests", "1",
+                                             "--json"])["decode_step"]
                                 for m in ("chef", "preset:smollm2-135m")},
         "kv_layout": lambda: run_json(["-m", "bench.kv_layout", "--json"]),
         "prefix_reuse": lambda: {m: run_json(["-m", "bench.prefix_reuse", "--model", m, "--prompt-len", "400", "--shared",
@@ -99,6 +104,8 @@ def main() -> int:
         data[name] = measure() if args.parts is None or name in args.parts else old[name]
         if args.parts is not None and name not in args.parts:
             data.setdefault("kept", []).append(name)  # recorded by an earlier run, kept as it was
+            dates[name] = old_dates.get(name, old_date)
+    data["dates"] = dates  # when each kept part was measured (the others: machine.date)
     Path(args.out + ".json").write_text(json.dumps(data, indent=1) + "\n")
     Path(args.out + ".md").write_text("\n".join(render(data)) + "\n")
     print(f"wrote {args.out}.json and .md", file=sys.stderr)
@@ -114,6 +121,9 @@ def render(d: dict) -> list[str]:
            "the benchmarks printed (`serving-cpu.json` beside this file), and each goal is checked against them. "
            "The machine is shared, so single runs move by several percent; the ratios compare runs made "
            "back to back in one process.", ""]  # fmt: skip
+    if d.get("kept"):
+        kept = "; ".join(f"{part} ({d['dates'][part]})" for part in d["kept"])
+        out += [f"Parts kept from earlier runs, not re-measured at {m['date']}: {kept}.", ""]
     for name, run in d["serve_bench"].items():
         out += [f"## serve-bench: {name}", "", f"`{run['command']}`", ""] + policy_table(run) + [""]
         r = run["ratios"]
@@ -132,8 +142,9 @@ def render(d: dict) -> list[str]:
                        f"p99 {ms(ch['ttft_s']['p99'])} vs {ms(co['ttft_s']['p99'])} ms.")  # fmt: skip
         out.append("")
     out += ["## A decode step: serving path against the fixed-batch path", "",
-            "`python -m engine serve-bench --model M --policy none --decode-step 1,32`: wall-clock per decode step, "
-            "the same prompts and new tokens, fixed / serving / fixed again in each round, median of 5. The last "
+            "`python -m engine serve-bench --model M --policy none --decode-step 1,32 --decode-repeats 15`: wall-clock "
+            "per decode step, the same prompts and new tokens, fixed / serving / order / fixed again in each round, "
+            "median of 15. The last "
             "column is the fixed path against itself: the noise of this measurement.", "",
             "The order column is the same order through `generate()`, which now cooks it on seats "
             "(engine/order_run.py): the Kitchen's and the lab's path.", "",

@@ -12,14 +12,14 @@ mounted at /class on the same port (serving/mounted.py).
 import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 
+from kitchen_viz.live_feed import base_path, feed_routes
+from serving.mounted import class_kitchen
+
 # app.py builds the menu with st.navigation. Streamlit still treats a `pages/` folder beside the
 # main script as an old-style multipage app until some session has called st.navigation, so the
 # first visitor of a fresh server who arrives by a page's link (/lab_banquet) would get a bare
 # page and a menu of file names. The pages here are st.navigation's only.
 PagesManager.uses_pages_directory = False
-
-from kitchen_viz.live_feed import base_path, feed_routes
-from serving.mounted import class_kitchen
 
 class_routes, class_lifespan = class_kitchen(base_path())  # `two-pot-kitchen --class-kitchen`: the class server at /class
 app = st.App("app.py", routes=feed_routes() + class_routes, lifespan=class_lifespan)

@@ -188,6 +188,17 @@ def test_smaller_dtype_advice_where_it_measured_faster_here_and_a_probe_where_un
     assert any("not measured yet" in f for f in unknown.fixes)
 
 
+def test_int8_weights_are_a_smaller_portion_the_inspector_can_point_to():
+    trace, out = bandwidth_verdict()
+    m = compute_metrics(trace, out, kv_allocated=4096)
+    measured = {"float32": 0.004, "bfloat16": 0.0045, "int8": 0.003}  # this machine's run log
+    v = diagnose(m, trace, ROOF, dtype="float32", dtype_tpot=measured)
+    assert any("int8 measured TPOT 3.0 ms against 4.0 ms" in f for f in v.fixes)  # the fastest measured
+    from_bf16 = diagnose(m, trace, ROOF, dtype="bfloat16")
+    assert any("switch Precision to int8" in f for f in from_bf16.fixes)
+    assert not any("Precision" in f for f in diagnose(m, trace, ROOF, dtype="int8").fixes)  # nothing smaller
+
+
 def test_one_table_is_not_told_to_split_the_banquet():
     v = verdict_for(prefill_s=2.0, steps=10, step_s=0.01, forward_share=0.9, prompt=1024, batch=1)
     assert v.slow_phase == "prefill" and not any("Split the banquet" in f for f in v.fixes)

@@ -30,7 +30,8 @@ def test_every_policy_serves_the_same_seeded_stream(tiny_llama, capsys):
     )
     assert "chunked_vs_continuous_itl_p99" in ratios
     assert [t["batch"] for t in out["decode_step"]] == [1, 2]
-    assert all(t["fixed_ms"] > 0 and t["serving_ms"] > 0 and t["aa_ratio"] > 0 for t in out["decode_step"])
+    assert all(t["fixed_ms"] > 0 and t["serving_ms"] > 0 and t["order_ms"] > 0 and t["aa_ratio"] > 0
+               for t in out["decode_step"])  # fmt: skip
 
 
 def test_the_request_list_is_seeded_and_poisson():
@@ -55,6 +56,7 @@ def test_the_request_list_is_seeded_and_poisson():
         (["--prompt-len", "120", "--output-len", "20"], "exceeds a KV seat of 128 tokens"),
         (["--decode-step", "1,x"], "--decode-step must be comma-separated batch sizes"),
         (["--decode-step", "0"], "--decode-step batch sizes must be between 1 and --max-seqs 64"),
+        (["--decode-step", "1", "--decode-repeats", "0"], "--decode-repeats must be between 1 and 100 (got 0)"),
         (["--token-budget", "0"], "token_budget must be at least 1"),
         (["--rate"], "expected one argument"),
         (["--slo-ttft", "-1"], "--slo-ttft and --slo-tpot must be > 0"),

@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass
 
 PROBE_BYTES = tuple(1 << p for p in range(12, 25, 2))  # 4 KB .. 16 MB, x4 apart
-REPEATS = 9  # crossings per probe size and per order's K/V in run_two_kitchens; the fastest is kept
+REPEATS = 25  # crossings per probe size and per order's K/V in run_two_kitchens; the fastest is kept
 
 
 @dataclass(frozen=True)

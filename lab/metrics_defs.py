@@ -168,38 +168,31 @@ def metrics_figures(result, guess: float | None = None) -> list[go.Figure]:
     finish(timeline, "One recorded stream: the first wait is the wok (TTFT), the rest are ladles")
 
     defs = result.to_frame()
-    ms = defs[defs.unit == "ms"]
-    # Orange: the number includes the wok's time (TTFT); teal: the soup pot's alone.
-    bars = go.Figure(
-        go.Bar(
-            x=ms.name,
-            y=ms.value,
-            marker_color=[WOK if p else POT for p in ms.includes_prefill],
-            hovertext=ms.formula,
-            text=[f"{v:.1f}" for v in ms.value],
-            textposition="outside",
-        )
-    )
+    bars = definition_bars(defs[defs.unit == "ms"])
     if guess is not None:
         bars.add_trace(
             guess_marker("ITL incl. TTFT", result.value("TPOT") * guess, f"your guess: {guess:g}x TPOT")
         )
     bars.update_yaxes(title="ms", type="log")
     finish(bars, "Same stream, different stopwatches (orange: includes the wok's TTFT)")
+    rates = definition_bars(defs[defs.unit == "tok/s"])
+    rates.update_yaxes(title="tokens / s")
+    return [timeline, bars, finish(rates, "Same stream, different throughputs")]
 
-    tps = defs[defs.unit == "tok/s"]
-    rates = go.Figure(
+
+def definition_bars(rows) -> go.Figure:
+    """One bar per metric definition, its formula on hover. Orange: the number includes the wok's
+    time (TTFT); teal: the soup pot's alone."""
+    return go.Figure(
         go.Bar(
-            x=tps.name,
-            y=tps.value,
-            marker_color=[WOK if p else POT for p in tps.includes_prefill],
-            hovertext=tps.formula,
-            text=[f"{v:.1f}" for v in tps.value],
+            x=rows.name,
+            y=rows.value,
+            marker_color=[WOK if p else POT for p in rows.includes_prefill],
+            hovertext=rows.formula,
+            text=[f"{v:.1f}" for v in rows.value],
             textposition="outside",
         )
     )
-    rates.update_yaxes(title="tokens / s")
-    return [timeline, bars, finish(rates, "Same stream, different throughputs")]
 
 
 # -- the experiment -------------------------------------------------------------------------------

@@ -108,3 +108,29 @@ def tiny_llama_tok(tmp_path_factory) -> TinyModel:
     model = make_tiny_model(path, "llama", seed=4)
     train_tiny_tokenizer(path)
     return model
+
+
+def with_eos(model: TinyModel, eos: int, folder: Path) -> Path:
+    """A copy of `model` in `folder` whose config declares `eos` the end-of-sequence token, so a
+    test can make one sequence of a batch stop early at a token it knows that sequence produces."""
+    import json
+    import shutil
+
+    shutil.copytree(model.path, folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(cfg | {"eos_token_id": eos}))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def chef_one_thread():
+    """The chef with torch on one thread (the lab's recordings' setting), restored afterwards."""
+    import torch
+
+    from engine import Engine
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield Engine.load("chef")
+    torch.set_num_threads(threads)
+

@@ -1,9 +1,9 @@
 """Generation behaviour: cache modes, padded vs packed batches, sampling, streaming, trace, metrics."""
 
 import json
-import shutil
 
 import pytest
+from conftest import with_eos
 
 from engine import Engine
 from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token
@@ -44,11 +44,7 @@ def test_eos_stops_one_sequence_and_the_rest_continue(tiny_llama, tmp_path):
     eng = Engine.load(str(tiny_llama.path))
     free = eng.generate(PROMPTS, max_new_tokens=10).tokens
     eos = free[0][3]  # declare sequence 0's 4th token to be the end-of-sequence token
-    folder = tmp_path / "with_eos"
-    shutil.copytree(tiny_llama.path, folder)
-    cfg = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps(cfg | {"eos_token_id": eos}))
-    eng = Engine.load(str(folder))
+    eng = Engine.load(str(with_eos(tiny_llama, eos, tmp_path / "with_eos")))
     res = eng.generate(PROMPTS, max_new_tokens=10)
     for got, ref in zip(res.tokens, free, strict=True):
         cut = ref.index(eos) + 1 if eos in ref else len(ref)

@@ -1,4 +1,4 @@
-"""Each lab experiment's compute function on the embedded chef, with small ranges.
+"""Each lab experiment's compute function on the embedded chef_one_thread, with small ranges.
 
 What is asserted: result shapes, facts that hold by construction of the engine (slots, token
 agreement, analytic intensities), and timing facts with wide, stated margins. Timing facts use
@@ -12,7 +12,6 @@ only measure the neighbours.
 
 import numpy as np
 import pytest
-import torch
 
 from engine import Engine
 from engine.errors import EngineError
@@ -27,22 +26,14 @@ from lab.tables import TablesSettings, run_tables
 from lab.workload import prompt_ids
 
 
-@pytest.fixture(scope="module")
-def chef():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield Engine.load("chef")
-    torch.set_num_threads(threads)
-
-
 def collect():
     seen: list[Progress] = []
     return seen, seen.append
 
 
-def test_banquet_ttft_grows_with_prompt_and_reports_progress(chef):
+def test_banquet_ttft_grows_with_prompt_and_reports_progress(chef_one_thread):
     seen, on_progress = collect()
-    r = run_banquet(chef, BanquetSettings(lengths=(256, 16, 64), repeats=2), on_progress)
+    r = run_banquet(chef_one_thread, BanquetSettings(lengths=(256, 16, 64), repeats=2), on_progress)
     assert [p.prompt_tokens for p in r.points] == [16, 64, 256]
     # 16x the tokens: the 256-token prefill must cost clearly more CPU time (margin 1.5x; measured
     # ~5x). CPU time, not wall: a neighbour's burst can stretch any wall-clock measurement here.
@@ -56,8 +47,8 @@ def test_banquet_ttft_grows_with_prompt_and_reports_progress(chef):
     assert list(r.to_frame().columns)[:3] == ["prompt_tokens", "ttft_s", "prefill_s"]
 
 
-def test_tables_batching_raises_decode_throughput(chef):
-    r = run_tables(chef, TablesSettings(batches=(8, 1), prompt_len=16, new_tokens=12))
+def test_tables_batching_raises_decode_throughput(chef_one_thread):
+    r = run_tables(chef_one_thread, TablesSettings(batches=(8, 1), prompt_len=16, new_tokens=12))
     one, eight = r.points
     assert (one.batch, eight.batch) == (1, 8)
     # 8 sequences per step cost far less than 8 separate steps (no sharing would be 8x): the CPU
@@ -67,8 +58,8 @@ def test_tables_batching_raises_decode_throughput(chef):
     assert r.sample.trace.prefill.batch == 8
 
 
-def test_kv_cache_recompute_grows_while_static_stays_flat(chef):
-    r = run_kv_cache(chef, KvSettings(prompt_len=16, new_tokens=160))
+def test_kv_cache_recompute_grows_while_static_stays_flat(chef_one_thread):
+    r = run_kv_cache(chef_one_thread, KvSettings(prompt_len=16, new_tokens=160))
     static, growing, none = r.run("static"), r.run("growing"), r.run("none")
     assert r.same_tokens
     assert all(len(x.step_s) == 159 for x in r.runs)
@@ -90,9 +81,9 @@ def test_kv_cache_recompute_grows_while_static_stays_flat(chef):
     assert static.kv_allocated_mb >= max(static.kv_mb)
 
 
-def test_packed_never_computes_more_slots_than_padded(chef):
+def test_packed_never_computes_more_slots_than_padded(chef_one_thread):
     lengths = (8, 40, 100, 13)
-    r = run_padding(chef, PaddingSettings(lengths=lengths, repeats=1))
+    r = run_padding(chef_one_thread, PaddingSettings(lengths=lengths, repeats=1))
     pad, pack = r.point("padded"), r.point("packed")
     assert pad.tokens == pack.tokens == sum(lengths)
     assert pad.slots == len(lengths) * max(lengths)
@@ -101,8 +92,8 @@ def test_packed_never_computes_more_slots_than_padded(chef):
     assert r.same_tokens
 
 
-def test_metric_definitions_agree_with_the_engine(chef):
-    r = run_metrics(chef, MetricsSettings(prompt_len=64, new_tokens=10, batch=1))
+def test_metric_definitions_agree_with_the_engine(chef_one_thread):
+    r = run_metrics(chef_one_thread, MetricsSettings(prompt_len=64, new_tokens=10, batch=1))
     m = r.sample.metrics
     assert len(r.token_times_s) == 10
     assert r.value("TTFT") == pytest.approx(m.ttft_s * 1e3)
@@ -115,8 +106,8 @@ def test_metric_definitions_agree_with_the_engine(chef):
     assert with_wok == {"TTFT", "ITL incl. TTFT", "E2E", "tokens/s incl. prefill"}
 
 
-def test_overhead_parts_add_up_to_the_step(chef):
-    r = run_overhead(chef, OverheadSettings(prompt_len=16, new_tokens=8, repeats=1))
+def test_overhead_parts_add_up_to_the_step(chef_one_thread):
+    r = run_overhead(chef_one_thread, OverheadSettings(prompt_len=16, new_tokens=8, repeats=1))
     (eager,) = r.points  # no GPU here: no CUDA-graph variant
     assert eager.variant == "eager"
     assert 0 < eager.math_ms <= eager.forward_ms <= eager.step_ms
@@ -124,8 +115,8 @@ def test_overhead_parts_add_up_to_the_step(chef):
     assert any("CUDA graphs need a GPU" in n for n in r.notes)
 
 
-def test_roofline_places_decode_left_of_prefill(chef):
-    r = run_roofline(chef, RooflineSettings(prompt_lens=(16, 128), batches=(1, 4), new_tokens=4))
+def test_roofline_places_decode_left_of_prefill(chef_one_thread):
+    r = run_roofline(chef_one_thread, RooflineSettings(prompt_lens=(16, 128), batches=(1, 4), new_tokens=4))
     assert r.roof.bandwidth_bytes_per_s > 0 and r.roof.flops_per_s > 0
     phases = [p.phase for p in r.points]
     assert phases == ["prefill", "prefill", "decode", "decode"]
@@ -154,9 +145,9 @@ def test_roofline_places_decode_left_of_prefill(chef):
         (lambda e: run_banquet(e, BanquetSettings(lengths=(0,))), "at least 1 token"),
     ],
 )
-def test_bad_settings_are_refused_in_one_line(chef, call, words):
+def test_bad_settings_are_refused_in_one_line(chef_one_thread, call, words):
     with pytest.raises(EngineError) as err:
-        call(chef)
+        call(chef_one_thread)
     assert words in str(err.value) and "\n" not in str(err.value)
 
 

@@ -9,27 +9,17 @@ single-threaded, as in test_lab_compute.py (a loaded 2-core machine).
 """
 
 import pytest
-import torch
 
-from engine import Engine
 from engine.errors import EngineError
 from lab.dinner_rush import RushSettings, run_dinner_rush, rush_figures, rush_verdict
 from lab.leftovers import LeftoversSettings, leftovers_figures, leftovers_verdict, run_leftovers
 from lab.stall import StallSettings, run_stall, stall_figures, stall_verdict
 
 
-@pytest.fixture(scope="module")
-def chef():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield Engine.load("chef")
-    torch.set_num_threads(threads)
-
-
-def test_dinner_rush_static_serves_whole_batches_continuous_lets_tickets_join(chef):
+def test_dinner_rush_static_serves_whole_batches_continuous_lets_tickets_join(chef_one_thread):
     seen = []
     s = RushSettings(requests=24, rate=80.0, long_answer=96, long_every=4)
-    r = run_dinner_rush(chef, s, seen.append)
+    r = run_dinner_rush(chef_one_thread, s, seen.append)
     assert [run.policy for run in r.runs] == ["static", "continuous"] and [p.done for p in seen] == [1, 2]
     for run in r.runs:
         assert len(run.served.results) == 24 == run.report.requests
@@ -56,11 +46,11 @@ def test_dinner_rush_static_serves_whole_batches_continuous_lets_tickets_join(ch
     assert rush_verdict(r).evidence[0].startswith("static: ")
 
 
-def test_a_banquet_stalls_the_pot_under_continuous_and_chunks_flatten_it(chef):
+def test_a_banquet_stalls_the_pot_under_continuous_and_chunks_flatten_it(chef_one_thread):
     s = StallSettings(
         tables=3, table_answer=24, join_after=6, banquet_prompt=384, budgets=(16, 128), repeats=2
     )
-    r = run_stall(chef, s)
+    r = run_stall(chef_one_thread, s)
     assert [(x.policy, x.token_budget) for x in r.runs] == [
         ("continuous", 387),
         ("chunked", 16),
@@ -86,9 +76,9 @@ def test_a_banquet_stalls_the_pot_under_continuous_and_chunks_flatten_it(chef):
     assert "continuous" in stall_verdict(r).evidence[0]
 
 
-def test_leftovers_reuse_exactly_the_shared_prefix_and_count_hits_by_token(chef):
+def test_leftovers_reuse_exactly_the_shared_prefix_and_count_hits_by_token(chef_one_thread):
     s = LeftoversSettings(prompt_len=300, shares=(0.5, 0.9), repeats=3, orders=8, max_seqs=2)
-    r = run_leftovers(chef, s)
+    r = run_leftovers(chef_one_thread, s)
     assert [t.shared_tokens for t in r.timings] == [150, 270]
     assert [t.warm_cached_tokens for t in r.timings] == [150, 270]  # the house prefix, not a token more
     # 90 % cached: the wok tosses 30 tokens instead of 300 (measured 0.2-0.3x); margin 0.6x.
@@ -122,7 +112,7 @@ def test_leftovers_reuse_exactly_the_shared_prefix_and_count_hits_by_token(chef)
         (lambda e: run_leftovers(e, LeftoversSettings(prompt_len=520)), "the model's context is 512"),
     ],
 )
-def test_bad_serving_settings_are_refused_in_one_line(chef, call, words):
+def test_bad_serving_settings_are_refused_in_one_line(chef_one_thread, call, words):
     with pytest.raises(EngineError) as err:
-        call(chef)
+        call(chef_one_thread)
     assert words in str(err.value) and "\n" not in str(err.value)

@@ -4,10 +4,9 @@ The reference is the fixed-batch path itself (engine/fixed_batch.py), which the 
 against HF transformers: same tokens greedy and sampled, same passes in the trace, same events.
 """
 
-import json
-import shutil
 
 import pytest
+from conftest import with_eos
 
 from engine import Engine
 from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token
@@ -78,11 +77,7 @@ def test_a_finished_table_leaves_its_seat(tiny_llama, tmp_path):
     eng = Engine.load(str(tiny_llama.path))
     free = eng.generate(SAME, max_new_tokens=10).tokens
     eos = free[0][3]  # declare table 0's 4th token the end-of-sequence token
-    folder = tmp_path / "with_eos"
-    shutil.copytree(tiny_llama.path, folder)
-    cfg = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps(cfg | {"eos_token_id": eos}))
-    eng = Engine.load(str(folder))
+    eng = Engine.load(str(with_eos(tiny_llama, eos, tmp_path / "with_eos")))
     res = eng.generate(SAME, max_new_tokens=10)
     assert res.path == "seats"
     assert res.tokens == result(fixed(eng, SAME, max_new_tokens=10)).tokens

@@ -155,6 +155,11 @@ class Engine:
         loaded = load_model(model, device, dtype, quant)
         return cls(loaded.model, loaded.codec, loaded.info, kv_budget_bytes, serving)
 
+    @property
+    def clock_start(self) -> float:
+        """`time.perf_counter()` when the engine's clock started: event times are seconds since then."""
+        return self._t0
+
     # --- text -------------------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
         if self.codec is None:

@@ -81,7 +81,7 @@ class Handle:
         if self.finished:
             raise StopAsyncIteration
         kind, value = await self.queue.get()
-        self.finished = kind in ("done", "error")
+        self.finished = kind in ("done", "error", "cancelled")
         return kind, value
 
 
@@ -138,15 +138,33 @@ class EngineClient:
     # -- requests -------------------------------------------------------------------------------------
     async def submit(self, prompt, max_new_tokens: int, settings: dict) -> Handle:
         """Queue one request in the kitchen; raises Refused when the engine says no."""
+        return await self._queue(f"r{next(self._keys)}", ("submit", prompt, max_new_tokens, settings))
+
+    async def submit_order(self, prompts: list, max_new_tokens: int, settings: dict) -> Handle:
+        """Queue the Kitchen's order (its tables join the batch as requests); raises Refused.
+
+        Its handle yields ("events", [event dicts]) per step (serving/order_wire.py), then ("done", None),
+        ("cancelled", None) or ("error", line); `handle.prompt_tokens` is the tables' prompt lengths."""
+        return await self._queue(f"o{next(self._keys)}", ("order", prompts, max_new_tokens, settings))
+
+    async def ask(self, name: str, *args) -> Any:
+        """The shared kitchen's answer to the order form: "limits" (prompt_len, max_new) -> a dict,
+        "check" (prompts, max_new, settings) -> token-id lists. Raises Refused with the engine's line."""
+        handle = await self._queue(f"a{next(self._keys)}", ("ask", name, args))
+        with self._lock:
+            self._handles.pop(handle.key, None)
+        return handle.prompt_tokens
+
+    async def _queue(self, key: str, body: tuple) -> Handle:
         loop = asyncio.get_running_loop()
-        handle = Handle(f"r{next(self._keys)}", loop)
+        handle = Handle(key, loop)
         while True:  # a child restarting: wait until the new one is ready, then send to it
             if not self._ready.is_set() and not await loop.run_in_executor(None, self._ready.wait, READY_TIMEOUT_S):
                 raise EngineError(f"the engine for {self.settings.model} is not ready after {READY_TIMEOUT_S:.0f} s")
             with self._lock:
                 if self._ready.is_set():
-                    self._handles[handle.key] = handle
-                    self._send(("submit", handle.key, prompt, max_new_tokens, settings))
+                    self._handles[key] = handle
+                    self._send((body[0], key, *body[1:]))
                     break
         handle.prompt_tokens = await handle.accepted
         return handle
@@ -184,13 +202,28 @@ class EngineClient:
                 self._load_error = msg[1]
                 self._ready.set()
                 return
-            elif kind in ("accepted", "refused"):
+            elif kind in ("accepted", "order_accepted", "refused"):
                 with self._lock:
-                    handle = self._handles.get(msg[1]) if kind == "accepted" else self._handles.pop(msg[1], None)
-                if handle is not None and kind == "accepted" and self.board is not None:
-                    self.board.arrived(msg[1], msg[2])
+                    handle = self._handles.get(msg[1]) if kind != "refused" else self._handles.pop(msg[1], None)
+                if handle is not None and kind != "refused" and self.board is not None:
+                    tables = [(msg[1], msg[2])] if kind == "accepted" else \
+                        [(f"{msg[1]}/{i}", n) for i, n in enumerate(msg[2])]  # fmt: skip
+                    for key, n in tables:
+                        self.board.arrived(key, n)
                 if handle is not None:
-                    handle.settle(kind == "accepted", msg[2])
+                    handle.settle(kind != "refused", msg[2])
+            elif kind == "answer":
+                with self._lock:
+                    handle = self._handles.get(msg[1])
+                if handle is not None:
+                    handle.settle(msg[2], msg[3])
+            elif kind == "order":
+                with self._lock:
+                    handle = self._handles.get(msg[1]) if msg[3] is None else self._handles.pop(msg[1], None)
+                if handle is not None and msg[2]:
+                    handle.put(("events", msg[2]))
+                if handle is not None and msg[3] is not None:
+                    handle.put((msg[3], None))
             elif kind == "step":
                 self._deliver(*msg[1:])
 

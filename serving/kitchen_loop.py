@@ -8,12 +8,19 @@ one message. Orders from different students join the same running batch at the n
 Messages, parent -> child:
     ("submit", key, prompt, max_new_tokens, settings)   prompt: text or token ids; settings: the
                                                         engine's (temperature, top_p, seed, ...)
-    ("cancel", key)
+    ("order", key, prompts, max_new_tokens, settings)   the Kitchen's order: its tables join the batch as
+                                                        requests "key/0", "key/1", ... (engine/shared_order.py)
+    ("ask", key, "limits" | "check", args)               the order form's questions, answered between steps
+    ("cancel", key)                                      a request or a whole order
     None                                                 finish and exit
 child -> parent:
     ("ready", ReadyInfo)                  once, after loading and warming up
     ("load_error", line)                  instead of ready; the child exits
     ("accepted", key, prompt_tokens)      or ("refused", key, line): the engine's one-line refusal
+    ("order_accepted", key, [prompt_tokens per table])
+    ("order", key, [event dicts], end)    before each step's message: the order's events (serving/order_wire.py);
+                                          end is None while it cooks, then "done" or "cancelled"
+    ("answer", key, ok, value)            value: a dict (limits), token-id lists (check) or the refusal line
     ("step", StepInfo | None, tokens, done, QueueState)
                                           after each step: tokens = [(key, token_id, text, index,
                                           finished, ttft_s)] (ttft_s: arrival here -> this first
@@ -31,7 +38,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 
 ENTRY_CODE = "import sys; from serving.kitchen_loop import entry; entry(sys.argv[1:])"
@@ -50,6 +57,7 @@ class LoopSettings:
     max_seqs: int = 64
     threads: int = 0  # 0: torch's default
     prefix_cache: bool = True  # a class's orders often share a system prompt
+    cores: tuple[int, ...] = ()  # pin the loop's process to these cores (serving/cores.py); () = any
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,8 @@ class ReadyInfo:
     bos_token: str
     eos_token: str
     load_s: float
+    model_info: dict | None = None  # engine.loader.ModelInfo as a dict (the Kitchen's caption and costs)
+    token_budget: int = 0
 
 
 @dataclass(frozen=True)
@@ -96,7 +106,11 @@ class QueueState:
 def entry(argv: list[str]) -> None:
     fd, settings = argv
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch is imported (engine/__init__.py)
-    run(Connection(int(fd)), LoopSettings(**json.loads(settings)))
+    s = json.loads(settings)
+    s["cores"] = tuple(s.get("cores", ()))
+    if s["cores"]:  # before torch starts its threads, so every one of them inherits it
+        os.sched_setaffinity(0, set(s["cores"]))
+    run(Connection(int(fd)), LoopSettings(**s))
 
 
 def run(conn, s: LoopSettings) -> None:
@@ -128,16 +142,20 @@ def run(conn, s: LoopSettings) -> None:
         engine.info.name, str(engine.device), engine.info.precision, policy, engine.cfg.max_context,
         engine.cfg.vocab_size, lim.seats, lim.kv_tokens, getattr(codec, "chat_template", None),
         special(engine.cfg.bos_id), special(next(iter(engine.cfg.eos_ids), None)), time.perf_counter() - t0,
+        asdict(engine.info), s.token_budget,
     )))  # fmt: skip
     serve(conn, engine, EngineError)
 
 
 def serve(conn, engine, EngineError) -> None:  # noqa: N803 -- the engine's exception class, imported late
     from engine.events import Done, StepEnd, Token
+    from engine.shared_order import SharedOrder, shared_check, shared_limits
+    from serving.order_wire import to_wire
 
     key_of: dict[int, str] = {}
     id_of: dict[str, int] = {}
     arrived: dict[str, float] = {}
+    orders: dict[str, SharedOrder] = {}
     while True:
         if not conn.poll(0 if not engine.idle else IDLE_POLL_S) and engine.idle:
             continue
@@ -157,6 +175,31 @@ def serve(conn, engine, EngineError) -> None:  # noqa: N803 -- the engine's exce
                     continue
                 key_of[rid], id_of[key], arrived[key] = key, rid, time.perf_counter()
                 conn.send(("accepted", key, len(engine.serving.seqs[rid].prompt)))
+            elif msg[0] == "order":
+                _, key, prompts, max_new, settings = msg
+                try:
+                    order = SharedOrder(engine, prompts, max_new, **settings)
+                except Exception as err:  # noqa: BLE001 -- a refusal (or a bug) is one line, the kitchen goes on
+                    conn.send(("refused", key, " ".join(str(err).split())))
+                    continue
+                orders[key] = order
+                for table, rid in enumerate(order.rids):
+                    key_of[rid] = f"{key}/{table}"
+                    arrived[key_of[rid]] = time.perf_counter()
+                conn.send(("order_accepted", key, [len(p) for p in order.prompts]))
+            elif msg[0] == "ask":
+                _, key, name, args = msg
+                try:
+                    if name == "limits":
+                        value = asdict(shared_limits(engine, *args))
+                    else:
+                        prompts, max_new, settings = args
+                        value = shared_check(engine, prompts, max_new, **settings)
+                    conn.send(("answer", key, True, value))
+                except Exception as err:  # noqa: BLE001 -- a refusal (or a bug) is one line, the kitchen goes on
+                    conn.send(("answer", key, False, " ".join(str(err).split())))
+            elif msg[0] == "cancel" and msg[1] in orders:
+                orders[msg[1]].cancel()
             elif msg[0] == "cancel" and msg[1] in id_of:
                 engine.cancel(id_of[msg[1]])
         if engine.idle:
@@ -164,6 +207,13 @@ def serve(conn, engine, EngineError) -> None:  # noqa: N803 -- the engine's exce
         events = engine.step()
         now = time.perf_counter()
         tokens, done, info = [], [], None
+        for key, order in list(orders.items()):
+            taken = order.take(events)
+            end = None if not order.done else "cancelled" if order.cancelled else "done"
+            if taken or end:
+                conn.send(("order", key, [to_wire(e) for e in taken], end))
+            if end:
+                del orders[key]
         for ev in events:
             if isinstance(ev, Token):
                 key = key_of[ev.request_id]

@@ -14,6 +14,9 @@ the `openai` client, curl, vLLM's benchmark scripts and the app itself can all o
     GET  /kitchen/board?order=ID&since=N         the whole class in the pot: tickets (yours marked when
                                                  you name your order's id), recent steps, the kitchen's
                                                  TTFT and TPOT (serving/class_board.py)
+    POST /kitchen/orders (and /kitchen/model, /limits, /check)
+                                                 the Kitchen page's order of B tables in the same batch,
+                                                 every engine event streamed (serving/kitchen_orders.py)
 
 Errors are one line in OpenAI's error object: 400 a request the kitchen refuses (over the context,
 the KV memory or an instructor's cap), 401 a wrong key, 404 an unknown model or path, 413 a body
@@ -43,6 +46,7 @@ from engine.errors import EngineError
 from serving.caps import Caps, load_caps
 from serving.class_board import ClassBoard
 from serving.engine_client import EngineClient, Handle, LoopSettings, Refused
+from serving.kitchen_orders import KitchenOrders
 from serving.metrics import CONTENT_TYPE, KitchenMetrics
 from serving.openai_api import (
     ApiError,
@@ -317,6 +321,7 @@ def create_app(client: EngineClient, config: ServerConfig, metrics: KitchenMetri
         Route("/metrics", kitchen.prometheus, methods=["GET"]),
         Route("/kitchen", kitchen.about, methods=["GET"]),
         Route("/kitchen/board", kitchen.board, methods=["GET"]),
+        *KitchenOrders(kitchen).routes(),
     ]
     app = Starlette(routes=routes, exception_handlers={ApiError: api_error, Exception: unexpected})
     app.add_middleware(_KeyCheck, key=config.api_key)
@@ -324,14 +329,15 @@ def create_app(client: EngineClient, config: ServerConfig, metrics: KitchenMetri
 
 
 class _KeyCheck:
-    """`Authorization: Bearer KEY` on /v1/* and the class board when the server has a key (401 otherwise)."""
+    """`Authorization: Bearer KEY` on /v1/* and /kitchen/* (the board, the Kitchen's orders) when the server
+    has a key (401 otherwise)."""
 
     def __init__(self, app, key: str | None):
         self.app, self.key = app, key
 
     async def __call__(self, scope, receive, send):
         path = scope.get("path", "")[len(scope.get("root_path", "")) :]  # inside a mount (serving/mounted.py)
-        if self.key and scope["type"] == "http" and path.startswith(("/v1/", "/kitchen/board")):
+        if self.key and scope["type"] == "http" and path.startswith(("/v1/", "/kitchen/")):
             headers = dict(scope["headers"])
             given = headers.get(b"authorization", b"").decode(errors="replace")
             if not secrets.compare_digest(given, f"Bearer {self.key}"):
@@ -369,8 +375,9 @@ def served_name(model: str) -> tuple[str, str]:
     from serving.catalog import resolve_source
 
     source = resolve_source(model)
-    if source is not None:
-        return model, source
+    if source is not None:  # an embedded model keeps its name, so the engine's info says "chef", not a folder
+        embedded = Path(__file__).resolve().parent.parent / "assets" / "models" / model
+        return model, model if Path(source).resolve() == embedded.resolve() else source
     return (Path(model).name if Path(model).is_dir() else model), model
 
 

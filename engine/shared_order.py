@@ -1,0 +1,211 @@
+"""One order in a shared kitchen: its tables join the engine's continuous batch, followed as one order.
+
+The Kitchen page orders B tables at once and draws them as one order: the wok's pass, the KV handed
+to the counter, one bowl per table per soup-pot step, and a `GenerationResult` at the end. On the
+class kitchen (serving/kitchen_loop.py) other students' requests share every pass, so the order's
+tables are submitted as B ordinary requests (`Engine.submit`) and this class picks the order's own
+story out of each `Engine.step()`:
+
+  * `Token` per table (`seq` = the table's index), at the order's clock (seconds since it arrived);
+  * the order's wok: every pass in which one of its tables still had prompt to compute. Usually one
+    pass; a prompt larger than the kitchen's token budget, or tables waiting for a seat, take
+    several. They are folded into ONE prefill record spanning them (their times, tokens and
+    analytic costs added up), so TTFT, the wok's time and the panels keep their meaning; the trace
+    notes how many passes it took;
+  * the order's soup pot: every later pass that decoded its tables, one `StepEnd` each.
+
+A record keeps the whole pass's batch, tokens and costs (the pot holds everyone's bowls, and the
+time is the pass's), except `kv_bytes`, which counts this order's tables only.
+
+Worked example: 2 tables of 5 prompt tokens, 3 new tokens each, on a kitchen already decoding one
+other request. Pass 1 (mixed: 10 prompt tokens + 1 decode): both tables' first tokens, the order's
+prefill record with batch 3. Passes 2 and 3 (decode, batch 3): a token per table each. The order
+sees PrefillStart, PrefillEnd, 2 Tokens, StepEnd(prefill), then 2 Tokens + StepEnd(decode) twice,
+then Done with a `GenerationResult` whose greedy tokens equal `Engine.generate` on the same prompts.
+
+Sampling: table i samples with its own generator seeded `seed + i`, so a table's tokens never
+depend on its neighbours (the class kitchen's rule for every request).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from engine.errors import EngineError
+from engine.events import Done, Event, PrefillEnd, PrefillStart, StepEnd, Token
+from engine.limits import Limits, RequestSettings, check_request
+from engine.results import GenerationResult
+from engine.text import encode_prompts
+from engine.trace import StepRecord, Trace, compute_metrics
+
+ORDER_SETTINGS = ("temperature", "top_k", "top_p", "seed", "stop_at_eos")  # what a shared order may set
+
+
+def shared_limits(engine, prompt_len: int, max_new_tokens: int) -> Limits:
+    """What one order may ask of the shared kitchen: its seats and the KV memory they share.
+
+    Example (the chef's class kitchen: 64 seats of 512 tokens, 40,000 KV tokens): prompt 100 + 64
+    new -> at most min(64, 40,000 // 164) = 64 tables, each seat holding 164 tokens.
+    """
+    lim, per_token = engine.serving_limits(), engine.info.kv_bytes_per_token
+    per_seq = max(prompt_len + max_new_tokens, 1)
+    return Limits(
+        max_batch=min(lim.seats, engine.serving.scheduler.kv_tokens // per_seq),
+        max_context=min(engine.cfg.max_context, lim.seat_len),
+        kv_budget_bytes=engine.serving.scheduler.kv_tokens * per_token,
+        kv_bytes_per_token=per_token,
+        kv_bytes_per_sequence=per_seq * per_token,
+    )
+
+
+def shared_check(engine, prompts: list, max_new_tokens: int, **settings) -> list[list[int]]:
+    """Validate an order for the shared kitchen without running it; returns its prompts as ids.
+    Every refusal is one line naming the limit (the same rules `SharedOrder` meets at submit)."""
+    bad = next((k for k in settings if k not in ORDER_SETTINGS), None)
+    if bad is not None:
+        raise EngineError(f"setting '{bad}' does not apply to an order in a shared kitchen "
+                          f"(it takes {', '.join(ORDER_SETTINGS)})")  # fmt: skip
+    ids = encode_prompts(prompts, engine.codec)
+    req = RequestSettings(max_new_tokens=max_new_tokens, **settings)
+    lim = shared_limits(engine, max(map(len, ids), default=1), max_new_tokens)
+    check_request(engine.cfg, ids, req, lim)
+    if max(map(len, ids)) + max_new_tokens > lim.max_context:
+        raise EngineError(f"a prompt of {max(map(len, ids)):,} tokens + {max_new_tokens:,} new tokens exceeds a KV "
+                          f"seat of {lim.max_context:,} tokens in this kitchen")  # fmt: skip
+    return ids
+
+
+class SharedOrder:
+    """B prompts submitted to `engine` as B requests; `take(step_events)` returns the order's events."""
+
+    path = "class kitchen"
+
+    def __init__(self, engine, prompts: list, max_new_tokens: int, order_id: int = 0, **settings):
+        shared_check(engine, prompts, max_new_tokens, **settings)
+        self.engine, self.order_id, self.max_new = engine, order_id, max_new_tokens
+        self.settings = {"max_new_tokens": max_new_tokens} | settings
+        arrival = time.perf_counter()
+        self.t0 = arrival - engine.clock_start  # the order's zero on the engine's clock
+        seed = int(settings.pop("seed", 0))
+        self.rids: list[int] = []
+        try:
+            for table, prompt in enumerate(prompts):
+                self.rids.append(engine.submit(prompt, max_new_tokens, arrival_s=arrival, seed=seed + table, **settings))
+        except Exception:
+            for rid in self.rids:  # a refused table: the whole order leaves the kitchen
+                engine.cancel(rid)
+            raise
+        self.table = {rid: i for i, rid in enumerate(self.rids)}
+        # The tables' sequences, held past their Done: a table that finishes in a pass still held its K/V in it.
+        self.seqs = [engine.serving.seqs[rid] for rid in self.rids]
+        self.prompts = [list(seq.prompt) for seq in self.seqs]
+        self.tokens: list[list[int]] = [[] for _ in self.rids]
+        self.cached = [0] * len(self.rids)  # K/V positions each table holds
+        self.waiting_first = set(range(len(self.rids)))  # tables still in the wok
+        self.wok: list[StepRecord] = []  # the passes of the order's prefill, folded into one
+        self.trace = Trace()
+        self.finished: dict[int, str] = {}  # table -> finish reason
+        self.started = False
+
+    @property
+    def done(self) -> bool:
+        return len(self.finished) == len(self.rids)
+
+    @property
+    def cancelled(self) -> bool:
+        return "cancelled" in self.finished.values()
+
+    def cancel(self) -> None:
+        for table, rid in enumerate(self.rids):
+            if table not in self.finished:
+                self.engine.cancel(rid)
+
+    def take(self, events: list[Event]) -> list[Event]:
+        """This order's events among one step's, on the order's clock (seconds since it arrived)."""
+        step = next((e for e in events if isinstance(e, StepEnd)), None)
+        mine = step is not None and any(r in self.table for r in step.request_ids)
+        out: list[Event] = []
+        if mine and not self.started:
+            self.started = True
+            lengths = [len(p) for p in self.prompts]
+            out.append(PrefillStart(step.step.t_start - self.t0, len(lengths), lengths, sum(lengths), "packed",
+                                    self.order_id))  # fmt: skip
+        in_wok = bool(self.waiting_first)  # this pass belongs to the order's prefill
+        tokens: list[Event] = []
+        for ev in events:
+            if isinstance(ev, Token) and ev.request_id in self.table:
+                t = self.table[ev.request_id]
+                self.tokens[t].append(ev.token_id)
+                self.waiting_first.discard(t)
+                tokens.append(Token(ev.t - self.t0, t, ev.step, ev.token_id, ev.text, ev.finished, self.order_id))
+        if not mine:
+            out += tokens
+        elif in_wok:
+            self._note_cache()
+            self.wok.append(self._rebased(step.step))
+            if self.waiting_first:  # more of the order's prompts still to compute
+                out += tokens
+            else:  # every table has its first bowl: the wok is done
+                rec = self._wok_record()
+                out += [PrefillEnd(rec.t_end, rec, rec.kv_bytes, self.order_id), *tokens,
+                        StepEnd(rec.t_end, rec, self.order_id)]  # fmt: skip
+        else:
+            self._note_cache()
+            rec = replace(self._rebased(step.step), phase="decode", index=len(self.trace.steps))
+            self.trace.steps.append(rec)
+            out += [*tokens, StepEnd(rec.t_end, rec, self.order_id)]
+        for ev in events:
+            if isinstance(ev, Done) and ev.request_id in self.table:
+                t = self.table[ev.request_id]
+                self.finished[t] = ev.result.finish_reason
+                self.cached[t] = 0  # its seat is free
+        if self.done and not self.cancelled:
+            out.append(Done(out[-1].t if out else 0.0, self._result(), self.order_id))
+        return out
+
+    def _note_cache(self) -> None:
+        for t, seq in enumerate(self.seqs):
+            if t not in self.finished:  # (a table that finished in this very pass is not yet)
+                self.cached[t] = seq.num_cached
+
+    def _rebased(self, rec: StepRecord) -> StepRecord:
+        kv = sum(self.cached) * self.engine.info.kv_bytes_per_token
+        return replace(rec, t_start=rec.t_start - self.t0, t_end=rec.t_end - self.t0, kv_bytes=kv)
+
+    def _wok_record(self) -> StepRecord:
+        """The order's prefill passes as one record (one pass in the usual case)."""
+        w = self.wok
+        rec = StepRecord(
+            phase="prefill", index=0, t_start=w[0].t_start, t_end=w[-1].t_end,
+            forward_s=sum(r.forward_s for r in w), batch=max(r.batch for r in w), tokens=sum(r.tokens for r in w),
+            slots=sum(r.slots for r in w), kv_tokens=sum(r.kv_tokens for r in w), kv_bytes=w[-1].kv_bytes,
+            flops=sum(r.flops for r in w), bytes_moved=sum(r.bytes_moved for r in w),
+        )  # fmt: skip
+        if len(w) > 1:
+            self.trace.notes.append(
+                f"the wok's work for this order took {len(w)} passes of the shared kitchen (its prompts were "
+                "larger than one pass's token budget, or tables waited for a seat); its time spans them all"
+            )
+        self.trace.steps.append(rec)
+        self.trace.t_first_token = rec.t_end
+        return rec
+
+    def _result(self) -> GenerationResult:
+        self.trace.t_done = self.trace.steps[-1].t_end
+        info, per_token = self.engine.info, self.engine.info.kv_bytes_per_token
+        reserved = sum(len(p) + self.max_new for p in self.prompts) * per_token
+        return GenerationResult(
+            tokens=self.tokens,
+            texts=[self.engine.decode(t) if self.engine.codec is not None else "" for t in self.tokens],
+            prompt_tokens=[len(p) for p in self.prompts],
+            metrics=compute_metrics(self.trace, [len(t) for t in self.tokens], reserved),
+            trace=self.trace,
+            settings=dict(self.settings),
+            prompt_ids=self.prompts,
+            model=info.name,
+            device=str(self.engine.device),
+            dtype=info.precision,
+            request_id=self.order_id,
+            path=self.path,
+        )

@@ -1,0 +1,158 @@
+"""The Kitchen's own routes on the class kitchen server: one order of B tables, every engine event.
+
+The OpenAI routes give a client text and timings; the Kitchen page needs the order's whole story
+(the wok's pass, the KV handed over, a bowl per table per step, the trace and the metrics) to draw
+it and to diagnose it. These routes give exactly that, for an order whose tables join the same
+continuous batch as every student's request (engine/shared_order.py), so the page that follows
+your order shows the class's dinner rush inside it:
+
+    GET  /kitchen/model                   the served model (engine.loader.ModelInfo as JSON), the
+                                          kitchen's policy, seats and token budget, its process id
+    POST /kitchen/limits   {"prompt_tokens": 100, "max_new_tokens": 64}
+                                          what one order may ask: tables, context, KV memory
+    POST /kitchen/check    {"prompts": [...], "max_new_tokens": 64, "temperature": 0}
+                                          {"prompt_ids": [[...], ...]} or a 400 with the engine's line
+    POST /kitchen/orders   {"model": "chef", "prompts": ["ROMEO:", [1, 2, 3]], "max_new_tokens": 64,
+                            "temperature": 0.8, "seed": 0}
+                                          server-sent events: {"order": ID, "prompt_tokens": [...]}, then
+                                          the order's engine events (serving/order_wire.py), then [DONE];
+                                          a failure mid-order is one {"error": {...}} event
+
+Refusals before the stream starts are HTTP errors with one line, as on the OpenAI routes: 400 over
+a limit (the engine's or the instructor's caps), 404 another model, 422 a malformed field. A
+client that hangs up cancels the order's tables at the next step; an order past the instructor's
+time limit is cancelled and its stream ends with an error event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from engine.errors import EngineError
+from serving.engine_client import Handle, Refused
+from serving.openai_api import ApiError, _field, sse
+
+MAX_TABLES = 64  # the Kitchen's batch slider stops here too
+
+
+class KitchenOrders:
+    def __init__(self, kitchen):
+        """`kitchen`: serving.server.Kitchen (its engine client, config and body reader)."""
+        self.kitchen, self.client, self.config = kitchen, kitchen.client, kitchen.config
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/kitchen/model", self.model, methods=["GET"]),
+            Route("/kitchen/limits", self.limits, methods=["POST"]),
+            Route("/kitchen/check", self.check, methods=["POST"]),
+            Route("/kitchen/orders", self.orders, methods=["POST"]),
+        ]
+
+    async def model(self, request: Request) -> Response:
+        ready = self.client.ready
+        return JSONResponse({"name": self.config.served_name, "info": ready.model_info, "policy": ready.policy,
+                             "seats": ready.seats, "kv_tokens": ready.kv_tokens, "token_budget": ready.token_budget,
+                             "pid": self.client.pid, "threads": self.client.settings.threads})  # fmt: skip
+
+    async def limits(self, request: Request) -> Response:
+        body = await self._body(request)
+        prompt = _field(body, "prompt_tokens", int, 1, check=lambda v: v >= 1, rule="an integer >= 1")
+        max_new = _field(body, "max_new_tokens", int, 1, check=lambda v: v >= 1, rule="an integer >= 1")
+        return JSONResponse(await self._ask("limits", prompt, max_new))
+
+    async def check(self, request: Request) -> Response:
+        prompts, max_new, settings = self._parse(await self._body(request))
+        return JSONResponse({"prompt_ids": await self._ask("check", prompts, max_new, settings)})
+
+    async def orders(self, request: Request) -> Response:
+        body = await self._body(request)
+        model = _field(body, "model", str, rule="the name of a served model (GET /v1/models)")
+        if model != self.config.served_name:
+            raise ApiError(404, f"model '{model}' is not served here; GET /v1/models lists "
+                                f"'{self.config.served_name}'", "model", "not_found_error")  # fmt: skip
+        prompts, max_new, settings = self._parse(body)
+        caps = self.config.caps
+        try:
+            caps.check([1] * len(prompts), max_new)
+            handle = await self.client.submit_order(prompts, max_new, settings)
+        except Refused as err:
+            raise ApiError(400, str(err), "prompts") from None
+        except EngineError as err:  # the instructor's caps, or an engine that is not ready
+            status = 503 if "not ready" in str(err) else 400
+            raise ApiError(status, str(err), None if status == 503 else "max_new_tokens") from None
+        try:
+            caps.check(handle.prompt_tokens, max_new)
+        except EngineError as err:
+            self.client.cancel(handle.key)
+            raise ApiError(400, str(err), "prompts") from None
+        order_id = "order-" + secrets.token_hex(12)
+        if self.client.board is not None:
+            self.client.board.order(order_id, [f"{handle.key}/{i}" for i in range(len(prompts))])
+        deadline = time.monotonic() + caps.max_order_seconds
+        return StreamingResponse(self._stream(request, handle, order_id, deadline), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})  # fmt: skip
+
+    # -- the stream -------------------------------------------------------------------------------------------
+    async def _stream(self, request: Request, handle: Handle, order_id: str, deadline: float):
+        async def watch() -> None:  # the client hanging up shows as http.disconnect on receive()
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            self.client.cancel(handle.key)
+
+        watcher = asyncio.create_task(watch())
+        try:
+            yield sse({"order": order_id, "prompt_tokens": handle.prompt_tokens})
+            while True:
+                try:
+                    kind, value = await asyncio.wait_for(anext(handle), max(0.0, deadline - time.monotonic()))
+                except TimeoutError:
+                    yield sse(ApiError(408, self.config.caps.time_line(), kind="timeout_error").body())
+                    break
+                if kind == "events":
+                    for ev in value:
+                        yield sse(ev)
+                elif kind == "error":
+                    yield sse(ApiError(500, value, kind="engine_error").body())
+                    break
+                else:  # "done", or "cancelled" (only after the client has gone)
+                    break
+            yield sse("[DONE]")
+        finally:
+            watcher.cancel()
+            if not handle.finished:
+                self.client.cancel(handle.key)
+
+    # -- parsing ---------------------------------------------------------------------------------------------
+    async def _body(self, request: Request) -> dict:
+        body = await self.kitchen._json(request)
+        if not isinstance(body, dict):
+            raise ApiError(422, "the body must be a JSON object")
+        return body
+
+    @staticmethod
+    def _parse(body: dict) -> tuple[list, int, dict]:
+        rule = f"a list of 1 to {MAX_TABLES} prompts, each text or a list of token ids"
+        prompts = _field(body, "prompts", list, rule=rule, check=lambda v: 1 <= len(v) <= MAX_TABLES and all(
+            (isinstance(p, str) and p.strip()) or (isinstance(p, list) and p and all(
+                isinstance(t, int) and not isinstance(t, bool) for t in p)) for p in v))  # fmt: skip
+        if prompts is None:
+            raise ApiError(422, f"field 'prompts' is required: {rule}", "prompts")
+        max_new = _field(body, "max_new_tokens", int, 16, check=lambda v: v >= 1, rule="an integer >= 1")
+        temperature = float(_field(body, "temperature", (int, float), 0.0, check=lambda v: 0 <= v <= 2,
+                                   rule="between 0 and 2"))  # fmt: skip
+        seed = _field(body, "seed", int, 0, rule="an integer")
+        return prompts, max_new, {"temperature": temperature, "seed": seed}
+
+    async def _ask(self, name: str, *args):
+        try:
+            return await self.client.ask(name, *args)
+        except Refused as err:
+            raise ApiError(400, str(err), "prompts" if name == "check" else None) from None
+        except EngineError as err:
+            raise ApiError(503, str(err), kind="server_error") from None

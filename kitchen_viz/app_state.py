@@ -18,6 +18,7 @@ import streamlit as st
 import torch
 
 from engine.errors import EngineError
+from serving.kitchen_client import ServerKitchen
 from serving.service import KitchenService, engine_threads
 
 REPO = Path(__file__).resolve().parent.parent
@@ -111,12 +112,33 @@ def _close_kitchen(svc: KitchenService) -> None:
 
 
 @st.cache_resource(show_spinner=False, max_entries=3, on_release=_close_kitchen)
-def _service(model: str, device: str, dtype: str) -> KitchenService:
+def _service(model: str, device: str, dtype: str) -> KitchenService | ServerKitchen:
+    """The Kitchen's kitchen: on a kitchen server when the app has one (`two-pot-kitchen`: its own,
+    or `--backend`), so local and remote orders take one path; in a private engine process when
+    the app runs without one (`streamlit run app.py`, page tests)."""
+    server = kitchen_server_for(model, device, dtype)
+    if server is not None:
+        return ServerKitchen(server[0], model, device, dtype, api_key=server[1] or None, run_log=run_log())
     pin = os.environ.get("TWO_POT_PIN_SERVER") == "1"  # set by the launcher (two-pot-kitchen)
     return KitchenService(model, device, dtype, run_log=run_log(), threads=engine_threads(), pin_server=pin)
 
 
-def service_for(settings: Settings) -> KitchenService:
+def kitchen_server_for(model: str, device: str, dtype: str) -> tuple[str, str] | None:
+    """(URL, API key) of the kitchen server that cooks this choice, or None: the launcher's
+    `--backend` (a Two-Pot kitchen server serves its one model), else this app's own kitchens
+    (serving/mounted.py), else none."""
+    from kitchen_viz.live_feed import base_path
+    from serving.mounted import ENV_KEY, ENV_KITCHENS, kitchen_path
+
+    if os.environ.get("TWO_POT_BACKEND"):
+        return os.environ["TWO_POT_BACKEND"], os.environ.get("TWO_POT_BACKEND_KEY", "")
+    if os.environ.get(ENV_KITCHENS) == "1":
+        port = st.get_option("server.port")
+        return f"http://127.0.0.1:{port}{base_path()}{kitchen_path(model, device, dtype)}", os.environ.get(ENV_KEY, "")
+    return None
+
+
+def service_for(settings: Settings) -> KitchenService | ServerKitchen:
     """The one shared kitchen for this model/device/dtype; its worker starts loading at once.
 
     A kitchen whose model failed to load is dropped from the cache after the page has shown the

@@ -56,6 +56,7 @@ from kitchen_viz.orders import (
 from kitchen_viz.panels import draw_panels, draw_timeline, panel_values
 from kitchen_viz.scene import ART, draw_scene
 from kitchen_viz.timeline import LiveRun
+from kitchen_viz.whole_class import draw_whole_class
 from serving.service import SETTLE_S, KitchenService
 
 ROOFLINE_PAGE = "pages/lab_roofline.py"
@@ -470,6 +471,8 @@ def finish_cook(job, run: LiveRun | None) -> None:
     if run is not None:
         run.consume(job.events)
     m = job.result.metrics
+    read_board = getattr(job._service, "board", None)  # a kitchen server: the class around this order
+    st.session_state["tpk_board"] = read_board(job.order_id) if read_board and job.order_id else None
     st.session_state["tpk_result"] = {
         "texts": list(job.result.texts),
         "ttft_s": m.ttft_s,
@@ -504,6 +507,11 @@ def draw_outcome(device: str, dtype: str) -> None:
         return
     draw_shared_stove(job)
     draw_diagnosis(job.result, device, dtype)
+    board = st.session_state.get("tpk_board")
+    if board is not None:
+        m = job.result.metrics
+        draw_whole_class(board, m.ttft_s, m.tpot_s if m.output_tokens > len(job.result.tokens) else None,
+                         "kitchen", rail=True)  # fmt: skip
     with st.expander("Full text, table by table", expanded=False):
         for i, text in enumerate(job.result.texts, start=1):
             st.markdown(f"**Table {i}**")

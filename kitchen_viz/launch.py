@@ -131,6 +131,10 @@ def main(argv: list[str] | None = None) -> int:
         print("two-pot-kitchen: --backend and --class-kitchen both name the class kitchen: choose one",
               file=sys.stderr)  # fmt: skip
         return 2
+    if not args.backend:  # the Kitchen orders from the app's own kitchen server (serving/mounted.py)
+        from serving.mounted import ENV_KITCHENS
+
+        os.environ[ENV_KITCHENS] = "1"
     if not args.no_class_kitchen and not args.backend:  # the app's class pages order from it by default
         from serving.mounted import ENV_KEY, ENV_MODEL
 

@@ -182,11 +182,17 @@ def generated_prompts(filler_ids: list[int], n_tokens: int, batch: int) -> list[
     return out
 
 
-def cook(order: Order):
-    """The worker's job for one order: stream the engine's events out, return its result."""
+@dataclass(frozen=True)
+class Cook:
+    """The worker's job for one order: stream the engine's events out, return its result.
 
-    def work(engine, emit) -> Any:
-        result = None
+    A kitchen server (serving/kitchen_client.py) cannot run a function; it reads `order` and sends
+    the order itself, so one `svc.submit(cook(order), ...)` serves both kinds of kitchen."""
+
+    order: Order
+
+    def __call__(self, engine, emit) -> Any:
+        order, result = self.order, None
         stream = engine.stream(
             order.prompts(engine),
             max_new_tokens=order.max_new_tokens,
@@ -199,4 +205,6 @@ def cook(order: Order):
                 result = event.result
         return result
 
-    return work
+
+def cook(order: Order) -> Cook:
+    return Cook(order)

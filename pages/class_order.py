@@ -18,7 +18,8 @@ import streamlit as st
 
 from engine.errors import EngineError
 from kitchen_viz.app_state import class_kitchen_address
-from kitchen_viz.class_rail import batch_figure, rail_html, you_and_kitchen, your_steps
+from kitchen_viz.class_rail import rail_html
+from kitchen_viz.whole_class import draw_whole_class
 from serving.remote_order import board, models, order_remote
 
 RAIL_EVERY_S = 0.5  # how often the rail is refreshed while your order streams
@@ -102,16 +103,4 @@ if st.button("🔥 Order", type="primary", key="order-go"):
     after = board(url, out.order_id, since=before["last_step"], api_key=api_key) if before is not None else None
     if after is not None:
         rail.markdown(rail_html(after), unsafe_allow_html=True)
-        st.subheader("The whole class")
-        yk = you_and_kitchen(out.ttft_s, out.tpot_s, after)
-        c = st.columns(4)
-        c[0].metric("Your TTFT (client)", ms(yk.your_ttft_s))
-        c[1].metric("Kitchen TTFT, median", ms(yk.kitchen_ttft_s))
-        c[2].metric("Your TPOT (client)", ms(yk.your_tpot_s))
-        c[3].metric("Kitchen TPOT, median", ms(yk.kitchen_tpot_s))
-        st.caption(f"The kitchen's medians are over the {yk.kitchen_finished} orders it finished in the last minute "
-                   f"(yours included), measured by the kitchen. {yk.shared_steps} of the {yk.your_steps} steps that "
-                   "cooked your order also cooked someone else's.")  # fmt: skip
-        steps = your_steps(after)
-        if steps:
-            st.plotly_chart(batch_figure(steps), use_container_width=True)
+        draw_whole_class(after, out.ttft_s, out.tpot_s, "client")

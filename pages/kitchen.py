@@ -36,7 +36,7 @@ st.caption(
     f"Model **{info.name}** · {info.n_params / 1e6:,.1f} M parameters · {info.weight_bytes / 1e6:,.1f} MB of "
     f"weights on **{info.device}** ({info.precision}) · context {info.max_context:,} tokens · "
     f"KV cache {info.kv_bytes_per_token:,} bytes per token · engine threads {svc.threads or 'default'} "
-    f"in its own process (pid {svc.engine_pid})"
+    f"{svc.where}"
     + ("" if info.trained else " · ⚠️ random weights: timing is real, text is not")
 )
 

@@ -39,6 +39,8 @@ class Job:
     submitted_at: float = field(default_factory=time.perf_counter)
     started_at: float | None = None
     finished_at: float | None = None
+    order_id: str | None = None  # on a kitchen server: the order's id (its tickets on the class board)
+    response: Any = field(default=None, repr=False)  # on a kitchen server: the open stream (Cancel closes it)
     cancel_token: CancelToken = field(default_factory=CancelToken, repr=False)
     _service: Any = field(default=None, repr=False)  # the KitchenService that runs it
     _ticket: Ticket | None = field(default=None, repr=False)  # its place in the stove's line
@@ -69,6 +71,16 @@ class Job:
         if self._service is None or self._ticket is None or self.finished:
             return None
         return self._service.stove.waiting_line(self._ticket)
+
+    def finish(self, result: Any = None, error: str | None = None, status: JobStatus | None = None) -> None:
+        """The kitchen's last word on the job (only the kitchen calls this)."""
+        self.result, self.error = result, error
+        self.finished_at = time.perf_counter()
+        if self.started_at is None:
+            self.started_at = self.finished_at
+        self.status = status or ("error" if error is not None else "done")
+        self.cancel_token.close()
+        self._finished.set()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the job is finished; True if it finished within `timeout` seconds."""

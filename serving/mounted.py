@@ -1,17 +1,23 @@
-"""The class kitchen inside the app's own server: `two-pot-kitchen --class-kitchen [MODEL]`.
+"""The app's own kitchen server, inside the app's server: the class kitchen and the Kitchen's kitchens.
 
 One command and one address for a workshop: the app at http://HOST:8501/ and, on the same port,
 the class kitchen server (serving/server.py) at http://HOST:8501/class/v1, with its board,
-/class/metrics for the pass and /class/health. Its engine runs in its own kitchen-loop process, as
-under `two-pot-kitchen serve`; the app's server process only routes HTTP to it. The launcher
-passes the choice through the environment (the Streamlit process inherits it):
+/class/metrics for the pass and /class/health. The Kitchen page orders from the same server
+(serving/kitchen_client.py): from /class when it cooks the class's model on the CPU in float32, so
+its orders join the class's batch, and otherwise from a kitchen opened on demand at
+/kitchens/MODEL/DEVICE/PRECISION (catalog names only, at most `MAX_KITCHENS` at once, the least
+recently used idle one closed for a new one). Each kitchen's engine runs in its own kitchen-loop
+process, pinned to the engine's cores (serving/cores.py); the app's server process only routes
+HTTP to it. The launcher passes the choice through the environment (the Streamlit process
+inherits it):
 
-    TWO_POT_CLASS_KITCHEN   the model to serve (a catalog name, preset:NAME or a folder)
+    TWO_POT_KITCHENS        "1": mount the kitchens (`two-pot-kitchen` does, unless --backend)
+    TWO_POT_CLASS_KITCHEN   the class's model (a catalog name, preset:NAME or a folder)
     TWO_POT_CLASS_KEY       its API key, if any (students then send `Authorization: Bearer KEY`)
     TWO_POT_CAPS            the instructor's caps, the same file the Kitchen obeys
 
-The kitchen loads in a background thread when the server starts, so the app opens at once;
-until the model is ready every /class request gets a 503 with one line saying so.
+A kitchen loads in a background thread, so the app opens at once; until its model is ready every
+request to it gets a 503 with one line saying so.
 """
 
 from __future__ import annotations
@@ -19,69 +25,186 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import threading
+import time
+from collections import OrderedDict
+from urllib.parse import quote
 
 from starlette.routing import Mount
 
-ENV_MODEL, ENV_KEY = "TWO_POT_CLASS_KITCHEN", "TWO_POT_CLASS_KEY"
-PREFIX = "/class"
+ENV_MODEL, ENV_KEY, ENV_KITCHENS = "TWO_POT_CLASS_KITCHEN", "TWO_POT_CLASS_KEY", "TWO_POT_KITCHENS"
+PREFIX, KITCHENS = "/class", "/kitchens"
+CLASS_DEVICE, CLASS_DTYPE = "cpu", "float32"
+MAX_KITCHENS = 3  # kitchens opened on demand, besides the class's
+# Tokens one pass may compute: a Kitchen order of up to this many prompt tokens goes through the
+# wok in one pass, as the lesson says (the chef's 8 tables x 448 tokens fit); a larger one takes
+# several passes, and its trace says so (engine/shared_order.py).
+TOKEN_BUDGET = 4096
+PRECISIONS = ("float32", "bfloat16", "float16", "int8")
+
+
+def kitchen_path(model: str, device: str, dtype: str) -> str:
+    """Where the Kitchen finds the kitchen for this choice, under the app's base path."""
+    if os.environ.get(ENV_MODEL) == model and (device, dtype) == (CLASS_DEVICE, CLASS_DTYPE):
+        return PREFIX
+    return f"{KITCHENS}/{quote(model, safe='')}/{quote(device, safe='')}/{dtype}"
+
+
+def loop_settings(source: str, device: str, dtype: str):
+    """The kitchen loop's settings in the app: the engine's threads on cores of their own, and
+    (with the launcher's TWO_POT_PIN_SERVER) this server's threads moved off them."""
+    from serving.cores import engine_threads, pin_this_process, split_cores
+    from serving.kitchen_loop import LoopSettings
+
+    threads = engine_threads()
+    split = split_cores(threads)
+    if split is not None and os.environ.get("TWO_POT_PIN_SERVER") == "1":
+        pin_this_process(split.server)
+    return LoopSettings(source, device, dtype, token_budget=TOKEN_BUDGET, threads=threads,
+                        cores=tuple(sorted(split.engine)) if split is not None else ())  # fmt: skip
 
 
 class ClassKitchenMount:
-    """The ASGI app mounted at /class: a one-line 503 until the kitchen is ready, then the server."""
+    """One kitchen's ASGI app (the class's at /class): a one-line 503 until it is ready, then the server."""
 
-    def __init__(self, model: str, api_key: str | None):
-        self.model, self.api_key = model, api_key
+    def __init__(self, model: str, api_key: str | None, device: str = CLASS_DEVICE, dtype: str = CLASS_DTYPE):
+        self.model, self.api_key, self.device, self.dtype = model, api_key, device, dtype
         self.app = None
         self.client = None
-        self.status = f"the class kitchen is loading {model}; try again in a few seconds"
+        self.used_at = time.monotonic()
+        self.status = f"the kitchen is loading {model} on {device} ({dtype}); try again in a few seconds"
 
     def start(self) -> None:
         """Load the model in a kitchen-loop process (blocking: call it from a thread)."""
         from engine.errors import EngineError
         from serving.caps import load_caps
         from serving.class_board import ClassBoard
-        from serving.engine_client import EngineClient, LoopSettings
+        from serving.engine_client import EngineClient
         from serving.metrics import KitchenMetrics
         from serving.server import ServerConfig, create_app, served_name
 
         try:
             name, source = served_name(self.model)
             metrics = KitchenMetrics(name)
-            self.client = EngineClient(LoopSettings(source), metrics, ClassBoard())
+            self.client = EngineClient(loop_settings(source, self.device, self.dtype), metrics, ClassBoard())
             self.app = create_app(self.client, ServerConfig(name, self.api_key, load_caps(None)), metrics)
         except EngineError as err:
-            self.status = f"the class kitchen could not start: {err}"
+            self.status = f"the kitchen could not start: {err}"
 
     def close(self) -> None:
         if self.client is not None:
             self.client.close()
 
+    @property
+    def idle(self) -> bool:
+        return self.app is not None and self.client.in_flight == 0
+
+    @property
+    def failed(self) -> bool:
+        return self.app is None and self.status.startswith("the kitchen could not start")
+
     async def __call__(self, scope, receive, send) -> None:
+        self.used_at = time.monotonic()
         if self.app is not None:
             await self.app(scope, receive, send)
             return
-        body = json.dumps({"error": {"message": self.status, "type": "server_error", "param": None,
-                                     "code": 503}}).encode()  # fmt: skip
-        await send({"type": "http.response.start", "status": 503,
-                    "headers": [(b"content-type", b"application/json")]})  # fmt: skip
-        await send({"type": "http.response.body", "body": body})
+        await refuse(send, 503, self.status)
+
+
+async def refuse(send, status: int, line: str) -> None:
+    """A one-line JSON error (OpenAI's error object), without a router."""
+    kind = "server_error" if status >= 500 else "not_found_error"
+    body = json.dumps({"error": {"message": line, "type": kind, "param": None, "code": status}}).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class KitchenRooms:
+    """The ASGI app at /kitchens/{model}/{device}/{precision}: that kitchen, opened on first use."""
+
+    def __init__(self, api_key: str | None):
+        self.api_key = api_key
+        self.rooms: OrderedDict[tuple[str, str, str], ClassKitchenMount] = OrderedDict()
+        self.lock = threading.Lock()
+
+    async def __call__(self, scope, receive, send) -> None:
+        p = scope.get("path_params", {})
+        key = (p.get("model", ""), p.get("device", ""), p.get("precision", ""))
+        problem = self.refusal(*key)
+        if problem is not None:
+            await refuse(send, 404, problem)
+            return
+        room, problem = self.room(key)
+        if room is None:
+            await refuse(send, 503, problem)
+            return
+        await room(scope, receive, send)
+
+    @staticmethod
+    def refusal(model: str, device: str, precision: str) -> str | None:
+        """Why this kitchen cannot be opened (one line), or None. Catalog names only: never a path."""
+        from engine.errors import EngineError
+        from serving.catalog import load_catalog
+
+        try:
+            names = [e.name for e in load_catalog().entries]
+        except EngineError as err:
+            return str(err)
+        if model not in names:
+            return f"no model '{model}' in this server's catalog ({', '.join(names)})"
+        if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+            return f"device must be cpu or cuda[:N] (got '{device}')"
+        if precision not in PRECISIONS:
+            return f"precision must be one of {', '.join(PRECISIONS)} (got '{precision}')"
+        return None
+
+    def room(self, key: tuple[str, str, str]) -> tuple[ClassKitchenMount | None, str]:
+        with self.lock:
+            if key in self.rooms:
+                self.rooms.move_to_end(key)
+                return self.rooms[key], ""
+            if len(self.rooms) >= MAX_KITCHENS:
+                idle = next((k for k, r in self.rooms.items() if r.idle or r.failed), None)
+                if idle is None:
+                    return None, (f"this server already runs {MAX_KITCHENS} kitchens and every one is cooking; "
+                                  "try again when an order is done")  # fmt: skip
+                self.rooms.pop(idle).close()
+            room = ClassKitchenMount(key[0], self.api_key, key[1], key[2])
+            self.rooms[key] = room
+        threading.Thread(target=room.start, daemon=True, name=f"kitchen-loader-{key[0]}").start()
+        return room, ""
+
+    def close(self) -> None:
+        with self.lock:
+            rooms, self.rooms = list(self.rooms.values()), OrderedDict()
+        for room in rooms:
+            room.close()
 
 
 def class_kitchen(base: str = "") -> tuple[list, object | None]:
-    """(routes, lifespan) for serve.py's st.App: the /class mount (under Streamlit's base path
-    `base`, e.g. "/kitchen") when the launcher asked for one."""
+    """(routes, lifespan) for serve.py's st.App, under Streamlit's base path `base` (e.g. "/kitchen"):
+    the class kitchen at /class when the launcher named one, and the Kitchen's kitchens at
+    /kitchens/... when it asked for them."""
     model = os.environ.get(ENV_MODEL)
-    if not model:
+    key = os.environ.get(ENV_KEY) or None
+    mount = ClassKitchenMount(model, key) if model else None
+    rooms = KitchenRooms(key) if os.environ.get(ENV_KITCHENS) == "1" else None
+    if mount is None and rooms is None:
         return [], None
-    mount = ClassKitchenMount(model, os.environ.get(ENV_KEY) or None)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        threading.Thread(target=mount.start, daemon=True, name="class-kitchen-loader").start()
+        if mount is not None:
+            threading.Thread(target=mount.start, daemon=True, name="class-kitchen-loader").start()
         try:
             yield {}
         finally:
-            mount.close()
+            for m in (mount, rooms):
+                if m is not None:
+                    m.close()
 
-    return [Mount(base + PREFIX, app=mount)], lifespan
+    routes = [Mount(base + PREFIX, app=mount)] if mount is not None else []
+    if rooms is not None:
+        routes.append(Mount(base + KITCHENS + "/{model}/{device}/{precision}", app=rooms))
+    return routes, lifespan

@@ -104,6 +104,33 @@ def resolve_model(model: str) -> str:
     return model if Path(source) == (EMBEDDED_MODELS / model).resolve() else source
 
 
+def record_run(run_log, model: str, device: str, job: Job, result: Any) -> None:
+    """Every finished generation goes to the server's run log (the dashboard reads it)."""
+    if run_log is None or not hasattr(result, "metrics") or not hasattr(result, "trace"):
+        return
+    try:
+        run_log.record(model=model, device=device, result=result, queue_wait_s=job.queue_wait_s)
+    except Exception:  # noqa: BLE001 — a broken log must not lose the learner's result
+        log.exception("run log refused job %r", job.label)
+
+
+def cancel_abandoned(jobs: list[Job]) -> None:
+    """Cancel each job whose page (`job.watch(alive)`) has said it is gone for ABANDON_S in a row."""
+    now = time.monotonic()
+    for job in jobs:
+        try:
+            alive = job._alive()
+        except Exception:  # noqa: BLE001 — a probe that fails cannot tell: keep the order
+            alive = True
+        if alive:
+            job._gone_since = None
+        elif job._gone_since is None:
+            job._gone_since = now
+        elif now - job._gone_since >= ABANDON_S:
+            log.info("page of job %r is gone; cancelling it", job.label)
+            job.cancel(PAGE_GONE)
+
+
 class KitchenService:
     """Owns ONE engine for (model, device, dtype) in ONE worker thread; jobs take turns.
 
@@ -250,6 +277,11 @@ class KitchenService:
         return True
 
     @property
+    def where(self) -> str:
+        """Where the engine runs, for the page's caption."""
+        return f"in its own process (pid {self.engine_pid})"
+
+    @property
     def engine_pid(self) -> int | None:
         """The child process that runs the engine (None until loaded)."""
         return self._process.pid if self._process is not None else None
@@ -291,19 +323,7 @@ class KitchenService:
                 if self._closed:
                     return
                 jobs = self._watched()
-            now = time.monotonic()
-            for job in jobs:
-                try:
-                    alive = job._alive()
-                except Exception:  # noqa: BLE001 — a probe that fails cannot tell: keep the order
-                    alive = True
-                if alive:
-                    job._gone_since = None
-                elif job._gone_since is None:
-                    job._gone_since = now
-                elif now - job._gone_since >= ABANDON_S:
-                    log.info("page of job %r is gone; cancelling it", job.label)
-                    job.cancel(PAGE_GONE)
+            cancel_abandoned(jobs)
             time.sleep(WATCH_S)
 
     # -- the worker ------------------------------------------------------------------------------
@@ -420,22 +440,8 @@ class KitchenService:
         return split.engine if split is not None else ALL_CORES
 
     def _record(self, job: Job, result: Any) -> None:
-        """Every finished generation goes to the server's run log (the dashboard reads it)."""
-        if self.run_log is None or not hasattr(result, "metrics") or not hasattr(result, "trace"):
-            return
-        try:
-            self.run_log.record(
-                model=self.model, device=self.device, result=result, queue_wait_s=job.queue_wait_s
-            )
-        except Exception:  # noqa: BLE001 — a broken log must not lose the learner's result
-            log.exception("run log refused job %r", job.label)
+        record_run(self.run_log, self.model, self.device, job, result)
 
     @staticmethod
     def _finish(job: Job, result: Any = None, error: str | None = None, status: JobStatus | None = None) -> None:
-        job.result, job.error = result, error
-        job.finished_at = time.perf_counter()
-        if job.started_at is None:
-            job.started_at = job.finished_at
-        job.status = status or ("error" if error is not None else "done")
-        job.cancel_token.close()
-        job._finished.set()
+        job.finish(result, error, status)

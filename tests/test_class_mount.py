@@ -64,6 +64,47 @@ def test_the_class_order_page_orders_from_the_mounted_kitchen(server):
         assert page.locator("[data-testid='stException']").count() == 0
 
 
+def generated_tokens(metrics_text: str) -> float:
+    line = next(x for x in metrics_text.splitlines() if x.startswith("twopot:generation_tokens_total"))
+    return float(line.split()[-1])
+
+
+@needs_chromium
+def test_the_kitchen_cooks_in_the_class_kitchen_and_shows_the_whole_class(server):
+    """One code path: the Kitchen's Cook goes over HTTP to the class kitchen mounted on the app's port."""
+    ready(server, "k")
+    before = generated_tokens(httpx.get(server + "/class/metrics").text)
+    with chromium() as b:
+        page = b.new_page(viewport={"width": 1280, "height": 3000})
+        page.goto(server + "/?batch=2&new=16&prompt=12")
+        page.get_by_role("button", name="Cook").wait_for(timeout=120_000)
+        assert page.get_by_text("on the kitchen server at").count() == 1
+        page.get_by_role("button", name="Cook").click()
+        page.get_by_text("The whole class").wait_for(timeout=120_000)
+        page.get_by_text("Kitchen TTFT, median").wait_for(timeout=30_000)
+        page.get_by_text("Diagnosis", exact=False).first.wait_for(timeout=30_000)
+        assert page.locator("[data-testid='stException']").count() == 0
+    assert generated_tokens(httpx.get(server + "/class/metrics").text) - before == 2 * 16  # both tables' bowls
+
+
+def test_other_choices_open_their_own_kitchen_on_demand(server):
+    url = server + "/kitchens/chef/cpu/int8"
+    assert httpx.get(url + "/kitchen/model").status_code in (401, 503)  # loading, or the key first
+    deadline, r = time.monotonic() + 120, None
+    while time.monotonic() < deadline:
+        r = httpx.get(url + "/kitchen/model", headers={"Authorization": "Bearer k"}, timeout=5)
+        if r.status_code == 200:
+            break
+        assert r.status_code == 503 and "loading chef on cpu (int8)" in r.json()["error"]["message"]
+        time.sleep(0.2)
+    assert r is not None and r.status_code == 200 and r.json()["info"]["quant"] == "int8"
+    assert httpx.get(url + "/kitchen/model").status_code == 401  # the class key holds here too
+    r = httpx.get(server + "/kitchens/assets/cpu/float32/kitchen/model")  # catalog names only, never a folder
+    assert r.status_code == 404 and r.json()["error"]["message"].startswith("no model 'assets' in this server's catalog")
+    r = httpx.get(server + "/kitchens/chef/tpu/float32/kitchen/model")
+    assert r.status_code == 404 and r.json()["error"]["message"] == "device must be cpu or cuda[:N] (got 'tpu')"
+
+
 def test_the_launcher_warns_about_an_open_kitchen_without_a_key(monkeypatch, capsys):
     monkeypatch.delenv("TWO_POT_CLASS_KITCHEN", raising=False)
     monkeypatch.delenv("TWO_POT_CLASS_KEY", raising=False)

@@ -212,9 +212,9 @@ class EngineClient:
                         self.board.arrived(key, n)
                 if handle is not None:
                     handle.settle(kind != "refused", msg[2])
-            elif kind == "answer":
+            elif kind == "answer":  # the last word on a question: a refused one must not stay in flight either
                 with self._lock:
-                    handle = self._handles.get(msg[1])
+                    handle = self._handles.pop(msg[1], None)
                 if handle is not None:
                     handle.settle(msg[2], msg[3])
             elif kind == "order":

@@ -34,6 +34,7 @@ from serving.service import HOLD_S, WATCH_S, cancel_abandoned, record_run
 
 CONNECT_TIMEOUT_S = 600.0  # the longest we wait for the server to load the model
 POLL_S = 0.25
+BOARD_S = 0.5  # how often the live rail is refreshed while an order cooks
 
 
 class ServerKitchen:
@@ -94,11 +95,13 @@ class ServerKitchen:
         """Where the engine runs, for the page's caption."""
         return f"on the kitchen server at {self.url} (engine pid {self.engine_pid})"
 
-    def board(self, order_id: str) -> dict | None:
-        """The class board with this order's tickets marked (serving/class_board.py); None if unreadable."""
+    def board(self, order_id: str, since: int | None = None) -> dict | None:
+        """The class board with this order's tickets marked (serving/class_board.py), its steps after
+        `since` (None: every step it keeps); None if unreadable."""
         from serving.remote_order import board
 
-        return board(self.url, order_id, api_key=self._headers.get("Authorization", "")[7:] or None)
+        key = self._headers.get("Authorization", "")[7:] or None
+        return board(self.url, order_id, since=-1 if since is None else since, api_key=key)
 
     def loading_message(self) -> str:
         return f"the kitchen server is loading {self.model} on {self.device} ({self.dtype})"
@@ -204,10 +207,15 @@ class ServerKitchen:
             if token.cancelled:
                 return self._finish(job, error=token.reason, status="cancelled")
             return self._finish(job, error=f"the kitchen server at {self.url} stopped answering: {type(err).__name__}: {err}")
-        except EngineError as err:
+        except ValueError as err:  # an EngineError (the server's line), or a stream the Kitchen cannot read
             if token.cancelled:
                 return self._finish(job, error=token.reason, status="cancelled")
-            return self._finish(job, error=str(err))
+            line = str(err) if isinstance(err, EngineError) else f"the kitchen server at {self.url} sent what the " \
+                f"Kitchen cannot read: {err}"  # fmt: skip
+            return self._finish(job, error=" ".join(line.split()))
+        except Exception as err:  # noqa: BLE001 -- a bug must still end the job, in one line
+            return self._finish(job, error=" ".join(f"the Kitchen could not follow this order: {type(err).__name__}: "
+                                                    f"{err}".split()))  # fmt: skip
         finally:
             if timer is not None:
                 timer.cancel()
@@ -226,10 +234,13 @@ class ServerKitchen:
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
                 msg = json.loads(line[6:])
+                if not isinstance(msg, dict):
+                    raise ValueError(f"an event must be a JSON object (got {line[6:80]})")
                 if "error" in msg:
                     raise EngineError(msg["error"].get("message", "the kitchen server sent an error"))
                 if "order" in msg:
                     job.order_id = msg["order"]  # names its tickets on the class board
+                    threading.Thread(target=self._follow_board, args=(job,), daemon=True).start()
                     continue
                 ev = from_wire(msg)
                 job.events.append(ev)
@@ -238,6 +249,18 @@ class ServerKitchen:
         if result is None:
             raise EngineError(f"the kitchen server at {self.url} ended the order without its result")
         return result
+
+    def _follow_board(self, job: Job) -> None:
+        """While the order cooks: the class board every BOARD_S, for the live rail (serving/class_board.py).
+        Only the steps since the last read are asked for (the rail needs the tickets). It runs in the
+        app's server process, on the server's cores, never on the engine's."""
+        since = None
+        while not job.finished:
+            board = self.board(job.order_id, since)
+            if board is None:  # a server without a board, or one that does not answer in time
+                return
+            job.board, since = board, board["last_step"]
+            time.sleep(BOARD_S)
 
     def _finish(self, job: Job, result=None, error: str | None = None, status=None) -> None:
         job.finish(result, error, status)

@@ -73,6 +73,8 @@ class KitchenOrders:
     async def orders(self, request: Request) -> Response:
         body = await self._body(request)
         model = _field(body, "model", str, rule="the name of a served model (GET /v1/models)")
+        if model is None:
+            raise ApiError(422, "field 'model' is required: the name of a served model (GET /v1/models)", "model")
         if model != self.config.served_name:
             raise ApiError(404, f"model '{model}' is not served here; GET /v1/models lists "
                                 f"'{self.config.served_name}'", "model", "not_found_error")  # fmt: skip

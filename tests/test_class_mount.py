@@ -76,15 +76,18 @@ def test_the_kitchen_cooks_in_the_class_kitchen_and_shows_the_whole_class(server
     before = generated_tokens(httpx.get(server + "/class/metrics").text)
     with chromium() as b:
         page = b.new_page(viewport={"width": 1280, "height": 3000})
-        page.goto(server + "/?batch=2&new=16&prompt=12")
+        page.goto(server + "/?batch=2&new=300&prompt=12")
         page.get_by_role("button", name="Cook").wait_for(timeout=120_000)
         assert page.get_by_text("on the kitchen server at").count() == 1
         page.get_by_role("button", name="Cook").click()
+        rail = page.locator(".tpk-class-rail:not([hidden])")  # live, inside the scene, while the order cooks
+        rail.wait_for(timeout=60_000)
+        assert rail.inner_text().count("you · #") == 2  # both tables, highlighted as yours
         page.get_by_text("The whole class").wait_for(timeout=120_000)
         page.get_by_text("Kitchen TTFT, median").wait_for(timeout=30_000)
         page.get_by_text("Diagnosis", exact=False).first.wait_for(timeout=30_000)
         assert page.locator("[data-testid='stException']").count() == 0
-    assert generated_tokens(httpx.get(server + "/class/metrics").text) - before == 2 * 16  # both tables' bowls
+    assert generated_tokens(httpx.get(server + "/class/metrics").text) - before == 2 * 300  # both tables' bowls
 
 
 def test_other_choices_open_their_own_kitchen_on_demand(server):

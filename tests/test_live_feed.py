@@ -141,3 +141,24 @@ def test_the_live_view_is_the_default_where_the_feed_is_served(monkeypatch):
     monkeypatch.setattr(live_feed, "_MOUNTED", threading.Event())
     monkeypatch.setattr(kitchen_ui.os, "cpu_count", lambda: 4)
     assert kitchen_ui.live_view_default()
+
+
+def test_the_scene_gets_the_class_rail_while_a_class_kitchen_order_cooks():
+    """A job on a class kitchen carries the board its client reads while it cooks (serving/kitchen_client.py);
+    the scene's data then holds the rail: tickets only, yours highlighted, and none once the job is done."""
+    from types import SimpleNamespace
+
+    from serving.job import Job
+
+    svc = SimpleNamespace(info=SimpleNamespace(kv_bytes_per_token=6144), queue_length=lambda: 1)
+    job = Job(label="cook", work=None, status="running")
+    job.board = {"tickets": [{"ticket": 4, "mine": True, "state": "running", "prompt_tokens": 12, "tokens": 3},
+                             {"ticket": 5, "mine": False, "state": "waiting", "prompt_tokens": 40, "tokens": 0}]}  # fmt: skip
+    run = LiveRun.for_order("r", [12])
+    data = live_feed.live_scene_data(svc, job, run, presenter=False, wok_capacity=4096, panels=None)
+    rail = data["class_rail"]
+    assert "you · #4" in rail and "#5" in rail and "you · #5" not in rail and "waiting for a seat" in rail
+    job.status = "done"
+    assert live_feed.live_scene_data(svc, job, run, presenter=False, wok_capacity=4096, panels=None)["class_rail"] is None
+    job.status, job.board = "running", None  # a private engine, or a server that keeps no board
+    assert live_feed.live_scene_data(svc, job, run, presenter=False, wok_capacity=4096, panels=None)["class_rail"] is None

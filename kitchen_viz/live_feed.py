@@ -30,10 +30,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from kitchen_viz.class_rail import rail_html
 from kitchen_viz.live_panels import live_panel_data
 from kitchen_viz.panels import PanelValues, panel_values
 from kitchen_viz.timeline import LiveRun
 
+CLASS_RAIL_TITLE = "<div class='tpk-class-rail-title'>🧾 The class kitchen's rail: every order in the pot now</div>"
 FEED_PATH = "/two-pot/feed/"  # + token; under Streamlit's server.baseUrlPath
 POLL_MS = 250  # the scene asks four times a second, as the fragment used to tick
 KEEP_S = 600.0  # a feed is forgotten this long after its order finished
@@ -88,6 +90,8 @@ def live_scene_data(
     data = run.scene_data(presenter=presenter, wok_capacity=wok_capacity)
     data["kv_bytes_per_token"] = svc.info.kv_bytes_per_token if svc.info else 0
     data["panels"] = None
+    board = getattr(job, "board", None)  # a class kitchen's board, read while the order cooks
+    data["class_rail"] = (CLASS_RAIL_TITLE + rail_html(board)) if board is not None and not job.finished else None
     if panels is not None:
         data["panels"] = live_panel_data(panels, waited_s(job))
         if job.status in ("queued", "loading"):

@@ -41,6 +41,7 @@ class Job:
     finished_at: float | None = None
     order_id: str | None = None  # on a kitchen server: the order's id (its tickets on the class board)
     response: Any = field(default=None, repr=False)  # on a kitchen server: the open stream (Cancel closes it)
+    board: dict | None = field(default=None, repr=False)  # on a class kitchen: its board, read while cooking
     cancel_token: CancelToken = field(default_factory=CancelToken, repr=False)
     _service: Any = field(default=None, repr=False)  # the KitchenService that runs it
     _ticket: Ticket | None = field(default=None, repr=False)  # its place in the stove's line

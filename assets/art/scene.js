@@ -93,6 +93,7 @@ function mount(parent) {
   root.className = "tpk-root";
   root.innerHTML = `
     <div class="tpk-live-panels" hidden>${PANELS}</div>
+    <div class="tpk-class-rail" hidden></div>
     <div class="tpk-scene">${SVG}</div>
     <aside class="tpk-side">
       <div class="tpk-side-head">
@@ -111,6 +112,7 @@ function mount(parent) {
     data: null, runId: null, playStart: null, slow: null, raf: null, drawn: null,
     feedUrl: null, feedTimer: null, feedFailed: null, say: null, tick: null, seen: null,
     panels: $(".tpk-live-panels"), panelsKey: null,
+    classRail: $(".tpk-class-rail"), classRailHtml: null,
   };
   $(".tpk-replay").addEventListener("click", () => restart(scene));
   return scene;
@@ -120,6 +122,7 @@ function mount(parent) {
 
 function receive(scene, data) {
   drawPanels(scene, data.panels ?? null);
+  drawClassRail(scene, data.class_rail ?? null);
   scene.root.classList.toggle("tpk-presenter", !!data.presenter);
   if (data.run_id !== scene.runId) {
     scene.runId = data.run_id;
@@ -281,6 +284,19 @@ function drawPanels(scene, p) {
   setAttr(box.querySelector(".tpk-lp-line"), "points", pts);
   setText(box.querySelector('[data-k="axis"]'),
     ms.length ? `${p.steps} step${p.steps === 1 ? "" : "s"} · slowest ${top.toFixed(2)} ms` : "the pot has not started ladling yet");
+}
+
+// ---------------------------------------------------------------- the whole class (a class kitchen)
+
+// On a class kitchen the order shares the pot with other students' orders: the page's feed sends
+// the class board's rail (kitchen_viz/class_rail.py `rail_html`: tickets only, numbers and sizes,
+// built by the server from its own board, never a prompt), redrawn only when it changed.
+function drawClassRail(scene, html) {
+  const box = scene.classRail;
+  if (box.hidden !== !html) box.hidden = !html;
+  if (!html || html === scene.classRailHtml) return;
+  scene.classRailHtml = html;
+  box.innerHTML = html;
 }
 
 // ---------------------------------------------------------------- the static parts of one order

@@ -112,11 +112,12 @@ def _close_kitchen(svc: KitchenService) -> None:
 
 
 @st.cache_resource(show_spinner=False, max_entries=3, on_release=_close_kitchen)
-def _service(model: str, device: str, dtype: str) -> KitchenService | ServerKitchen:
+def _service(model: str, device: str, dtype: str, private: bool = False) -> KitchenService | ServerKitchen:
     """The Kitchen's kitchen: on a kitchen server when the app has one (`two-pot-kitchen`: its own,
     or `--backend`), so local and remote orders take one path; in a private engine process when
-    the app runs without one (`streamlit run app.py`, page tests)."""
-    server = kitchen_server_for(model, device, dtype)
+    the app runs without one (`streamlit run app.py`, page tests) or when `private` (the Lab: its
+    sweeps need the engine in hand, lab/experiment.py)."""
+    server = None if private else kitchen_server_for(model, device, dtype)
     if server is not None:
         return ServerKitchen(server[0], model, device, dtype, api_key=server[1] or None, run_log=run_log())
     pin = os.environ.get("TWO_POT_PIN_SERVER") == "1"  # set by the launcher (two-pot-kitchen)
@@ -138,15 +139,16 @@ def kitchen_server_for(model: str, device: str, dtype: str) -> tuple[str, str] |
     return None
 
 
-def service_for(settings: Settings) -> KitchenService | ServerKitchen:
+def service_for(settings: Settings, private: bool = False) -> KitchenService | ServerKitchen:
     """The one shared kitchen for this model/device/dtype; its worker starts loading at once.
+    `private`: the app's own engine process even where a kitchen server cooks the Kitchen's orders.
 
     A kitchen whose model failed to load is dropped from the cache after the page has shown the
     reason, so fixing the problem (say, freeing memory) and reloading tries again.
     """
-    svc = _service(settings.model, settings.device, settings.dtype)
+    svc = _service(settings.model, settings.device, settings.dtype, private)
     if svc.state == "error":  # forget only this kitchen, and stop its idle worker
-        _service.clear(settings.model, settings.device, settings.dtype)  # type: ignore[attr-defined]
+        _service.clear(settings.model, settings.device, settings.dtype, private)  # type: ignore[attr-defined]
         svc.close()
     return svc
 

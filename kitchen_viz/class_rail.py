@@ -24,7 +24,10 @@ import plotly.graph_objects as go
 YOU, OTHERS = "#e8590c", "#868e96"  # the wok's orange; a neutral grey readable on light and dark
 
 
-def rail_html(board: dict) -> str:
+def rail_html(board: dict, counts: bool = True) -> str:
+    """The tickets as cards. `counts=False` leaves out each ticket's tokens so far: the Kitchen's live
+    scene then redraws the rail only when a ticket joins, leaves or gets its seat (a browser's redraw
+    on every token shares the engine's cores; docs/benchmarks/ui-overhead.md)."""
     tickets = board.get("tickets", [])
     if not tickets:
         return "<div class='tpk-rail'><em>The rail is empty: no order is cooking or waiting.</em></div>"
@@ -34,7 +37,7 @@ def rail_html(board: dict) -> str:
         colour = YOU if mine else OTHERS
         border = f"2px {'dashed' if waiting else 'solid'} {colour}"
         name = f"you · #{t['ticket']}" if mine else f"#{t['ticket']}"
-        state = "waiting for a seat" if waiting else f"{t['tokens']} tok"
+        state = "waiting for a seat" if waiting else f"{t['tokens']} tok" if counts else "cooking"
         cards.append(
             f"<span style='display:inline-block;margin:2px 4px;padding:2px 8px;border:{border};border-radius:6px;"
             f"{'font-weight:700;background:' + colour + '22;' if mine else ''}'>"

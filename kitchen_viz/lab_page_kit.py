@@ -57,8 +57,10 @@ def framing(exp: Experiment) -> None:
 
 
 def ready_service(settings):
-    """The shared kitchen for this session's model, waiting (with a message) while it loads."""
-    svc = service_for(settings)
+    """The app's own kitchen for this session's model, waiting (with a message) while it loads. The
+    Lab's sweeps run in the app's engine process even where the Kitchen orders from a kitchen
+    server: they need the engine itself (profilers, CPU time, caches the class kitchen does not run)."""
+    svc = service_for(settings, private=True)
     if svc.state == "loading":
         with st.spinner(svc.loading_message):
             svc.wait_ready(timeout=300)

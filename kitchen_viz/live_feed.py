@@ -91,7 +91,7 @@ def live_scene_data(
     data["kv_bytes_per_token"] = svc.info.kv_bytes_per_token if svc.info else 0
     data["panels"] = None
     board = getattr(job, "board", None)  # a class kitchen's board, read while the order cooks
-    data["class_rail"] = (CLASS_RAIL_TITLE + rail_html(board)) if board is not None and not job.finished else None
+    data["class_rail"] = (CLASS_RAIL_TITLE + rail_html(board, counts=False)) if board is not None and not job.finished else None
     if panels is not None:
         data["panels"] = live_panel_data(panels, waited_s(job))
         if job.status in ("queued", "loading"):

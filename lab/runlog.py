@@ -51,14 +51,13 @@ COLUMNS = [
 def row_from_result(*, model: str, device: str, result: GenerationResult, queue_wait_s: float) -> dict:
     """One log row from a finished generation: its metrics plus who ran it and how long it queued."""
     m = result.metrics
-    pre = result.trace.prefill
     return {
         "wall_time": datetime.now(timezone.utc),
         "model": model,
         "device": device,
         "dtype": getattr(result, "dtype", "") or "",
-        "batch": pre.batch if pre is not None else len(result.tokens),
-        "prompt_tokens": m.prefill_tokens,
+        "batch": len(result.tokens),  # the order's tables (a class kitchen's pass may hold others' too)
+        "prompt_tokens": sum(result.prompt_tokens),
         "output_tokens": m.output_tokens,
         "queue_wait_s": float(queue_wait_s),
         "ttft_s": m.ttft_s,

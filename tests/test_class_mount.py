@@ -128,3 +128,44 @@ def test_the_launcher_warns_about_an_open_kitchen_without_a_key(monkeypatch, cap
     assert "TWO_POT_CLASS_KITCHEN" not in os.environ  # the class pages order from the backend instead
     assert main(["--backend", "http://10.0.0.5:8000", "--class-kitchen", "--print-command"]) == 2
     assert "choose one" in capsys.readouterr().err
+
+
+def test_the_kitchen_finds_its_kitchen_server_and_the_lab_keeps_its_own_engine(monkeypatch):
+    """Where the Kitchen cooks: under the launcher its choice maps to the class kitchen or a kitchen
+    of its own on the app's server, `--backend` sends it there, and without either (plain
+    `streamlit run app.py`) it keeps a private engine."""
+    from kitchen_viz import app_state
+    from serving.mounted import ENV_KITCHENS, ENV_MODEL
+
+    monkeypatch.delenv("TWO_POT_BACKEND", raising=False)
+    monkeypatch.setenv(ENV_KITCHENS, "1")
+    monkeypatch.setenv(ENV_MODEL, "chef")
+    port = app_state.st.get_option("server.port")
+    assert app_state.kitchen_server_for("chef", "cpu", "float32") == (f"http://127.0.0.1:{port}/class", "")
+    assert app_state.kitchen_server_for("chef", "cpu", "int8")[0].endswith("/kitchens/chef/cpu/int8")
+    assert app_state.kitchen_server_for("preset:smollm2-135m", "cuda:0", "bfloat16")[0].endswith(
+        "/kitchens/preset%3Asmollm2-135m/cuda%3A0/bfloat16")  # fmt: skip
+    monkeypatch.setenv("TWO_POT_BACKEND", "http://10.0.0.5:8000")
+    monkeypatch.setenv("TWO_POT_BACKEND_KEY", "s")
+    assert app_state.kitchen_server_for("chef", "cpu", "float32") == ("http://10.0.0.5:8000", "s")
+    monkeypatch.delenv("TWO_POT_BACKEND")
+    monkeypatch.delenv(ENV_KITCHENS)
+    assert app_state.kitchen_server_for("chef", "cpu", "float32") is None
+
+
+@needs_chromium
+def test_a_lab_page_runs_in_the_apps_own_engine_beside_the_kitchen_server(server):
+    """The Lab's sweeps need the engine in hand, so under the launcher they keep the app's own engine
+    process while the Kitchen orders from the kitchen server: a lab run ends with its charts."""
+    ready(server, "k")
+    with chromium() as b:
+        page = b.new_page(viewport={"width": 1280, "height": 3000})
+        page.goto(server + "/lab_padding")
+        guess = page.get_by_placeholder("your guess")
+        guess.wait_for(timeout=120_000)
+        guess.fill("40")
+        guess.press("Enter")
+        page.get_by_role("button", name="Run").click()
+        page.get_by_text("this machine measured").wait_for(timeout=240_000)
+        assert page.locator("[data-testid='stException']").count() == 0
+        assert page.locator("[data-testid='stAlertContentError']").count() == 0

@@ -72,9 +72,11 @@ def read_order(r: httpx.Response, on_event=None) -> tuple[dict, list, list[str]]
         if first is None:
             first = msg
             continue
-        events.append(from_wire(msg))
-        if on_event is not None and on_event(events[-1]) is False:
-            break
+        assert set(msg) == {"events"} and msg["events"], msg  # one message per step: its events together
+        for d in msg["events"]:
+            events.append(from_wire(d))
+            if on_event is not None and on_event(events[-1]) is False:
+                return first, events, lines
     return first, events, lines
 
 
@@ -173,10 +175,11 @@ def test_the_board_marks_the_orders_tables_while_it_cooks_and_a_hang_up_cancels_
     with httpx.stream("POST", url + "/kitchen/orders", json=body, headers=AUTH, timeout=60) as r:
         for line in r.iter_lines():
             if line.startswith("data: {"):
-                seen.append(json.loads(line[6:]))
+                msg = json.loads(line[6:])
+                seen += msg["events"] if "events" in msg else [msg]
                 if len(seen) == 1:
                     continue
-                if seen[-1].get("type") == "token":
+                if any(m.get("type") == "token" for m in seen[1:]):
                     snaps.append(board(url, seen[0]["order"]))
                     break  # then hang up, mid-order
     assert all(m.get("type") != "done" for m in seen)
@@ -309,6 +312,27 @@ def test_server_kitchen_cooks_an_order_as_generate_would(svc, served, ref):
     job = svc.submit(cook(text), text.label)
     assert job.wait(60) and job.status == "done"
     assert job.result.tokens == ref.generate(["JULIET:"] * 2, max_new_tokens=6).tokens
+
+
+def test_the_run_log_counts_the_orders_tables_not_the_busy_pot(served, ref):
+    """The Dashboard's rows: a class kitchen's passes also hold other students' tables, but an order's
+    row counts its own tables and prompt tokens."""
+    from lab.runlog import RunLog
+
+    log = RunLog()
+    mine = ServerKitchen(served[0], "chef", api_key=KEY, run_log=log)
+    assert mine.wait_ready(60)
+    busy = threading.Thread(target=order, args=(served[0], ["KING:", "QUEEN:", "DUKE:"], 300))
+    busy.start()
+    until(lambda: served[1].state.running >= 3, "the other student's order never started")
+    o = Order(batch=2, max_new_tokens=8, temperature=0.0, seed=0, prompt_tokens=12)
+    job = mine.submit(cook(o), o.label)
+    assert job.wait(60) and job.status == "done"
+    busy.join(60)
+    mine.close()
+    assert job.result.trace.prefill.batch > 2  # the wok's pass also held the other order's decodes
+    row = log.frame().iloc[0]
+    assert row["batch"] == 2 and row["prompt_tokens"] == 24 and row["output_tokens"] == 16
 
 
 def test_server_kitchen_cancel_and_time_limit_leave_nothing_running(svc, served):

@@ -9,11 +9,12 @@ from lab.runlog import COLUMNS, RunLog
 
 @dataclass
 class FinishedRun:
-    """The two fields of a GenerationResult the log reads, from a constructed trace."""
+    """The fields of a GenerationResult the log reads, from a constructed trace."""
 
     tokens: list[list[int]]
     metrics: Metrics
     trace: Trace
+    prompt_tokens: list[int]
 
 
 def finished_run(ttft: float, step_s: float, steps: int, batch: int = 2) -> FinishedRun:
@@ -45,7 +46,7 @@ def finished_run(ttft: float, step_s: float, steps: int, batch: int = 2) -> Fini
         t += step_s
     trace.t_done = t
     out = [steps + 1] * batch
-    return FinishedRun([[0] * n for n in out], compute_metrics(trace, out, kv_allocated=8_000_000), trace)
+    return FinishedRun([[0] * n for n in out], compute_metrics(trace, out, kv_allocated=8_000_000), trace, [10] * batch)
 
 
 def test_empty_log_has_the_dashboard_columns():

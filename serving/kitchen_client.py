@@ -50,6 +50,9 @@ class ServerKitchen:
         self.engine_pid: int | None = None
         self.about: dict = {}
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        # One client for every request (keep-alive, one TLS setup): the board is read twice a second
+        # while an order cooks, in the process whose cores the browser shares with the engine.
+        self._http = httpx.Client(headers=self._headers, timeout=httpx.Timeout(30.0, read=None))
         self._ready = threading.Event()
         self._lock = threading.Lock()
         self._jobs: list[Job] = []
@@ -66,7 +69,7 @@ class ServerKitchen:
         last = "no answer yet"
         while not self._closed and time.monotonic() < deadline:
             try:
-                r = httpx.get(self.url + "/kitchen/model", headers=self._headers, timeout=10)
+                r = self._http.get(self.url + "/kitchen/model", timeout=10)
                 if r.status_code == 200 and r.json().get("name") != self.model:
                     last = (f"it serves '{r.json().get('name')}' only: choose that model in the sidebar "
                             "(a kitchen server cooks one model)")  # fmt: skip
@@ -100,9 +103,9 @@ class ServerKitchen:
         `since` (None: every step it keeps); None if unreadable."""
         from serving.remote_order import board
 
-        key = self._headers.get("Authorization", "")[7:] or None
-        return board(self.url, order_id, since=-1 if since is None else since, api_key=key)
+        return board(self.url, order_id, since=-1 if since is None else since, client=self._http)
 
+    @property
     def loading_message(self) -> str:
         return f"the kitchen server is loading {self.model} on {self.device} ({self.dtype})"
 
@@ -130,7 +133,7 @@ class ServerKitchen:
         if self.state != "ready":
             raise EngineError(self.load_error or f"{self.model} is still loading on the kitchen server")
         try:
-            r = httpx.post(self.url + path, json=body, headers=self._headers, timeout=30)
+            r = self._http.post(self.url + path, json=body, timeout=30)
         except httpx.HTTPError as err:
             raise EngineError(f"the kitchen server at {self.url} did not answer: {type(err).__name__}: {err}") from None
         if r.status_code != 200:
@@ -225,8 +228,7 @@ class ServerKitchen:
     def _stream(self, job: Job, body: dict):
         """POST the order and fold its events into `job.events`; returns the GenerationResult."""
         result = None
-        with httpx.stream("POST", self.url + "/kitchen/orders", json=body, headers=self._headers,
-                          timeout=httpx.Timeout(30.0, read=None)) as r:  # fmt: skip
+        with self._http.stream("POST", self.url + "/kitchen/orders", json=body) as r:
             job.response = r
             if r.status_code != 200:
                 raise EngineError(error_line(r, r.read()))
@@ -242,10 +244,13 @@ class ServerKitchen:
                     job.order_id = msg["order"]  # names its tickets on the class board
                     threading.Thread(target=self._follow_board, args=(job,), daemon=True).start()
                     continue
-                ev = from_wire(msg)
-                job.events.append(ev)
-                if msg["type"] == "done":
-                    result = ev.result
+                for d in msg["events"] if "events" in msg else [msg]:
+                    if not isinstance(d, dict):
+                        raise ValueError(f"an event must be a JSON object (got {json.dumps(d)[:60]})")
+                    ev = from_wire(d)
+                    job.events.append(ev)
+                    if d["type"] == "done":
+                        result = ev.result
         if result is None:
             raise EngineError(f"the kitchen server at {self.url} ended the order without its result")
         return result

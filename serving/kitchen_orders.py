@@ -15,7 +15,8 @@ your order shows the class's dinner rush inside it:
     POST /kitchen/orders   {"model": "chef", "prompts": ["ROMEO:", [1, 2, 3]], "max_new_tokens": 64,
                             "temperature": 0.8, "seed": 0}
                                           server-sent events: {"order": ID, "prompt_tokens": [...]}, then
-                                          the order's engine events (serving/order_wire.py), then [DONE];
+                                          {"events": [...]} per step: the order's engine events
+                                          (serving/order_wire.py), then [DONE];
                                           a failure mid-order is one {"error": {...}} event
 
 Refusals before the stream starts are HTTP errors with one line, as on the OpenAI routes: 400 over
@@ -116,9 +117,8 @@ class KitchenOrders:
                 except TimeoutError:
                     yield sse(ApiError(408, self.config.caps.time_line(), kind="timeout_error").body())
                     break
-                if kind == "events":
-                    for ev in value:
-                        yield sse(ev)
+                if kind == "events":  # one message per step: the step's events together
+                    yield sse({"events": value})
                 elif kind == "error":
                     yield sse(ApiError(500, value, kind="engine_error").body())
                     break

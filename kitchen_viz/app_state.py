@@ -24,6 +24,7 @@ from serving.service import KitchenService, engine_threads
 REPO = Path(__file__).resolve().parent.parent
 CHEF_FOLDER = REPO / "assets" / "models" / "chef"
 DTYPES = ["float32", "bfloat16", "float16"]
+PRIVATE_ENV = "TWO_POT_PRIVATE_KITCHEN"  # "1": no kitchen server for the Kitchen and the Lab
 PRECISIONS = [*DTYPES, "int8"]  # "int8": int8 weight matrices, float32 for the rest (engine/quant.py)
 PRECISION_LABELS = {"int8": "int8 weights (float32 KV)"}
 
@@ -112,12 +113,11 @@ def _close_kitchen(svc: KitchenService) -> None:
 
 
 @st.cache_resource(show_spinner=False, max_entries=3, on_release=_close_kitchen)
-def _service(model: str, device: str, dtype: str, private: bool = False) -> KitchenService | ServerKitchen:
-    """The Kitchen's kitchen: on a kitchen server when the app has one (`two-pot-kitchen`: its own,
-    or `--backend`), so local and remote orders take one path; in a private engine process when
-    the app runs without one (`streamlit run app.py`, page tests) or when `private` (the Lab: its
-    sweeps need the engine in hand, lab/experiment.py)."""
-    server = None if private else kitchen_server_for(model, device, dtype)
+def _service(model: str, device: str, dtype: str) -> KitchenService | ServerKitchen:
+    """The session's kitchen (the Kitchen's orders and the Lab's sweeps): on a kitchen server when the
+    app has one (`two-pot-kitchen`: its own, or `--backend`), so local and remote take one path; in
+    a private engine process when the app runs without one (`streamlit run app.py`, page tests)."""
+    server = kitchen_server_for(model, device, dtype)
     if server is not None:
         return ServerKitchen(server[0], model, device, dtype, api_key=server[1] or None, run_log=run_log())
     pin = os.environ.get("TWO_POT_PIN_SERVER") == "1"  # set by the launcher (two-pot-kitchen)
@@ -127,28 +127,28 @@ def _service(model: str, device: str, dtype: str, private: bool = False) -> Kitc
 def kitchen_server_for(model: str, device: str, dtype: str) -> tuple[str, str] | None:
     """(URL, API key) of the kitchen server that cooks this choice, or None: the launcher's
     `--backend` (a Two-Pot kitchen server serves its one model), else this app's own kitchens
-    (serving/mounted.py), else none."""
+    (serving/mounted.py) unless TWO_POT_PRIVATE_KITCHEN=1 (each kitchen in a private engine
+    process, as under plain `streamlit run app.py`: the benchmarks compare the two), else none."""
     from kitchen_viz.live_feed import base_path
     from serving.mounted import ENV_KEY, ENV_KITCHENS, kitchen_path
 
     if os.environ.get("TWO_POT_BACKEND"):
         return os.environ["TWO_POT_BACKEND"], os.environ.get("TWO_POT_BACKEND_KEY", "")
-    if os.environ.get(ENV_KITCHENS) == "1":
+    if os.environ.get(ENV_KITCHENS) == "1" and os.environ.get(PRIVATE_ENV) != "1":
         port = st.get_option("server.port")
         return f"http://127.0.0.1:{port}{base_path()}{kitchen_path(model, device, dtype)}", os.environ.get(ENV_KEY, "")
     return None
 
 
-def service_for(settings: Settings, private: bool = False) -> KitchenService | ServerKitchen:
-    """The one shared kitchen for this model/device/dtype; its worker starts loading at once.
-    `private`: the app's own engine process even where a kitchen server cooks the Kitchen's orders.
+def service_for(settings: Settings) -> KitchenService | ServerKitchen:
+    """The one shared kitchen for this model/device/dtype; it starts loading at once.
 
     A kitchen whose model failed to load is dropped from the cache after the page has shown the
     reason, so fixing the problem (say, freeing memory) and reloading tries again.
     """
-    svc = _service(settings.model, settings.device, settings.dtype, private)
+    svc = _service(settings.model, settings.device, settings.dtype)
     if svc.state == "error":  # forget only this kitchen, and stop its idle worker
-        _service.clear(settings.model, settings.device, settings.dtype, private)  # type: ignore[attr-defined]
+        _service.clear(settings.model, settings.device, settings.dtype)  # type: ignore[attr-defined]
         svc.close()
     return svc
 

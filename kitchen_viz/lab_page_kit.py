@@ -5,8 +5,9 @@ Every lab page tells the same five-beat lesson, so it is written once here:
   2. predict first: the learner answers a numeric question *before* any result is shown
      (results, even cached ones, stay hidden until they answer), and the guess is drawn on the
      chart next to the measurement;
-  3. run: the work goes to the app's one kitchen worker (`KitchenService.submit`), so the engine
-     is never touched from the page thread; a progress bar with an ETA follows the job's events;
+  3. run: the work goes to the session's kitchen (`svc.submit(LabRun(...))`: the app's worker, or a
+     kitchen server that runs it in its own engine process), so the engine is never touched from
+     the page thread; a progress bar with an ETA follows the job's events;
   4. results: plotly charts (each with a PNG download), the table with a CSV download, and the
      experiment's findings in words;
   5. the inspector's verdict on one real run of the sweep.
@@ -21,11 +22,9 @@ the experiment's own module in lab/); every page file calls `render_page(__file_
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 import streamlit as st
 
@@ -38,7 +37,7 @@ from lab.cache import (
     model_fingerprint,
     remember_roof,
 )
-from lab.experiment import Experiment, Prediction  # noqa: F401  (re-exported for pages and tests)
+from lab.experiment import Experiment, LabRun, Prediction  # noqa: F401  (re-exported for pages and tests)
 from lab.export import figure_png, slug
 from lab.inflight import InFlight
 from lab.progress import Progress
@@ -57,10 +56,10 @@ def framing(exp: Experiment) -> None:
 
 
 def ready_service(settings):
-    """The app's own kitchen for this session's model, waiting (with a message) while it loads. The
-    Lab's sweeps run in the app's engine process even where the Kitchen orders from a kitchen
-    server: they need the engine itself (profilers, CPU time, caches the class kitchen does not run)."""
-    svc = service_for(settings, private=True)
+    """This session's kitchen, waiting (with a message) while it loads: the app's own engine process,
+    or a kitchen server (the app's own under `two-pot-kitchen`, or `--backend`), which runs the sweep
+    in an engine process of its own (serving/lab_routes.py) and streams its progress back."""
+    svc = service_for(settings)
     if svc.state == "loading":
         with st.spinner(svc.loading_message):
             svc.wait_ready(timeout=300)
@@ -109,25 +108,13 @@ def follow_job(job) -> None:
     bar.empty()
 
 
-def experiment_in_engine(engine, run: Callable, settings, *, emit: Callable) -> Any:
-    """The sweep itself, run inside the engine's own process (`EngineProxy.run`).
-
-    Why there and not in the web server: the kitchen's engine lives in a child process, and a
-    sweep measures more than the trace: process CPU time per step (`lab.cpu_time`) and the
-    profiler's op times (`lab.overhead`) only see the engine's work when read in its process.
-    `run` is the experiment's top-level function (pickled by name); its progress records come
-    back through `emit` as they happen.
-    """
-    return run(engine, settings, emit)
-
-
 def run_experiment(exp: Experiment, svc, settings, cache: ResultCache, key: str) -> CachedResult | None:
-    def work(engine, emit):
-        result = engine.run(experiment_in_engine, exp.run, settings, emit=emit)
+    def keep(result) -> CachedResult:
         if getattr(result, "roof", None) is not None:
             remember_roof(result.roof, cache)  # other pages' inspectors can now use it
         return cache.put(key, result)
 
+    work = LabRun(exp.key, settings, keep, exp.run)
     job, joined = inflight().join_or_submit(key, lambda: svc.submit(work, label=f"lab: {exp.title}"))
     if joined:
         st.caption("Another visitor started this same measurement; following their run.")

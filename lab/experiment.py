@@ -129,3 +129,38 @@ class DefaultsUI:
 def default_settings(exp: Experiment, info) -> Any:
     """The settings a visitor gets without touching a widget."""
     return exp.form(DefaultsUI(), info)
+
+
+def run_in_engine(engine, run: Callable, settings, *, emit: Callable) -> Any:
+    """The sweep itself, run inside the engine's own process (`EngineProxy.run`).
+
+    Why there and not in the web server: the kitchen's engine lives in a child process, and a
+    sweep measures more than the trace: process CPU time per step (`lab.cpu_time`) and the
+    profiler's op times (`lab.overhead`) only see the engine's work when read in its process.
+    `run` is the experiment's top-level function (pickled by name); its progress records come
+    back through `emit` as they happen.
+    """
+    return run(engine, settings, emit)
+
+
+@dataclass(frozen=True)
+class LabRun:
+    """One experiment's run as a kitchen's job: `job = svc.submit(LabRun("padding", settings), ...)`.
+
+    A kitchen with the engine in hand (serving/service.py) calls it; a kitchen server receives its
+    `key` and `settings` and runs the same call in its own engine process (serving/lab_routes.py).
+    `keep(result)` runs wherever the result arrives, as soon as it does (the app stores it there, so
+    a measurement survives the learner closing the tab mid-run); the job's result is what it returns.
+    """
+
+    key: str
+    settings: Any
+    keep: Callable[[Any], Any] | None = None
+    run: Callable | None = None  # the experiment's run function (default: the registry's, by key)
+
+    def __call__(self, engine, emit: Callable) -> Any:
+        from lab.registry import experiment
+
+        run = self.run or experiment(self.key).run
+        result = engine.run(run_in_engine, run, self.settings, emit=emit)
+        return self.keep(result) if self.keep is not None else result

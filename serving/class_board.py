@@ -88,7 +88,7 @@ class ClassBoard:
                     if ticket is not None and ticket.state == "waiting":
                         ticket.state, joined = "running", joined + 1
                 self._step_count += 1
-                self._steps.append(StepRow(self._step_count, now, info.phase, info.seconds, info.batch,
+                self._steps.append(StepRow(self._step_count, info.wall_t or now, info.phase, info.seconds, info.batch,
                                            info.prefill_tokens, info.decode_tokens, info.kv_bytes, info.keys,
                                            joined))  # fmt: skip
             for key, result in done:

@@ -16,6 +16,7 @@ the reader starts a fresh child, and new requests wait for it to be ready.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import json
 import os
@@ -85,6 +86,28 @@ class Handle:
         return kind, value
 
 
+class PolledHandle(Handle):
+    """An order's handle that its reader drains on its own schedule (`drain()`), instead of being
+    woken for every step: the Kitchen's stream sends a message every 50 ms, and a wake-up per step
+    (every few ms) would cost the server process, whose cores the browser shares with the engine."""
+
+    def __init__(self, key: str, loop: asyncio.AbstractEventLoop):
+        super().__init__(key, loop)
+        self.pending: collections.deque = collections.deque()
+
+    def put(self, item: tuple[str, Any]) -> None:
+        self.pending.append(item)  # thread-safe; read by `drain()` on the event loop
+
+    def drain(self) -> list[tuple[str, Any]]:
+        """Everything put since the last call, in order (the last may be its end)."""
+        items = []
+        while self.pending:
+            items.append(self.pending.popleft())
+        if items and items[-1][0] in ("done", "error", "cancelled"):
+            self.finished = True
+        return items
+
+
 class EngineClient:
     def __init__(self, settings: LoopSettings, metrics: KitchenMetrics | None = None, board: ClassBoard | None = None):
         """`metrics` and `board` are updated from the reader thread at each step and each finished request."""
@@ -143,9 +166,10 @@ class EngineClient:
     async def submit_order(self, prompts: list, max_new_tokens: int, settings: dict) -> Handle:
         """Queue the Kitchen's order (its tables join the batch as requests); raises Refused.
 
-        Its handle yields ("events", [event dicts]) per step (serving/order_wire.py), then ("done", None),
-        ("cancelled", None) or ("error", line); `handle.prompt_tokens` is the tables' prompt lengths."""
-        return await self._queue(f"o{next(self._keys)}", ("order", prompts, max_new_tokens, settings))
+        Its handle (`PolledHandle.drain()`) holds ("events", [event dicts]) per step (serving/order_wire.py),
+        then ("done", None), ("cancelled", None) or ("error", line); `handle.prompt_tokens` is the
+        tables' prompt lengths."""
+        return await self._queue(f"o{next(self._keys)}", ("order", prompts, max_new_tokens, settings), PolledHandle)
 
     async def ask(self, name: str, *args) -> Any:
         """The shared kitchen's answer to the order form: "limits" (prompt_len, max_new) -> a dict,
@@ -155,9 +179,9 @@ class EngineClient:
             self._handles.pop(handle.key, None)
         return handle.prompt_tokens
 
-    async def _queue(self, key: str, body: tuple) -> Handle:
+    async def _queue(self, key: str, body: tuple, kind: type[Handle] = Handle) -> Handle:
         loop = asyncio.get_running_loop()
-        handle = Handle(key, loop)
+        handle = kind(key, loop)
         while True:  # a child restarting: wait until the new one is ready, then send to it
             if not self._ready.is_set() and not await loop.run_in_executor(None, self._ready.wait, READY_TIMEOUT_S):
                 raise EngineError(f"the engine for {self.settings.model} is not ready after {READY_TIMEOUT_S:.0f} s")
@@ -217,17 +241,19 @@ class EngineClient:
                     handle = self._handles.pop(msg[1], None)
                 if handle is not None:
                     handle.settle(msg[2], msg[3])
-            elif kind == "order":
-                with self._lock:
-                    handle = self._handles.get(msg[1]) if msg[3] is None else self._handles.pop(msg[1], None)
-                if handle is not None and msg[2]:
-                    handle.put(("events", msg[2]))
-                if handle is not None and msg[3] is not None:
-                    handle.put((msg[3], None))
-            elif kind == "step":
-                self._deliver(*msg[1:])
 
-    def _deliver(self, info: StepInfo | None, tokens: list, done: list, state: QueueState) -> None:
+            elif kind == "steps":
+                for step in msg[1]:
+                    self._deliver(*step)
+
+    def _deliver(self, info: StepInfo | None, tokens: list, done: list, state: QueueState, orders: list) -> None:
+        for key, events, end in orders:  # the Kitchen's orders first: their step's events, then their end
+            with self._lock:
+                handle = self._handles.get(key) if end is None else self._handles.pop(key, None)
+            if handle is not None and events:
+                handle.put(("events", events))
+            if handle is not None and end is not None:
+                handle.put((end, None))
         self.state = state
         if info is not None:
             self.last_step = info

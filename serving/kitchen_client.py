@@ -146,8 +146,9 @@ class ServerKitchen:
         """Send the order `work` carries (kitchen_viz/orders.py `Cook`) to the server; returns its job at once.
         `hold`, `time_limit_s` and `time_limit_line` mean what they mean for `KitchenService.submit`."""
         order = getattr(work, "order", None)
-        if order is None:
-            raise EngineError("a kitchen server cooks the Kitchen's orders only; the lab's experiments run in the app")
+        if order is None and not hasattr(work, "settings"):
+            raise EngineError("a kitchen server cooks the Kitchen's orders (kitchen_viz/orders.py `Cook`) and the "
+                              "Lab's runs (lab/experiment.py `LabRun`), not other code")  # fmt: skip
         job = Job(label=label, work=work, _service=self, time_limit_s=time_limit_s)
         if time_limit_s is not None:
             job.time_limit_line = time_limit_line or f"cancelled after {time_limit_s:g} s (its time limit)"
@@ -157,7 +158,10 @@ class ServerKitchen:
             if self._closed:
                 raise EngineError("the kitchen is closed; reload the page to start a new one")
             self._jobs.append(job)
-        threading.Thread(target=self._cook, args=(job, order), daemon=True, name=f"order-{label}").start()
+        if order is not None:
+            threading.Thread(target=self._cook, args=(job, order), daemon=True, name=f"order-{label}").start()
+        else:
+            threading.Thread(target=self._lab, args=(job, work), daemon=True, name=f"lab-{label}").start()
         return job
 
     def cancel(self, job: Job, reason: str) -> bool:
@@ -254,6 +258,42 @@ class ServerKitchen:
         if result is None:
             raise EngineError(f"the kitchen server at {self.url} ended the order without its result")
         return result
+
+    def _lab(self, job: Job, run) -> None:
+        """A Lab run (lab/experiment.py `LabRun`) in the server's engine process: its progress into
+        `job.events` as it streams in, then `run.keep(result)` here (serving/lab_routes.py)."""
+        from serving.lab_wire import decode, encode
+
+        job._go.wait(HOLD_S)
+        self._ready.wait(CONNECT_TIMEOUT_S)
+        token = job.cancel_token
+        if token.cancelled or self.state != "ready":
+            return self._finish(job, error=token.reason or self.load_error, status="cancelled" if token.cancelled else None)
+        job.started_at, job.status = time.perf_counter(), "running"
+        result, error = None, None
+        try:
+            with self._http.stream("POST", f"{self.url}/kitchen/lab/{run.key}", json={"settings": encode(run.settings)}) as r:
+                job.response = r
+                if r.status_code != 200:
+                    raise EngineError(error_line(r, r.read()))
+                for line in r.iter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    msg = json.loads(line[6:])
+                    if "error" in msg:
+                        raise EngineError(msg["error"].get("message", "the kitchen server sent an error"))
+                    if "progress" in msg:
+                        job.events.append(decode(msg["progress"]))
+                    elif "result" in msg:
+                        result = decode(msg["result"])
+            if result is None:
+                raise EngineError(f"the kitchen server at {self.url} ended the run without its result")
+            result = run.keep(result) if run.keep is not None else result
+        except Exception as err:  # noqa: BLE001 -- a refusal, a dropped stream or a bug: one line, the job ends
+            error = str(err) if isinstance(err, EngineError) else f"the Lab run on {self.url} failed: {type(err).__name__}: {err}"
+        if token.cancelled:
+            return self._finish(job, error=token.reason, status="cancelled")
+        self._finish(job, result=result, error=None if error is None else " ".join(error.split()))
 
     def _follow_board(self, job: Job) -> None:
         """While the order cooks: the class board every BOARD_S, for the live rail (serving/class_board.py).

@@ -18,11 +18,13 @@ child -> parent:
     ("load_error", line)                  instead of ready; the child exits
     ("accepted", key, prompt_tokens)      or ("refused", key, line): the engine's one-line refusal
     ("order_accepted", key, [prompt_tokens per table])
-    ("order", key, [event dicts], end)    before each step's message: the order's events (serving/order_wire.py);
-                                          end is None while it cooks, then "done" or "cancelled"
     ("answer", key, ok, value)            value: a dict (limits), token-id lists (check) or the refusal line
-    ("step", StepInfo | None, tokens, done, QueueState)
-                                          after each step: tokens = [(key, token_id, text, index,
+    ("steps", [(StepInfo | None, tokens, done, QueueState, orders), ...])
+                                          after each step (or every BATCH_S, while only Kitchen orders
+                                          cook: see the loop): orders = [(key, [event dicts], end)], the
+                                          Kitchen's orders' own events (serving/order_wire.py; end is
+                                          None while one cooks, then "done" or "cancelled");
+                                          tokens = [(key, token_id, text, index,
                                           finished, ttft_s)] (ttft_s: arrival here -> this first
                                           token, measured when its step returned; else None), done = [(key, RequestResult)]; StepInfo is None
                                           when the step only applied cancellations
@@ -43,6 +45,7 @@ from multiprocessing.connection import Connection
 
 ENTRY_CODE = "import sys; from serving.kitchen_loop import entry; entry(sys.argv[1:])"
 IDLE_POLL_S = 1.0  # an idle loop wakes this often to notice a parent that went away
+BATCH_S = 0.05  # while only Kitchen orders cook, their steps go to the server together this often
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ class StepInfo:
     decode_tokens: int
     kv_bytes: int
     keys: tuple[str, ...] = ()  # the requests in the step, by the parent's keys (the class board)
+    wall_t: float = 0.0  # time.time() when the step ended (steps may reach the server in batches)
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,8 @@ def serve(conn, engine, EngineError) -> None:  # noqa: N803 -- the engine's exce
     id_of: dict[str, int] = {}
     arrived: dict[str, float] = {}
     orders: dict[str, SharedOrder] = {}
+    held: list[tuple] = []  # steps not yet sent (see BATCH_S)
+    sent_at = time.perf_counter()
     while True:
         if not conn.poll(0 if not engine.idle else IDLE_POLL_S) and engine.idle:
             continue
@@ -206,12 +212,12 @@ def serve(conn, engine, EngineError) -> None:  # noqa: N803 -- the engine's exce
             continue
         events = engine.step()
         now = time.perf_counter()
-        tokens, done, info = [], [], None
+        tokens, done, info, order_news = [], [], None, []
         for key, order in list(orders.items()):
             taken = order.take(events)
             end = None if not order.done else "cancelled" if order.cancelled else "done"
             if taken or end:
-                conn.send(("order", key, [to_wire(e) for e in taken], end))
+                order_news.append((key, [to_wire(e) for e in taken], end))
             if end:
                 del orders[key]
         for ev in events:
@@ -228,11 +234,19 @@ def serve(conn, engine, EngineError) -> None:  # noqa: N803 -- the engine's exce
                 rec = ev.step
                 keys = tuple(key_of[r] for r in ev.request_ids if r in key_of)
                 info = StepInfo(rec.index, rec.phase, rec.seconds, rec.batch, ev.prefill_tokens,
-                                ev.decode_tokens, rec.kv_bytes, keys)  # fmt: skip
-        if info is not None or done:
+                                ev.decode_tokens, rec.kv_bytes, keys, time.time())  # fmt: skip
+        if info is not None or done or order_news:
             state = engine.serving_state()
             queue = QueueState(state.running, state.waiting, state.kv_usage, state.prefix_queries, state.prefix_hits)
-            conn.send(("step", info, tokens, done, queue))
+            held.append((info, tokens, done, queue, order_news))
+        # Every step goes out at once while a request streams to a client; while only the Kitchen's
+        # orders cook (their pages read every 250 ms) the steps go out together every BATCH_S, so
+        # the server process is woken 20 times a second, not at every step (its cores are the
+        # browser's: docs/benchmarks/ui-overhead.md).
+        only_orders = len(key_of) == sum(len(o.rids) for o in orders.values())
+        if held and (not only_orders or done or engine.idle or now - sent_at >= BATCH_S):
+            conn.send(("steps", held))
+            held, sent_at = [], now
 
 
 if __name__ == "__main__":

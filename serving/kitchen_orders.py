@@ -15,8 +15,8 @@ your order shows the class's dinner rush inside it:
     POST /kitchen/orders   {"model": "chef", "prompts": ["ROMEO:", [1, 2, 3]], "max_new_tokens": 64,
                             "temperature": 0.8, "seed": 0}
                                           server-sent events: {"order": ID, "prompt_tokens": [...]}, then
-                                          {"events": [...]} per step: the order's engine events
-                                          (serving/order_wire.py), then [DONE];
+                                          {"events": [...]}: the order's engine events of the steps
+                                          of the last 50 ms at most (serving/order_wire.py), then [DONE];
                                           a failure mid-order is one {"error": {...}} event
 
 Refusals before the stream starts are HTTP errors with one line, as on the OpenAI routes: 400 over
@@ -36,10 +36,14 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from engine.errors import EngineError
-from serving.engine_client import Handle, Refused
+from serving.engine_client import PolledHandle, Refused
 from serving.openai_api import ApiError, _field, sse
 
 MAX_TABLES = 64  # the Kitchen's batch slider stops here too
+# The stream sends what the order's steps produced every this often (one message, not one per
+# step): the page reads it four times a second, and every time shown was measured by the engine,
+# so the wait changes no number.
+COALESCE_S = 0.05
 
 
 class KitchenOrders:
@@ -102,7 +106,7 @@ class KitchenOrders:
                                  headers={"Cache-Control": "no-cache"})  # fmt: skip
 
     # -- the stream -------------------------------------------------------------------------------------------
-    async def _stream(self, request: Request, handle: Handle, order_id: str, deadline: float):
+    async def _stream(self, request: Request, handle: PolledHandle, order_id: str, deadline: float):
         async def watch() -> None:  # the client hanging up shows as http.disconnect on receive()
             while (await request.receive())["type"] != "http.disconnect":
                 pass
@@ -112,17 +116,21 @@ class KitchenOrders:
         try:
             yield sse({"order": order_id, "prompt_tokens": handle.prompt_tokens})
             while True:
-                try:
-                    kind, value = await asyncio.wait_for(anext(handle), max(0.0, deadline - time.monotonic()))
-                except TimeoutError:
+                await asyncio.sleep(COALESCE_S)
+                events, end = [], None
+                for kind, value in handle.drain():
+                    if kind == "events":
+                        events += value
+                    else:
+                        end = (kind, value)
+                if events:
+                    yield sse({"events": events})
+                if end is not None:
+                    if end[0] == "error":
+                        yield sse(ApiError(500, end[1], kind="engine_error").body())
+                    break  # "done", an error, or "cancelled" (only after the client has gone)
+                if time.monotonic() > deadline:
                     yield sse(ApiError(408, self.config.caps.time_line(), kind="timeout_error").body())
-                    break
-                if kind == "events":  # one message per step: the step's events together
-                    yield sse({"events": value})
-                elif kind == "error":
-                    yield sse(ApiError(500, value, kind="engine_error").body())
-                    break
-                else:  # "done", or "cancelled" (only after the client has gone)
                     break
             yield sse("[DONE]")
         finally:

@@ -93,6 +93,8 @@ class ClassKitchenMount:
             self.status = f"the kitchen could not start: {err}"
 
     def close(self) -> None:
+        if self.app is not None:
+            self.app.state.lab.close()  # the sweeps' engine process, if a sweep started one
         if self.client is not None:
             self.client.close()
 

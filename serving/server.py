@@ -17,6 +17,8 @@ the `openai` client, curl, vLLM's benchmark scripts and the app itself can all o
     POST /kitchen/orders (and /kitchen/model, /limits, /check)
                                                  the Kitchen page's order of B tables in the same batch,
                                                  every engine event streamed (serving/kitchen_orders.py)
+    POST /kitchen/lab/{key}                      a Lab sweep in the server's own engine process, its
+                                                 progress streamed (serving/lab_routes.py)
 
 Errors are one line in OpenAI's error object: 400 a request the kitchen refuses (over the context,
 the KV memory or an instructor's cap), 401 a wrong key, 404 an unknown model or path, 413 a body
@@ -47,6 +49,7 @@ from serving.caps import Caps, load_caps
 from serving.class_board import ClassBoard
 from serving.engine_client import EngineClient, Handle, LoopSettings, Refused
 from serving.kitchen_orders import KitchenOrders
+from serving.lab_routes import LabRoutes
 from serving.metrics import CONTENT_TYPE, KitchenMetrics
 from serving.openai_api import (
     ApiError,
@@ -305,6 +308,7 @@ class Kitchen:
 
 def create_app(client: EngineClient, config: ServerConfig, metrics: KitchenMetrics) -> Starlette:
     kitchen = Kitchen(client, config, metrics)
+    lab = LabRoutes(kitchen)  # its private engine starts with the first sweep; `app.state.lab.close()` stops it
 
     async def api_error(request: Request, err: ApiError) -> Response:
         return JSONResponse(err.body(), status_code=err.status)
@@ -322,8 +326,10 @@ def create_app(client: EngineClient, config: ServerConfig, metrics: KitchenMetri
         Route("/kitchen", kitchen.about, methods=["GET"]),
         Route("/kitchen/board", kitchen.board, methods=["GET"]),
         *KitchenOrders(kitchen).routes(),
+        *lab.routes(),
     ]
     app = Starlette(routes=routes, exception_handlers={ApiError: api_error, Exception: unexpected})
+    app.state.lab = lab
     app.add_middleware(_KeyCheck, key=config.api_key)
     return app
 
@@ -406,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     finally:
+        app.state.lab.close()
         client.close()
     return 0
 

@@ -134,3 +134,15 @@ def chef_one_thread():
     yield Engine.load("chef")
     torch.set_num_threads(threads)
 
+
+
+def travels(result) -> None:
+    """A lab result survives the trip a kitchen server sends it on (serving/lab_wire.py): JSON and
+    back, the same value (compared through its encoding, so a NaN equals itself)."""
+    import json
+
+    from serving.lab_wire import decode, encode
+
+    sent = json.dumps(encode(result))
+    back = decode(json.loads(sent))
+    assert type(back) is type(result) and json.dumps(encode(back)) == sent

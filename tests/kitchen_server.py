@@ -24,6 +24,7 @@ def kitchen(caps: Caps | None = None, api_key: str | None = None, model: str = "
     settings = LoopSettings(source, policy="chunked", token_budget=64, threads=1, prefix_cache=True)
     client = EngineClient(settings, metrics, ClassBoard())
     app = create_app(client, ServerConfig(name, api_key, caps or Caps()), metrics)
+    client.app = app  # for tests that look inside the server (its Lab's kitchen)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -39,4 +40,5 @@ def kitchen(caps: Caps | None = None, api_key: str | None = None, model: str = "
     finally:
         server.should_exit = True
         thread.join(10)
+        app.state.lab.close()
         client.close()

@@ -362,8 +362,8 @@ def test_server_kitchen_refusals_are_one_line(svc):
     job = svc.submit(cook(Order(batch=1, max_new_tokens=481, temperature=0.0, seed=0, text="hi")), "too long")
     assert job.wait(30) and job.status == "error"
     assert job.error.startswith("HTTP 400: ") and "instructor's limit is 480 new tokens" in job.error
-    with pytest.raises(EngineError, match="cooks the Kitchen's orders only"):
-        svc.submit(lambda engine, emit: None, "an experiment")
+    with pytest.raises(EngineError, match="the Lab's runs .* not other code"):
+        svc.submit(lambda engine, emit: None, "code the server would have to run")
 
 
 def test_server_kitchen_for_a_model_or_key_the_server_does_not_have(served):

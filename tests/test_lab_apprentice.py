@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import travels
 
 from engine import Engine, EngineError
 from lab.apprentice import ApprenticeSettings, predicted_speedup, run_apprentice, tokens_per_pass
@@ -12,6 +13,7 @@ def test_the_apprentice_chef_measures_both_drafts_on_the_chef():
     eng = Engine.load("chef")
     seen = []
     res = run_apprentice(eng, ApprenticeSettings(k=3, new_tokens=16, batches=(1, 4), repeats=1), seen.append)
+    travels(res)
     assert [p.done for p in seen] == [1, 2, 3, 4]
     keys = {(r.order, r.draft, r.batch) for r in res.rows}
     assert keys == {(o, d, b) for o, b in [("copy", 1), ("fresh", 1), ("fresh, T=0.8", 1), ("copy", 4)]

@@ -12,6 +12,7 @@ only measure the neighbours.
 
 import numpy as np
 import pytest
+from conftest import travels
 
 from engine import Engine
 from engine.errors import EngineError
@@ -34,6 +35,7 @@ def collect():
 def test_banquet_ttft_grows_with_prompt_and_reports_progress(chef_one_thread):
     seen, on_progress = collect()
     r = run_banquet(chef_one_thread, BanquetSettings(lengths=(256, 16, 64), repeats=2), on_progress)
+    travels(r)
     assert [p.prompt_tokens for p in r.points] == [16, 64, 256]
     # 16x the tokens: the 256-token prefill must cost clearly more CPU time (margin 1.5x; measured
     # ~5x). CPU time, not wall: a neighbour's burst can stretch any wall-clock measurement here.
@@ -49,6 +51,7 @@ def test_banquet_ttft_grows_with_prompt_and_reports_progress(chef_one_thread):
 
 def test_tables_batching_raises_decode_throughput(chef_one_thread):
     r = run_tables(chef_one_thread, TablesSettings(batches=(8, 1), prompt_len=16, new_tokens=12))
+    travels(r)
     one, eight = r.points
     assert (one.batch, eight.batch) == (1, 8)
     # 8 sequences per step cost far less than 8 separate steps (no sharing would be 8x): the CPU
@@ -60,6 +63,7 @@ def test_tables_batching_raises_decode_throughput(chef_one_thread):
 
 def test_kv_cache_recompute_grows_while_static_stays_flat(chef_one_thread):
     r = run_kv_cache(chef_one_thread, KvSettings(prompt_len=16, new_tokens=160))
+    travels(r)
     static, growing, none = r.run("static"), r.run("growing"), r.run("none")
     assert r.same_tokens
     assert all(len(x.step_s) == 159 for x in r.runs)
@@ -84,6 +88,7 @@ def test_kv_cache_recompute_grows_while_static_stays_flat(chef_one_thread):
 def test_packed_never_computes_more_slots_than_padded(chef_one_thread):
     lengths = (8, 40, 100, 13)
     r = run_padding(chef_one_thread, PaddingSettings(lengths=lengths, repeats=1))
+    travels(r)
     pad, pack = r.point("padded"), r.point("packed")
     assert pad.tokens == pack.tokens == sum(lengths)
     assert pad.slots == len(lengths) * max(lengths)
@@ -94,6 +99,7 @@ def test_packed_never_computes_more_slots_than_padded(chef_one_thread):
 
 def test_metric_definitions_agree_with_the_engine(chef_one_thread):
     r = run_metrics(chef_one_thread, MetricsSettings(prompt_len=64, new_tokens=10, batch=1))
+    travels(r)
     m = r.sample.metrics
     assert len(r.token_times_s) == 10
     assert r.value("TTFT") == pytest.approx(m.ttft_s * 1e3)
@@ -108,6 +114,7 @@ def test_metric_definitions_agree_with_the_engine(chef_one_thread):
 
 def test_overhead_parts_add_up_to_the_step(chef_one_thread):
     r = run_overhead(chef_one_thread, OverheadSettings(prompt_len=16, new_tokens=8, repeats=1))
+    travels(r)
     (eager,) = r.points  # no GPU here: no CUDA-graph variant
     assert eager.variant == "eager"
     assert 0 < eager.math_ms <= eager.forward_ms <= eager.step_ms
@@ -117,6 +124,7 @@ def test_overhead_parts_add_up_to_the_step(chef_one_thread):
 
 def test_roofline_places_decode_left_of_prefill(chef_one_thread):
     r = run_roofline(chef_one_thread, RooflineSettings(prompt_lens=(16, 128), batches=(1, 4), new_tokens=4))
+    travels(r)
     assert r.roof.bandwidth_bytes_per_s > 0 and r.roof.flops_per_s > 0
     phases = [p.phase for p in r.points]
     assert phases == ["prefill", "prefill", "decode", "decode"]

@@ -113,14 +113,14 @@ def where_it_ran(engine, settings, on_progress):
 
 def test_a_lab_sweep_runs_inside_the_engines_own_process():
     """CPU time and the profiler only see the engine's work in its process, so the sweep runs there."""
-    from kitchen_viz.lab_page_kit import experiment_in_engine
+    from lab.experiment import run_in_engine
     from serving.service import KitchenService
 
     svc = KitchenService("chef", "cpu", "float32", threads=1)
     try:
         assert svc.wait_ready(120) and svc.state == "ready", svc.load_error
         job = svc.submit(
-            lambda eng, emit: eng.run(experiment_in_engine, where_it_ran, {"n": 3}, emit=emit), "lab"
+            lambda eng, emit: eng.run(run_in_engine, where_it_ran, {"n": 3}, emit=emit), "lab"
         )
         assert job.wait(120) and job.status == "done", job.error
         assert job.result == ({"n": 3}, "Engine")  # the real Engine, not the proxy

@@ -2,6 +2,7 @@
 line. Which variant is faster is what the page measures, so no timing is asserted here."""
 
 import pytest
+from conftest import travels
 
 from engine import Engine, EngineError
 from lab.smaller_portions import PortionSettings, run_portions
@@ -17,6 +18,7 @@ def chef():
 def test_every_variant_is_measured_and_compared_with_float32(chef):
     steps = []
     r = run_portions(chef, SMALL, on_progress=lambda *a: steps.append(a))
+    travels(r)
     assert [p.variant for p in r.points] == ["float32", "bfloat16", "int8"] and steps
     assert all(p.decode_step_s > 0 and p.prefill_s > 0 for p in r.points)
     f32, b16, i8 = r.points

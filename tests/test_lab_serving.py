@@ -9,6 +9,7 @@ single-threaded, as in test_lab_compute.py (a loaded 2-core machine).
 """
 
 import pytest
+from conftest import travels
 
 from engine.errors import EngineError
 from lab.dinner_rush import RushSettings, run_dinner_rush, rush_figures, rush_verdict
@@ -20,6 +21,7 @@ def test_dinner_rush_static_serves_whole_batches_continuous_lets_tickets_join(ch
     seen = []
     s = RushSettings(requests=24, rate=80.0, long_answer=96, long_every=4)
     r = run_dinner_rush(chef_one_thread, s, seen.append)
+    travels(r)
     assert [run.policy for run in r.runs] == ["static", "continuous"] and [p.done for p in seen] == [1, 2]
     for run in r.runs:
         assert len(run.served.results) == 24 == run.report.requests
@@ -51,6 +53,7 @@ def test_a_banquet_stalls_the_pot_under_continuous_and_chunks_flatten_it(chef_on
         tables=3, table_answer=24, join_after=6, banquet_prompt=384, budgets=(16, 128), repeats=2
     )
     r = run_stall(chef_one_thread, s)
+    travels(r)
     assert [(x.policy, x.token_budget) for x in r.runs] == [
         ("continuous", 387),
         ("chunked", 16),
@@ -79,6 +82,7 @@ def test_a_banquet_stalls_the_pot_under_continuous_and_chunks_flatten_it(chef_on
 def test_leftovers_reuse_exactly_the_shared_prefix_and_count_hits_by_token(chef_one_thread):
     s = LeftoversSettings(prompt_len=300, shares=(0.5, 0.9), repeats=3, orders=8, max_seqs=2)
     r = run_leftovers(chef_one_thread, s)
+    travels(r)
     assert [t.shared_tokens for t in r.timings] == [150, 270]
     assert [t.warm_cached_tokens for t in r.timings] == [150, 270]  # the house prefix, not a token more
     # 90 % cached: the wok tosses 30 tokens instead of 300 (measured 0.2-0.3x); margin 0.6x.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import travels
 
 from engine import Engine, EngineError
 from lab.two_kitchens_lab import TwoKitchensSettings, computed_transfer_s, run_two_kitchens_lab
@@ -13,6 +14,7 @@ def test_two_kitchens_on_the_chef_split_ttft_and_keep_the_tokens():
     seen = []
     res = run_two_kitchens_lab(eng, TwoKitchensSettings(orders=3, short_prompt=8, long_prompt=96, new_tokens=8,
                                                         gap_ms=30), seen.append)  # fmt: skip
+    travels(res)
     assert [p.done for p in seen] == [1, 2, 3]
     cfg = eng.cfg
     assert res.kv_bytes_per_token == 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * 4 == 6144

@@ -1,0 +1,114 @@
+"""The Lab on a kitchen server: an experiment's sweep in the server's own engine process.
+
+A sweep needs the engine in hand for seconds to minutes (controlled batches, the profiler, the
+process's CPU time, caches and layouts a class kitchen does not run), so it does not join the
+class's batch: the server runs it the way the app runs it alone, in a private engine process of
+its own (serving/service.py, one job at a time, behind the machine's stove), and streams it back:
+
+    POST /kitchen/lab/{key}   {"settings": <the experiment's settings, serving/lab_wire.py>}
+      -> server-sent events: {"progress": ...} as points finish, then {"result": ...} and [DONE];
+         a failure is one {"error": {...}} event
+
+So `two-pot-kitchen --backend http://GPU-BOX:8000` runs the Lab's sweeps on the GPU box, and the
+app's own server runs them for it locally: one code path. Refusals are one line before the
+stream starts: 404 an unknown experiment, 422 settings that are not that experiment's. A client
+that hangs up cancels the sweep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from serving.openai_api import ApiError, sse
+
+POLL_S = 0.2  # how often the stream looks for new progress
+
+
+class LabRoutes:
+    def __init__(self, kitchen):
+        """`kitchen`: serving.server.Kitchen (its engine client names the model, device and dtype)."""
+        self.kitchen = kitchen
+        self._svc = None
+        self._lock = threading.Lock()
+
+    def routes(self) -> list[Route]:
+        return [Route("/kitchen/lab/{key}", self.run, methods=["POST"])]
+
+    def service(self):
+        """The server's private kitchen for sweeps, started at the first one (it loads its own copy)."""
+        from serving.cores import engine_threads
+        from serving.service import KitchenService
+
+        with self._lock:
+            if self._svc is None:
+                s = self.kitchen.client.settings
+                self._svc = KitchenService(s.model, s.device, s.dtype, threads=engine_threads())
+            return self._svc
+
+    async def run(self, request: Request) -> Response:
+        from lab.experiment import LabRun
+        from lab.registry import experiment
+        from serving.lab_wire import decode
+
+        key = request.path_params["key"]
+        try:
+            exp = experiment(key)
+        except KeyError as err:
+            raise ApiError(404, str(err).strip("'\""), kind="not_found_error") from None
+        body = await self.kitchen._json(request)
+        if not isinstance(body, dict) or "settings" not in body:
+            raise ApiError(422, "field 'settings' is required: the experiment's settings", "settings")
+        try:
+            settings = decode(body["settings"])
+        except (ValueError, TypeError) as err:
+            raise ApiError(422, f"field 'settings' cannot be read: {err}", "settings") from None
+        if type(settings).__module__ != exp.run.__module__:
+            raise ApiError(422, f"field 'settings' must be the settings of experiment '{key}' "
+                                f"(got {type(settings).__name__})", "settings")  # fmt: skip
+        job = self.service().submit(LabRun(key, settings), label=f"lab: {exp.title}")
+        return StreamingResponse(self._stream(request, job), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})  # fmt: skip
+
+    async def _stream(self, request: Request, job):
+        from serving.lab_wire import encode
+        from serving.service import PAGE_GONE
+
+        async def watch() -> None:  # the client hanging up shows as http.disconnect on receive()
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            job.cancel(PAGE_GONE)
+
+        watcher = asyncio.create_task(watch())
+        seen = 0
+        try:
+            while True:
+                finished = job.finished  # read before the events, so none is missed
+                events = job.events[seen:]
+                seen += len(events)
+                for ev in events:
+                    yield sse({"progress": encode(ev)})
+                if finished:
+                    break
+                await asyncio.sleep(POLL_S)
+            if job.status == "done":
+                try:
+                    yield sse({"result": encode(job.result)})
+                except TypeError as err:  # a result this server cannot send: still one line
+                    yield sse(ApiError(500, f"the result of this sweep cannot be sent: {err}", kind="engine_error").body())
+            else:
+                kind = "cancelled_error" if job.status == "cancelled" else "engine_error"
+                yield sse(ApiError(500, job.error or "the sweep failed", kind=kind).body())
+            yield sse("[DONE]")
+        finally:
+            watcher.cancel()
+            if not job.finished:
+                job.cancel(PAGE_GONE)
+
+    def close(self) -> None:
+        if self._svc is not None:
+            self._svc.close()

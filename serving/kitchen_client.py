@@ -35,6 +35,7 @@ from serving.service import HOLD_S, WATCH_S, cancel_abandoned, record_run
 CONNECT_TIMEOUT_S = 600.0  # the longest we wait for the server to load the model
 POLL_S = 0.25
 BOARD_S = 0.5  # how often the live rail is refreshed while an order cooks
+NO_STEPS = 2**62  # `since` past every step: a board with its tickets and no steps
 
 
 class ServerKitchen:
@@ -297,14 +298,13 @@ class ServerKitchen:
 
     def _follow_board(self, job: Job) -> None:
         """While the order cooks: the class board every BOARD_S, for the live rail (serving/class_board.py).
-        Only the steps since the last read are asked for (the rail needs the tickets). It runs in the
+        Only the tickets are asked for (no steps: hundreds a second while it cooks). It runs in the
         app's server process, on the server's cores, never on the engine's."""
-        since = None
         while not job.finished:
-            board = self.board(job.order_id, since)
+            board = self.board(job.order_id, NO_STEPS)
             if board is None:  # a server without a board, or one that does not answer in time
                 return
-            job.board, since = board, board["last_step"]
+            job.board = board
             time.sleep(BOARD_S)
 
     def _finish(self, job: Job, result=None, error: str | None = None, status=None) -> None:

@@ -230,10 +230,10 @@ class ServerKitchen:
         record_run(self.run_log, self.model, self.device, job, result)
         self._finish(job, result=result)
 
-    def _stream(self, job: Job, body: dict):
-        """POST the order and fold its events into `job.events`; returns the GenerationResult."""
-        result = None
-        with self._http.stream("POST", self.url + "/kitchen/orders", json=body) as r:
+    def _messages(self, job: Job, path: str, body: dict):
+        """POST `body` and yield each server-sent message (a JSON object) as it arrives; the
+        response is kept on the job (Cancel closes it), and an error message raises its one line."""
+        with self._http.stream("POST", self.url + path, json=body) as r:
             job.response = r
             if r.status_code != 200:
                 raise EngineError(error_line(r, r.read()))
@@ -245,17 +245,23 @@ class ServerKitchen:
                     raise ValueError(f"an event must be a JSON object (got {line[6:80]})")
                 if "error" in msg:
                     raise EngineError(msg["error"].get("message", "the kitchen server sent an error"))
-                if "order" in msg:
-                    job.order_id = msg["order"]  # names its tickets on the class board
-                    threading.Thread(target=self._follow_board, args=(job,), daemon=True).start()
-                    continue
-                for d in msg["events"] if "events" in msg else [msg]:
-                    if not isinstance(d, dict):
-                        raise ValueError(f"an event must be a JSON object (got {json.dumps(d)[:60]})")
-                    ev = from_wire(d)
-                    job.events.append(ev)
-                    if d["type"] == "done":
-                        result = ev.result
+                yield msg
+
+    def _stream(self, job: Job, body: dict):
+        """POST the order and fold its events into `job.events`; returns the GenerationResult."""
+        result = None
+        for msg in self._messages(job, "/kitchen/orders", body):
+            if "order" in msg:
+                job.order_id = msg["order"]  # names its tickets on the class board
+                threading.Thread(target=self._follow_board, args=(job,), daemon=True).start()
+                continue
+            for d in msg["events"] if "events" in msg else [msg]:
+                if not isinstance(d, dict):
+                    raise ValueError(f"an event must be a JSON object (got {json.dumps(d)[:60]})")
+                ev = from_wire(d)
+                job.events.append(ev)
+                if d["type"] == "done":
+                    result = ev.result
         if result is None:
             raise EngineError(f"the kitchen server at {self.url} ended the order without its result")
         return result
@@ -273,20 +279,11 @@ class ServerKitchen:
         job.started_at, job.status = time.perf_counter(), "running"
         result, error = None, None
         try:
-            with self._http.stream("POST", f"{self.url}/kitchen/lab/{run.key}", json={"settings": encode(run.settings)}) as r:
-                job.response = r
-                if r.status_code != 200:
-                    raise EngineError(error_line(r, r.read()))
-                for line in r.iter_lines():
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    msg = json.loads(line[6:])
-                    if "error" in msg:
-                        raise EngineError(msg["error"].get("message", "the kitchen server sent an error"))
-                    if "progress" in msg:
-                        job.events.append(decode(msg["progress"]))
-                    elif "result" in msg:
-                        result = decode(msg["result"])
+            for msg in self._messages(job, f"/kitchen/lab/{run.key}", {"settings": encode(run.settings)}):
+                if "progress" in msg:
+                    job.events.append(decode(msg["progress"]))
+                elif "result" in msg:
+                    result = decode(msg["result"])
             if result is None:
                 raise EngineError(f"the kitchen server at {self.url} ended the run without its result")
             result = run.keep(result) if run.keep is not None else result

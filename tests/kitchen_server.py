@@ -17,14 +17,25 @@ from serving.server import ServerConfig, create_app, served_name
 @contextmanager
 def kitchen(caps: Caps | None = None, api_key: str | None = None, model: str = "chef"):
     """The chef behind `two-pot-kitchen serve`'s app on a free loopback port; yields (url, client)."""
-    import uvicorn
-
     name, source = served_name(model)
     metrics = KitchenMetrics(name)
     settings = LoopSettings(source, policy="chunked", token_budget=64, threads=1, prefix_cache=True)
     client = EngineClient(settings, metrics, ClassBoard())
     app = create_app(client, ServerConfig(name, api_key, caps or Caps()), metrics)
     client.app = app  # for tests that look inside the server (its Lab's kitchen)
+    try:
+        with serve(app) as url:
+            yield url, client
+    finally:
+        app.state.lab.close()
+        client.close()
+
+
+@contextmanager
+def serve(app):
+    """Any ASGI app with uvicorn on a free loopback port, in a thread; yields its URL."""
+    import uvicorn
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -36,9 +47,7 @@ def kitchen(caps: Caps | None = None, api_key: str | None = None, model: str = "
         assert time.time() < deadline, "server did not start"
         time.sleep(0.05)
     try:
-        yield f"http://127.0.0.1:{port}", client
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(10)
-        app.state.lab.close()
-        client.close()

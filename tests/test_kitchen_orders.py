@@ -5,14 +5,12 @@ only. One chef server for the module; every wait has a deadline."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
-from contextlib import contextmanager
 
 import httpx
 import pytest
-from kitchen_server import kitchen
+from kitchen_server import kitchen, serve
 
 from engine.errors import EngineError
 from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token
@@ -400,24 +398,6 @@ def test_server_kitchen_close_cancels_its_orders_and_refuses_more(served):
 
 
 # -- servers that are not (quite) kitchen servers ------------------------------------------------------------------
-
-
-@contextmanager
-def serve(app):
-    import uvicorn
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    until(lambda: server.started, "the stand-in server did not start", 30)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 @pytest.fixture(scope="module")

@@ -43,6 +43,8 @@ import time
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 
+from serving.watchdog import TEST_HANG_ENV
+
 ENTRY_CODE = "import sys; from serving.kitchen_loop import entry; entry(sys.argv[1:])"
 IDLE_POLL_S = 1.0  # an idle loop wakes this often to notice a parent that went away
 BATCH_S = 0.05  # while only Kitchen orders cook, their steps go to the server together this often
@@ -161,6 +163,7 @@ def serve(conn, engine, EngineError) -> None:  # noqa: N803 -- the engine's exce
     arrived: dict[str, float] = {}
     orders: dict[str, SharedOrder] = {}
     held: list[tuple] = []  # steps not yet sent (see BATCH_S)
+    hang_s = float(os.environ.get(TEST_HANG_ENV) or 0)
     sent_at = time.perf_counter()
     while True:
         if not conn.poll(0 if not engine.idle else IDLE_POLL_S) and engine.idle:
@@ -211,6 +214,8 @@ def serve(conn, engine, EngineError) -> None:  # noqa: N803 -- the engine's exce
         if engine.idle:
             continue
         events = engine.step()
+        if hang_s:  # a test's slow engine: alive, a pause after every step (serving/watchdog.py)
+            time.sleep(hang_s)
         now = time.perf_counter()
         tokens, done, info, order_news = [], [], None, []
         for key, order in list(orders.items()):

@@ -13,6 +13,7 @@ import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 
 from kitchen_viz.live_feed import base_path, feed_routes
+from lab.on_server import LabRoutes
 from serving.mounted import class_kitchen
 
 # app.py builds the menu with st.navigation. Streamlit still treats a `pages/` folder beside the
@@ -21,5 +22,6 @@ from serving.mounted import class_kitchen
 # page and a menu of file names. The pages here are st.navigation's only.
 PagesManager.uses_pages_directory = False
 
-class_routes, class_lifespan = class_kitchen(base_path())  # `two-pot-kitchen --class-kitchen`: the class server at /class
+# The app's own kitchen server: the class kitchen at /class, the Kitchen's kitchens, each running the Lab's sweeps too.
+class_routes, class_lifespan = class_kitchen(base_path(), extensions=(LabRoutes,))
 app = st.App("app.py", routes=feed_routes() + class_routes, lifespan=class_lifespan)

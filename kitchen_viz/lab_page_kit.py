@@ -58,7 +58,7 @@ def framing(exp: Experiment) -> None:
 def ready_service(settings):
     """This session's kitchen, waiting (with a message) while it loads: the app's own engine process,
     or a kitchen server (the app's own under `two-pot-kitchen`, or `--backend`), which runs the sweep
-    in an engine process of its own (serving/lab_routes.py) and streams its progress back."""
+    in an engine process of its own (lab/on_server.py) and streams its progress back."""
     svc = service_for(settings)
     if svc.state == "loading":
         with st.spinner(svc.loading_message):

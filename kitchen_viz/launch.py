@@ -95,9 +95,10 @@ def streamlit_command(passthrough: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["serve"]:  # the class kitchen server (serving/server.py), no Streamlit
+        from lab.on_server import LabRoutes
         from serving.server import main as serve_main
 
-        return serve_main(argv[1:])
+        return serve_main(argv[1:], extensions=(LabRoutes,))  # the kitchen server runs the Lab's sweeps too
     args, passthrough = parse(argv)
     if not (APP.is_file() and SERVE.is_file()):
         print(

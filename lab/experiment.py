@@ -148,7 +148,7 @@ class LabRun:
     """One experiment's run as a kitchen's job: `job = svc.submit(LabRun("padding", settings), ...)`.
 
     A kitchen with the engine in hand (serving/service.py) calls it; a kitchen server receives its
-    `key` and `settings` and runs the same call in its own engine process (serving/lab_routes.py).
+    `key` and `settings` and runs the same call in its own engine process (lab/on_server.py).
     `keep(result)` runs wherever the result arrives, as soon as it does (the app stores it there, so
     a measurement survives the learner closing the tab mid-run); the job's result is what it returns.
     """

@@ -268,7 +268,7 @@ class ServerKitchen:
 
     def _lab(self, job: Job, run) -> None:
         """A Lab run (lab/experiment.py `LabRun`) in the server's engine process: its progress into
-        `job.events` as it streams in, then `run.keep(result)` here (serving/lab_routes.py)."""
+        `job.events` as it streams in, then `run.keep(result)` here (lab/on_server.py)."""
         from serving.lab_wire import decode, encode
 
         job._go.wait(HOLD_S)

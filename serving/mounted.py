@@ -68,8 +68,10 @@ def loop_settings(source: str, device: str, dtype: str):
 class ClassKitchenMount:
     """One kitchen's ASGI app (the class's at /class): a one-line 503 until it is ready, then the server."""
 
-    def __init__(self, model: str, api_key: str | None, device: str = CLASS_DEVICE, dtype: str = CLASS_DTYPE):
+    def __init__(self, model: str, api_key: str | None, device: str = CLASS_DEVICE, dtype: str = CLASS_DTYPE,
+                 extensions: tuple = ()):  # fmt: skip
         self.model, self.api_key, self.device, self.dtype = model, api_key, device, dtype
+        self.extensions = extensions  # the server's extensions (serving/server.py `create_app`)
         self.app = None
         self.client = None
         self.used_at = time.monotonic()
@@ -88,13 +90,16 @@ class ClassKitchenMount:
             name, source = served_name(self.model)
             metrics = KitchenMetrics(name)
             self.client = EngineClient(loop_settings(source, self.device, self.dtype), metrics, ClassBoard())
-            self.app = create_app(self.client, ServerConfig(name, self.api_key, load_caps(None)), metrics)
+            config = ServerConfig(name, self.api_key, load_caps(None))
+            self.app = create_app(self.client, config, metrics, self.extensions)
         except EngineError as err:
             self.status = f"the kitchen could not start: {err}"
 
     def close(self) -> None:
         if self.app is not None:
-            self.app.state.lab.close()  # the sweeps' engine process, if a sweep started one
+            from serving.server import close_app
+
+            close_app(self.app)  # the extensions' own processes (the Lab's engine, if a sweep started one)
         if self.client is not None:
             self.client.close()
 
@@ -125,8 +130,8 @@ async def refuse(send, status: int, line: str) -> None:
 class KitchenRooms:
     """The ASGI app at /kitchens/{model}/{device}/{precision}: that kitchen, opened on first use."""
 
-    def __init__(self, api_key: str | None):
-        self.api_key = api_key
+    def __init__(self, api_key: str | None, extensions: tuple = ()):
+        self.api_key, self.extensions = api_key, extensions
         self.rooms: OrderedDict[tuple[str, str, str], ClassKitchenMount] = OrderedDict()
         self.lock = threading.Lock()
 
@@ -172,7 +177,7 @@ class KitchenRooms:
                     return None, (f"this server already runs {MAX_KITCHENS} kitchens and every one is cooking; "
                                   "try again when an order is done")  # fmt: skip
                 self.rooms.pop(idle).close()
-            room = ClassKitchenMount(key[0], self.api_key, key[1], key[2])
+            room = ClassKitchenMount(key[0], self.api_key, key[1], key[2], self.extensions)
             self.rooms[key] = room
         threading.Thread(target=room.start, daemon=True, name=f"kitchen-loader-{key[0]}").start()
         return room, ""
@@ -184,14 +189,14 @@ class KitchenRooms:
             room.close()
 
 
-def class_kitchen(base: str = "") -> tuple[list, object | None]:
+def class_kitchen(base: str = "", extensions: tuple = ()) -> tuple[list, object | None]:
     """(routes, lifespan) for serve.py's st.App, under Streamlit's base path `base` (e.g. "/kitchen"):
     the class kitchen at /class when the launcher named one, and the Kitchen's kitchens at
-    /kitchens/... when it asked for them."""
+    /kitchens/... when it asked for them; each server with `extensions` (the Lab's routes)."""
     model = os.environ.get(ENV_MODEL)
     key = os.environ.get(ENV_KEY) or None
-    mount = ClassKitchenMount(model, key) if model else None
-    rooms = KitchenRooms(key) if os.environ.get(ENV_KITCHENS) == "1" else None
+    mount = ClassKitchenMount(model, key, extensions=extensions) if model else None
+    rooms = KitchenRooms(key, extensions) if os.environ.get(ENV_KITCHENS) == "1" else None
     if mount is None and rooms is None:
         return [], None
 

@@ -18,7 +18,8 @@ the `openai` client, curl, vLLM's benchmark scripts and the app itself can all o
                                                  the Kitchen page's order of B tables in the same batch,
                                                  every engine event streamed (serving/kitchen_orders.py)
     POST /kitchen/lab/{key}                      a Lab sweep in the server's own engine process, its
-                                                 progress streamed (serving/lab_routes.py)
+                                                 progress streamed (lab/on_server.py: an extension
+                                                 the launcher and the app pass to `create_app`)
 
 Errors are one line in OpenAI's error object: 400 a request the kitchen refuses (over the context,
 the KV memory or an instructor's cap), 401 a wrong key, 404 an unknown model or path, 413 a body
@@ -36,6 +37,7 @@ import json
 import secrets
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,7 +51,6 @@ from serving.caps import Caps, load_caps
 from serving.class_board import ClassBoard
 from serving.engine_client import EngineClient, Handle, LoopSettings, Refused
 from serving.kitchen_orders import KitchenOrders
-from serving.lab_routes import LabRoutes
 from serving.metrics import CONTENT_TYPE, KitchenMetrics
 from serving.openai_api import (
     ApiError,
@@ -306,9 +307,12 @@ class Kitchen:
         return JSONResponse(body)
 
 
-def create_app(client: EngineClient, config: ServerConfig, metrics: KitchenMetrics) -> Starlette:
+def create_app(client: EngineClient, config: ServerConfig, metrics: KitchenMetrics,
+               extensions: Sequence[Callable] = ()) -> Starlette:  # fmt: skip
+    """The server's app. `extensions`: factories `f(kitchen)` of objects with `routes()` and `close()`
+    (the Lab's, lab/on_server.py); `close_app(app)` closes them when the server stops."""
     kitchen = Kitchen(client, config, metrics)
-    lab = LabRoutes(kitchen)  # its private engine starts with the first sweep; `app.state.lab.close()` stops it
+    extras = [make(kitchen) for make in extensions]
 
     async def api_error(request: Request, err: ApiError) -> Response:
         return JSONResponse(err.body(), status_code=err.status)
@@ -326,12 +330,18 @@ def create_app(client: EngineClient, config: ServerConfig, metrics: KitchenMetri
         Route("/kitchen", kitchen.about, methods=["GET"]),
         Route("/kitchen/board", kitchen.board, methods=["GET"]),
         *KitchenOrders(kitchen).routes(),
-        *lab.routes(),
+        *[route for extra in extras for route in extra.routes()],
     ]
     app = Starlette(routes=routes, exception_handlers={ApiError: api_error, Exception: unexpected})
-    app.state.lab = lab
+    app.state.extensions = extras
     app.add_middleware(_KeyCheck, key=config.api_key)
     return app
+
+
+def close_app(app: Starlette) -> None:
+    """Stop what the app's extensions started (the Lab's engine process, if a sweep started one)."""
+    for extra in app.state.extensions:
+        extra.close()
 
 
 class _KeyCheck:
@@ -387,7 +397,7 @@ def served_name(model: str) -> tuple[str, str]:
     return (Path(model).name if Path(model).is_dir() else model), model
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, extensions: Sequence[Callable] = ()) -> int:
     import uvicorn
 
     try:
@@ -402,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     except EngineError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    app = create_app(client, ServerConfig(name, args.api_key, caps), metrics)
+    app = create_app(client, ServerConfig(name, args.api_key, caps), metrics, extensions)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"the class kitchen is open at http://{_address(args.host)}:{args.port}/v1 (model '{name}')", file=sys.stderr)
         if not args.api_key:
@@ -412,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     finally:
-        app.state.lab.close()
+        close_app(app)
         client.close()
     return 0
 

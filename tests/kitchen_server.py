@@ -7,11 +7,12 @@ import threading
 import time
 from contextlib import contextmanager
 
+from lab.on_server import LabRoutes
 from serving.caps import Caps
 from serving.class_board import ClassBoard
 from serving.engine_client import EngineClient, LoopSettings
 from serving.metrics import KitchenMetrics
-from serving.server import ServerConfig, create_app, served_name
+from serving.server import ServerConfig, close_app, create_app, served_name
 
 
 @contextmanager
@@ -21,13 +22,13 @@ def kitchen(caps: Caps | None = None, api_key: str | None = None, model: str = "
     metrics = KitchenMetrics(name)
     settings = LoopSettings(source, policy="chunked", token_budget=64, threads=1, prefix_cache=True)
     client = EngineClient(settings, metrics, ClassBoard())
-    app = create_app(client, ServerConfig(name, api_key, caps or Caps()), metrics)
+    app = create_app(client, ServerConfig(name, api_key, caps or Caps()), metrics, (LabRoutes,))
     client.app = app  # for tests that look inside the server (its Lab's kitchen)
     try:
         with serve(app) as url:
             yield url, client
     finally:
-        app.state.lab.close()
+        close_app(app)
         client.close()
 
 

@@ -156,7 +156,7 @@ def test_the_kitchen_finds_its_kitchen_server_and_the_lab_keeps_its_own_engine(m
 @needs_chromium
 def test_a_lab_page_runs_its_sweep_on_the_kitchen_server(server):
     """Under the launcher the Lab, like the Kitchen, is a client of the app's kitchen server, which
-    runs the sweep in an engine process of its own (serving/lab_routes.py): it ends with its findings."""
+    runs the sweep in an engine process of its own (lab/on_server.py): it ends with its findings."""
     ready(server, "k")
     with chromium() as b:
         page = b.new_page(viewport={"width": 1280, "height": 3000})

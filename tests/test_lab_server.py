@@ -1,5 +1,5 @@
 """The Lab on a kitchen server: settings and results as JSON, a sweep run in the server's own engine
-process and followed by the app's client (serving/lab_wire.py, serving/lab_routes.py)."""
+process and followed by the app's client (serving/lab_wire.py, lab/on_server.py)."""
 
 from __future__ import annotations
 
@@ -114,7 +114,8 @@ def test_a_client_that_hangs_up_cancels_its_sweep(served):
         time.sleep(0.05)
     assert job.cancel("cancelled: you pressed Cancel")
     assert job.wait(30) and job.status == "cancelled"
-    lab_kitchen = served[1].app.state.lab.service()  # the server's private kitchen for sweeps
+    (lab_routes,) = served[1].app.state.extensions
+    lab_kitchen = lab_routes.service()  # the server's private kitchen for sweeps
     deadline = time.monotonic() + 30
     while lab_kitchen.busy and time.monotonic() < deadline:
         time.sleep(0.1)

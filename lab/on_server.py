@@ -1,5 +1,9 @@
 """The Lab on a kitchen server: an experiment's sweep in the server's own engine process.
 
+The server (serving/server.py) knows nothing of the lab (imports point lab -> serving); whoever
+starts a server with the Lab passes `LabRoutes` among its extensions: `two-pot-kitchen serve`
+(kitchen_viz/launch.py) and the app's own kitchens (serve.py).
+
 A sweep needs the engine in hand for seconds to minutes (controlled batches, the profiler, the
 process's CPU time, caches and layouts a class kitchen does not run), so it does not join the
 class's batch: the server runs it the way the app runs it alone, in a private engine process of
@@ -31,7 +35,8 @@ POLL_S = 0.2  # how often the stream looks for new progress
 
 class LabRoutes:
     def __init__(self, kitchen):
-        """`kitchen`: serving.server.Kitchen (its engine client names the model, device and dtype)."""
+        """`kitchen`: serving.server.Kitchen (its engine client names the model, device and dtype).
+        An extension of the server: `routes()` are mounted, `close()` runs when the server stops."""
         self.kitchen = kitchen
         self._svc = None
         self._lock = threading.Lock()

@@ -21,13 +21,14 @@ def draw_whole_class(board: dict, ttft_s: float | None, tpot_s: float | None, me
     st.subheader("The whole class")
     yk = you_and_kitchen(ttft_s, tpot_s, board)
     c = st.columns(4)
-    c[0].metric(f"Your TTFT ({measured})", fmt_s(yk.your_ttft_s))
-    c[1].metric("Kitchen TTFT, median", fmt_s(yk.kitchen_ttft_s))
-    c[2].metric(f"Your TPOT ({measured})", fmt_s(yk.your_tpot_s))
-    c[3].metric("Kitchen TPOT, median", fmt_s(yk.kitchen_tpot_s))
-    st.caption(f"The kitchen's medians are over the {yk.kitchen_finished} requests it finished in the last minute "
-               f"(yours included), measured by the kitchen. {yk.shared_steps} of the {yk.your_steps} steps that "
-               "cooked your order also cooked someone else's.")  # fmt: skip
+    c[0].metric("Your TTFT", fmt_s(yk.your_ttft_s))
+    c[1].metric("Kitchen's TTFT", fmt_s(yk.kitchen_ttft_s))
+    c[2].metric("Your TPOT", fmt_s(yk.your_tpot_s))
+    c[3].metric("Kitchen's TPOT", fmt_s(yk.kitchen_tpot_s))
+    st.caption(f"Yours measured {'at the client' if measured == 'client' else 'by the kitchen'}; the kitchen's "
+               f"are its medians over the {yk.kitchen_finished} requests it finished in the last minute (yours "
+               f"included), measured by the kitchen. {yk.shared_steps} of the {yk.your_steps} steps that cooked "
+               "your order also cooked someone else's.")  # fmt: skip
     steps = your_steps(board)
     if steps:
         st.plotly_chart(batch_figure(steps), use_container_width=True)

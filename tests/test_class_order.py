@@ -60,7 +60,7 @@ def test_the_page_orders_and_shows_both_kinds_of_numbers(monkeypatch):
         assert {"TTFT", "TPOT", "Tokens/s"} <= labels
         assert any("Measured by the kitchen" in h.value for h in page.subheader)
         assert any("The whole class" in h.value for h in page.subheader)  # a Two-Pot kitchen keeps a board
-        assert {"Your TTFT (client)", "Kitchen TTFT, median", "Kitchen TPOT, median"} <= labels
+        assert {"Your TTFT", "Kitchen's TTFT", "Kitchen's TPOT"} <= labels
         assert any("The rail is empty" in m.value for m in page.markdown)  # the order is done: nothing on the rail
         page.text_area(key="order-prompt").set_value("   ").run()
         page.button(key="order-go").click().run()

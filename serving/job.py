@@ -50,6 +50,18 @@ class Job:
     _finished: threading.Event = field(default_factory=threading.Event, repr=False)
     _go: threading.Event = field(default_factory=threading.Event, repr=False)
 
+    @classmethod
+    def new(cls, label: str, work: Work, service: Any, hold: bool, time_limit_s: float | None,
+            time_limit_line: str) -> Job:  # fmt: skip
+        """A job as a kitchen's `submit` makes it: held until `release()` when `hold`, cancelled past
+        `time_limit_s` with `time_limit_line` (or a line naming the limit)."""
+        job = cls(label=label, work=work, _service=service, time_limit_s=time_limit_s)
+        if time_limit_s is not None:
+            job.time_limit_line = time_limit_line or f"cancelled after {time_limit_s:g} s (its time limit)"
+        if not hold:
+            job._go.set()
+        return job
+
     @property
     def finished(self) -> bool:
         return self.status in ("done", "error", "cancelled")

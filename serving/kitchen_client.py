@@ -150,11 +150,7 @@ class ServerKitchen:
         if order is None and not hasattr(work, "settings"):
             raise EngineError("a kitchen server cooks the Kitchen's orders (kitchen_viz/orders.py `Cook`) and the "
                               "Lab's runs (lab/experiment.py `LabRun`), not other code")  # fmt: skip
-        job = Job(label=label, work=work, _service=self, time_limit_s=time_limit_s)
-        if time_limit_s is not None:
-            job.time_limit_line = time_limit_line or f"cancelled after {time_limit_s:g} s (its time limit)"
-        if not hold:
-            job._go.set()
+        job = Job.new(label, work, self, hold, time_limit_s, time_limit_line)
         with self._lock:
             if self._closed:
                 raise EngineError("the kitchen is closed; reload the page to start a new one")
@@ -169,9 +165,8 @@ class ServerKitchen:
         if job.finished or not job.cancel_token.cancel(reason):
             return False
         job._go.set()
-        response = getattr(job, "response", None)
-        if response is not None:
-            response.close()  # the reading thread wakes with an error; the server cancels at its next step
+        if job.response is not None:
+            job.response.close()  # the reading thread wakes with an error; the server cancels at its next step
         return True
 
     def queue_length(self) -> int:

@@ -195,11 +195,7 @@ class KitchenService:
         with the engine it measures. `time_limit_s`: the job is cancelled this long after the
         engine started on it, with `time_limit_line` as its error.
         """
-        job = Job(label=label, work=work, _service=self, time_limit_s=time_limit_s)
-        if time_limit_s is not None:
-            job.time_limit_line = time_limit_line or f"cancelled after {time_limit_s:g} s (its time limit)"
-        if not hold:
-            job._go.set()
+        job = Job.new(label, work, self, hold, time_limit_s, time_limit_line)
         with self._cv:
             if self._closed:
                 raise EngineError("the kitchen is closed; reload the page to start a new one")

@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--device", default="cpu")
     gen.add_argument("--dtype", default="float32")
     gen.add_argument("--quant", default=None, help="int8: int8 matmul weights (engine/quant.py); default none")
+    gen.add_argument("--compile", action="store_true",
+                     help="decode steps through torch.compile (engine/compiled.py; needs a C++ compiler)")  # fmt: skip
     gen.add_argument("--cache", default="static", help="static | growing | none")
     gen.add_argument("--batching", default="padded", help="padded | packed")
     gen.add_argument("--kv-budget-bytes", type=int, default=None)
@@ -79,7 +81,7 @@ def run_generate(args) -> int:
         torch.set_num_threads(args.threads)  # process-wide: fine for a one-shot CLI run
     prompt = args.prompt if args.prompt is not None else parse_ids(args.prompt_ids)
     eng = Engine.load(args.model, device=args.device, dtype=args.dtype, kv_budget_bytes=args.kv_budget_bytes,
-                      quant=args.quant)  # fmt: skip
+                      quant=args.quant, compile=args.compile)  # fmt: skip
     if args.speculate:
         return run_speculative(eng, prompt, args)
     res = eng.generate(

@@ -120,8 +120,9 @@ class DecodeGraphs:
     take the runner's ordinary eager path from then on, so no later step replays a broken graph.
     """
 
-    def __init__(self, model: Transformer, pool: SeatPool, capture: bool | None = None):
-        self.model, self.pool = model, pool
+    def __init__(self, model: Transformer, pool: SeatPool, capture: bool | None = None, decode=None):
+        """`decode`: an engine.compiled.CompiledDecode whose step the graphs record instead of the eager one."""
+        self.model, self.pool, self.decode = model, pool, decode
         self.capture = pool.device.type == "cuda" if capture is None else capture
         self.sizes = buckets(pool.seats)
         self.steps: dict[int, _BucketStep] = {}
@@ -134,7 +135,7 @@ class DecodeGraphs:
         b = self.bucket(batch)
         if b not in self.steps and b not in self.failed:
             self.pool.prepare_read(list(range(b)), [0] * b, self.pool.seat_len)
-            step = _BucketStep(self.model, self.pool, b, self.capture)
+            step = _BucketStep(self.model, self.pool, b, self.capture, self.decode)
             if step.failure:
                 self.failed[b] = step.failure
             else:
@@ -152,7 +153,7 @@ class DecodeGraphs:
 
 
 class _BucketStep:
-    def __init__(self, model: Transformer, pool: SeatPool, b: int, capture: bool):
+    def __init__(self, model: Transformer, pool: SeatPool, b: int, capture: bool, decode=None):
         dev, width = pool.device, pool.seat_len
         self.tokens = torch.zeros(b, 1, dtype=torch.long, device=dev)  # (b, 1)
         self.positions = torch.zeros(b, 1, dtype=torch.long, device=dev)  # (b, 1)
@@ -164,6 +165,8 @@ class _BucketStep:
         rows = torch.arange(b, device=dev)
 
         def step() -> torch.Tensor:
+            if decode is not None:  # compiled: the warm-ups before the capture compile it
+                return decode(self.tokens, self.positions, sb, pool).view(b, -1)  # (b, V)
             return model.forward_seats(self.tokens, self.positions, sb, pool, rows)
 
         self.step, self.graph, self.failure = step, None, None

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.compiled import CompiledDecode
 from engine.config import ModelConfig
 from engine.costs import prefill_work_bytes
 from engine.draft import Drafter
@@ -65,6 +66,7 @@ class ServingConfig:
     kv_tokens: int = 0
     cuda_graphs: bool = True  # decode graphs per batch bucket, on CUDA only
     prefix_cache: bool = False  # reuse cached prompt prefixes and keep finished seats as leftovers
+    compile: bool = False  # pure-decode steps through torch.compile (engine/compiled.py); needs a C++ compiler
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,7 @@ class ServingState:
 class Serving:
     """The serving path's state: seats, scheduler, runner, and the live sequences by id."""
 
-    def __init__(self, model: Transformer, config: ServingConfig, budget: int):
+    def __init__(self, model: Transformer, config: ServingConfig, budget: int, compiled: CompiledDecode | None):
         cfg, dtype = model.cfg, model.dtype
         per_token = cfg.kv_bytes_per_token(dtype.itemsize)
         seat_len = min(config.max_seq_len or DEFAULT_SEAT_LEN, cfg.max_context)
@@ -115,7 +117,7 @@ class Serving:
         self.prefix = PrefixCache(self.pool) if config.prefix_cache else None
         self.drafter = Drafter(seats, seat_len)  # draft models load at the first submit that names one
         self.scheduler = Scheduler(sched, self.pool, self.work_bytes, self.limits.work_bytes, self.prefix, self.drafter)
-        self.runner = Runner(model, self.pool, config.cuda_graphs and model.device.type == "cuda")
+        self.runner = Runner(model, self.pool, config.cuda_graphs and model.device.type == "cuda", compiled)
         self.model = model
         self.seqs: dict[int, Sequence] = {}  # every request not yet Done, by id
         self.cancelled: list[Sequence] = []  # cancel() asked; applied at the next step
@@ -137,6 +139,8 @@ class Engine:
         SchedulerConfig(self.serving_config.policy, self.serving_config.max_seqs,
                         self.serving_config.token_budget).check()  # fmt: skip
         self._serving: Serving | None = None  # built at the first submit: generate() never pays for it
+        # One compiled decode step for the serving core and every order on seats; compiles at first use
+        self.compiled = CompiledDecode(model) if self.serving_config.compile else None
         self._next_id, self._steps = 0, 0
         self._t0 = time.perf_counter()
 
@@ -144,12 +148,15 @@ class Engine:
     def load(cls, model: str, device: str = "cpu", dtype: str = "float32", kv_budget_bytes: int | None = None,
              policy: str = "continuous", token_budget: int = 512, max_seqs: int = 64,
              max_seq_len: int | None = None, kv_tokens: int = 0, prefix_cache: bool = False,
-             quant: str | None = None) -> Engine:  # fmt: skip
+             quant: str | None = None, compile: bool = False) -> Engine:  # fmt: skip
         """Folder, `preset:NAME`, an embedded model's name (assets/models/NAME) or hub id -> a ready Engine.
 
         `quant="int8"`: matmul weights stored as int8 with a scale per output channel (engine/quant.py).
+        `compile=True`: decode steps on the seats run a torch.compile'd layer (engine/compiled.py); without
+        a C++ compiler (or if compiling fails) they run eagerly, with a one-line warning.
         """
-        serving = ServingConfig(policy, token_budget, max_seqs, max_seq_len, kv_tokens, prefix_cache=prefix_cache)
+        serving = ServingConfig(policy, token_budget, max_seqs, max_seq_len, kv_tokens, prefix_cache=prefix_cache,
+                                compile=compile)  # fmt: skip
         SchedulerConfig(policy, max_seqs, token_budget).check()  # refuse bad settings before loading
         parse_quant(quant)  # a bad value is refused before loading too
         loaded = load_model(model, device, dtype, quant)
@@ -200,6 +207,8 @@ class Engine:
         req = RequestSettings(max_new_tokens=max_new_tokens, **settings)
         ids = self.check(prompts, max_new_tokens, **settings)
         run = SeatOrderRun if runs_on_seats(req, ids) else FixedBatchRun  # engine/order_run.py says which
+        if run is SeatOrderRun:
+            return SeatOrderRun(self.model, self.codec, self.info, ids, req, self._new_id(), self.compiled).events()
         return run(self.model, self.codec, self.info, ids, req, self._new_id()).events()
 
     # --- serving: many requests, one step at a time ------------------------------------------------
@@ -207,7 +216,7 @@ class Engine:
     def serving(self) -> Serving:
         if self._serving is None:
             budget = self.kv_budget_bytes or int(available_memory(self.device) * 0.5)
-            self._serving = Serving(self.model, self.serving_config, budget)
+            self._serving = Serving(self.model, self.serving_config, budget, self.compiled)
         return self._serving
 
     def serving_limits(self) -> ServingLimits:

@@ -30,15 +30,18 @@ from collections.abc import Iterator
 
 import torch
 
+from engine.compiled import CompiledDecode
 from engine.events import Done, Event, PrefillEnd, PrefillStart, StepEnd, Token
 from engine.kv_pool import SeatPool
 from engine.limits import RequestSettings
+from engine.loader import ModelInfo
+from engine.model import Transformer
 from engine.order import Clock, OrderRun
 from engine.runner import Runner
 from engine.sampling import SamplingParams, sample
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import Sequence
-from engine.text import IncrementalDecoder
+from engine.text import IncrementalDecoder, TextCodec
 from engine.trace import Trace, measured_step
 
 
@@ -52,6 +55,12 @@ class SeatOrderRun(OrderRun):
     """Runs one order over its own seats; iterate `events()` once."""
 
     path = "seats"
+
+    def __init__(self, model: Transformer, codec: TextCodec | None, info: ModelInfo, prompts: list[list[int]],
+                 req: RequestSettings, request_id: int, compiled: CompiledDecode | None = None):  # fmt: skip
+        """`compiled`: the engine's compiled decode step (engine/compiled.py), shared by its orders."""
+        super().__init__(model, codec, info, prompts, req, request_id)
+        self.compiled = compiled
 
     def _kitchen(self) -> tuple[SeatPool, Scheduler, list[Sequence]]:
         """Seats, a static scheduler holding the whole order, and one sequence per table (id = table)."""
@@ -83,7 +92,7 @@ class SeatOrderRun(OrderRun):
         gen = torch.Generator(device=self.device).manual_seed(req.seed)
         lengths = [len(p) for p in prompts]
         pool, sched, seqs = self._kitchen()
-        runner = Runner(self.model, pool)
+        runner = Runner(self.model, pool, compiled=self.compiled)
         trace = Trace()
         yield from clock.emit([PrefillStart(clock.now(), len(prompts), lengths, sum(lengths), req.batching, rid)])
 
@@ -123,5 +132,7 @@ class SeatOrderRun(OrderRun):
             yield from clock.emit(events)
 
         trace.t_done = trace.steps[-1].t_end
+        if self.compiled is not None and self.compiled.failure is not None:
+            trace.notes.append(f"compile=True, decoded eagerly: {self.compiled.failure}")
         result = self._result([s.output for s in seqs], trace, pool.bytes_reserved)
         yield from clock.emit([Done(clock.now(), result, request_id=rid)])

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from engine.compiled import CompiledDecode
 from engine.cuda_graph import DecodeGraphs
 from engine.kv_pool import SeatBatch, SeatPool, Span
 from engine.model import Transformer
@@ -37,9 +38,12 @@ class PassOutput:
 
 
 class Runner:
-    def __init__(self, model: Transformer, pool: SeatPool, cuda_graphs: bool = False):
+    def __init__(self, model: Transformer, pool: SeatPool, cuda_graphs: bool = False,
+                 compiled: CompiledDecode | None = None):  # fmt: skip
+        """`compiled`: run pure-decode steps through the engine's compiled step (engine/compiled.py)."""
         self.model, self.pool, self.device = model, pool, model.device
-        self.graphs = DecodeGraphs(model, pool) if cuda_graphs else None
+        self.compiled = compiled
+        self.graphs = DecodeGraphs(model, pool, decode=compiled) if cuda_graphs else None
         self.slots = torch.arange(pool.seat_len, device=self.device)  # (T,) reused by every step's masks
         self.zero = torch.zeros((), dtype=model.dtype, device=self.device)
         self.neg_inf = torch.full((), float("-inf"), dtype=model.dtype, device=self.device)
@@ -105,6 +109,8 @@ class Runner:
             return self.model.forward_seats(inputs[0].view(B, -1), inputs[1].view(B, -1), sb, self.pool, logits_rows)
         if rows is None:
             tokens, positions = inputs[0].view(-1, 1), inputs[1].view(-1, 1)  # (B, 1)
+            if self.compiled is not None:
+                return self.compiled(tokens, positions, sb, self.pool).view(nd, -1)  # (B, V)
             return self.model.forward_seats(tokens, positions, sb, self.pool, None).view(nd, -1)  # (B, V)
         logits_rows = torch.tensor(rows, dtype=torch.long, device=dev)  # (R,)
         return self.model.forward_seats(inputs[0][None], inputs[1][None], sb, self.pool, logits_rows)

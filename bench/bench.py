@@ -520,6 +520,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--profile", type=int, default=0, metavar="STEPS", help="also profile STEPS decode steps")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--quant", help="int8: time int8 weights against float32/bfloat16 and HF instead (bench/int8.py)")
+    p.add_argument("--compile", action="store_true",
+                   help="time compile=True against eager decode instead (bench/compiled.py)")  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -553,6 +555,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.quant is not None:
         return run_quant(args, argv, progress)
+    if args.compile:
+        return run_compile(args, argv, progress)
     try:
         report = run_bench(
             args.model, args.device, args.dtype, args.quick, plan_from(args), progress,
@@ -584,6 +588,19 @@ def run_quant(args: argparse.Namespace, argv: list[str], progress) -> int:
                                           ("prefill_tokens", args.prefill_tokens)) if v is not None})  # fmt: skip
     models = [args.model] if any(a.startswith("--model") for a in argv) else None  # default: 135M and chef
     return quant_main(models, args.out, args.json, plan, progress)
+
+
+def run_compile(args: argparse.Namespace, argv: list[str], progress) -> int:
+    """`--compile`: the compiled decode step against eager (bench/compiled.py), on --model or its two defaults."""
+    from bench.compiled import CompilePlan
+    from bench.compiled import main as compile_main
+
+    plan = CompilePlan(**{k: v for k, v in (("repeats", args.repeats), ("decode_tokens", args.decode_tokens),
+                                            ("big_batch", args.batch)) if v is not None})  # fmt: skip
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    models = [args.model] if any(a.startswith("--model") for a in argv) else None  # default: 135M and chef
+    return compile_main(models, args.out, args.json, plan, progress)
 
 
 if __name__ == "__main__":

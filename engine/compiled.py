@@ -6,19 +6,21 @@ the softmax of decode attention -- each a separate kernel launched cold after a 
 `torch.compile` (inductor) fuses those into a few C++ loops; the GEMMs stay the same MKL calls.
 
 How, and why this way (docs/benchmarks/compiled-cpu.md has the numbers):
-* ONE compiled function of a layer's *weights* (passed as tensors, not as an `nn.Module`) serves
-  every layer: compiling the `Block` module recompiled once per layer (its identity and its layer
-  index are guarded) and was slower than eager.
-* The layer's KV seat write and read happen inside it: `index_copy_` into the pool's flat view
-  (inductor writes the rows in place, it does not copy the pool) and a slice of seats 0..B-1.
-* `dynamic=True`: the batch B and the width W read from the cache grow or shrink every step; both
-  come from tensor shapes (x and the bias), never from Python ints, so a generation compiles a
-  bounded number of times (once per model shape and dtype, plus one for batch 1, which dynamo
-  specialises).
-* Only the serving runner's pure-decode step `(B, 1)` runs compiled; prefill, mixed steps and the
-  fixed-batch lessons' kitchens stay eager.
+* The whole step -- every layer, the final norm and the LM head -- is ONE compiled function of the
+  weights, passed as tensors (`LayerWeights`), not as `nn.Module`s: compiling the `Block` module
+  recompiled once per layer (its identity and layer index are guarded) and was slower than eager,
+  and one compiled layer called once per layer fused the same ops but saved nothing at batch 1.
+* The KV seat writes and reads happen inside it: `index_copy_` into each layer's seats (inductor
+  writes the rows in place, it does not copy the pool) and a slice of seats 0..B-1 read as a view.
+* The sizes that move -- batch B, the width W read from the cache, the pool's seats S and slots T
+  -- are marked dynamic and come from tensor shapes, never from Python ints, so a generation
+  compiles once for batch 1 and once for batch > 1 per model shape and dtype (a test counts them).
+* Only the serving runner's pure-decode step `(B, 1)` runs compiled (the serving core's and every
+  order `generate()` cooks on seats); prefill, mixed steps and the fixed-batch lessons' kitchens
+  stay eager, and so does a step that reads a seat to its last slot (see `__call__`).
 * int8 weights (engine/quant.py) keep the eager step: their kernel needs 64-byte aligned inputs,
   which eager checks with `data_ptr()` (a graph break) and inductor's buffer reuse does not promise.
+* On CUDA the graphs of each batch bucket (engine/cuda_graph.py) record this compiled step.
 
 Compiling needs a C++ compiler on CPU (inductor builds its kernels with it) and triton on CUDA.
 `compiler_problem()` says up front when one is missing; a compile that fails anyway (at the first
@@ -32,10 +34,10 @@ import os
 import shutil
 import warnings
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
+from torch.fx.experimental import _config as fx_config
 
 from engine.kv_pool import SeatBatch, SeatPool
 from engine.model import Rope, Transformer, apply_rope, rms_norm
@@ -118,7 +120,7 @@ def decode_layer(
 
     x (B, 1, d); cos, sin (B, 1, 1, D) or None (learned positions); bias (B, 1, 1, W) additive;
     index (B * Hkv,) flat rows of the new K/V (SeatPool.row_index_list); k_seats, v_seats the
-    layer's seats 0..B-1, (B, Hkv, T, D). Same ops as Block.forward_seats.
+    layer's seats 0..B-1, (B, Hkv, T, D), contiguous. Same ops as Block.forward_seats.
     """
     B, H, Hkv, D = x.shape[0], shape.n_heads, shape.n_kv_heads, shape.head_dim
     qkv = _plus(_norm(x, w.attn_norm, shape) @ w.wqkv, w.bqkv)  # (B, 1, q + 2kv)
@@ -145,7 +147,9 @@ def decode_step(
 ) -> torch.Tensor:
     """Every layer, the final norm and the LM head of a pure-decode step: x (B, 1, d) -> logits (B, 1, V).
 
-    k_seats, v_seats: one (B, Hkv, T, D) view per layer; layers: one LayerWeights per layer.
+    k_seats, v_seats: one (B, Hkv, T, D) view per layer, the rows' seats; layers: one LayerWeights
+    per layer. Views, not the whole (L, S, Hkv, T, D) pool sliced inside: writing into a slice of a
+    graph input ran 6.5x slower than eager at batch 32 (678 vs 104 ms; the pool copied back, it seems).
     """
     for i, w in enumerate(layers):
         x = decode_layer(x, cos, sin, bias, index, k_seats[i], v_seats[i], w, shape)
@@ -171,21 +175,16 @@ def one_line(err: BaseException) -> str:
     return " ".join(f"{type(err).__name__}: {err}".split())[:300]
 
 
-Granularity = Literal["step", "layer"]  # the whole step as one compiled function, or one per layer
-
-
 class CompiledDecode:
-    """The runner's pure-decode step as compiled code; eager after a failure.
+    """The runner's pure-decode step as one compiled function; eager after a failure.
 
     Made once per Engine and shared by every Runner over its model (the serving core's and each
-    order's), so a generate() pays the compile only the first time. `granularity="layer"` compiles
-    one layer and calls it per layer instead of the whole step (the probe that lost, kept for
-    docs/benchmarks/compile_probe.py).
+    order's), so a generate() pays the compile only the first time.
     """
 
-    def __init__(self, model: Transformer, granularity: Granularity = "step"):
+    def __init__(self, model: Transformer):
         cfg = model.cfg
-        self.model, self.granularity = model, granularity
+        self.model = model
         self.shape = LayerShape(cfg.norm, cfg.norm_eps, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim,
                                 cfg.mlp_gated, cfg.act)  # fmt: skip
         self.layers = [_weights(block) for block in model.layers]
@@ -200,7 +199,6 @@ class CompiledDecode:
         # loads several models must not hit dynamo's default limit of 8, which silently runs eager.
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         self.step_fn = torch.compile(decode_step, fullgraph=True)
-        self.layer_fn = torch.compile(decode_layer, fullgraph=True)
         if self.failure is not None:
             warnings.warn(f"compile=True, decoding eagerly: {self.failure}", RuntimeWarning, stacklevel=3)
 
@@ -224,29 +222,32 @@ class CompiledDecode:
         return self.model.forward_seats(tokens, positions, sb, pool, None)
 
     def _compiled(self, tokens, positions, sb: SeatBatch, pool: SeatPool) -> torch.Tensor:
-        model, B = self.model, tokens.shape[0]
+        model = self.model
         assert sb.decode_first == 0 and not sb.spans, (
             "the compiled step serves pure decode steps in seats 0..B-1"
         )
         x, rope = model._inputs(tokens, positions)  # (B, 1, d); cos, sin (B, 1, 1, D)
         cos, sin = (rope.cos, rope.sin) if rope is not None else (None, None)
+        B = x.shape[0]
         ks = [t[:B] for t in pool.k_layer]  # (B, Hkv, T, D) each: the rows' seats, a contiguous view
         vs = [t[:B] for t in pool.v_layer]
         # The sizes that change from step to step or pool to pool are symbols of one graph, not
-        # constants: B (x, rope, bias, index, seats), W (bias), T (seats). Batch 1 gets its own graph.
-        for t in (x, cos, sin, sb.decode_bias, *ks, *vs):
+        # constants: B (x, rope, bias, index, seats), W (bias), T (seats). Size 1 is always a
+        # constant to the compiler, so batch 1 gets a graph of its own.
+        for t in (x, cos, sin, sb.decode_bias, sb.decode_index, *ks, *vs):
             if t is not None:
                 torch._dynamo.maybe_mark_dynamic(t, 0)
-        torch._dynamo.maybe_mark_dynamic(sb.decode_index, 0)
         torch._dynamo.maybe_mark_dynamic(sb.decode_bias, 3)
         for t in (*ks, *vs):
             torch._dynamo.maybe_mark_dynamic(t, 2)
-        if self.granularity == "step":
+        for t in (pool.k, pool.v):  # the views' base (L, S, Hkv, T, D): guarded, as views are written
+            torch._dynamo.maybe_mark_dynamic(t, 1)
+            torch._dynamo.maybe_mark_dynamic(t, 3)
+        # No duck shaping: sizes equal at the first compile stay distinct symbols (with it, a pool of
+        # 4 seats and 4 KV heads tied the two, and the next pool recompiled).
+        with fx_config.patch(use_duck_shape=False):
             return self.step_fn(x, cos, sin, sb.decode_bias, sb.decode_index, ks, vs, self.layers,
                                 self.final_norm, model.lm_head_t, self.shape)  # fmt: skip
-        for w, k, v in zip(self.layers, ks, vs, strict=True):
-            x = self.layer_fn(x, cos, sin, sb.decode_bias, sb.decode_index, k, v, w, self.shape)
-        return model._logits(x, None)  # (B, 1, V)
 
 
 def _weights(block) -> LayerWeights:

@@ -1,0 +1,143 @@
+"""Fewer ops per decode step, measured: `compile=True` (engine/compiled.py) against eager.
+
+`python -m engine bench --compile [--model M ...] [--out report.json]` runs this instead of the HF
+comparison. For each model (default: the SmolLM2-135M preset shape, then the chef):
+
+  1. one HF folder (a preset is built with random weights and saved, as bench/bench.py does);
+     our engine loads it twice, eager and `compile=True`, so both run the same tensors;
+  2. the first run of every shape on each engine is timed on its own: on the compiled engine it
+     includes compiling (batch 1 and batch > 1 are one graph each), reported as `first_run_s`;
+  3. every repeat times both engines at batch 1 and at batch B, in an order swapped each repeat,
+     so a noisy moment on shared cores hits both alike: TPOT of `generate()` (an order cooked on
+     the serving core's seats, whose pure-decode steps are what compile=True compiles);
+  4. every timed run's greedy tokens are compared: compiled must equal eager.
+
+Medians and minima of TPOT; ratios are compiled / eager medians (below 1.0: compile pays).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from bench.bench import Samples, machine_facts, random_prompts, reference_folder
+
+DEFAULT_MODELS = ("preset:smollm2-135m", "chef")
+VARIANTS = ("eager", "compiled")
+
+
+@dataclass(frozen=True)
+class CompilePlan:
+    decode_prompt_tokens: int = 64
+    decode_tokens: int = 32
+    big_batch: int = 32
+    big_batch_prompt_tokens: int = 16
+    repeats: int = 5
+
+
+@dataclass(frozen=True)
+class ModelResult:
+    """One model's measurements; seconds."""
+
+    model: str
+    tpot_s: dict  # "b1" / "bB" -> variant -> Samples.to_dict()
+    first_run_s: dict  # "b1" / "bB" -> variant -> seconds of the first (compiling) generate
+    compiled_steps: int  # decode steps the compiled engine ran compiled
+    failure: str | None  # why the compiled engine decoded eagerly, if it did
+    same_tokens: bool  # every timed compiled run gave eager's greedy tokens
+    ratios: dict  # compiled / eager TPOT medians per shape
+
+
+def _tpot(eng, prompts: list[list[int]], n: int) -> tuple[float, list[list[int]]]:
+    res = eng.generate(prompts, max_new_tokens=n, temperature=0.0, stop_at_eos=False)
+    return res.metrics.tpot_s, res.tokens
+
+
+def measure_model(model: str, plan: CompilePlan, progress) -> ModelResult:
+    from engine import Engine
+
+    with tempfile.TemporaryDirectory(prefix="bench-compile-") as workdir:
+        folder = reference_folder(model, workdir)
+        engines = {"eager": Engine.load(folder), "compiled": Engine.load(folder, compile=True)}
+    cfg = engines["eager"].cfg
+    shapes = {
+        "b1": random_prompts(cfg.vocab_size, 1, plan.decode_prompt_tokens, seed=2),
+        f"b{plan.big_batch}": random_prompts(
+            cfg.vocab_size, plan.big_batch, plan.big_batch_prompt_tokens, seed=3
+        ),
+    }
+    n = plan.decode_tokens
+    tpot = {s: {v: Samples() for v in VARIANTS} for s in shapes}
+    first: dict = {s: {} for s in shapes}
+    same = True
+    with torch.inference_mode():
+        for s, prompts in shapes.items():  # the first run of each shape: the compiled one compiles
+            for v in VARIANTS:
+                t0 = time.perf_counter()
+                _tpot(engines[v], prompts, n)
+                first[s][v] = time.perf_counter() - t0
+                progress(f"{model} {s} {v}: first run {first[s][v]:.1f} s")
+        for i in range(plan.repeats):
+            progress(f"{model}: repeat {i + 1}/{plan.repeats}")
+            for s, prompts in shapes.items():
+                tokens = {}
+                for v in VARIANTS if i % 2 == 0 else VARIANTS[::-1]:
+                    t, tokens[v] = _tpot(engines[v], prompts, n)
+                    tpot[s][v].values.append(t)
+                same = same and tokens["eager"] == tokens["compiled"]
+    compiled = engines["compiled"].compiled
+    ratios = {s: tpot[s]["compiled"].median / tpot[s]["eager"].median for s in shapes}
+    return ModelResult(
+        model, {s: {v: x.to_dict() for v, x in d.items()} for s, d in tpot.items()}, first, compiled.steps,
+        compiled.failure, same, ratios,
+    )  # fmt: skip
+
+
+def run(models=DEFAULT_MODELS, plan: CompilePlan | None = None, progress=lambda msg: None) -> dict:
+    plan = plan or CompilePlan()
+    t0, load0 = time.perf_counter(), os.getloadavg()
+    results = [asdict(measure_model(m, plan, progress)) for m in models]
+    return {
+        "what": "compile=True (engine/compiled.py) vs eager decode, TPOT of generate() on seats, alternating",
+        "plan": asdict(plan),
+        "machine": machine_facts(),
+        "load_average": {"start": list(load0), "end": list(os.getloadavg())},
+        "models": results,
+        "elapsed_s": time.perf_counter() - t0,
+        "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def format_report(r: dict) -> str:
+    lines = [f"compile=True vs eager, {r['machine']['torch_threads']} threads, load {r['load_average']}"]
+    for m in r["models"]:
+        for s, d in m["tpot_s"].items():
+            e, c = d["eager"], d["compiled"]
+            lines.append(
+                f"{m['model']} {s}: TPOT eager {e['median'] * 1e3:.2f} ms (min {e['min'] * 1e3:.2f}), "
+                f"compiled {c['median'] * 1e3:.2f} ms (min {c['min'] * 1e3:.2f}), ratio {m['ratios'][s]:.3f}; "
+                f"first run eager {m['first_run_s'][s]['eager']:.1f} s, compiled {m['first_run_s'][s]['compiled']:.1f} s"
+            )
+        lines.append(
+            f"  same tokens: {m['same_tokens']}, compiled steps {m['compiled_steps']}, failure {m['failure']}"
+        )
+    return "\n".join(lines)
+
+
+def main(models: list[str] | None, out: str | None, as_json: bool, plan: CompilePlan, progress) -> int:
+    report = run(tuple(models) if models else DEFAULT_MODELS, plan, progress)
+    text = json.dumps(report, indent=2)
+    if out:
+        with open(out, "w") as f:
+            f.write(text + "\n")
+    print(text if as_json else format_report(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(None, None, False, CompilePlan(), print))

@@ -14,8 +14,8 @@ The instrument must not disturb the measurement. This runs one order two ways, a
 Where things run (2 cores: the engine child on core 1, the server on core 0): this process and
 Playwright's driver run on the server's cores (they are the harness, not the UI); Chromium runs
 on every core like a real browser, or on the server's cores with --pin-browser (a setup the app
-cannot impose on a learner's browser: report both). --perf samples the engine's core during each
-live Cook and says who else ran there.
+cannot impose on a learner's browser: report both). --perf traces the engine's core during every
+Cook (both sides) and says who else ran there, how often and for how long.
 
 Both use the same model, dtype, thread count and order (greedy, seed 0, so the same tokens).
 The two sides alternate ABBA (no UI first in odd rounds, the page first in even ones).
@@ -91,11 +91,14 @@ DONE_JS = "() => /Diagnosis/.test(document.body.textContent) || !!document.query
 POLL_MS = 250
 
 
-def tpot_with_live_kitchen(page, url: str, query: str, timeout_ms: int = 120_000, probe=None) -> float | None:
+def tpot_with_live_kitchen(
+    page, url: str, query: str, timeout_ms: int = 120_000, probe=None, side: str = "live"
+) -> float | None:
     """TPOT as the page's panel shows it after one Cook; None (with a screenshot) if the page never
     offered Cook or the order never finished (the round is then dropped and counted).
 
-    `probe`: a CoreProbe, started just before Cook and stopped once the order is done."""
+    `probe`: a CoreProbe, started just before Cook and stopped once the order is done, its row
+    filed under `side`."""
     try:
         page.goto(f"{url}/{query}")
         page.get_by_role("button", name="Cook").wait_for(timeout=timeout_ms)
@@ -104,7 +107,7 @@ def tpot_with_live_kitchen(page, url: str, query: str, timeout_ms: int = 120_000
         page.get_by_role("button", name="Cook").click()
         page.wait_for_function(DONE_JS, polling=POLL_MS, timeout=timeout_ms)
         if probe is not None:
-            probe.stop()
+            probe.stop(side)
     except Exception:  # noqa: BLE001 — a stuck round is reported, not fatal
         if probe is not None:
             probe.abandon()
@@ -118,25 +121,25 @@ def tpot_with_live_kitchen(page, url: str, query: str, timeout_ms: int = 120_000
 
 
 class CoreProbe:
-    """`perf record` on the engine's core(s) during each live Cook: who else ran there meanwhile.
+    """Who held the engine's core while an order cooked, from the kernel's context switches.
 
-    perf samples every task on those cores ~2000x a second (perf itself runs on the server's
-    cores). The cook is the longest stretch of the busiest Python process's samples (the engine
-    child; gaps < 30 ms); each round reports the engine's share of that stretch and which other
-    tasks held the core, by thread name. perf's own sampling costs the live side a little, so
-    series run with --perf are for finding causes, not for the headline figure.
+    `perf record -e sched:sched_switch` on the engine's core(s) logs every switch (who left, who
+    came in, when), so each task's time on the core is exact and perf adds no interrupts of its
+    own (2 kHz sampling did: it cost the live side +24 % by itself). The cook is the longest
+    stretch of the engine's time on the core with no gap over 10 ms; each round reports its span,
+    the engine's share of it, how often another task took the core, for how long in all, and who.
+    Run on both sides, so the quiet page's figures are the baseline for the live page's.
     """
 
     def __init__(self, engine_cores: frozenset[int], perf_cores: frozenset[int], folder: Path):
         self.engine_cores, self.perf_cores, self.folder = engine_cores, perf_cores, folder
-        self.rounds: list[dict] = []
+        self.rounds: dict[str, list[dict]] = {"no_ui": [], "live": []}
         self._proc = None
 
     def start(self) -> None:
-        data = self.folder / f"core-{len(self.rounds)}.data"
-        cmd = ["taskset", "-c", cpu_list(self.perf_cores), "perf", "record", "-q", "-F", "1999"]
-        cmd += ["-C", cpu_list(self.engine_cores), "-o", str(data)]
-        self._data = data
+        self._data = self.folder / f"switches-{time.time_ns()}.data"
+        cmd = ["taskset", "-c", cpu_list(self.perf_cores), "perf", "record", "-q", "-e", "sched:sched_switch"]
+        cmd += ["-C", cpu_list(self.engine_cores), "-o", str(self._data)]
         self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(0.5)  # perf is recording before Cook is pressed
 
@@ -146,45 +149,81 @@ class CoreProbe:
             self._proc.send_signal(signal.SIGINT)
             self._proc.wait()
 
-    def stop(self) -> None:
+    def stop(self, side: str = "live") -> None:
         self._proc.send_signal(signal.SIGINT)
         self._proc.wait()
-        script = ["perf", "script", "-i", str(self._data), "-F", "comm,pid,time"]
+        script = ["perf", "script", "-i", str(self._data), "-F", "cpu,time,trace"]
         out = subprocess.run(script, capture_output=True, text=True).stdout
-        self.rounds.append(cook_span_shares(out))
+        self._data.unlink(missing_ok=True)
+        self.rounds[side].append(cook_span_holders(out))
+
+    def medians(self) -> dict:
+        keys = ("span_s", "engine_share", "others_ms", "others_runs")
+        return {
+            side: {k: round(statistics.median(r[k] for r in rows), 4) for k in keys}
+            for side, rows in self.rounds.items()
+            if rows
+        }
 
 
-def cook_span_shares(perf_script: str) -> dict:
-    """From `perf script -F comm,pid,time` lines: the cook's span and who held the core during it."""
-    samples = []
-    for line in perf_script.splitlines():
-        *comm, pid, t = line.split()
-        samples.append((float(t.rstrip(":")), " ".join(comm), pid))
-    counts: dict[str, int] = {}
-    for _, comm, pid in samples:
-        if comm.startswith("python"):  # the engine child is a Python process; Chromium's are not
-            counts[pid] = counts.get(pid, 0) + 1
-    if not counts:
-        return {"span_s": 0.0, "engine_share": None, "others": {}}
-    engine = max(counts, key=counts.get)
-    times = [t for t, _, pid in samples if pid == engine]
-    best, start = (times[0], times[0], 0), 0
-    for i in range(1, len(times) + 1):
-        if i == len(times) or times[i] - times[i - 1] > 0.03:
-            if i - start > best[2]:
-                best = (times[start], times[i - 1], i - start)
-            start = i
-    lo, hi, n_engine = best
-    inside = [(comm, pid) for t, comm, pid in samples if lo <= t <= hi]
-    others: dict[str, int] = {}
-    for comm, pid in inside:
-        if pid != engine:
-            others[comm] = others.get(comm, 0) + 1
-    top = sorted(others.items(), key=lambda kv: -kv[1])[:5]
+SWITCH = re.compile(
+    r"\[(\d+)\]\s+([\d.]+):\s+prev_comm=(.*?) prev_pid=(\d+) .*?==> next_comm=(.*?) next_pid=(\d+)"
+)
+
+
+def cook_span_holders(perf_script: str) -> dict:
+    """From `perf script -F cpu,time,trace` of sched_switch: the cook's span and who held the core.
+
+    Each switch starts the incoming task's hold of that CPU, which lasts until the CPU's next
+    switch. The engine is the Python task with the most time held."""
+    last: dict[str, tuple[float, str, str]] = {}  # cpu -> (since, comm, pid) of the task holding it
+    holds: list[tuple[float, float, str, str]] = []  # (start, end, comm, pid)
+    for m in SWITCH.finditer(perf_script):
+        cpu, t, _, _, comm, pid = (
+            m.group(1),
+            float(m.group(2)),
+            m.group(3),
+            m.group(4),
+            m.group(5),
+            m.group(6),
+        )
+        if cpu in last:
+            since, held_comm, held_pid = last[cpu]
+            holds.append((since, t, held_comm, held_pid))
+        last[cpu] = (t, comm, pid)
+    held: dict[str, float] = {}
+    for a, b, comm, pid in holds:
+        if comm.startswith("python"):
+            held[pid] = held.get(pid, 0.0) + b - a
+    if not held:
+        return {"span_s": 0.0, "engine_share": 0.0, "others_ms": 0.0, "others_runs": 0, "others": {}}
+    engine = max(held, key=held.get)
+    # Its idle wake-ups (a message, a poll) are holds of microseconds; cooking holds last until a
+    # preemption or a pipe write, so the stretch is built from holds of 0.2 ms and more.
+    mine = [(a, b) for a, b, _, pid in holds if pid == engine and b - a >= 2e-4]
+    if not mine:
+        return {"span_s": 0.0, "engine_share": 0.0, "others_ms": 0.0, "others_runs": 0, "others": {}}
+    best, lo, hi, got = (0.0, 0.0, 0.0), mine[0][0], mine[0][1], mine[0][1] - mine[0][0]
+    for a, b in mine[1:] + [(float("inf"), float("inf"))]:
+        if a - hi > 0.01:  # a gap: the stretch ends
+            if got > best[2]:
+                best = (lo, hi, got)
+            lo, got = a, 0.0
+        hi, got = b, got + (b - a)
+    lo, hi, engine_s = best
+    others: dict[str, float] = {}
+    runs = 0
+    for a, b, comm, pid in holds:
+        if pid != engine and b > lo and a < hi and pid != "0":
+            others[comm] = others.get(comm, 0.0) + min(b, hi) - max(a, lo)
+            runs += 1
+    top = sorted(others.items(), key=lambda kv: -kv[1])[:6]
     return {
-        "span_s": round(hi - lo, 3),
-        "engine_share": round(n_engine / len(inside), 3),
-        "others": {comm: round(k / len(inside), 3) for comm, k in top},
+        "span_s": round(hi - lo, 4),
+        "engine_share": round(engine_s / (hi - lo), 4) if hi > lo else 0.0,
+        "others_ms": round(sum(others.values()) * 1e3, 2),
+        "others_runs": runs,
+        "others": {comm: round(v * 1e3, 2) for comm, v in top},
     }
 
 
@@ -235,7 +274,9 @@ def main(argv: list[str] | None = None) -> int:
         help="start Chromium on the server's cores (default: on every core, as a real browser is)",
     )
     ap.add_argument(
-        "--perf", action="store_true", help="sample the engine's core with perf during each live Cook"
+        "--perf",
+        action="store_true",
+        help="trace who holds the engine's core (perf sched_switch) during every Cook, both sides",
     )
     ap.add_argument(
         "--baseline",
@@ -263,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def no_ui_side() -> float | None:
         if same:
-            return tpot_with_live_kitchen(page, url, quiet_query)
+            return tpot_with_live_kitchen(page, url, quiet_query, probe=probe, side="no_ui")
         return tpot_without_ui(engine, order)
 
     load_before = os.getloadavg()
@@ -290,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
             page = browser.new_page(viewport={"width": 1500, "height": 1250}, reduced_motion=motion)
             tpot_with_live_kitchen(page, url, query)  # warm-up: loads the server's engine
             no_ui_side()  # warm-up (same-process: the quiet page once)
+            if probe is not None:  # the warm-ups are not rounds
+                probe.rounds = {"no_ui": [], "live": []}
             for r in range(args.rounds):
                 # ABBA: each side goes first in half the rounds (an A/A check of two identical
                 # engine children, always in the same order, measured the first one 9-16 % slower)
@@ -310,7 +353,11 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 no_ui.append(a)
                 live.append(b)
-                seen = f", engine's core: {probe.rounds[-1]}" if probe and probe.rounds else ""
+                seen = (
+                    f", engine's core (live): {probe.rounds['live'][-1]}"
+                    if probe and probe.rounds["live"]
+                    else ""
+                )
                 print(
                     f"round {r + 1} ({'AB' if quiet_first(r) else 'BA'}): no UI {a * 1e3:.2f} ms, "
                     f"live kitchen {b * 1e3:.2f} ms{seen}",
@@ -355,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         "started_utc": started,
     }
     if probe is not None:
-        report["engine_core_during_cook"] = probe.rounds
+        report["engine_core_during_cook"] = {"median": probe.medians(), "rounds": probe.rounds}
     print(json.dumps(report, indent=2))
     return 0
 

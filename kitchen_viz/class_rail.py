@@ -27,8 +27,15 @@ YOU, OTHERS = "#e8590c", "#868e96"  # the wok's orange; a neutral grey readable 
 def rail_html(board: dict, counts: bool = True) -> str:
     """The tickets as cards. `counts=False` leaves out each ticket's tokens so far: the Kitchen's live
     scene then redraws the rail only when a ticket joins, leaves or gets its seat (a browser's redraw
-    on every token shares the engine's cores; docs/benchmarks/ui-overhead.md)."""
+    on every token shares the engine's cores; docs/benchmarks/ui-overhead.md). A board marked
+    `pending` (serving/kitchen_client.py, before its first read) draws one placeholder card: the
+    rail has its height from the Cook's first drawing, so its first read while the engine cooks
+    does not push the kitchen below it down (a relayout and repaint of the whole page)."""
     tickets = board.get("tickets", [])
+    if board.get("pending"):  # the board is not read yet: a card's place, so the first read moves nothing
+        return (f"<div class='tpk-rail' style='line-height:1.2'><span style='display:inline-block;margin:2px 4px;"
+                f"padding:2px 8px;border:2px dashed {OTHERS};border-radius:6px'>reading the board…<br>"
+                "<small>your tickets appear here</small></span></div>")  # fmt: skip
     if not tickets:
         return "<div class='tpk-rail'><em>The rail is empty: no order is cooking or waiting.</em></div>"
     cards = []

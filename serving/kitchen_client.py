@@ -36,6 +36,7 @@ CONNECT_TIMEOUT_S = 600.0  # the longest we wait for the server to load the mode
 POLL_S = 0.25
 BOARD_S = 0.5  # how often the live rail is refreshed while an order cooks
 NO_STEPS = 2**62  # `since` past every step: a board with its tickets and no steps
+PENDING_BOARD = {"tickets": [], "pending": True}  # an order's board before its first read
 
 
 class ServerKitchen:
@@ -151,6 +152,8 @@ class ServerKitchen:
             raise EngineError("a kitchen server cooks the Kitchen's orders (kitchen_viz/orders.py `Cook`) and the "
                               "Lab's runs (lab/experiment.py `LabRun`), not other code")  # fmt: skip
         job = Job.new(label, work, self, hold, time_limit_s, time_limit_line)
+        if order is not None:
+            job.board = dict(PENDING_BOARD)  # the live rail keeps its place until the first read
         with self._lock:
             if self._closed:
                 raise EngineError("the kitchen is closed; reload the page to start a new one")
@@ -295,6 +298,7 @@ class ServerKitchen:
         while not job.finished:
             board = self.board(job.order_id, NO_STEPS)
             if board is None:  # a server without a board, or one that does not answer in time
+                job.board = None
                 return
             job.board = board
             time.sleep(BOARD_S)

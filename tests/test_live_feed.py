@@ -162,3 +162,10 @@ def test_the_scene_gets_the_class_rail_while_a_class_kitchen_order_cooks():
     assert live_feed.live_scene_data(svc, job, run, presenter=False, wok_capacity=4096, panels=None)["class_rail"] is None
     job.status, job.board = "running", None  # a private engine, or a server that keeps no board
     assert live_feed.live_scene_data(svc, job, run, presenter=False, wok_capacity=4096, panels=None)["class_rail"] is None
+    # Before its first read the board is pending: one placeholder card keeps the rail's place, so the
+    # first read (while the engine cooks) changes the cards without moving the kitchen below them.
+    from serving.kitchen_client import PENDING_BOARD
+
+    job.board = dict(PENDING_BOARD)
+    rail = live_feed.live_scene_data(svc, job, run, presenter=False, wok_capacity=4096, panels=None)["class_rail"]
+    assert "reading the board" in rail and rail.count("<span") == 1 and "you ·" not in rail

@@ -427,7 +427,7 @@ def draw_live(svc: KitchenService, presenter: bool, wok_capacity: int) -> None:
                 wok_capacity=wok_capacity,
                 panels=values if following and not values.final else None,
             )
-            data["feed"] = {"url": feed, "poll_ms": live_feed.POLL_MS} if feed else None
+            data["feed"] = {"url": live_feed.stream_url(feed)} if feed else None
             data["quiet"] = cooking and not following  # the scene says it replays once done
         said = draw_scene(data)
         draw_outcome(svc.info.device, svc.info.precision)

@@ -42,8 +42,8 @@ def _component():
 def draw_scene(data: dict | None, key: str = "kitchen-scene") -> str | None:
     """Mount (or update) the kitchen. `data` is `LiveRun.scene_data()`, or None for an idle kitchen;
     while an order cooks in the live view, `data["panels"]` (kitchen_viz.live_panels.live_panel_data)
-    has the scene draw the two live panels above the kitchen, and `data["feed"]` ({"url",
-    "poll_ms"}, kitchen_viz.live_feed) has it fetch its updates itself.
+    has the scene draw the two live panels above the kitchen, and `data["feed"]` ({"url"}: the
+    order's event stream, kitchen_viz.live_feed) has it follow its updates itself.
 
     Returns what the scene said about its feed in the run it triggered: "done" once the fed order
     is finished, "failed: <why>" when it could not read the feed, None otherwise."""

@@ -108,12 +108,12 @@ def test_the_scene_is_not_faded_stale_while_its_fragment_reruns(server, browser)
 
 def test_while_cooking_live_the_scene_draws_the_panels_then_the_page_draws_them(server, browser):
     """The live panels are part of the scene component while the engine cooks (one element
-    updated per update), with measured numbers the scene fetched from the order's feed; once the
+    updated per update), with measured numbers the order's feed streamed to the scene; once the
     order is done they give way to the ordinary Streamlit panels."""
     ARTIFACTS.mkdir(exist_ok=True)
     page = browser.new_page(viewport={"width": 1500, "height": 1250})
     fed = []
-    page.on("requestfinished", lambda r: fed.append(r.url) if "/two-pot/feed/" in r.url else None)
+    page.on("request", lambda r: fed.append(r.url) if "/two-pot/feed/" in r.url else None)
     page.goto(url_with(server, "?prompt=16&new=480&live=1"))  # a cook long enough for several updates
     page.get_by_role("button", name="Cook").wait_for(timeout=COOK_TIMEOUT_MS)
     page.get_by_role("button", name="Cook").click()
@@ -127,7 +127,7 @@ def test_while_cooking_live_the_scene_draws_the_panels_then_the_page_draws_them(
     assert box.count() == 1
     box.wait_for(state="hidden", timeout=30_000)
     assert_no_exception(page)
-    assert len(fed) >= 2 and len(set(fed)) == 1  # the scene polled one order's feed, several times
+    assert len(fed) == 1 and fed[0].endswith("/stream")  # one stream for the whole order: no request per update
     page.close()
 
 
@@ -140,8 +140,8 @@ def test_the_served_kitchen_watches_live_by_default(server, browser):
 
 
 def test_a_scene_that_cannot_read_its_feed_falls_back_to_fragment_ticks(server, browser):
-    """With every feed request failing (a proxy that blocks the path, say), the scene asks the
-    page to follow the order itself: the cook still ends with measured numbers and text."""
+    """With the feed's stream failing to open (a proxy that blocks the path, say), the scene asks
+    the page at once to follow the order itself: the cook still ends with measured numbers and text."""
     page = browser.new_page(viewport={"width": 1500, "height": 1250})
     refused = []
     page.route("**/two-pot/feed/**", lambda route: (refused.append(route.request.url), route.abort()))
@@ -152,7 +152,7 @@ def test_a_scene_that_cannot_read_its_feed_falls_back_to_fragment_ticks(server, 
     box.locator('[data-k="tpot"]').filter(has_text=re.compile(r"\d")).wait_for(timeout=COOK_TIMEOUT_MS)
     wait_for_cooked(page)  # the ticks' numbers reached the live panels, then the final panels
     assert re.match(r"^[\d.,]+ (ms|s)$", metric_value(page, "TPOT"))
-    assert len(refused) == 3  # three failed fetches, then the scene stopped asking
+    assert len(refused) == 1  # one stream that never opened, then the scene stopped asking
     assert_no_exception(page)
     page.close()
 

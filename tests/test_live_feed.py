@@ -9,6 +9,7 @@ tests/test_browser.py.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -36,8 +37,8 @@ def kitchen():
 
 @pytest.fixture(scope="module")
 def client():
-    """The feed's route alone, as the server mounts it (without switching this process's pages to it)."""
-    with TestClient(Starlette(routes=[live_feed.feed_route()])) as c:
+    """The feed's routes alone, as the server mounts them (without switching this process's pages to them)."""
+    with TestClient(Starlette(routes=[live_feed.feed_stream_route(), live_feed.feed_route()])) as c:
         yield c
 
 
@@ -73,6 +74,30 @@ def test_the_feed_follows_the_order_step_by_step_then_says_done(kitchen, client)
     assert last["run_id"] == "order-1" and last["batch"] == 2 and last["prompt_tokens"] == [12, 12]
     assert last["kv_bytes_per_token"] == kitchen.info.kv_bytes_per_token
     assert last["panels"]["ttft"].endswith("ms") and last["panels"]["steps"] == len(last["steps"])
+
+
+def test_the_stream_sends_each_change_once_then_done(kitchen, client):
+    """The scene follows one stream: every event is the order's state, none repeats the one before
+    (nothing is sent while nothing changed), the decode steps only grow, and the last event says done."""
+    job, url = fed_order(kitchen, new_tokens=160)
+    events = []
+    with client.stream("GET", live_feed.stream_url(url)) as reply:
+        assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/event-stream")
+        for line in reply.iter_lines():
+            if line.startswith("data: "):
+                events.append(line[6:])
+    assert job.status == "done"
+    assert json.loads(events[-1]) == {"status": "done", "done": True}
+    states = [json.loads(e) for e in events[:-1]]
+    assert all(a != b for a, b in zip(events, events[1:], strict=False))  # a state is sent only when it changed
+    steps = [len(d["steps"]) for d in states]
+    assert steps == sorted(steps) and any(0 < n < 159 for n in steps), steps  # seen mid-cook
+    assert all(d["run_id"] == "order-1" and not d["done"] for d in states)
+
+
+def test_the_stream_of_an_unknown_order_is_a_404_with_one_line(client):
+    reply = client.get(live_feed.stream_url(live_feed.FEED_PATH + "no-such-token"))
+    assert reply.status_code == 404 and reply.json() == {"error": "no such order in this kitchen"}
 
 
 def test_a_waiting_order_is_told_its_place_in_line(kitchen, client):
@@ -123,6 +148,8 @@ def test_the_route_and_its_urls_follow_streamlits_base_url_path():
     try:
         assert live_feed.feed_route().path == "/kitchen/two-pot/feed/{token}"
         assert live_feed.feed_url("abc") == "/kitchen/two-pot/feed/abc"
+        assert live_feed.feed_stream_route().path == "/kitchen/two-pot/feed/{token}/stream"
+        assert live_feed.stream_url(live_feed.feed_url("abc")) == "/kitchen/two-pot/feed/abc/stream"
     finally:
         config.set_option("server.baseUrlPath", before)
     assert live_feed.feed_url("abc") == "/two-pot/feed/abc"

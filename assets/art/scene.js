@@ -1,7 +1,7 @@
 // The two-pot kitchen, replayed from the engine's measured timestamps.
 //
 // `data` (kitchen_viz/timeline.py: LiveRun.scene_data) arrives several times a second while a Cook
-// runs: fetched by this script from the order's feed, or sent by the page's fragment ticks (see
+// runs: streamed to this script by the order's feed, or sent by the page's fragment ticks (see
 // follow() below). Two ways of drawing, one picture:
 //
 //   live     while the engine cooks (data.t_done is null): ONE still frame per update, the
@@ -41,11 +41,14 @@ export default function (component) {
 
 // ---------------------------------------------------------------- the feed (kitchen_viz/live_feed.py)
 //
-// Under `two-pot-kitchen` the page draws the scene once per Cook and names the order's feed; the
-// scene fetches the order's state itself every poll_ms (no Streamlit rerun per update: measured
+// Under `two-pot-kitchen` the page draws the scene once per Cook and names the order's feed: a
+// stream of server-sent events that carries the order's state each time it changed (at most four
+// times a second; no Streamlit rerun per update, and no request per update either: measured
 // cheaper for a browser that shares the engine's machine). When the feed says the order is done,
-// the scene triggers one rerun ("done") so the page draws the final numbers; after three failed
-// fetches in a row it triggers "failed: why" and the page follows the order with reruns instead.
+// the scene triggers one rerun ("done") so the page draws the final numbers, and says it again
+// every few seconds until that rerun comes; if the stream cannot be read (an HTTP error, a stream
+// that never opened, or three broken connections in a row) it triggers "failed: why" and the page
+// follows the order with reruns instead.
 
 const FEED_FAILURES = 3;
 const DONE_RETRY_MS = 3000;
@@ -55,37 +58,49 @@ function follow(scene, feed) {
   // Already following this order (or nothing), or gave up on it: the rerun that the "failed"
   // trigger starts still names the feed until the page has switched to ticks.
   if (url === scene.feedUrl || url === scene.feedFailed) return;
-  clearTimeout(scene.feedTimer);
+  stopFollowing(scene);
   scene.feedUrl = url;
   if (!url) return;
-  let failures = 0;
-  const poll = async () => {
-    if (scene.feedUrl !== url || !scene.root.isConnected) return;
-    let next = feed.poll_ms;
-    try {
-      const reply = await fetch(url, { cache: "no-store" });
-      if (!reply.ok) throw new Error(`the kitchen answered HTTP ${reply.status}`);
-      const d = await reply.json();
-      if (scene.feedUrl !== url) return;
-      failures = 0;
-      if (d.done) {
-        scene.say("feed", "done"); // the page's rerun draws the engine's final numbers
-        next = DONE_RETRY_MS; // and if that rerun never comes (a dropped connection), ask again
-      } else {
-        receive(scene, d);
-      }
-    } catch (err) {
-      if (scene.feedUrl !== url) return;
-      if (++failures >= FEED_FAILURES) {
-        scene.feedUrl = null;
-        scene.feedFailed = url;
-        scene.say("feed", `failed: ${err.message || err}`);
-        return;
-      }
-    }
-    scene.feedTimer = setTimeout(poll, next);
+  let failures = 0, heard = false;
+  const source = new EventSource(url);
+  scene.feedSource = source;
+  source.onmessage = (message) => {
+    if (scene.feedUrl !== url) return source.close(); // an older order's stream
+    if (!scene.root.isConnected) return stopFollowing(scene); // the page moved on
+    failures = 0;
+    heard = true;
+    const d = JSON.parse(message.data);
+    if (d.error) return giveUp(scene, url, d.error);
+    if (!d.done) return receive(scene, d);
+    source.close();
+    const sayDone = () => {
+      if (scene.feedUrl !== url || !scene.root.isConnected) return;
+      scene.say("feed", "done"); // the page's rerun draws the engine's final numbers
+      scene.feedTimer = setTimeout(sayDone, DONE_RETRY_MS); // and if it never comes (a dropped connection), again
+    };
+    sayDone();
   };
-  poll();
+  source.onerror = () => {
+    if (scene.feedUrl !== url) return;
+    // An HTTP error closes the source; a stream that never opened (a proxy that blocks it, say) is
+    // not waited for; a dropped one is reopened by the browser, up to FEED_FAILURES times in a row.
+    if (source.readyState === EventSource.CLOSED) return giveUp(scene, url, "the kitchen refused the live feed");
+    if (!heard) return giveUp(scene, url, "the live feed could not be opened");
+    if (++failures >= FEED_FAILURES) giveUp(scene, url, "the live feed's connection kept dropping");
+  };
+}
+
+function stopFollowing(scene) {
+  if (scene.feedSource) scene.feedSource.close();
+  scene.feedSource = null;
+  clearTimeout(scene.feedTimer);
+}
+
+function giveUp(scene, url, why) {
+  stopFollowing(scene);
+  scene.feedUrl = null;
+  scene.feedFailed = url;
+  scene.say("feed", `failed: ${why}`);
 }
 
 function mount(parent) {
@@ -110,7 +125,7 @@ function mount(parent) {
     svg: $("svg"),
     reduced: window.matchMedia("(prefers-reduced-motion: reduce)").matches,
     data: null, runId: null, playStart: null, slow: null, raf: null, drawn: null,
-    feedUrl: null, feedTimer: null, feedFailed: null, say: null, tick: null, seen: null,
+    feedUrl: null, feedSource: null, feedTimer: null, feedFailed: null, say: null, tick: null, seen: null,
     panels: $(".tpk-live-panels"), panelsKey: null,
     classRail: $(".tpk-class-rail"), classRailHtml: null,
   };

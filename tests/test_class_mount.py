@@ -81,7 +81,7 @@ def test_the_kitchen_cooks_in_the_class_kitchen_and_shows_the_whole_class(server
         assert page.get_by_text("on the kitchen server at").count() == 1
         page.get_by_role("button", name="Cook").click()
         rail = page.locator(".tpk-class-rail:not([hidden])")  # live, inside the scene, while the order cooks
-        rail.wait_for(timeout=60_000)
+        rail.filter(has_text="you · #").wait_for(timeout=60_000)  # the board read (a placeholder card before)
         assert rail.inner_text().count("you · #") == 2  # both tables, highlighted as yours
         page.get_by_text("The whole class").wait_for(timeout=120_000)
         page.get_by_text("Kitchen's TTFT", exact=True).wait_for(timeout=30_000)

@@ -366,6 +366,8 @@ def machine_facts() -> dict:
         pass
     import transformers
 
+    from engine import OMP_WAIT_POLICY_IN_EFFECT
+
     return {
         "cpu": cpu,
         "cpu_count": os.cpu_count(),
@@ -376,6 +378,8 @@ def machine_facts() -> dict:
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         # Threading knobs change decode speed a lot on shared cores (engine/__init__.py explains).
         "env": {k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "MKL_NUM_THREADS")},
+        # The variable above is only what it says once torch is loaded: this is what OpenMP does.
+        "omp_wait_policy_in_effect": OMP_WAIT_POLICY_IN_EFFECT,
     }
 
 
@@ -595,8 +599,9 @@ def run_compile(args: argparse.Namespace, argv: list[str], progress) -> int:
     from bench.compiled import CompilePlan
     from bench.compiled import main as compile_main
 
+    batches = (1, args.batch) if args.batch is not None else None  # --batch B: batch 1 and B only
     plan = CompilePlan(**{k: v for k, v in (("repeats", args.repeats), ("decode_tokens", args.decode_tokens),
-                                            ("big_batch", args.batch)) if v is not None})  # fmt: skip
+                                            ("batches", batches)) if v is not None})  # fmt: skip
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     models = [args.model] if any(a.startswith("--model") for a in argv) else None  # default: 135M and chef

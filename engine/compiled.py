@@ -15,6 +15,10 @@ How, and why this way (docs/benchmarks/compiled-cpu.md has the numbers):
 * The sizes that move -- batch B, the width W read from the cache, the pool's seats S and slots T
   -- are marked dynamic and come from tensor shapes, never from Python ints, so a generation
   compiles once for batch 1 and once for batch > 1 per model shape and dtype (a test counts them).
+* Only steps of at most `max_batch` rows (ServingConfig.compile_max_batch) run compiled: the
+  compiled step pays where the small ops between the weight streams dominate (few rows) and loses
+  where the GEMMs carry the step -- its generic dynamic-shape kernels lose to eager's. Both graphs
+  (batch 1, batch > 1) serve any batch up to it, so crossing it never compiles more.
 * Only the serving runner's pure-decode step `(B, 1)` runs compiled (the serving core's and every
   order `generate()` cooks on seats); prefill, mixed steps and the fixed-batch lessons' kitchens
   stay eager, and so does a step that reads a seat to its last slot (see `__call__`).
@@ -39,9 +43,20 @@ import torch
 import torch.nn.functional as F
 from torch.fx.experimental import _config as fx_config
 
+from engine.errors import EngineError
 from engine.kv_pool import SeatBatch, SeatPool
 from engine.model import Rope, Transformer, apply_rope, rms_norm
 from engine.quant import Int8Weight
+
+# Decode steps of more rows run eagerly. Measured on the 2-core CPU, 2 threads, fp32, spinning OpenMP
+# threads (docs/benchmarks/compiled-cpu.md): compiled is 10-24 % faster at batches 1-16 on the chef
+# and the 135M shape, and at 32 it gains 4 % (135M) or loses 2 % (chef); with PASSIVE it loses 9 %.
+COMPILE_MAX_BATCH = 16
+
+
+def check_max_batch(max_batch: int) -> None:
+    if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+        raise EngineError(f"compile_max_batch must be an int of at least 1 (got {max_batch!r})")
 
 
 @dataclass(frozen=True)
@@ -182,14 +197,18 @@ class CompiledDecode:
     order's), so a generate() pays the compile only the first time.
     """
 
-    def __init__(self, model: Transformer):
+    def __init__(self, model: Transformer, max_batch: int = COMPILE_MAX_BATCH):
+        """`max_batch`: steps of more rows run eagerly (ServingConfig.compile_max_batch)."""
+        check_max_batch(max_batch)
         cfg = model.cfg
+        self.max_batch = max_batch
         self.model = model
         self.shape = LayerShape(cfg.norm, cfg.norm_eps, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim,
                                 cfg.mlp_gated, cfg.act)  # fmt: skip
         self.layers = [_weights(block) for block in model.layers]
         self.final_norm = (model.final_norm.weight, model.final_norm.bias)
-        self.steps = 0  # decode steps that ran compiled (the rest ran eagerly)
+        self.steps = 0  # decode steps that ran compiled
+        self.eager_steps = 0  # pure-decode steps this object ran eagerly (above max_batch, full seat, failure)
         self.failure: str | None = compiler_problem(model.device)
         if self.failure is None and isinstance(model.lm_head_t, Int8Weight):
             self.failure = (
@@ -209,7 +228,8 @@ class CompiledDecode:
         # On CPU a step that reads its seats to the last slot (W == T: an order's very last step)
         # would need graphs of its own (the compiler guards on W < T): one step, so it runs eagerly.
         # A CUDA graph bucket reads whole seats at every step (engine/cuda_graph.py): W == T there.
-        if self.failure is None and (sb.decode_width < pool.seat_len or pool.device.type == "cuda"):
+        fits = tokens.shape[0] <= self.max_batch
+        if fits and self.failure is None and (sb.decode_width < pool.seat_len or pool.device.type == "cuda"):
             try:
                 logits = self._compiled(tokens, positions, sb, pool)
                 self.steps += 1
@@ -219,6 +239,7 @@ class CompiledDecode:
                 warnings.warn(f"compile=True, decoding eagerly from now on: {self.failure}", RuntimeWarning,
                               stacklevel=2)  # fmt: skip
         # Eager, from the embeddings: a failure part-way rewrites the same K/V slots with eager values.
+        self.eager_steps += 1
         return self.model.forward_seats(tokens, positions, sb, pool, None)
 
     def _compiled(self, tokens, positions, sb: SeatBatch, pool: SeatPool) -> torch.Tensor:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.compiled import CompiledDecode
+from engine.compiled import COMPILE_MAX_BATCH, CompiledDecode, check_max_batch
 from engine.config import ModelConfig
 from engine.costs import prefill_work_bytes
 from engine.draft import Drafter
@@ -67,6 +67,8 @@ class ServingConfig:
     cuda_graphs: bool = True  # decode graphs per batch bucket, on CUDA only
     prefix_cache: bool = False  # reuse cached prompt prefixes and keep finished seats as leftovers
     compile: bool = False  # pure-decode steps through torch.compile (engine/compiled.py); needs a C++ compiler
+    # compile=True: decode steps of more rows than this run eagerly (there the compiled step loses)
+    compile_max_batch: int = COMPILE_MAX_BATCH
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,8 @@ class Engine:
                         self.serving_config.token_budget).check()  # fmt: skip
         self._serving: Serving | None = None  # built at the first submit: generate() never pays for it
         # One compiled decode step for the serving core and every order on seats; compiles at first use
-        self.compiled = CompiledDecode(model) if self.serving_config.compile else None
+        cfg = self.serving_config
+        self.compiled = CompiledDecode(model, cfg.compile_max_batch) if cfg.compile else None
         self._next_id, self._steps = 0, 0
         self._t0 = time.perf_counter()
 
@@ -148,15 +151,18 @@ class Engine:
     def load(cls, model: str, device: str = "cpu", dtype: str = "float32", kv_budget_bytes: int | None = None,
              policy: str = "continuous", token_budget: int = 512, max_seqs: int = 64,
              max_seq_len: int | None = None, kv_tokens: int = 0, prefix_cache: bool = False,
-             quant: str | None = None, compile: bool = False) -> Engine:  # fmt: skip
+             quant: str | None = None, compile: bool = False,
+             compile_max_batch: int = COMPILE_MAX_BATCH) -> Engine:  # fmt: skip
         """Folder, `preset:NAME`, an embedded model's name (assets/models/NAME) or hub id -> a ready Engine.
 
         `quant="int8"`: matmul weights stored as int8 with a scale per output channel (engine/quant.py).
-        `compile=True`: decode steps on the seats run a torch.compile'd layer (engine/compiled.py); without
-        a C++ compiler (or if compiling fails) they run eagerly, with a one-line warning.
+        `compile=True`: pure-decode steps on the seats run one torch.compile'd step (engine/compiled.py); without
+        a C++ compiler (or if compiling fails) they run eagerly, with a one-line warning. Steps of more
+        than `compile_max_batch` rows run eagerly too: there the compiled step is slower (measured).
         """
         serving = ServingConfig(policy, token_budget, max_seqs, max_seq_len, kv_tokens, prefix_cache=prefix_cache,
-                                compile=compile)  # fmt: skip
+                                compile=compile, compile_max_batch=compile_max_batch)  # fmt: skip
+        check_max_batch(compile_max_batch)
         SchedulerConfig(policy, max_seqs, token_budget).check()  # refuse bad settings before loading
         parse_quant(quant)  # a bad value is refused before loading too
         loaded = load_model(model, device, dtype, quant)

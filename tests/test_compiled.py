@@ -5,20 +5,25 @@ learned positions and GELU) serves a busy kitchen -- prompts of different length
 together, one joining mid-way, batches shrinking as requests finish -- with the same greedy tokens
 as eager and logits within 1e-4 of eager's at every step. A compile that cannot happen (no C++
 compiler) or fails at the first step leaves the engine decoding eagerly, says so once, and loses
-no request. A 40-step generation compiles a bounded number of graphs (batch 1 and batch > 1).
+no request. A 40-step generation compiles a bounded number of graphs (batch 1 and batch > 1), also
+when its batch crosses compile_max_batch (the steps above it run eagerly, same tokens).
 
 Compiling is slow on two cores, so each family's compiled engine is built once for the module.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from conftest import make_tiny_model
 from torch._dynamo.utils import counters
 
-from engine import Engine
-from engine.compiled import CompiledDecode, compiler_problem
+from engine import Engine, EngineError
+from engine.compiled import COMPILE_MAX_BATCH, CompiledDecode, compiler_problem
 from engine.events import Done
 
 FAMILIES = ["tiny_llama", "tiny_qwen2", "tiny_gpt2"]
@@ -84,17 +89,40 @@ def test_an_order_on_seats_decodes_compiled(engines):
 
 
 @pytest.mark.skipif(compiler_problem(torch.device("cpu")) is not None, reason="no C++ compiler for inductor")
-def test_a_40_step_generation_compiles_a_bounded_number_of_graphs(tmp_path):
-    """A shape no other test compiles: batch shrinking 3 -> 2 -> 1 and the read width growing every
-    step compile two graphs (batch 1 and batch > 1); a second run on other seats compiles none."""
+def test_a_40_step_generation_crossing_compile_max_batch_compiles_a_bounded_number_of_graphs(tmp_path):
+    """A shape no other test compiles, compile_max_batch=2: batch 3 (eager) -> 2 -> 1 (compiled) while
+    the read width grows every step compiles two graphs (batch 1 and batch > 1), gives eager's tokens,
+    and a second run on other seats compiles none."""
     tiny = make_tiny_model(tmp_path / "mha", "llama", seed=5, num_key_value_heads=4)
-    eng = Engine.load(str(tiny.path), compile=True, max_seqs=4)
+    eng = Engine.load(str(tiny.path), compile=True, max_seqs=4, compile_max_batch=2)
     graphs = counters["stats"]["unique_graphs"]
-    tokens, _ = serve(eng, {0: [(PROMPTS[0], 40), (PROMPTS[1], 25), (PROMPTS[2], 10)]})
-    assert [len(t) for t in tokens] == [40, 25, 10] and eng.compiled.steps == 39
+    arrivals = {0: [(PROMPTS[0], 40), (PROMPTS[1], 25), (PROMPTS[2], 10)]}
+    tokens, _ = serve(eng, arrivals)
+    assert [len(t) for t in tokens] == [40, 25, 10]
+    assert tokens == serve(Engine.load(str(tiny.path), max_seqs=4), arrivals)[0]
+    assert (eng.compiled.steps, eng.compiled.eager_steps) == (30, 9)  # 9 steps at batch 3, 15 at 2, 15 at 1
     assert counters["stats"]["unique_graphs"] - graphs == 2
     eng.generate(PROMPTS, max_new_tokens=12, batching="packed", stop_at_eos=False)  # a smaller pool
     assert counters["stats"]["unique_graphs"] - graphs == 2
+
+
+def test_compile_max_batch_has_a_measured_default_and_refuses_nonsense(tiny_llama):
+    eng = Engine.load(str(tiny_llama.path), compile=True)
+    assert eng.serving_config.compile_max_batch == eng.compiled.max_batch == COMPILE_MAX_BATCH >= 1
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(EngineError, match="compile_max_batch must be an int of at least 1"):
+            Engine.load(str(tiny_llama.path), compile=True, compile_max_batch=bad)
+
+
+def test_the_openmp_wait_policy_in_effect_says_when_torch_came_first():
+    """libgomp reads OMP_WAIT_POLICY when torch loads it: engine's PASSIVE is too late after torch."""
+    def policy(code: str) -> str:
+        env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+        return subprocess.run([sys.executable, "-c", f"{code}; print(engine.OMP_WAIT_POLICY_IN_EFFECT)"],
+                              env=env, capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+
+    assert policy("import engine") == "PASSIVE"
+    assert policy("import torch, engine") == "default (torch imported before engine)"
 
 
 def test_no_compiler_is_said_up_front_and_decodes_eagerly(tiny_llama, monkeypatch):

@@ -63,6 +63,7 @@ class Plan:
     big_batch_prompt_tokens: int = 16
     repeats: int = 5
     warmup: int = 1
+    compile: bool = False  # ours with compile=True (engine/compiled.py): the targets then judge the compiled step
 
 
 FULL = Plan(decode_prompt_tokens=128, decode_tokens=64, big_batch_prompt_tokens=32, repeats=5)
@@ -136,8 +137,9 @@ def weight_read_bytes(hf: torch.nn.Module) -> int:
     return total
 
 
-def load_contestants(model: str, device: str, dtype: str, workdir: str) -> Contestants:
-    """Both sides from one folder: HF via `from_pretrained`, ours via `Engine.load`."""
+def load_contestants(model: str, device: str, dtype: str, workdir: str, compile: bool = False) -> Contestants:
+    """Both sides from one folder: HF via `from_pretrained`, ours via `Engine.load` (`compile`: its
+    decode steps compiled, engine/compiled.py; the warm-up run pays the compile)."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -148,7 +150,7 @@ def load_contestants(model: str, device: str, dtype: str, workdir: str) -> Conte
     dev, tdtype = parse_device(device), parse_dtype(dtype)
     folder = reference_folder(model, workdir)
     hf = AutoModelForCausalLM.from_pretrained(folder, dtype=tdtype).to(dev).eval()
-    eng = Engine.load(folder, device=device, dtype=dtype)
+    eng = Engine.load(folder, device=device, dtype=dtype, compile=compile)
     return Contestants(eng, hf, folder, weight_read_bytes(hf), hf.config.vocab_size)
 
 
@@ -432,7 +434,7 @@ def measure_all(
     with tempfile.TemporaryDirectory(prefix="bench-weights-") as workdir:
         progress(f"building {model} and loading the same weights into both sides")
         t0 = time.perf_counter()
-        c = load_contestants(model, device, dtype, workdir)
+        c = load_contestants(model, device, dtype, workdir, plan.compile)
         load_s = time.perf_counter() - t0
         with torch.inference_mode():
             prefill = measure_prefill(c, plan, dev, progress)
@@ -453,6 +455,8 @@ def measure_all(
                     )
                 }
         info = asdict(c.engine.info)
+        cd = c.engine.compiled  # with plan.compile: how many of our decode steps really ran compiled
+        compiled = None if cd is None else {"steps": cd.steps, "eager_steps": cd.eager_steps, "failure": cd.failure}
     measure_roof()
     roof = best_roof(roofs)
     ratios = derive_ratios(roof, prefill, b1, bbig)
@@ -467,6 +471,7 @@ def measure_all(
         "plan": asdict(plan),
         "model_info": {k: str(v) if not isinstance(v, (int, float, bool)) else v for k, v in info.items()},
         "machine": machine_facts(),
+        **({"compiled_decode": compiled} if compiled is not None else {}),
         "load_average": {"start": list(load_start), "end": list(os.getloadavg())},
         "roofline": roof.to_dict(),
         "prefill": prefill,
@@ -526,6 +531,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--quant", help="int8: time int8 weights against float32/bfloat16 and HF instead (bench/int8.py)")
     p.add_argument("--compile", action="store_true",
                    help="time compile=True against eager decode instead (bench/compiled.py)")  # fmt: skip
+    p.add_argument("--engine-compile", action="store_true",
+                   help="the whole bench with our engine loaded compile=True: the targets judge the compiled step")  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -537,6 +544,7 @@ def plan_from(args: argparse.Namespace) -> Plan:
         "prefill_batch": args.prefill_batch,
         "decode_tokens": args.decode_tokens,
         "big_batch": args.batch,
+        "compile": args.engine_compile or None,
     }
     return Plan(**(base | {k: v for k, v in overrides.items() if v is not None}))
 

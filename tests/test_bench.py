@@ -252,6 +252,17 @@ def test_profile_lists_the_decode_step_ops(tiny_llama_tied, small_roof):
         assert sum(row["share"] for row in prof["top_ops"]) <= 1.0 + 1e-9
 
 
+def test_the_whole_bench_can_judge_the_compiled_engine(tiny_llama_tied, small_roof):
+    """--engine-compile: ours is loaded compile=True, its decode steps really run compiled (the report
+    counts them), and fp32 greedy tokens still equal HF's."""
+    plan = Plan(8, decode_prompt_tokens=4, decode_tokens=3, big_batch=2, big_batch_prompt_tokens=2, repeats=1,
+                compile=True)  # fmt: skip
+    r = run_bench(str(tiny_llama_tied.path), plan=plan, roofline=small_roof, threads=1)
+    assert r["plan"]["compile"] is True and r["compiled_decode"]["failure"] is None
+    assert r["compiled_decode"]["steps"] > 0
+    assert r["decode_b1"]["greedy_tokens_matching_hf"] == 3 and r["decode_b2"]["greedy_tokens_matching_hf"] == 3
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_bench_times_the_graphed_decode_too(tiny_llama_tied):

@@ -22,8 +22,9 @@ How, and why this way (docs/benchmarks/compiled-cpu.md has the numbers):
 * Only the serving runner's pure-decode step `(B, 1)` runs compiled (the serving core's and every
   order `generate()` cooks on seats); prefill, mixed steps and the fixed-batch lessons' kitchens
   stay eager, and so does a step that reads a seat to its last slot (see `__call__`).
-* int8 weights (engine/quant.py) keep the eager step: their kernel needs 64-byte aligned inputs,
-  which eager checks with `data_ptr()` (a graph break) and inductor's buffer reuse does not promise.
+* int8 weights (engine/quant.py) run compiled too: each int8 product is one opaque custom op,
+  `twopot::int8_matmul` (engine/int8_op.py), that checks its input's alignment at run time, where
+  a `data_ptr()` check is no graph break; `LayerWeights` then carries each weight's `Int8Parts`.
 * On CUDA the graphs of each batch bucket (engine/cuda_graph.py) record this compiled step.
 
 Compiling needs a C++ compiler on CPU (inductor builds its kernels with it) and triton on CUDA.
@@ -44,9 +45,10 @@ import torch.nn.functional as F
 from torch.fx.experimental import _config as fx_config
 
 from engine.errors import EngineError
+from engine.int8_op import Int8Parts
 from engine.kv_pool import SeatBatch, SeatPool
 from engine.model import Rope, Transformer, apply_rope, rms_norm
-from engine.quant import Int8Weight
+from engine.quant import Int8Weight, matmul
 
 # Decode steps of more rows run eagerly. Measured on the 2-core CPU, 2 threads, fp32, spinning OpenMP
 # threads (docs/benchmarks/compiled-cpu.md): compiled is 10-24 % faster at batches 1-16 on the chef
@@ -75,17 +77,18 @@ class LayerShape:
 
 @dataclass(frozen=True)
 class LayerWeights:
-    """One layer's tensors, (in, out) like engine/model.py; None where the family has no such bias."""
+    """One layer's tensors, (in, out) like engine/model.py; None where the family has no such bias.
+    An int8 model's weights are `Int8Parts` (int8 rows (out, in) and their scales), used via `matmul`."""
 
     attn_norm: tuple[torch.Tensor, torch.Tensor | None]
-    wqkv: torch.Tensor  # (d, q + 2 kv)
+    wqkv: torch.Tensor | Int8Parts  # (d, q + 2 kv)
     bqkv: torch.Tensor | None
-    wo: torch.Tensor  # (q, d)
+    wo: torch.Tensor | Int8Parts  # (q, d)
     bo: torch.Tensor | None
     mlp_norm: tuple[torch.Tensor, torch.Tensor | None]
-    w_up: torch.Tensor  # (d, 2 ffn) gated, (d, ffn) not
+    w_up: torch.Tensor | Int8Parts  # (d, 2 ffn) gated, (d, ffn) not
     b_up: torch.Tensor | None
-    w_down: torch.Tensor  # (ffn, d)
+    w_down: torch.Tensor | Int8Parts  # (ffn, d)
     b_down: torch.Tensor | None
 
 
@@ -138,7 +141,7 @@ def decode_layer(
     layer's seats 0..B-1, (B, Hkv, T, D), contiguous. Same ops as Block.forward_seats.
     """
     B, H, Hkv, D = x.shape[0], shape.n_heads, shape.n_kv_heads, shape.head_dim
-    qkv = _plus(_norm(x, w.attn_norm, shape) @ w.wqkv, w.bqkv)  # (B, 1, q + 2kv)
+    qkv = _plus(matmul(_norm(x, w.attn_norm, shape), w.wqkv), w.bqkv)  # (B, 1, q + 2kv)
     qk, v = qkv.split([(H + Hkv) * D, Hkv * D], dim=-1)
     qk = qk.view(B, 1, H + Hkv, D)  # (B, 1, H + Hkv, D)
     if cos is not None:
@@ -147,14 +150,14 @@ def decode_layer(
     k_seats.view(-1, D).index_copy_(0, index, k.reshape(-1, D))  # (B*Hkv*T, D) <- (B*Hkv, D)
     v_seats.view(-1, D).index_copy_(0, index, v.reshape(-1, D))
     att = attention(q.transpose(1, 2), k_seats, v_seats, bias)  # (B, 1, H*D)
-    x = x + _plus(att @ w.wo, w.bo)  # (B, 1, d)
-    h = _plus(_norm(x, w.mlp_norm, shape) @ w.w_up, w.b_up)  # (B, 1, 2F) or (B, 1, F)
+    x = x + _plus(matmul(att, w.wo), w.bo)  # (B, 1, d)
+    h = _plus(matmul(_norm(x, w.mlp_norm, shape), w.w_up), w.b_up)  # (B, 1, 2F) or (B, 1, F)
     if shape.gated:
         gate, up = h.split(shape.ffn_dim, dim=-1)
         h = _act(gate, shape.act) * up  # SwiGLU
     else:
         h = _act(h, shape.act)
-    return x + _plus(h @ w.w_down, w.b_down)  # (B, 1, d)
+    return x + _plus(matmul(h, w.w_down), w.b_down)  # (B, 1, d)
 
 
 def decode_step(
@@ -168,7 +171,7 @@ def decode_step(
     """
     for i, w in enumerate(layers):
         x = decode_layer(x, cos, sin, bias, index, k_seats[i], v_seats[i], w, shape)
-    return _norm(x, final_norm, shape) @ lm_head  # (B, 1, V)
+    return matmul(_norm(x, final_norm, shape), lm_head)  # (B, 1, V)
 
 
 def compiler_problem(device: torch.device) -> str | None:
@@ -207,13 +210,10 @@ class CompiledDecode:
                                 cfg.mlp_gated, cfg.act)  # fmt: skip
         self.layers = [_weights(block) for block in model.layers]
         self.final_norm = (model.final_norm.weight, model.final_norm.bias)
+        self.lm_head = _tensor_or_parts(model.lm_head_t)
         self.steps = 0  # decode steps that ran compiled
         self.eager_steps = 0  # pure-decode steps this object ran eagerly (above max_batch, full seat, failure)
         self.failure: str | None = compiler_problem(model.device)
-        if self.failure is None and isinstance(model.lm_head_t, Int8Weight):
-            self.failure = (
-                "int8 weights decode eagerly (their kernel needs aligned inputs; engine/compiled.py)"
-            )
         # Each model shape and dtype adds a graph or two (batch 1 and batch > 1); a process that
         # loads several models must not hit dynamo's default limit of 8, which silently runs eager.
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
@@ -268,12 +268,18 @@ class CompiledDecode:
         # 4 seats and 4 KV heads tied the two, and the next pool recompiled).
         with fx_config.patch(use_duck_shape=False):
             return self.step_fn(x, cos, sin, sb.decode_bias, sb.decode_index, ks, vs, self.layers,
-                                self.final_norm, model.lm_head_t, self.shape)  # fmt: skip
+                                self.final_norm, self.lm_head, self.shape)  # fmt: skip
 
 
 def _weights(block) -> LayerWeights:
     a, m = block.attn, block.mlp
+    w = _tensor_or_parts
     return LayerWeights(
-        (block.attn_norm.weight, block.attn_norm.bias), a.wqkv_t, a.bqkv, a.wo_t, a.bo,
-        (block.mlp_norm.weight, block.mlp_norm.bias), m.w_up_t, m.b_up, m.w_down_t, m.b_down,
+        (block.attn_norm.weight, block.attn_norm.bias), w(a.wqkv_t), a.bqkv, w(a.wo_t), a.bo,
+        (block.mlp_norm.weight, block.mlp_norm.bias), w(m.w_up_t), m.b_up, w(m.w_down_t), m.b_down,
     )  # fmt: skip
+
+
+def _tensor_or_parts(w: torch.Tensor | Int8Weight) -> torch.Tensor | Int8Parts:
+    """A float weight as is; an int8 one as its tensors and constants (no module for the compiler to guard)."""
+    return w.parts() if isinstance(w, Int8Weight) else w

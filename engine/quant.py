@@ -14,7 +14,8 @@ The numbers (per output channel n, symmetric, no zero point):
     scale[n] = max_k |W[n, k]| / 127        W[n, k] ~= q[n, k] * scale[n],  q in [-127, 127]
 so the largest weight of each row is exact and every other is off by at most scale[n] / 2.
 
-How a product is computed (`Int8Weight.forward`): the activations are rounded to bfloat16, the
+How a product is computed (`Int8Weight.forward`, i.e. the op `twopot::int8_matmul` of
+engine/int8_op.py, which a compiled decode step calls too): the activations are rounded to bfloat16, the
 products are summed in float32 and the result comes back in bfloat16, then in the model's dtype.
 Two kernels, picked per call by the number of rows, both with exactly that arithmetic:
   * few rows (decode): `torch.ops.aten._weight_int8pack_mm`, which reads the int8 weight directly
@@ -40,11 +41,11 @@ import torch
 from torch import nn
 
 from engine.errors import EngineError
+from engine.int8_op import KERNEL_MAX_ROWS as KERNEL_MAX_ROWS  # re-exported: tests and docs name it here
+from engine.int8_op import KERNEL_WIDTH_MULTIPLE, Int8Parts, int8_product
 
 QUANT_MODES = ("int8",)
 QMAX = 127  # symmetric: -127..127, so -q is always representable
-KERNEL_MAX_ROWS = 8  # up to this many rows the int8 kernel beat a bf16 GEMM on widened weights (int8-cpu.md)
-KERNEL_WIDTH_MULTIPLE = 16  # the CPU kernel's aligned loads need the input width in multiples of this
 _KERNEL_WORKS: dict[str, bool] = {}  # device -> did the int8 kernel give the right product there
 
 
@@ -119,26 +120,23 @@ class Int8Weight(nn.Module):
         """(in, out), like the float weight it replaces (cost models and ceilings read it)."""
         return self.in_features, self.out_features
 
+    def parts(self) -> Int8Parts:
+        """The current buffers and constants, as the op (engine/int8_op.py) and a compiled step take them."""
+        return Int8Parts(
+            self.q, self.scale, self.kernel_scale, self.use_kernel, self.in_features, self.out_features
+        )
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x (..., in) -> (..., out) in x's dtype."""
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.in_features).to(torch.bfloat16)  # (M, in); a new tensor unless x was bf16
-        if self.use_kernel and x2.shape[0] <= KERNEL_MAX_ROWS:
-            if self.kernel_scale is not None:  # CUDA: float32 activations and scales
-                xk = x.reshape(-1, self.in_features).to(self.kernel_dtype).contiguous()  # (M, in)
-                y = torch.ops.aten._weight_int8pack_mm(xk, self.q, self.kernel_scale)  # (M, out)
-                return y.to(x.dtype).view(*lead, self.out_features)  # (..., out)
-            if x2.data_ptr() % 64 or not x2.is_contiguous():  # aligned loads: a fresh, packed buffer
-                x2 = x2.clone(memory_format=torch.contiguous_format)
-            y = torch.ops.aten._weight_int8pack_mm(x2, self.q, self.scale)  # (M, out) bf16
-        else:
-            y = (x2 @ self.q.t().to(torch.bfloat16)).mul_(self.scale)  # (M, out) bf16; widening is exact
-        return y.to(x.dtype).view(*lead, self.out_features)  # (..., out)
+        """x (..., in) -> (..., out) in x's dtype: `torch.ops.twopot.int8_matmul` (engine/int8_op.py)."""
+        return int8_product(x, self.parts())
 
 
-def matmul(x: torch.Tensor, w: torch.Tensor | Int8Weight) -> torch.Tensor:
-    """`x @ W_t` for a float weight of shape (in, out); an Int8Weight runs its own kernel."""
-    return x @ w if isinstance(w, torch.Tensor) else w(x)
+def matmul(x: torch.Tensor, w: torch.Tensor | Int8Weight | Int8Parts) -> torch.Tensor:
+    """`x @ W_t` for a float weight of shape (in, out); an int8 weight (the module eagerly, its
+    `Int8Parts` in a compiled step) runs the int8 op: the same code either way."""
+    if isinstance(w, torch.Tensor):
+        return x @ w
+    return int8_product(x, w.parts() if isinstance(w, Int8Weight) else w)
 
 
 @dataclass(frozen=True)

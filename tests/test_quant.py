@@ -16,7 +16,7 @@ import torch
 from engine import Engine, EngineError
 from engine.cli import main as cli_main
 from engine.events import Done
-from engine.quant import KERNEL_MAX_ROWS, Int8Weight, parse_quant
+from engine.quant import KERNEL_MAX_ROWS, Int8Weight, matmul, parse_quant
 
 FAMILIES = ["tiny_llama", "tiny_llama_tied", "tiny_qwen2", "tiny_gpt2"]
 PROMPT = [11, 57, 3, 200, 42, 9, 101, 7]
@@ -144,3 +144,41 @@ def test_an_int8_trace_counts_the_bytes_an_int8_step_reads(tiny_llama):
         assert x.flops == y.flops
         assert x.bytes_moved - y.bytes_moved == 3 * matrices - 2 * channels
     assert sum(q.numel() for q in (m.q for m in small.model.modules() if hasattr(m, "q"))) == matrices
+
+
+def _old_forward(qw: Int8Weight, x: torch.Tensor) -> torch.Tensor:
+    """Int8Weight.forward on CPU as it was before the op existed (git 6ed7b36), the reference the op must equal."""
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, qw.in_features).to(torch.bfloat16)
+    if qw.use_kernel and x2.shape[0] <= KERNEL_MAX_ROWS:
+        if x2.data_ptr() % 64 or not x2.is_contiguous():
+            x2 = x2.clone(memory_format=torch.contiguous_format)
+        y = torch.ops.aten._weight_int8pack_mm(x2, qw.q, qw.scale)
+    else:
+        y = (x2 @ qw.q.t().to(torch.bfloat16)).mul_(qw.scale)
+    return y.to(x.dtype).view(*lead, qw.out_features)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("width", [64, 40])
+@pytest.mark.parametrize("rows", [1, KERNEL_MAX_ROWS, KERNEL_MAX_ROWS + 1, 37])
+def test_the_int8_op_equals_the_old_eager_path_bit_for_bit(rows, width, dtype):
+    """`twopot::int8_matmul` (engine/int8_op.py) is what every int8 product runs now, eager and compiled:
+    eagerly it must be the old Int8Weight.forward exactly, also for a 3-D input and an unaligned view."""
+    gen = torch.Generator().manual_seed(7 * rows + width)
+    qw = Int8Weight(torch.randn(width, 96, generator=gen))
+    base = torch.randn(rows * width + 3, generator=gen).to(dtype)
+    for x in (base[: rows * width].view(rows, width), base[3:].view(rows, width),  # aligned, unaligned start
+              base[: rows * width].view(1, rows, width)):  # fmt: skip
+        y = qw(x)
+        assert torch.equal(y, _old_forward(qw, x)) and y.dtype == dtype
+        assert torch.equal(y, matmul(x, qw.parts()))  # the compiled step's call: the same op
+
+
+def test_the_int8_op_passes_torch_library_checks():
+    """Schema, fake (meta) implementation and dynamic shapes, as torch.compile will use them."""
+    qw = Int8Weight(torch.randn(64, 48))
+    for rows in (1, KERNEL_MAX_ROWS + 1):
+        x = torch.randn(rows, 64).bfloat16()
+        torch.library.opcheck(torch.ops.twopot.int8_matmul.default, (x, qw.q, qw.scale, None, qw.use_kernel),
+                              test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))  # fmt: skip

@@ -530,7 +530,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--quant", help="int8: time int8 weights against float32/bfloat16 and HF instead (bench/int8.py)")
     p.add_argument("--compile", action="store_true",
-                   help="time compile=True against eager decode instead (bench/compiled.py)")  # fmt: skip
+                   help="time compile=True against eager decode instead (bench/compiled.py); "
+                        "with --quant int8: also our float32 and int8 compiled")  # fmt: skip
     p.add_argument("--engine-compile", action="store_true",
                    help="the whole bench with our engine loaded compile=True: the targets judge the compiled step")  # fmt: skip
     return p.parse_args(argv)
@@ -586,7 +587,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_quant(args: argparse.Namespace, argv: list[str], progress) -> int:
-    """`--quant int8`: the smaller-portions comparison (bench/int8.py), on --model or its two defaults."""
+    """`--quant int8`: the smaller-portions comparison (bench/int8.py), on --model or its two defaults;
+    with `--compile`, our float32 and int8 also run compile=True in the same rotation."""
     from bench.int8 import QuantPlan
     from bench.int8 import main as quant_main
     from engine.quant import parse_quant
@@ -597,7 +599,10 @@ def run_quant(args: argparse.Namespace, argv: list[str], progress) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     plan = QuantPlan(**{k: v for k, v in (("repeats", args.repeats), ("decode_tokens", args.decode_tokens),
-                                          ("prefill_tokens", args.prefill_tokens)) if v is not None})  # fmt: skip
+                                          ("prefill_tokens", args.prefill_tokens),
+                                          ("compile", args.compile or None)) if v is not None})  # fmt: skip
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     models = [args.model] if any(a.startswith("--model") for a in argv) else None  # default: 135M and chef
     return quant_main(models, args.out, args.json, plan, progress)
 

@@ -14,6 +14,12 @@ HF comparison. For each model (default: the SmolLM2-135M preset shape, then the 
      chain with nothing in between), so a missed target says whether the kernels allow it;
   4. greedy agreement of int8 with float32 over `agreement_tokens` tokens (the chef: 256).
 
+With `--compile` (`QuantPlan.compile`) our float32 and int8 are also loaded with compile=True
+(engine/compiled.py: the pure-decode step as one compiled function, int8 products as the opaque op
+of engine/int8_op.py) and timed in the same rotation, as "float32_compiled" and "int8_compiled";
+the report then counts the steps that really ran compiled and compares their greedy tokens with
+the eager ones. Prefill runs eagerly on every engine either way.
+
 Ratios are medians of per-repeat values. Targets (issue 15): int8 TPOT <= 0.6 x our float32 and
 <= 0.5 x HF float32 `generate`, on the 135M shape at batch 1; prefill not slower.
 """
@@ -33,6 +39,7 @@ from bench.ceilings import matmul_chain, time_chain
 from bench.roofline import synchronize
 
 VARIANTS = ("float32", "bfloat16", "int8")  # ours; "hf" (float32 generate) is the fourth contestant
+COMPILED = ("float32_compiled", "int8_compiled")  # ours with compile=True, when QuantPlan.compile
 DEFAULT_MODELS = ("preset:smollm2-135m", "chef")
 
 
@@ -43,6 +50,11 @@ class QuantPlan:
     prefill_tokens: int = 256
     repeats: int = 5
     agreement_tokens: int = 256  # capped by the model's context
+    compile: bool = False  # also time our float32 and int8 with compile=True (COMPILED)
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        return VARIANTS + (COMPILED if self.compile else ())
 
 
 @dataclass(frozen=True)
@@ -56,14 +68,16 @@ class ModelResult:
     kernel_b1_s: dict  # "float32" / "int8" -> batch-1 matmul chain seconds (bench/ceilings.py)
     greedy_agreement: dict  # int8 vs float32: tokens compared, common prefix, positions equal
     ratios: dict
+    compiled: dict  # with plan.compile: variant -> steps run compiled / eagerly, failure; agreement with eager
 
 
 def _load(folder: str, variant: str):
+    """"int8", a dtype, or either with "_compiled" (compile=True; the first generate compiles)."""
     from engine import Engine
 
-    if variant == "int8":
-        return Engine.load(folder, quant="int8")
-    return Engine.load(folder, dtype=variant)
+    base = variant.removesuffix("_compiled")
+    kind = {"quant": "int8"} if base == "int8" else {"dtype": base}
+    return Engine.load(folder, compile=variant != base, **kind)
 
 
 def _time_ours(eng, prompt: list[list[int]], n: int) -> float:
@@ -92,14 +106,14 @@ def measure_model(model: str, plan: QuantPlan, progress) -> ModelResult:
 
     with tempfile.TemporaryDirectory(prefix="bench-int8-") as workdir:
         folder = reference_folder(model, workdir)
-        engines = {v: _load(folder, v) for v in VARIANTS}
+        engines = {v: _load(folder, v) for v in plan.variants}
         hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     cfg = engines["float32"].cfg
     n = plan.decode_tokens
     short = random_prompts(cfg.vocab_size, 1, plan.decode_prompt_tokens, seed=2)
     long = random_prompts(cfg.vocab_size, 1, min(plan.prefill_tokens, cfg.max_context - 1), seed=1)
-    tpot = {v: Samples() for v in (*VARIANTS, "hf")}
-    pre = {v: Samples() for v in (*VARIANTS, "hf")}
+    tpot = {v: Samples() for v in (*plan.variants, "hf")}
+    pre = {v: Samples() for v in (*plan.variants, "hf")}
 
     def one(variant: str, timed: bool) -> None:
         if variant == "hf":
@@ -110,7 +124,7 @@ def measure_model(model: str, plan: QuantPlan, progress) -> ModelResult:
             tpot[variant].values.append(t)
             pre[variant].values.append(p)
 
-    order = [*VARIANTS, "hf"]
+    order = [*plan.variants, "hf"]
     with torch.inference_mode():
         for v in order:  # warm every shape of every contestant once, untimed
             one(v, timed=False)
@@ -123,7 +137,7 @@ def measure_model(model: str, plan: QuantPlan, progress) -> ModelResult:
                    for v in ("float32", "int8")}  # fmt: skip
         agree_n = min(plan.agreement_tokens, cfg.max_context - plan.decode_prompt_tokens)
         runs = {v: engines[v].generate(short, max_new_tokens=agree_n, stop_at_eos=False).tokens[0]
-                for v in ("float32", "int8")}  # fmt: skip
+                for v in ("float32", "int8", *(COMPILED if plan.compile else ()))}  # fmt: skip
     med = {v: s.median for v, s in tpot.items()}
     pmed = {v: s.median for v, s in pre.items()}
     ratios = {
@@ -135,10 +149,24 @@ def measure_model(model: str, plan: QuantPlan, progress) -> ModelResult:
         "int8_kernel_b1_vs_fp32_tpot": kernels["int8"] / med["float32"],  # the best int8 could do
         "int8_kernel_b1_vs_hf_tpot": kernels["int8"] / med["hf"],
     }
+    compiled = {}
+    if plan.compile:
+        ratios |= {
+            "int8_compiled_tpot_vs_fp32": med["int8_compiled"] / med["float32"],
+            "int8_compiled_tpot_vs_fp32_compiled": med["int8_compiled"] / med["float32_compiled"],
+            "int8_compiled_tpot_vs_hf_fp32": med["int8_compiled"] / med["hf"],
+            "int8_compiled_tpot_vs_int8": med["int8_compiled"] / med["int8"],
+            "fp32_compiled_tpot_vs_fp32": med["float32_compiled"] / med["float32"],
+            "int8_kernel_b1_vs_fp32_compiled_tpot": kernels["int8"] / med["float32_compiled"],
+        }
+        for v in COMPILED:
+            cd, eager = engines[v].compiled, v.removesuffix("_compiled")
+            compiled[v] = {"steps": cd.steps, "eager_steps": cd.eager_steps, "failure": cd.failure,
+                           "agreement_with_eager": agreement(runs[eager], runs[v])}  # fmt: skip
     return ModelResult(
         model, {v: s.to_dict() for v, s in tpot.items()}, {v: s.to_dict() for v, s in pre.items()},
         {v: engines[v].info.weight_bytes for v in VARIANTS}, kernels,
-        agreement(runs["float32"], runs["int8"]), ratios,
+        agreement(runs["float32"], runs["int8"]), ratios, compiled,
     )  # fmt: skip
 
 
@@ -167,6 +195,8 @@ def format_report(r: dict) -> str:
                      + " | prefill ms " + ", ".join(f"{v} {p[v]['median'] * 1e3:.1f}" for v in p))  # fmt: skip
         lines.append("  " + ", ".join(f"{k} {v:.3f}" for k, v in m["ratios"].items()))
         lines.append(f"  greedy int8 vs fp32: {m['greedy_agreement']}")
+        for v, c in m["compiled"].items():
+            lines.append(f"  {v}: {c}")
     return "\n".join(lines)
 
 

@@ -3,10 +3,14 @@ reports every contestant and ratio, and refuses a bad --quant in one line. No ti
 
 import json
 
+import pytest
+import torch
+
 from bench.ceilings import matmul_chain
-from bench.int8 import VARIANTS, QuantPlan, run
+from bench.int8 import COMPILED, VARIANTS, QuantPlan, run
 from engine import Engine
 from engine.cli import main as cli_main
+from engine.compiled import compiler_problem
 
 TINY = QuantPlan(decode_prompt_tokens=4, decode_tokens=3, prefill_tokens=8, repeats=1, agreement_tokens=6)
 
@@ -21,6 +25,7 @@ def test_report_has_every_contestant_and_ratio(tiny_llama):
     assert m["greedy_agreement"]["tokens"] == 6 and 0 <= m["greedy_agreement"]["common_prefix"] <= 6
     assert m["ratios"]["int8_tpot_vs_fp32"] == m["tpot_s"]["int8"]["median"] / m["tpot_s"]["float32"]["median"]
     assert report["targets"] == {"int8_tpot_vs_fp32": 0.6, "int8_tpot_vs_hf_fp32": 0.5}
+    assert m["compiled"] == {}  # no compile=True engines unless asked
 
 
 def test_cli_writes_the_report_and_refuses_a_bad_quant(tiny_llama, tmp_path, capsys):
@@ -37,3 +42,19 @@ def test_kernel_chain_runs_int8_weights_through_their_kernels(tiny_llama):
     eng = Engine.load(str(tiny_llama.path), quant="int8")
     matmul_chain(eng.model, rows=1, head_rows=1)()  # Int8Weight modules, not tensors: no error
     matmul_chain(eng.model, rows=16, head_rows=1)()
+
+
+@pytest.mark.skipif(compiler_problem(torch.device("cpu")) is not None, reason="no C++ compiler for inductor")
+def test_quant_with_compile_times_the_compiled_engines_too(tiny_llama, tmp_path):
+    """`bench --quant int8 --compile`: float32 and int8 with compile=True join the rotation, really
+    decode compiled, and give their eager twins' greedy tokens."""
+    out = tmp_path / "int8c.json"
+    code = cli_main(["bench", "--quant", "int8", "--compile", "--model", str(tiny_llama.path), "--repeats", "1",
+                     "--decode-tokens", "3", "--prefill-tokens", "8", "--out", str(out), "--quiet"])  # fmt: skip
+    (m,) = json.loads(out.read_text())["models"]
+    assert code == 0 and set(m["tpot_s"]) == {*VARIANTS, *COMPILED, "hf"}
+    for v in COMPILED:
+        c = m["compiled"][v]
+        assert c["failure"] is None and c["steps"] > 0
+        assert c["agreement_with_eager"]["common_prefix"] == c["agreement_with_eager"]["tokens"] > 0
+    assert m["ratios"]["int8_compiled_tpot_vs_fp32_compiled"] > 0

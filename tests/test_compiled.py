@@ -33,10 +33,11 @@ PROMPTS = [[11, 57, 3, 200, 42, 9, 101, 7], [5, 6], list(range(30, 47))]
 # step -> (prompt, max_new_tokens): two start together, the third joins while they decode
 ARRIVALS = {0: [(PROMPTS[0], 12), (PROMPTS[1], 18)], 4: [(PROMPTS[2], 9)]}
 LOGITS_ATOL = 1e-4  # float32; the compiled kernels sum in other orders than eager's
-# int8: every product rounds its input to bfloat16, so a sum-order difference in a fused norm can flip
-# an activation by 2^-8 relative before its product, and the logits come back bf16-valued. Stated
-# bound 1e-2 absolute; measured 2026-12-01 on these models: 0.0, compiled == eager.
-INT8_LOGITS_ATOL = 1e-2
+# int8: every product rounds its input to bfloat16 and returns bf16 values, so a sum-order difference
+# in a fused norm can flip a rounding, and a logit by one bf16 step (<= 2^-7 of it). Stated bound: two
+# steps, rtol 2^-7 (+ atol 1e-3 near 0). Measured 2026-12-01: 0.0 on these models (compiled == eager);
+# on the chef one step (0.0625 on logits of 8-16) from step 7 on, greedy tokens equal until a bf16 tie.
+INT8_LOGITS_RTOL, INT8_LOGITS_ATOL = 2**-7, 1e-3
 INT8_ARRIVALS = {0: [(PROMPTS[0], 40), (PROMPTS[1], 25)], 4: [(PROMPTS[2], 9)]}  # 40 steps, batch 3 -> 2 -> 1
 
 
@@ -214,7 +215,7 @@ def test_int8_weights_decode_compiled_with_eager_tokens_in_two_graphs_without_br
     assert tokens == want and [len(t) for t in tokens] == [40, 25, 9]
     assert compiled.compiled.failure is None and compiled.compiled.steps >= 35  # really ran compiled
     for got, ref in zip(logits, want_logits, strict=True):
-        torch.testing.assert_close(got, ref, atol=INT8_LOGITS_ATOL, rtol=0)
+        torch.testing.assert_close(got, ref, atol=INT8_LOGITS_ATOL, rtol=INT8_LOGITS_RTOL)
 
 
 @pytest.mark.skipif(compiler_problem(torch.device("cpu")) is not None, reason="no C++ compiler for inductor")

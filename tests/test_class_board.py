@@ -18,12 +18,12 @@ def test_the_board_shows_the_whole_class_and_marks_only_your_tickets():
         def order(name: str, prompt: str, n: int, on_chunk=None) -> None:
             results[name] = order_remote(url, "chef", prompt, n, on_chunk=on_chunk)
 
-        second = threading.Thread(target=order, args=("b", "JULIET:", 24))
+        second = threading.Thread(target=order, args=("b", "JULIET:", 96))  # long enough to be seen cooking
 
         def first_chunks(o) -> None:
             if len(o.chunk_times) == 1:  # the first order is cooking: a second student orders
                 second.start()
-            elif len(o.chunk_times) % 20 == 0 and second.is_alive():
+            elif len(o.chunk_times) % 8 == 0 and second.is_alive():
                 during.append(board(url, o.order_id))
 
         first = threading.Thread(target=order, args=("a", "ROMEO:", 240, first_chunks))

@@ -49,7 +49,7 @@ def test_the_board_shows_the_whole_class_and_marks_only_your_tickets():
         assert after["kitchen"]["tpot_p50_s"] > 0
 
         theirs = board(url, b.order_id)["steps"]
-        assert sum(s["mine"] for s in theirs) == 24  # the second student's own steps, and only those
+        assert sum(s["mine"] for s in theirs) == 96  # the second student's own steps, and only those
         assert all(s["mine"] == 0 for s in board(url)["steps"])  # no order named: nothing is anyone's
 
         raw = json.dumps([after, *during])

@@ -24,7 +24,6 @@ roof of 29 GB/s the fraction is 0.75.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -39,6 +38,7 @@ from bench.ceilings import measure_ceilings
 from bench.report import (
     check_targets,
     derive_ratios,
+    emit,
     format_report,
     gpu_goal_ratios,
     kernel_bounds,
@@ -578,12 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     except EngineError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    text = json.dumps(report, indent=2)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
-    print(text if args.json else format_report(report))
-    return 0
+    return emit(report, args.out, args.json, format_report)
 
 
 def run_quant(args: argparse.Namespace, argv: list[str], progress) -> int:

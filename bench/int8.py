@@ -26,7 +26,6 @@ Ratios are medians of per-repeat values. Targets (issue 15): int8 TPOT <= 0.6 x 
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import time
@@ -201,13 +200,9 @@ def format_report(r: dict) -> str:
 
 
 def main(models: list[str] | None, out: str | None, as_json: bool, plan: QuantPlan, progress) -> int:
-    report = run(tuple(models) if models else DEFAULT_MODELS, plan, progress)
-    text = json.dumps(report, indent=2)
-    if out:
-        with open(out, "w") as f:
-            f.write(text + "\n")
-    print(text if as_json else format_report(report))
-    return 0
+    from bench.report import emit
+
+    return emit(run(tuple(models) if models else DEFAULT_MODELS, plan, progress), out, as_json, format_report)
 
 
 if __name__ == "__main__":

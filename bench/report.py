@@ -165,3 +165,15 @@ def format_report(r: dict) -> str:
             verdict += f" (kernels alone {t['kernel_bound']:.3f}: needs {t['kernel_share_needed']:.0%} of their speed)"
         lines.append(f"  {name:34s} {value:7.3f}{verdict}")
     return "\n".join(lines)
+
+
+def emit(report: dict, out: str | None, as_json: bool, text_of) -> int:
+    """Write the JSON report to `out` (if given) and print it, or its summary `text_of(report)`."""
+    import json
+
+    text = json.dumps(report, indent=2)
+    if out:
+        with open(out, "w") as f:
+            f.write(text + "\n")
+    print(text if as_json else text_of(report))
+    return 0

@@ -13,9 +13,8 @@ machine is that every parallel region wakes a sleeping thread, so export OMP_WAI
 when the cores are yours alone (the numbers: docs/benchmarks/engine-choices.md).
 
 libgomp reads the policy once, when torch loads it: a script that imports torch before engine
-runs libgomp's default (spin a while, then sleep) whatever the variable says afterwards. That
-default decoded SmolLM2-135M at 28 ms a token where PASSIVE took 56 ms, and a bench that trusted
-the variable blamed the difference on torch.compile (docs/benchmarks/compiled-cpu.md), so
+runs libgomp's default (spin a while, then sleep) whatever the variable says afterwards, and the
+two can differ twofold in decode speed (docs/benchmarks/compiled-cpu.md). So
 `OMP_WAIT_POLICY_IN_EFFECT` says what OpenMP really does here, and bench reports record it.
 """
 

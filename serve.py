@@ -2,8 +2,8 @@
 
 Streamlit's `st.App` runs the same app.py with extra routes; `streamlit run serve.py` finds the
 `app` below and serves it. The one extra route is the live view's feed (kitchen_viz/live_feed.py):
-while an order cooks, the drawn kitchen fetches its latest measurements from it instead of the
-page rerunning four times a second, which measured cheaper for the browser that shares the
+while an order cooks, the drawn kitchen follows its latest measurements as a stream instead of
+the page rerunning four times a second, which measured cheaper for the browser that shares the
 engine's machine (docs/benchmarks/ui-overhead.md). `streamlit run app.py` still works; the live
 view then updates through fragment reruns. With `--class-kitchen` the class kitchen server is
 mounted at /class on the same port (serving/mounted.py).

@@ -5,9 +5,10 @@ render. While an order cooks in the live view, the scene (one component, which r
 changed, without animation, so the browser takes little from the engine) gets the order's
 measurements, the live panels' numbers included, one of two ways:
 
-  feed   (served by `two-pot-kitchen`) the page draws the scene once; the scene's script fetches
-         the order's state from the server's feed route four times a second
-         (kitchen_viz/live_feed.py) and triggers one fragment rerun when the order is done;
+  feed   (served by `two-pot-kitchen`) the page draws the scene once; the scene's script follows
+         the order's state as a stream of server-sent events from the server's feed route (at most
+         four a second, only when it changed; kitchen_viz/live_feed.py) and triggers one fragment
+         rerun when the order is done;
   ticks  (plain `streamlit run app.py`, AppTest, or a feed that failed) a fragment wakes four times
          a second, folds the job's new events into the session's `LiveRun` and hands the scene
          its data.
@@ -148,13 +149,10 @@ def live_view_default() -> bool:
     """Live by default where it measured inside the 3 % TPOT budget; quiet (wait, then replay)
     elsewhere. The toggle overrides either way.
 
-    Measured on a shared 2-core machine (docs/benchmarks/ui-overhead.md), same server and engine
-    process on both sides, the browser free on every core, against the quiet view: with the scene
-    fetching its updates from the feed (what `two-pot-kitchen` serves), fourteen series measured
-    -0.6 % to +3.7 %, mean +1.8 % (pooled per-round median +2.1 %), against -1.3 % to +0.8 % for
-    four A/A series. Updated through fragment reruns instead (plain `streamlit run app.py`) the best code
-    measured +1.8 % to +8.0 %, mean +4.0 %: there the live view is the default only with 4 or more
-    cores, where the browser need not share the engine's.
+    Against the quiet view on a 2-core machine (docs/benchmarks/ui-overhead.md), the live view
+    following the feed's stream (what `two-pot-kitchen` serves) stays inside the 3 % TPOT budget;
+    updated through fragment reruns (plain `streamlit run app.py`) it does not, so there it is the
+    default only with 4 or more cores, where the browser need not share the engine's.
     """
     return live_feed.serving() or (os.cpu_count() or 1) >= LIVE_VIEW_MIN_CORES
 
@@ -271,8 +269,8 @@ def order_ui(svc: KitchenService, seed: int) -> Order | None:
             key=K_LIVE,
             help="On: the panels and the kitchen update 4× a second while the engine cooks, then the "
             "kitchen replays the order in slow motion. The engine runs in its own process and the kitchen "
-            "fetches its own updates, so watching costs the pot little (measured on a 2-core CPU under "
-            "`two-pot-kitchen`: TPOT +1.8 % on average against the quiet view; the budget is 3 %). Off: the page waits quietly and "
+            "follows its own stream of updates, so watching costs the pot little (measured on a 2-core CPU under "
+            "`two-pot-kitchen`: TPOT +0.6 % on average against the quiet view; the budget is 3 %). Off: the page waits quietly and "
             "replays the order when it is done.",
         )
         if (REPO / LESSONS_PAGE).is_file():
@@ -393,7 +391,7 @@ def draw_live(svc: KitchenService, presenter: bool, wok_capacity: int) -> None:
     Everything that changes while cooking lives inside this one fragment (the diagnosis too), so
     an update and the page rerun that ends the cooking can never draw over each other's elements;
     the rerun only switches the following off. With a feed the fragment does not tick: the scene
-    fetches its updates and its `feed` trigger ("done" or "failed: why") reruns the fragment.
+    follows the feed's stream and its `feed` trigger ("done" or "failed: why") reruns the fragment.
     """
     cooking = is_cooking()
     st.html(ART / "live_page.css")  # no stale fade on the live elements (style only: takes no space)

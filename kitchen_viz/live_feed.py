@@ -1,4 +1,4 @@
-"""The live view's feed: the kitchen's latest measurements, fetched by the scene itself.
+"""The live view's feed: the kitchen's latest measurements, streamed to the scene itself.
 
 Why a feed instead of a Streamlit rerun per tick: on a small machine the browser shares cores with
 the engine being measured, and a fragment rerun is expensive for the browser. Each one marks the

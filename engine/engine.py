@@ -284,7 +284,7 @@ class Engine:
             stop_ids=frozenset(self.cfg.eos_ids) if req.stop_at_eos else frozenset(),
             decoder=IncrementalDecoder(self.codec, ids),
             arrival_t=time.perf_counter() if arrival_s is None else arrival_s, speculate=req.speculate,
-            draft=req.draft,
+            draft=req.draft, reuse_prefix=bool(req.reuse_prefix),
         )  # fmt: skip
         srv.seqs[rid] = seq
         srv.scheduler.add(seq)

@@ -41,6 +41,7 @@ class RequestSettings:
     cuda_graph: bool = False
     speculate: int = 0  # draft tokens per decode step (serving path only; engine/speculative.py)
     draft: str = "ngram"
+    reuse_prefix: bool = True  # serving path: start from a cached prompt prefix when one matches
 
     def __init__(self, **kwargs):
         known = {f.name for f in fields(self)}

@@ -66,7 +66,10 @@ class PrefixCache:
         return True
 
     def find(self, seq: Sequence, running: list[Sequence]) -> Match | None:
-        """The longest cached prefix of `seq`'s tokens (at most all but its last token)."""
+        """The longest cached prefix of `seq`'s tokens (at most all but its last token); None for a
+        request that asked to compute every prompt token (`reuse_prefix=False`)."""
+        if not seq.reuse_prefix:
+            return None
         want, best = seq.tokens[: len(seq.tokens) - 1], None
         for other in running:
             n = _common(want, other.tokens[: other.num_cached])
@@ -80,7 +83,8 @@ class PrefixCache:
 
     def reuse(self, seq: Sequence, match: Match | None) -> int:
         """Give `seq` its seat (adopting or copying the matched prefix); returns the seat."""
-        self.queries += len(seq.tokens)
+        if seq.reuse_prefix:  # a request that computes every token was not looked up
+            self.queries += len(seq.tokens)
         if match is None:
             return self.take_seat(seq.request_id)
         self.hits += match.length

@@ -32,6 +32,7 @@ class GenerationResult:
     dtype: str = ""  # the precision it cooked at: a dtype, or "int8" (int8 matrices, float32 the rest)
     request_id: int = 0
     path: str = "fixed batch"  # which code cooked it: "seats" (the serving core) or "fixed batch"
+    reused_tokens: int = 0  # prompt tokens taken from a cached prefix, not computed (shared kitchen only)
 
     def to_dict(self) -> dict:
         """JSON-ready: the metrics flattened to the top level, plus one row per traced pass."""

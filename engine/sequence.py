@@ -63,6 +63,7 @@ class Sequence:
     draft: str = "ngram"  # who proposes them: prompt lookup, or a draft model's name (engine/draft.py)
     spec: SpecCounters = field(default_factory=SpecCounters)
     cancel_requested: bool = False
+    reuse_prefix: bool = True  # False: every prompt token is computed, whatever the prefix cache holds
 
     def __post_init__(self) -> None:
         if not self.tokens:

@@ -39,7 +39,7 @@ from engine.results import GenerationResult
 from engine.text import encode_prompts
 from engine.trace import StepRecord, Trace, compute_metrics
 
-ORDER_SETTINGS = ("temperature", "top_k", "top_p", "seed", "stop_at_eos")  # what a shared order may set
+ORDER_SETTINGS = ("temperature", "top_k", "top_p", "seed", "stop_at_eos", "reuse_prefix")  # what a shared order may set
 
 
 def shared_limits(engine, prompt_len: int, max_new_tokens: int) -> Limits:
@@ -129,8 +129,9 @@ class SharedOrder:
         if mine and not self.started:
             self.started = True
             lengths = [len(p) for p in self.prompts]
-            out.append(PrefillStart(step.step.t_start - self.t0, len(lengths), lengths, sum(lengths), "packed",
-                                    self.order_id))  # fmt: skip
+            # slots: the positions the wok computes, so a reused prefix is not counted as cooked
+            out.append(PrefillStart(step.step.t_start - self.t0, len(lengths), lengths, sum(lengths) - self.reused,
+                                    "packed", self.order_id))  # fmt: skip
         in_wok = bool(self.waiting_first)  # this pass belongs to the order's prefill
         tokens: list[Event] = []
         for ev in events:
@@ -163,6 +164,11 @@ class SharedOrder:
         if self.done and not self.cancelled:
             out.append(Done(out[-1].t if out else 0.0, self._result(), self.order_id))
         return out
+
+    @property
+    def reused(self) -> int:
+        """Prompt tokens the order's tables took from a cached prefix (known once they are seated)."""
+        return sum(seq.cached_tokens for seq in self.seqs)
 
     def _note_cache(self) -> None:
         for t, seq in enumerate(self.seqs):
@@ -208,4 +214,5 @@ class SharedOrder:
             dtype=info.precision,
             request_id=self.order_id,
             path=self.path,
+            reused_tokens=self.reused,
         )

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from kitchen_viz.panels import Segment, fmt_s, fmt_tps, panel_values, timeline_html, timeline_segments
+from kitchen_viz.panels import Segment, panel_values, timeline_html, timeline_segments
 from kitchen_viz.timeline import LiveRun
+from kitchen_viz.units import fmt_s, fmt_tps
 
 KEEP = 8
 K_HISTORY = "tpk_history"

@@ -19,6 +19,8 @@ what happens to an order once it is in the kitchen, which the serving side enfor
 
 from __future__ import annotations
 
+import re
+
 import streamlit as st
 
 from engine.errors import EngineError
@@ -110,3 +112,26 @@ def quiet_wait(job, seconds: float, tick_s: float = 1.0) -> None:
     while not job.wait(tick_s) and waited < seconds:
         waited += tick_s
         spot.empty()
+
+
+def is_cooking() -> bool:
+    """This session's order is on the kitchen's queue or cooking (Cook is disabled meanwhile)."""
+    job = st.session_state.get("tpk_job")
+    return job is not None and not job.finished
+
+
+HTTP_PREFIX = re.compile(r"^HTTP \d{3}: ")
+
+
+def plain_line(error: str) -> str:
+    """A refusal as a teacher reads it: the kitchen server's status code goes (the engineer's
+    details keep it). Example: "HTTP 400: prompt 1 is 12,399 tokens; ..." -> "prompt 1 is 12,399 tokens; ..."."""
+    return HTTP_PREFIX.sub("", error.strip()).rstrip(".")
+
+
+def say_refused(error: str) -> None:
+    """One plain sentence for a refused order, with the raw line under "Engineer's details"."""
+    st.error(f"This order can't be cooked: {plain_line(error)}.", icon=":material/block:")
+    if plain_line(error) != error.strip().rstrip("."):
+        with st.expander("Engineer's details"):
+            st.code(error, language=None, wrap_lines=True)

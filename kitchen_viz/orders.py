@@ -150,6 +150,7 @@ class Order:
     seed: int
     text: str | None = None  # every table orders this text
     prompt_tokens: int | None = None  # or: each table gets this many tokens of FILLER
+    reuse_prefix: bool = False  # start from leftovers a cached prefix holds (the Leftovers lesson); off: cook every token
 
     def prompts(self, engine) -> list:
         """The batch's prompts, built on the worker (it owns the tokenizer)."""

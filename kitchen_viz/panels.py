@@ -27,6 +27,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from kitchen_viz.timeline import LiveRun
+from kitchen_viz.units import fmt_s, fmt_tps, reused_words
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class PanelValues:
     e2e_s: float | None = None
     itl_s: list[float] = field(default_factory=list)
     final: bool = False  # True once these are the engine's own metrics
+    reused: str = ""  # "N of M prompt tokens reused from leftovers (not cooked)", or "" when every token was cooked
 
 
 def panel_values(run: LiveRun | None) -> PanelValues:
@@ -46,6 +48,7 @@ def panel_values(run: LiveRun | None) -> PanelValues:
     where the engine's metrics hold 0.0 as a placeholder."""
     if run is None:
         return PanelValues()
+    reused = reused_words(run.reused, sum(run.prompt_tokens))
     if run.result is not None:
         m = run.result.metrics
         itl = list(m.itl_s)
@@ -57,26 +60,14 @@ def panel_values(run: LiveRun | None) -> PanelValues:
             m.e2e_s,
             itl,
             final=True,
+            reused=reused,
         )
     itl = run.itl_s
     if run.t_first_token is None:
         return PanelValues()
     tpot = sum(itl) / len(itl) if itl else None
     tps = run.batch / tpot if tpot else None  # every running table gets one token per step
-    return PanelValues(run.t_first_token, tpot, tps, None, itl)
-
-
-def fmt_s(seconds: float | None) -> str:
-    """Milliseconds below a second (two decimals below 100 ms), seconds above; a dash when not measured."""
-    if seconds is None:
-        return "—"
-    if seconds < 0.1:
-        return f"{seconds * 1e3:,.2f} ms"
-    return f"{seconds * 1e3:,.1f} ms" if seconds < 1 else f"{seconds:,.2f} s"
-
-
-def fmt_tps(tps: float | None) -> str:
-    return "—" if not tps else f"{tps:,.0f} tok/s"
+    return PanelValues(run.t_first_token, tpot, tps, None, itl, reused=reused)
 
 
 # A label or a number in the panels wraps rather than ending in "…" (Streamlit truncates metric
@@ -109,19 +100,23 @@ def draw_panels(values: PanelValues, queue_wait_s: float | None = None) -> None:
                     width="content",
                     help="The whole order: request start to the last token of the last table.",
                 )
+            if values.reused:
+                st.caption(f":material/recycling: {values.reused}: TTFT is shorter than cooking them would take")
             if queue_wait_s:
                 st.caption(f"waited {fmt_s(queue_wait_s)} in line first (not part of TTFT)")
         with st.container(border=True, key="tpk-panel-pot"):
             st.markdown("**🍲 The soup pot · decode**")
             with st.container(horizontal=True, gap="medium"):
+                steps = f", mean of {len(values.itl_s):,} step{'s' if len(values.itl_s) != 1 else ''}" if values.itl_s else ""
                 st.metric(
-                    "TPOT" + note,
+                    "TPOT" + (steps if values.final else note),
                     fmt_s(values.tpot_s),
                     width="content",
                     help="Time per output token: (E2E − TTFT) / (tokens − 1). A one-token order has no "
                     "decode step, so no TPOT.",
                 )
-                st.metric("Tokens/s, all tables" + note, fmt_tps(values.decode_tps), width="content")
+                st.metric("Tokens/s, all tables" + (", mean" if values.final else note), fmt_tps(values.decode_tps),
+                          width="content")
                 if values.itl_s and not values.final:  # while cooking: a number, not a chart
                     st.metric("Latest ITL", fmt_s(values.itl_s[-1]), width="content")
             if values.itl_s and values.final:

@@ -22,6 +22,7 @@ from statistics import median
 from typing import Any
 
 from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token
+from kitchen_viz.units import fmt_s, fmt_tps, reused_words
 
 # A step the viewer can follow takes at least this long on screen; the wok burns at least this.
 MIN_VISIBLE_STEP_S = 0.15
@@ -66,6 +67,7 @@ class LiveRun:
     t_prefill_start: float | None = None
     t_prefill_end: float | None = None
     kv_handed_bytes: int = 0
+    wok_tokens: int = 0  # tokens the wok's pass(es) computed (the trace's prefill record): its rate's numerator
     decode_steps: list[tuple[float, float, int]] = field(default_factory=list)  # (t_start, t_end, kv_bytes)
     tokens: list[list[tuple[float, str]]] = field(default_factory=list)  # per table: (t, text piece)
     finished: list[bool] = field(default_factory=list)
@@ -108,6 +110,7 @@ class LiveRun:
         elif isinstance(ev, PrefillEnd):  # the measured pass itself, as the trace records it
             self.t_prefill_start, self.t_prefill_end = ev.step.t_start, ev.step.t_end
             self.kv_handed_bytes = ev.kv_bytes
+            self.wok_tokens = ev.step.tokens
         elif isinstance(ev, Token):
             self.tokens[ev.seq].append((ev.t, ev.text))
             self.finished[ev.seq] = ev.finished
@@ -152,6 +155,32 @@ class LiveRun:
         return self.decode_steps[-1][1] if self.decode_steps else (self.t_first_token or 0.0)
 
     @property
+    def reused(self) -> int:
+        """Prompt tokens the order took from leftovers instead of cooking: the engine's count once
+        done; before, what the wok said it would compute (a packed pass's slots) fell short of the prompts."""
+        if self.result is not None:
+            return int(getattr(self.result, "reused_tokens", 0) or 0)
+        total = sum(self.prompt_tokens)
+        return total - self.slots if self.mode == "packed" and 0 < self.slots < total else 0
+
+    @property
+    def wok_rate(self) -> float | None:
+        """The wok's tokens per second: the tokens its pass computed over the pass's time (never the
+        reused ones). The same number as the engine's `metrics.prefill_tps` once the order is done."""
+        if self.result is not None:
+            return self.result.metrics.prefill_tps or None
+        s = self.prefill_s
+        return self.wok_tokens / s if s and self.wok_tokens else None
+
+    def summary(self) -> dict | None:
+        """The finished order's pot figures as the panels print them (one computation: the engine's
+        metrics), for the drawing's last frame; None until done or with no decode step."""
+        if self.result is None or not self.result.metrics.itl_s:
+            return None
+        m = self.result.metrics
+        return {"tpot": fmt_s(m.tpot_s), "tps": fmt_tps(m.decode_tps), "steps": len(m.itl_s)}
+
+    @property
     def text(self) -> list[str]:
         return ["".join(piece for _, piece in seq) for seq in self.tokens]
 
@@ -177,6 +206,11 @@ class LiveRun:
             "shown_tables": shown,
             "prompt_tokens": self.prompt_tokens,
             "slots": self.slots,
+            "wok_tokens": self.wok_tokens,
+            "wok_rate": fmt_tps(self.wok_rate) if self.wok_rate else "",
+            "reused": self.reused,
+            "reused_words": reused_words(self.reused, sum(self.prompt_tokens)),
+            "summary": self.summary(),
             "mode": self.mode,
             "wok_capacity": max(wok_capacity, sum(self.prompt_tokens), 1),
             "prefill": _round_pair(self.t_prefill_start, self.t_prefill_end),

@@ -3,11 +3,16 @@
 The supervisor's handbook in code. Two questions, answered only from measured numbers:
 
 1. Which pot made the guest wait? TTFT is the wok (prefill); everything after the first token is
-   the soup pot (decode). If TTFT is at least half of E2E, the wok is the bottleneck.
+   the soup pot (decode). A pot is named the bottleneck only past a stated margin: its phase takes
+   at least BOTTLENECK_SHARE (60 %) of E2E. Between, the order is "balanced" and the verdict says
+   both shares, so two orders that measure the same within their noise (say 52 % and 49 %) get the
+   same words instead of flipping between "the wok" and "the soup pot".
 2. If the pot is slow, what slows it? Each decode step is one of:
    - "overhead": most of the step is neither moving bytes nor doing FLOPs, it is Python, allocation,
-     sampling, launches. Seen as (a) a large share of the step outside the model's forward pass, or
-     (b) with a roofline, the roof explains under a quarter of the step time.
+     sampling, launches. Seen as (a) at least OVERHEAD_AT_LEAST (60 %) of the step outside the
+     model's forward pass, or (b) with a roofline, the roof explains under a quarter of the step
+     time. Between OVERHEAD_AT_MOST and OVERHEAD_AT_LEAST the step is called "about half
+     overhead" rather than flipping on a few tenths of a millisecond.
    - "bandwidth": the step sits left of the ridge (FLOP/byte below the machine's ridge), so its
      speed limit is reading weights + KV cache.
    - "compute": the step sits right of the ridge (large batches), so FLOP/s is the limit.
@@ -15,8 +20,13 @@ The supervisor's handbook in code. Two questions, answered only from measured nu
    is obvious the answer is None and the evidence says to measure the roofline.
 
 Worked example: TTFT 0.040 s, E2E 0.400 s, 60 decode steps of 6 ms each, forward 2 ms of each.
-TTFT is 10 % of the wait, so the pot is slow; 67 % of each step is outside the forward pass, so
-the pot is overhead-bound: the fix is the portioning station (CUDA graphs, fewer per-step chores).
+TTFT is 10 % of the wait (decode 90 % >= 60 %), so the pot is slow; 67 % of each step is outside
+the forward pass, so the pot is overhead-bound: the fix is the portioning station (CUDA graphs,
+fewer per-step chores). The headline quotes TPOT (the mean time per output token, the panels'
+number); the evidence names the median step separately, labelled as the median.
+
+An order that started from leftovers (`reused` prompt tokens taken from the prefix cache) says so
+in the headline: its TTFT is short because the wok did not cook those tokens.
 
 Advice follows this machine's measurements, never a general rule the numbers on screen could
 contradict: "a smaller dtype reads fewer bytes" is offered as a fix only where a smaller dtype was
@@ -40,12 +50,15 @@ from statistics import median
 from typing import TYPE_CHECKING, Literal
 
 from engine.trace import Metrics, StepRecord, Trace
+from kitchen_viz.units import fmt_s, reused_words
 
 if TYPE_CHECKING:  # the roofline module is optional at import time; we only read its fields
     from bench.roofline import Roofline
 
 # Thresholds, stated once so the page can show them.
-OUTSIDE_FORWARD_OVERHEAD = 0.5  # >= half the step outside forward() -> overhead-bound
+BOTTLENECK_SHARE = 0.60  # a phase >= 60 % of E2E is the bottleneck; below that for both: balanced
+OVERHEAD_AT_LEAST = 0.60  # >= 60 % of the step outside forward() -> overhead-bound
+OVERHEAD_AT_MOST = 0.40  # <= 40 % outside -> the model's own work; between: about half each
 ROOF_EXPLAINS_AT_LEAST = 0.25  # roof time < 25 % of the step -> the rest is overhead
 PADDING_WORTH_FIXING = 0.10  # > 10 % of prefill slots were padding -> suggest packing
 
@@ -53,7 +66,7 @@ PADDING_WORTH_FIXING = 0.10  # > 10 % of prefill slots were padding -> suggest p
 @dataclass(frozen=True)
 class Verdict:
     headline: str  # one line for the page
-    slow_phase: Literal["prefill", "decode"]
+    slow_phase: Literal["prefill", "decode", "balanced"]
     decode_bound: Literal["bandwidth", "compute", "overhead"] | None
     fixes: list[str] = field(default_factory=list)
     evidence: list[str] = field(default_factory=list)  # the measured numbers the verdict used
@@ -103,8 +116,14 @@ def classify_decode(
         f"decode step median {ms(prof.step_s)}, forward pass {ms(prof.forward_s)} "
         f"({prof.outside_share:.0%} outside the forward pass)"
     )
-    if prof.outside_share >= OUTSIDE_FORWARD_OVERHEAD:
+    if prof.outside_share >= OVERHEAD_AT_LEAST:
         return "overhead"
+    if prof.outside_share > OVERHEAD_AT_MOST:
+        evidence.append(
+            f"about half of each step is outside the forward pass ({prof.outside_share:.0%}, between "
+            f"{OVERHEAD_AT_MOST:.0%} and {OVERHEAD_AT_LEAST:.0%}): overhead and the model's work weigh about equally"
+        )
+        return None
     if roof is None:
         evidence.append("no roofline measured: cannot tell bandwidth- from compute-bound")
         return None
@@ -220,48 +239,70 @@ def diagnose(
     dtype: str | None = None,
     dtype_tpot: dict[str, float] | None = None,
     focus: Literal["decode"] | None = None,
+    reused: int = 0,
+    prompt_tokens: int = 0,
 ) -> Verdict:
     """Which pot is slow, why, and what to try, from one run's metrics and trace.
 
     `dtype` is the run's precision and `dtype_tpot` what this machine measured per dtype (see the
     module's notes); `focus="decode"` diagnoses the pot whatever the wok's share (a lesson about
-    the pot)."""
+    the pot). `reused` of `prompt_tokens` were taken from leftovers, not cooked."""
     e2e = metrics.e2e_s
     ttft_share = metrics.ttft_s / e2e if e2e > 0 else 1.0
     decode_s = max(0.0, e2e - metrics.ttft_s)
     evidence = [
-        f"TTFT {ms(metrics.ttft_s)} of E2E {ms(e2e)} ({ttft_share:.0%}); decode {ms(decode_s)}",
-        f"prefill {metrics.prefill_tokens} tokens at {metrics.prefill_tps:.0f} tok/s; "
-        f"decode {metrics.decode_tps:.1f} tok/s, TPOT {ms(metrics.tpot_s)}",
+        f"TTFT {fmt_s(metrics.ttft_s)} of E2E {fmt_s(e2e)} ({ttft_share:.0%}); decode {fmt_s(decode_s)} "
+        f"({1 - ttft_share:.0%}); a phase is the bottleneck from {BOTTLENECK_SHARE:.0%} of E2E",
+        f"the wok cooked {metrics.prefill_tokens:,} tokens at {metrics.prefill_tps:,.0f} tok/s; "
+        f"the pot: TPOT {fmt_s(metrics.tpot_s)} (mean), {metrics.decode_tps:,.0f} tok/s over all tables",
     ]
+    leftovers = reused_words(reused, prompt_tokens) if prompt_tokens else ""
+    if leftovers:
+        evidence.append(f"{leftovers}: the wok's time covers only the rest")
     steps = trace.decode_steps
     prof = profile_decode(steps)
     bound = classify_decode(steps, prof, roof, evidence) if prof else None
-    slow_phase = "prefill" if (ttft_share >= 0.5 and focus != "decode") or prof is None else "decode"
+    if focus == "decode" and prof is not None:
+        slow_phase = "decode"
+    elif prof is None or ttft_share >= BOTTLENECK_SHARE:
+        slow_phase = "prefill"
+    elif 1 - ttft_share >= BOTTLENECK_SHARE:
+        slow_phase = "decode"
+    else:
+        slow_phase = "balanced"
+    why = {
+        "overhead": "each step is mostly per-step overhead; trim the portioning",
+        "bandwidth": "each step waits on reading weights and KV cache",
+        "compute": "each step is compute-bound at this batch",
+        None: "about half of each step is overhead" if prof and prof.outside_share > OVERHEAD_AT_MOST
+        else "measure the roofline to see why",
+    }[bound]
+    tail = f" ({leftovers})" if leftovers else ""
     if slow_phase == "prefill":
         pre = trace.prefill
         fixes = prefill_fixes(pre, evidence) if pre is not None else []
         headline = (
             f"TTFT is {ttft_share:.0%} of the wait: the wok is the bottleneck; "
-            "shorter prompts or smaller batches help"
+            f"shorter prompts or smaller batches help{tail}"
+        )
+    elif slow_phase == "balanced":
+        pre = trace.prefill
+        fixes = (prefill_fixes(pre, evidence) if pre is not None else [])[:1] + decode_fixes(bound, prof, dtype, dtype_tpot)
+        headline = (
+            f"Balanced: the wok took {ttft_share:.0%} of the wait and the soup pot {1 - ttft_share:.0%}; "
+            f"neither reaches {BOTTLENECK_SHARE:.0%}, so both matter for this order{tail}"
         )
     else:
         fixes = decode_fixes(bound, prof, dtype, dtype_tpot)
-        why = {
-            "overhead": "each step is mostly per-step overhead; trim the portioning",
-            "bandwidth": "each step waits on reading weights and KV cache",
-            "compute": "each step is compute-bound at this batch",
-            None: "measure the roofline to see why",
-        }[bound]
-        if ttft_share >= 0.5:  # a lesson about the pot, on a run where the wok took longer
+        if ttft_share >= 1 - BOTTLENECK_SHARE:  # a lesson about the pot, on a run where it is not the bottleneck
             headline = (
-                f"The soup pot ({prof.steps} steps, {ms(prof.step_s)} each; decode {1 - ttft_share:.0%} of "
-                f"this run's wait): {why}"
+                f"The soup pot ({prof.steps} steps, TPOT {fmt_s(metrics.tpot_s)}; decode {1 - ttft_share:.0%} of "
+                f"this run's wait): {why}{tail}"
             )
         else:
             headline = (
-                f"Decode is {1 - ttft_share:.0%} of the wait ({prof.steps} steps, "
-                f"{ms(prof.step_s)} each): the soup pot is the bottleneck; {why}"
+                f"Decode is {1 - ttft_share:.0%} of the wait ({prof.steps} steps, TPOT {fmt_s(metrics.tpot_s)}): "
+                f"the soup pot is the bottleneck; {why}{tail}"
             )
     return Verdict(
         headline=headline, slow_phase=slow_phase, decode_bound=bound, fixes=fixes, evidence=evidence

@@ -33,6 +33,7 @@ COLUMNS = [
     "dtype",  # the precision of weights and KV cache
     "batch",  # sequences in the request
     "prompt_tokens",  # real prompt tokens, summed over the batch
+    "reused_tokens",  # of those, taken from a cached prefix instead of computed (prefill_tps excludes them)
     "output_tokens",  # generated tokens, summed over the batch
     "queue_wait_s",  # time the order waited for the kitchen before cooking started
     "ttft_s",
@@ -58,6 +59,7 @@ def row_from_result(*, model: str, device: str, result: GenerationResult, queue_
         "dtype": getattr(result, "dtype", "") or "",
         "batch": len(result.tokens),  # the order's tables (a class kitchen's pass may hold others' too)
         "prompt_tokens": sum(result.prompt_tokens),
+        "reused_tokens": getattr(result, "reused_tokens", 0),
         "output_tokens": m.output_tokens,
         "queue_wait_s": float(queue_wait_s),
         "ttft_s": m.ttft_s,

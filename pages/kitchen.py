@@ -3,18 +3,13 @@
 import streamlit as st
 
 from kitchen_viz.app_state import current_settings, service_for
-from kitchen_viz.kitchen_ui import (
-    draw_failed_order,
-    draw_live,
-    draw_loading,
-    order_ui,
-    release_cook,
-    start_cook,
-)
+from kitchen_viz.kitchen_ui import draw_live, draw_loading, release_cook, start_cook
 from kitchen_viz.order_control import draw_cancel, order_caps
+from kitchen_viz.order_form import order_ui
+from kitchen_viz.outcome import draw_failed_order
 
 settings = current_settings()
-st.title("🍳 The Two-Pot Kitchen")
+st.title(":material/skillet: The Two-Pot Kitchen")
 st.caption(
     "Order a prompt, press **Cook**, and watch the real engine: the **wok** (prefill) tosses every prompt "
     "token of every table in one pass; the **serving counter** holds the KV cache; the **soup pot** (decode) "
@@ -34,12 +29,15 @@ if svc.state == "error":
 info = svc.info
 st.caption(
     f"Model **{info.name}** · {info.n_params / 1e6:,.1f} M parameters · {info.weight_bytes / 1e6:,.1f} MB of "
-    f"weights on **{info.device}** ({info.precision}) · context {info.max_context:,} tokens · "
-    f"KV cache {info.kv_bytes_per_token:,} bytes per token · engine threads {svc.threads or 'default'} "
-    f"{svc.where}"
-    + ("" if info.trained else " · ⚠️ random weights: timing is real, text is not")
+    f"weights on **{info.device}** ({info.precision}) · reads up to {info.max_context:,} tokens at once"
+    + ("" if info.trained else " · random weights: the timing is real, the text is not")
 )
-
+with st.expander("Engineer's details", icon=":material/engineering:"):
+    st.markdown(
+        f"- context: {info.max_context:,} tokens (prompt + reply)\n"
+        f"- KV cache: {info.kv_bytes_per_token:,} bytes per token\n"
+        f"- engine threads: {svc.threads or 'default'}; the engine runs {svc.where}"
+    )
 st.caption(order_caps().summary())
 
 order = order_ui(svc, settings.seed)

@@ -205,7 +205,8 @@ class ServerKitchen:
             timer.daemon = True
         try:
             body = {"model": self.about.get("name", self.model), "prompts": order.prompts(self),
-                    "max_new_tokens": order.max_new_tokens, "temperature": order.temperature, "seed": order.seed}  # fmt: skip
+                    "max_new_tokens": order.max_new_tokens, "temperature": order.temperature, "seed": order.seed,
+                    "reuse_prefix": order.reuse_prefix}  # fmt: skip
             if timer is not None:
                 timer.start()
             result = self._stream(job, body)

@@ -13,7 +13,7 @@ your order shows the class's dinner rush inside it:
     POST /kitchen/check    {"prompts": [...], "max_new_tokens": 64, "temperature": 0}
                                           {"prompt_ids": [[...], ...]} or a 400 with the engine's line
     POST /kitchen/orders   {"model": "chef", "prompts": ["ROMEO:", [1, 2, 3]], "max_new_tokens": 64,
-                            "temperature": 0.8, "seed": 0}
+                            "temperature": 0.8, "seed": 0, "reuse_prefix": false}
                                           server-sent events: {"order": ID, "prompt_tokens": [...]}, then
                                           {"events": [...]}: the order's engine events of the steps
                                           of the last 50 ms at most (serving/order_wire.py), then [DONE];
@@ -157,7 +157,9 @@ class KitchenOrders:
         temperature = float(_field(body, "temperature", (int, float), 0.0, check=lambda v: 0 <= v <= 2,
                                    rule="between 0 and 2"))  # fmt: skip
         seed = _field(body, "seed", int, 0, rule="an integer")
-        return prompts, max_new, {"temperature": temperature, "seed": seed}
+        # A Kitchen order cooks every prompt token it draws unless it asks to reuse leftovers.
+        reuse = _field(body, "reuse_prefix", bool, False, rule="true or false")
+        return prompts, max_new, {"temperature": temperature, "seed": seed, "reuse_prefix": reuse}
 
     async def _ask(self, name: str, *args):
         try:

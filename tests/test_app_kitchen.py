@@ -103,7 +103,7 @@ def test_invalid_prompts_show_the_reason_not_a_traceback(text, expected):
     at.text_area(key="tpk_text").set_value(text).run()
     assert not at.exception
     errors = [e.value for e in at.error]
-    assert len(errors) == 1 and errors[0].startswith("Refused:") and expected in errors[0]
+    assert len(errors) == 1 and errors[0].startswith("This order can't be cooked:") and expected in errors[0]
     # nothing to cook until it is fixed, but every control keeps its place (no layout jump)
     assert [b.disabled for b in at.button if "Cook" in b.label] == [True]
     assert at.slider(key="tpk_batch") is not None and at.toggle(key="tpk_live") is not None

@@ -108,7 +108,7 @@ def test_a_refused_prompt_keeps_every_control_in_place():
     at.radio(key="tpk_mode").set_value("Write a prompt").run()
     at.text_area(key="tpk_text").set_value(" \n\t  \n").run()
     errors = [e.value for e in at.error]
-    assert len(errors) == 1 and errors[0].startswith("Refused: the prompt is empty"), errors
+    assert len(errors) == 1 and errors[0].startswith("This order can't be cooked: the prompt is empty"), errors
     assert [b.disabled for b in at.button if "Cook" in b.label] == [True]
     assert at.slider(key="tpk_batch") is not None and at.toggle(key="tpk_live") is not None
 
@@ -142,7 +142,7 @@ def test_the_dashboard_takes_percentiles_over_one_kind_of_kitchen():
 def test_an_untouched_live_view_stays_as_shown_when_its_default_would_change(monkeypatch):
     """Under two-pot-kitchen the default comes from the feed module's state, which Streamlit resets
     when it reloads changed modules; the page keeps what the toggle last showed instead."""
-    import kitchen_viz.kitchen_ui as ui
+    import kitchen_viz.order_form as ui
 
     monkeypatch.setattr(ui, "live_view_default", lambda: True)
     at = open_kitchen()

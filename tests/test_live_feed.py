@@ -158,16 +158,16 @@ def test_the_route_and_its_urls_follow_streamlits_base_url_path():
 def test_the_live_view_is_the_default_where_the_feed_is_served(monkeypatch):
     """Measured inside the 3 % budget on 2 cores with the feed, not with fragment ticks
     (docs/benchmarks/ui-overhead.md): so the default depends on which one this server has."""
-    from kitchen_viz import kitchen_ui
+    from kitchen_viz import order_form
 
-    monkeypatch.setattr(kitchen_ui.os, "cpu_count", lambda: 2)
-    assert not kitchen_ui.live_view_default()  # ticks only (AppTest, `streamlit run app.py`)
+    monkeypatch.setattr(order_form.os, "cpu_count", lambda: 2)
+    assert not order_form.live_view_default()  # ticks only (AppTest, `streamlit run app.py`)
     monkeypatch.setattr(live_feed, "_MOUNTED", threading.Event())
     live_feed._MOUNTED.set()
-    assert kitchen_ui.live_view_default()  # served by two-pot-kitchen
+    assert order_form.live_view_default()  # served by two-pot-kitchen
     monkeypatch.setattr(live_feed, "_MOUNTED", threading.Event())
-    monkeypatch.setattr(kitchen_ui.os, "cpu_count", lambda: 4)
-    assert kitchen_ui.live_view_default()
+    monkeypatch.setattr(order_form.os, "cpu_count", lambda: 4)
+    assert order_form.live_view_default()
 
 
 def test_the_scene_gets_the_class_rail_while_a_class_kitchen_order_cooks():

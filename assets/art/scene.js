@@ -431,8 +431,12 @@ function drawWok(scene, d, T, cooking, prefilled, wall, live) {
   if (!pre || live) return;
   const burn = (pre[1] === null || T < pre[1]) ? Math.max(0, T - pre[0]) : pre[1] - pre[0];
   setText($("#tpk-wok-timer"), T >= pre[0] ? fmtTime(burn) : "—");
-  setText($("#tpk-wok-rate"), prefilled ? fmtRate(total / (pre[1] - pre[0])) : "");
-  setText($("#tpk-wok-note"), prefilled ? `${fmtInt(total)} tokens in one pass + the 1st bowl`
+  // The wok's rate counts only the tokens its pass computed (d.wok_rate: the engine's prefill rate);
+  // leftovers taken from the prefix cache are named, never counted as cooked.
+  const cooked = d.wok_tokens || Math.max(0, total - (d.reused || 0));
+  setText($("#tpk-wok-rate"), prefilled ? (d.wok_rate || fmtRate(cooked / (pre[1] - pre[0]))) : "");
+  setText($("#tpk-wok-note"), prefilled
+    ? (d.reused ? `${fmtInt(d.reused)} of ${fmtInt(total)} prompt tokens reused` : `${fmtInt(cooked)} tokens cooked in the pass`)
     : cooking ? "high flame: all tables' tokens in one pass" : "the order is on the rail");
 }
 
@@ -517,12 +521,20 @@ function drawPot(scene, d, T, decoding, stepsDone, wall, done) {
   if (stepsDone) {
     const prevEnd = stepsDone > 1 ? d.steps[stepsDone - 2][1] : d.t_first;
     const itl = d.steps[stepsDone - 1][1] - prevEnd;
-    setText($("#tpk-pot-timer"), `${fmtTime(itl)} / step`);
     const served = d.served || [];
     const bowls = stepsDone < served.length ? served[stepsDone][1] - served[stepsDone - 1][1] : d.batch;
-    setText($("#tpk-pot-rate"), fmtRate(bowls / itl));
-    const of = d.t_done !== null ? ` of ${fmtInt(d.steps.length)}` : "";
-    setText($("#tpk-pot-note"), `decode step ${fmtInt(stepsDone)}${of} · ${fmtInt(bowls)} bowl${bowls === 1 ? "" : "s"}`);
+    const sum = d.summary;
+    if (done && sum) {
+      // The last frame shows the panels' own figures (the engine's metrics), labelled as the mean.
+      setText($("#tpk-pot-timer"), `TPOT ${sum.tpot}`);
+      setText($("#tpk-pot-rate"), sum.tps);
+      setText($("#tpk-pot-note"), `mean of ${fmtInt(sum.steps)} decode step${sum.steps === 1 ? "" : "s"}`);
+    } else {
+      setText($("#tpk-pot-timer"), `${fmtTime(itl)} this step`);
+      setText($("#tpk-pot-rate"), fmtRate(bowls / itl));
+      const of = d.t_done !== null ? ` of ${fmtInt(d.steps.length)}` : "";
+      setText($("#tpk-pot-note"), `this step: ${fmtInt(stepsDone)}${of} · ${fmtInt(bowls)} bowl${bowls === 1 ? "" : "s"}`);
+    }
   } else {
     // The first token of every table was sampled from the wok's logits: the pot has not ladled yet.
     setText($("#tpk-pot-timer"), "—");
@@ -618,8 +630,9 @@ function setStyle(el, prop, value) {
 const easeOut = (x) => 1 - (1 - x) * (1 - x) * (1 - x);
 const fmtInt = (n) => n.toLocaleString("en-US");
 
+// The same rule as kitchen_viz/units.py fmt_s, so a time reads the same in the drawing and the panels.
 function fmtTime(s) {
-  if (s < 1e-3) return `${(s * 1e3).toFixed(2)} ms`;
+  if (s < 0.1) return `${(s * 1e3).toFixed(2)} ms`;
   if (s < 1) return `${(s * 1e3).toFixed(1)} ms`;
   return `${s.toFixed(2)} s`;
 }
@@ -630,6 +643,7 @@ function fmtBytes(b) {
   return `${(b / 1e3).toFixed(1)} KB`;
 }
 
+// kitchen_viz/units.py fmt_tps's rule: whole tokens per second, with thousands separators.
 function fmtRate(tps) {
-  return tps >= 1e3 ? `${(tps / 1e3).toFixed(1)}k tok/s` : `${tps.toFixed(0)} tok/s`;
+  return `${fmtInt(Math.round(tps))} tok/s`;
 }

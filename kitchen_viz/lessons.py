@@ -3,7 +3,12 @@
 Why here and not in the page: the same plan is drawn on the Suggested orders page and downloaded
 as a printable Markdown file, and a test checks that every order is one the Kitchen accepts. The
 plan names no measured number: each lesson says what to compare, and the Kitchen measures it on
-the class's own machine. The orders fit the chef (context 512 tokens); a larger model takes them too.
+the class's own machine. Each order fits the smallest context the app ships (the chef's); a long
+prompt is asked as `longest`, which the Kitchen turns into the longest prompt the model's context
+and the kitchen's memory allow, so the big banquet grows with a longer-context model.
+
+The first two lessons show both pots winning: a short prompt with many new tokens (the pot), then
+the longest prompt with few new tokens (the wok); each says which control moves the bottleneck back.
 """
 
 from __future__ import annotations
@@ -11,11 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
+LONGEST = "longest"  # the Kitchen's ?prompt=longest: the longest prompt the model and kitchen take
+
 
 @dataclass(frozen=True)
 class Lesson:
     title: str
-    order: dict  # query parameters of the Kitchen: prompt, batch, new, temp
+    order: dict  # query parameters of the Kitchen: prompt (a count or "longest"), batch, new, temp, reuse
     look_at: str  # what to watch on screen
     ask: str  # a question for the class, answered by the screen
     compare_with: dict | None = None  # a second order to cook right after, for the side-by-side comparison
@@ -26,14 +33,16 @@ LESSONS: tuple[Lesson, ...] = (
         "Two pots, one order",
         {"prompt": 32, "batch": 1, "new": 64, "temp": 0},
         "The bar under the panels: how much of E2E is the wok's pass, how much the soup pot? In the "
-        "drawing, the wok's tok/s against the pot's tok/s.",
+        "drawing, the wok's tok/s against the pot's tok/s. Then drag Max new tokens down to 4 and cook "
+        "again: watch the bar's wok part grow.",
         "Why is the wok so much faster per token than the pot, on the same weights?",
     ),
     Lesson(
         "A big banquet (long prompt)",
-        {"prompt": 448, "batch": 1, "new": 16, "temp": 0},
-        "TTFT and the wok's timer against TPOT. Then cook the same order with a 32-token prompt and open "
-        "Compare two orders: which of the two numbers did the long prompt change most?",
+        {"prompt": LONGEST, "batch": 1, "new": 16, "temp": 0},
+        "TTFT and the wok's timer against TPOT, and the diagnosis: which pot does it name now? Then cook "
+        "the same order with a 32-token prompt and open Compare two orders: which of the two numbers did "
+        "the long prompt change most?",
         "Which number would a user notice first: the wait for the first word or the rhythm after it?",
         compare_with={"prompt": 32, "batch": 1, "new": 16, "temp": 0},
     ),
@@ -51,7 +60,7 @@ LESSONS: tuple[Lesson, ...] = (
         {"prompt": 256, "batch": 8, "new": 64, "temp": 0},
         "The KV cache on the counter: handed over from the wok (prompt × tables), then one more token per "
         "table at every step. Replay it and watch the MB and tokens grow.",
-        "What would happen to the counter with 64 tables of 448 tokens?",
+        "What would happen to the counter with 64 tables of the longest prompt?",
     ),
     Lesson(
         "One bowl only",
@@ -68,13 +77,23 @@ LESSONS: tuple[Lesson, ...] = (
         "Does a 'creative' answer cost the kitchen more time?",
         compare_with={"prompt": 64, "batch": 4, "new": 64, "temp": 0},
     ),
+    Lesson(
+        "Leftovers (prefix reuse)",
+        {"prompt": 256, "batch": 4, "new": 16, "temp": 0, "reuse": 1},
+        "Cook this order twice with Reuse leftovers on. The second time the wok panel and the drawing say "
+        "how many prompt tokens were reused instead of cooked: compare TTFT. Then turn Reuse leftovers off "
+        "and cook it a third time.",
+        "Why can a kitchen skip cooking a prompt it has seen, but never the reply?",
+    ),
 )
 
 
 def order_words(order: dict) -> str:
     """{"prompt": 32, "batch": 1, "new": 64, "temp": 0} -> "prompt 32 tokens · 1 table · 64 new tokens · temperature 0"."""
     tables = f"{order['batch']} table{'s' if order['batch'] != 1 else ''}"
-    return f"prompt {order['prompt']} tokens · {tables} · {order['new']} new tokens · temperature {order['temp']:g}"
+    prompt = "the longest prompt the model takes" if order["prompt"] == LONGEST else f"prompt {order['prompt']} tokens"
+    reuse = " · reuse leftovers on" if order.get("reuse") else ""
+    return f"{prompt} · {tables} · {order['new']} new tokens · temperature {order['temp']:g}{reuse}"
 
 
 def query(order: dict, lesson: int) -> dict:

@@ -76,6 +76,8 @@ def apply_query_params() -> None:
     st.session_state["tpk_lesson"] = lesson
     if lesson is not None and "prompt" in st.query_params:
         st.session_state[K_MODE] = MODES[0]  # a lesson's prompt is a generated one of N tokens
+    if lesson is not None:
+        st.session_state[K_REUSE] = False  # only the Leftovers lesson (?reuse=1) turns reuse on
     st.session_state[K_FROM_URL] = {}
     for name, (key, kind) in QUERY_KEYS.items():
         if name in st.query_params:

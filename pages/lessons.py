@@ -11,7 +11,7 @@ st.html(
   [data-testid="stMainBlockContainer"] { padding: 0 !important; max-width: none !important; }
 }</style>"""
 )
-st.title("📋 Suggested orders: a lesson plan")
+st.title(":material/menu_book: Suggested orders: a lesson plan")
 st.markdown(
     f"{len(LESSONS)} orders, each showing one lesson. Press **Cook this order** (it opens the Kitchen with "
     "the order set), cook, then look where the lesson says. Some lessons ask for a second order: cook it "
@@ -36,12 +36,12 @@ for i, lesson in enumerate(LESSONS, start=1):
         st.markdown(f"**Ask the class:** {lesson.ask}")
         with st.container(horizontal=True, key=f"lessons-tools-{i}"):
             st.page_link(
-                "pages/kitchen.py", label="Cook this order", icon="🔥", query_params=query(lesson.order, i)
+                "pages/kitchen.py", label="Cook this order", icon=":material/local_fire_department:", query_params=query(lesson.order, i)
             )
             if lesson.compare_with:
                 st.page_link(
                     "pages/kitchen.py",
                     label=f"Then: {order_words(lesson.compare_with)}",
-                    icon="⚖️",
+                    icon=":material/compare_arrows:",
                     query_params=query(lesson.compare_with, 100 + i),
                 )

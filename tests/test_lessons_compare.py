@@ -7,7 +7,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from kitchen_viz.lessons import LESSONS, plan_markdown, query
+from kitchen_viz.lessons import LESSONS, LONGEST, plan_markdown, query
 from kitchen_viz.orders import MAX_TABLES
 
 REPO = Path(__file__).resolve().parent.parent
@@ -15,11 +15,28 @@ APP = str(REPO / "app.py")
 
 
 def test_every_lesson_is_an_order_the_chef_accepts():
-    assert 5 <= len(LESSONS) <= 6
+    assert 5 <= len(LESSONS) <= 7
     for lesson in LESSONS:
         for order in filter(None, (lesson.order, lesson.compare_with)):
-            assert order["prompt"] + order["new"] <= 512 and 1 <= order["batch"] <= MAX_TABLES
+            prompt = 1 if order["prompt"] == LONGEST else order["prompt"]  # the Kitchen sizes "longest"
+            assert prompt + order["new"] <= 512 and 1 <= order["batch"] <= MAX_TABLES
             assert 0 <= order["temp"] <= 2
+
+
+def test_the_first_two_lessons_put_each_pot_forward_and_one_asks_for_leftovers():
+    pot, wok = LESSONS[0].order, LESSONS[1].order
+    assert pot["prompt"] != LONGEST and pot["new"] > pot["prompt"]  # a short prompt, a long reply
+    assert wok["prompt"] == LONGEST and wok["new"] < pot["new"]  # the longest prompt, a short reply
+    assert [lesson.order.get("reuse") for lesson in LESSONS].count(1) == 1
+
+
+def test_a_lesson_asking_for_the_longest_prompt_gets_the_ceiling_without_a_warning():
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params.update(query(LESSONS[1].order, 2))
+    run_until(at.run(), lambda a: bool(a.button))
+    assert at.slider(key="tpk_prompt_len").value == at.slider(key="tpk_prompt_len").max
+    assert not [w.value for w in at.warning if "Prompt length" in w.value]
+    assert at.toggle(key="tpk_reuse").value is False
 
 
 def test_the_plan_prints_as_markdown_with_a_link_per_lesson():

@@ -12,7 +12,7 @@ import os
 
 import streamlit as st
 
-from kitchen_viz import app_state
+from kitchen_viz import app_state, icons
 from kitchen_viz.app_state import (
     KEY_DEVICE,
     KEY_DTYPE,
@@ -26,7 +26,7 @@ from kitchen_viz.app_state import (
 )
 from kitchen_viz.style import page_css, presenter_css
 
-st.set_page_config(page_title="Two-Pot Kitchen", page_icon="🍳", layout="wide")
+st.set_page_config(page_title="Two-Pot Kitchen", page_icon=icons.KITCHEN, layout="wide")
 
 
 def navigation_ui():
@@ -39,21 +39,21 @@ def navigation_ui():
         lab = []
     sections = {
         "Kitchen": [
-            st.Page("pages/kitchen.py", title="Kitchen", icon="🍳", default=True),
-            st.Page("pages/story.py", title="The two-pot story", icon="📖"),
+            st.Page("pages/kitchen.py", title="Kitchen", icon=icons.KITCHEN, default=True),
+            st.Page("pages/story.py", title="The two-pot story", icon=icons.STORY),
         ]
         + (
-            [st.Page("pages/lessons.py", title="Suggested orders", icon="📋")]
+            [st.Page("pages/lessons.py", title="Suggested orders", icon=icons.LESSONS)]
             if (app_state.REPO / "pages/lessons.py").is_file()
             else []
         )
     }
     sections["Class kitchen"] = [
-        st.Page("pages/class_order.py", title="Order from a class kitchen", icon="🧾"),
-        st.Page("pages/the_pass.py", title="The pass (instructor)", icon="🛎️"),
+        st.Page("pages/class_order.py", title="Order from a class kitchen", icon=icons.CLASS_ORDER),
+        st.Page("pages/the_pass.py", title="The pass (instructor)", icon=icons.THE_PASS),
     ]
     if lab:
-        sections["Lab"] = [st.Page(p.path, title=p.title, icon=p.icon) for p in lab]
+        sections["Lab"] = [st.Page(p.path, title=p.title, icon=icons.DASHBOARD if p.path.endswith("dashboard.py") else icons.nav_icon(p.icon)) for p in lab]
     return st.navigation(sections)
 
 
@@ -67,7 +67,7 @@ def shared_controls_ui() -> None:
             st.error(f"Model catalog: {problem}. Only the embedded chef is offered.")
         if ignored:
             st.warning(ignored)
-        st.markdown("### 🍳 Two-Pot Kitchen")
+        st.markdown(f"### {icons.KITCHEN} Two-Pot Kitchen")
         st.selectbox(
             "Model (from the catalog)",
             list(choices),
@@ -77,7 +77,7 @@ def shared_controls_ui() -> None:
         )
         chosen = choices[st.session_state[KEY_MODEL]]
         if not chosen.trained:
-            st.caption("⚠️ Random weights: timing is real, text is not.")
+            st.caption(":material/warning: Random weights: timing is real, text is not.")
         st.selectbox("Device", device_choices(), key=KEY_DEVICE)
         st.selectbox(
             "Precision",

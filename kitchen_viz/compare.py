@@ -72,7 +72,7 @@ def draw_compare() -> None:
     history: list[KeptOrder] = st.session_state.get(K_HISTORY, [])
     if len(history) < 2:
         return
-    with st.expander(f"⚖️ Compare two orders (the last {len(history)} of this session)", expanded=False):
+    with st.expander(f":material/compare_arrows: Compare two orders (the last {len(history)} of this session)", expanded=False):
         labels = [o.label for o in history]
         left, right = st.columns(2, gap="medium")
         picked = [

@@ -60,7 +60,7 @@ def draw_loading(svc: KitchenService) -> None:
     @st.fragment(run_every=0.5)
     def wait():
         if svc.state == "loading":
-            st.info(f"⏳ {svc.loading_message}…", icon="🍳")
+            st.info(f"{svc.loading_message}…", icon=":material/hourglass_top:")
         else:
             st.rerun()
 

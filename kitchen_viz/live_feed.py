@@ -41,7 +41,7 @@ from kitchen_viz.live_panels import live_panel_data
 from kitchen_viz.panels import PanelValues, panel_values
 from kitchen_viz.timeline import LiveRun
 
-CLASS_RAIL_TITLE = "<div class='tpk-class-rail-title'>🧾 The class kitchen's rail: every order in the pot now</div>"
+CLASS_RAIL_TITLE = "<div class='tpk-class-rail-title'>The class kitchen's rail: every order in the pot now</div>"
 FEED_PATH = "/two-pot/feed/"  # + token; under Streamlit's server.baseUrlPath
 STREAM_S = 0.25  # the stream looks at the order four times a second, as the fragment used to tick
 STREAM_SUFFIX = "/stream"
@@ -68,7 +68,7 @@ class Feed:
 def queue_line(place: int, in_kitchen: int) -> str:
     """What a waiting order is told (the page's st.info and the scene's panel say the same)."""
     return (
-        f"🧾 Your order is number {place} in line ({in_kitchen} orders in the kitchen); "
+        f"Your order is number {place} in line ({in_kitchen} orders in the kitchen); "
         "other browser sessions share this kitchen and take turns."
     )
 
@@ -80,7 +80,7 @@ def wait_line(svc, job) -> str:
     if stove:
         return stove
     place = job.place_in_line()
-    return queue_line(place, svc.queue_length()) if place else "🧾 Your order is next: the kitchen is taking it."
+    return queue_line(place, svc.queue_length()) if place else "Your order is next: the kitchen is taking it."
 
 
 def waited_s(job) -> float | None:

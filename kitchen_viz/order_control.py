@@ -83,7 +83,8 @@ def draw_cancel(slot) -> None:
     with slot:
         if job is not None and not job.finished:
             st.button(
-                "🛑 Cancel",
+                "Cancel",
+                icon=":material/cancel:",
                 key=K_CANCEL,
                 on_click=cancel_order,
                 help="Stop this order: a waiting order leaves the line; a cooking one stops its engine work.",
@@ -98,7 +99,7 @@ def draw_shared_stove(job) -> None:
     """One line when something else used the engine's cores while this order was measured."""
     note = getattr(job, "shared_stove", None)
     if note:
-        st.warning(f"⚠️ Measured while the stove was shared: {note}.")
+        st.warning(f"Measured while the stove was shared: {note}.")
 
 
 def quiet_wait(job, seconds: float, tick_s: float = 1.0) -> None:

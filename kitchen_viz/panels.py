@@ -85,7 +85,7 @@ def draw_panels(values: PanelValues, queue_wait_s: float | None = None) -> None:
     st.html(PANELS_CSS)
     with st.container(horizontal=True, gap="medium", key="tpk-panels"):
         with st.container(border=True, key="tpk-panel-wok"):
-            st.markdown("**🔥 The wok · prefill**")
+            st.markdown(":material/local_fire_department: **The wok · prefill**")
             with st.container(horizontal=True, gap="medium"):
                 st.metric(
                     "TTFT",
@@ -105,7 +105,7 @@ def draw_panels(values: PanelValues, queue_wait_s: float | None = None) -> None:
             if queue_wait_s:
                 st.caption(f"waited {fmt_s(queue_wait_s)} in line first (not part of TTFT)")
         with st.container(border=True, key="tpk-panel-pot"):
-            st.markdown("**🍲 The soup pot · decode**")
+            st.markdown(":material/soup_kitchen: **The soup pot · decode**")
             with st.container(horizontal=True, gap="medium"):
                 steps = f", mean of {len(values.itl_s):,} step{'s' if len(values.itl_s) != 1 else ''}" if values.itl_s else ""
                 st.metric(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kitchen_viz.icons import without_emoji
 from lab.registry import EXPERIMENTS
 
 KITCHEN = "pages/kitchen.py"
@@ -67,7 +68,7 @@ class Mapping:
 
 KITCHEN_MAPPINGS = [
     Mapping(
-        "🔥 The wok, tossing everything at once",
+        ":material/local_fire_department: The wok, tossing everything at once",
         "**Prefill**: one forward pass over every prompt token of every request in the batch. Lots of "
         "arithmetic per byte of weights read, so it is *compute-bound*. The **first token** of every "
         "table is sampled from this pass's logits (the soup pot has not ladled yet), so it sets **TTFT**.",
@@ -75,7 +76,7 @@ KITCHEN_MAPPINGS = [
         "Kitchen: press Cook and watch the wok",
     ),
     Mapping(
-        "🍲 The soup pot, one bowl per ladle",
+        ":material/soup_kitchen: The soup pot, one bowl per ladle",
         "**Decode**: one new token per sequence per step. Every step rereads all the weights and the KV cache "
         "for very little arithmetic, so it is *memory-bound*; it sets **TPOT / ITL**.",
         KITCHEN,
@@ -85,5 +86,11 @@ KITCHEN_MAPPINGS = [
 
 # The lab's experiments, each linked from its own element of the story (lab/registry.py's order).
 MAPPINGS = KITCHEN_MAPPINGS + [
-    Mapping(e.story.element, e.story.meaning, e.page, e.story.link_label) for e in EXPERIMENTS
+    Mapping(
+        without_emoji(e.story.element),
+        e.story.meaning,
+        e.page,
+        without_emoji(e.story.link_label),
+    )
+    for e in EXPERIMENTS
 ]

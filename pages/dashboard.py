@@ -36,7 +36,7 @@ def kitchens_filter(frame):
     return shown, "; ".join(words)
 
 
-st.title("📊 The dashboard: every order this server cooked")
+st.title(":material/monitoring: The dashboard: every order this server cooked")
 st.markdown(
     "The kitchen page shows one order; an operator watches all of them. Each dot is one finished Cook from "
     "any browser on this server; the lines are percentiles over a trailing window. **TTFT** (the wok, "

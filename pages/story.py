@@ -7,7 +7,7 @@ from kitchen_viz.story import MAPPINGS, STORY
 
 
 def draw_story() -> None:
-    st.title("📖 The two-pot story")
+    st.title(":material/auto_stories: The two-pot story")
     st.caption("Why a language model answers in two very different phases, told as a kitchen.")
     for heading, text in STORY:
         st.subheader(heading)
@@ -27,7 +27,7 @@ def draw_mapping() -> None:
             left.markdown(f"**{m.kitchen}**")
             right.markdown(m.engineering)
             if (REPO / m.link).is_file():
-                right.page_link(m.link, label=m.link_label, icon="➡️")
+                right.page_link(m.link, label=m.link_label, icon=":material/arrow_forward:")
             else:
                 right.caption(f"({m.link_label}: not in this build)")
 

@@ -257,7 +257,7 @@ const PW = 300;
 const PH = 56;
 const PANELS = `
     <section class="tpk-lp tpk-lp-wok">
-      <div class="tpk-lp-title">🔥 The wok · prefill</div>
+      <div class="tpk-lp-title">The wok · prefill</div>
       <div class="tpk-lp-row">
         <div class="tpk-lp-metric"><div class="tpk-lp-label">TTFT</div><div class="tpk-lp-value" data-k="ttft">—</div></div>
         <div class="tpk-lp-metric"><div class="tpk-lp-label">E2E</div><div class="tpk-lp-value" data-k="e2e">—</div></div>
@@ -265,7 +265,7 @@ const PANELS = `
       <div class="tpk-lp-note" data-k="wait"></div>
     </section>
     <section class="tpk-lp tpk-lp-pot">
-      <div class="tpk-lp-title">🍲 The soup pot · decode <span class="tpk-lp-live">LIVE</span></div>
+      <div class="tpk-lp-title">The soup pot · decode <span class="tpk-lp-live">LIVE</span></div>
       <div class="tpk-lp-row">
         <div class="tpk-lp-metric"><div class="tpk-lp-label">TPOT (so far)</div><div class="tpk-lp-value" data-k="tpot">—</div></div>
         <div class="tpk-lp-metric"><div class="tpk-lp-label">Tokens/s, all tables (so far)</div><div class="tpk-lp-value" data-k="tps">—</div></div>
@@ -337,7 +337,7 @@ function buildOrders(scene, d) {
         <rect x="0" y="0" width="${w}" height="8" class="tpk-ticket-band"/>
         <text x="${w / 2}" y="30" class="tpk-ticket-title">${i + 1}</text>
         <text x="${w / 2}" y="50" class="tpk-ticket-sub">${d.prompt_tokens[i]}</text>
-        <text x="${w / 2}" y="70" class="tpk-stamp" opacity="0">✓</text>`));
+        <path d="M${w / 2 - 8} 62 l6 7 l11 -13" class="tpk-stamp tpk-tick" opacity="0"/>`));
     } else {
       rail.appendChild(svgEl("g", { class: "tpk-ticket", transform: `translate(${tx + 14} 22)` }, `
         <path d="M0 0 H112 V84 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 Z" class="tpk-paper"/>

@@ -26,7 +26,11 @@ from kitchen_viz.app_state import (
 )
 from kitchen_viz.style import page_css, presenter_css
 
-st.set_page_config(page_title="Two-Pot Kitchen", page_icon=icons.KITCHEN, layout="wide")
+# Presenter mode opens with the sidebar closed: at 1024 px the kitchen's drawing needs the width.
+_presenter = st.session_state.get(KEY_PRESENTER, os.environ.get("TWO_POT_PRESENTER") == "1" or (
+    st.query_params.get("presenter", "0") not in ("0", "false", "no")))  # fmt: skip
+st.set_page_config(page_title="Two-Pot Kitchen", page_icon=icons.KITCHEN, layout="wide",
+                   initial_sidebar_state="collapsed" if _presenter else "auto")  # fmt: skip
 
 
 def navigation_ui():

@@ -25,9 +25,54 @@ from lab.plot_kit import (  # noqa: F401  (re-exported: the shared kit)
     tick_text,
 )
 
+CHART_FONT_PX = 16  # the smallest text any Kitchen or Dashboard chart draws
+PRESENTER_CHART_FONT_PX = 20  # presenter mode: read from the back of the room
 
-def percentile_figure(frame, column: str, title: str, unit_scale: float = 1.0, unit: str = "ms") -> go.Figure:
-    """p50/p90/p99 of `column` over a trailing window, one line each, plus each run as a dot."""
+
+def legible(fig: go.Figure, presenter: bool = False, legend: bool = True) -> go.Figure:
+    """Every text of the chart at least CHART_FONT_PX, each in its own band: the title at the top
+    left of the figure, the legend in one band under it (above the plot, never on the x-axis title
+    or its ticks), the axes' titles and ticks given room by plotly's automargin.
+
+    The top margin is sized for the title and two rows of legend (a narrow chart wraps its legend),
+    computed from the font size, so presenter mode's larger type keeps the bands apart too."""
+    size = PRESENTER_CHART_FONT_PX if presenter else CHART_FONT_PX
+    title_band = 10 + 1.5 * (size + 2)
+    legend_band = 2 * 1.6 * size + 8 if legend else 0
+    fig.update_layout(
+        font=dict(size=size),
+        title=dict(font=dict(size=size + 2), x=0, xref="container", xanchor="left", y=1, yref="container",
+                   yanchor="top", pad=dict(t=8, l=8)),
+        legend=dict(orientation="h", x=0, xanchor="left", y=1.02, yref="paper", yanchor="bottom",
+                    font=dict(size=size), title=None),
+        showlegend=legend,
+        margin=dict(l=10, r=24, t=int(title_band + legend_band + 8), b=10),
+    )  # fmt: skip
+    fig.update_xaxes(automargin=True, tickfont=dict(size=size), title=dict(font=dict(size=size), standoff=8))
+    fig.update_yaxes(automargin=True, tickfont=dict(size=size), title=dict(font=dict(size=size), standoff=8))
+    fig.update_annotations(font=dict(size=size))
+    return fig
+
+
+def time_axis(fig: go.Figure, times) -> None:
+    """A clock axis in UTC: hours and minutes on the ticks, the date once in the axis title (plotly's
+    own date line under the first tick was cut off at the chart's edge)."""
+    day = f" on {pd.Timestamp(min(times)).strftime('%-d %b %Y')}" if len(times) else ""
+    fig.update_xaxes(title=f"time (UTC){day}", tickformat="%H:%M", nticks=6)
+
+
+# The slow tail of each metric: for a time the high percentiles, for a rate the low ones.
+SLOW_TAIL = {
+    "time": (("p50", "p50 (median)", POT), ("p90", "p90 (slowest 10 %)", "#f0a202"), ("p99", "p99 (slowest 1 %)", WOK)),
+    "rate": (("p50", "p50 (median)", POT), ("p10", "p10 (slowest 10 %)", "#f0a202"), ("p1", "p1 (slowest 1 %)", WOK)),
+}  # fmt: skip
+
+
+def percentile_figure(frame, column: str, title: str, unit_scale: float = 1.0, unit: str = "ms", *,
+                      rate: bool = False, presenter: bool = False) -> go.Figure:  # fmt: skip
+    """The median and the slow tail of `column` over a trailing window, one line each, plus each run
+    as a dot. For a rate (`rate=True`: tokens/s) the slow tail is the low percentiles (lab.monitoring
+    `rates`), and the legend says which end each line is."""
     fig = go.Figure()
     if len(frame):
         fig.add_trace(
@@ -36,34 +81,35 @@ def percentile_figure(frame, column: str, title: str, unit_scale: float = 1.0, u
                 y=frame[column] * unit_scale,
                 mode="markers",
                 name="each run",
-                marker=dict(color=GREY, size=5),
+                marker=dict(color=GREY, size=7),
             )
         )
-        for q, colour in (("p50", POT), ("p90", "#f0a202"), ("p99", WOK)):
+        for q, name, colour in SLOW_TAIL["rate" if rate else "time"]:
             col = f"{column}_{q}"
             if col in frame:
-                fig.add_trace(series(frame.wall_time, frame[col] * unit_scale, q, colour, mode="lines"))
+                fig.add_trace(series(frame.wall_time, frame[col] * unit_scale, name, colour, mode="lines"))
     fig.update_yaxes(title=unit, rangemode="tozero")
-    fig.update_xaxes(title="time (UTC)")
-    return finish(fig, title)
+    time_axis(fig, frame.wall_time if len(frame) else [])
+    return legible(finish(fig, title), presenter)
 
 
-def rate_figure(per_minute, title: str = "Requests per minute") -> go.Figure:
+def rate_figure(per_minute, title: str = "Requests per minute", presenter: bool = False) -> go.Figure:
     # One bar per wall-clock minute; on a date axis a bar's width is in milliseconds.
     fig = go.Figure(
         go.Bar(x=per_minute.index, y=per_minute.values, marker_color=POT, width=0.8 * 60_000, offset=0)
     )
     fig.update_yaxes(title="requests", rangemode="tozero")
-    fig.update_xaxes(title="minute (UTC)", tickformat="%H:%M", dtick=60_000)
+    time_axis(fig, per_minute.index)
+    fig.update_xaxes(dtick=60_000 * max(1, len(per_minute) // 6))
     if len(per_minute):  # keep a few minutes of context around the bars, so one bar is not a wall
         pad = pd.Timedelta(minutes=2)
         fig.update_xaxes(
             range=[per_minute.index.min() - pad, per_minute.index.max() + pad + pd.Timedelta(minutes=1)]
         )
-    return finish(fig, title)
+    return legible(finish(fig, title), presenter, legend=False)
 
 
-def kv_memory_figure(frame) -> go.Figure:
+def kv_memory_figure(frame, presenter: bool = False) -> go.Figure:
     """Peak live KV cache of each run next to what its cache allocated."""
     fig = go.Figure()
     if len(frame):
@@ -73,7 +119,7 @@ def kv_memory_figure(frame) -> go.Figure:
                 y=frame.kv_allocated_mb,
                 mode="markers",
                 name="allocated",
-                marker=dict(color=GREY, symbol="square-open"),
+                marker=dict(color=GREY, symbol="square-open", size=8),
             )
         )
         fig.add_trace(
@@ -82,9 +128,9 @@ def kv_memory_figure(frame) -> go.Figure:
                 y=frame.kv_cache_mb,
                 mode="markers",
                 name="live (peak)",
-                marker=dict(color=POT),
+                marker=dict(color=POT, size=8),
             )
         )
     fig.update_yaxes(title="MB", rangemode="tozero")
-    fig.update_xaxes(title="time (UTC)")
-    return finish(fig, "KV cache memory per run (the serving counter)")
+    time_axis(fig, frame.wall_time if len(frame) else [])
+    return legible(finish(fig, "KV cache memory per run (the serving counter)"), presenter)

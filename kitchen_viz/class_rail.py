@@ -21,6 +21,8 @@ from html import escape
 
 import plotly.graph_objects as go
 
+from kitchen_viz.charts import legible
+
 YOU, OTHERS = "#e8590c", "#868e96"  # the wok's orange; a neutral grey readable on light and dark
 
 
@@ -63,7 +65,7 @@ def your_steps(board: dict) -> list[dict]:
     return steps[marked[0] : marked[-1] + 1] if marked else []
 
 
-def batch_figure(steps: list[dict]) -> go.Figure:
+def batch_figure(steps: list[dict], presenter: bool = False) -> go.Figure:
     t0 = steps[0]["t"] - steps[0]["seconds"] if steps else 0.0
     x = [s["t"] - t0 for s in steps]
     fig = go.Figure()
@@ -80,11 +82,11 @@ def batch_figure(steps: list[dict]) -> go.Figure:
                                  text=[f"{j[2]} ticket(s) joined" for j in joined], hoverinfo="text+x",
                                  name="a ticket joined the pot"))  # fmt: skip
     fig.update_layout(
-        height=260, margin=dict(l=50, r=10, t=30, b=40), title="The pot while your order cooked",
+        height=420 if presenter else 380, title="The pot while your order cooked",
         xaxis_title="seconds since your order's first step", yaxis_title="sequences in the step",
-        legend=dict(orientation="h", y=-0.35), yaxis=dict(rangemode="tozero"),
+        yaxis=dict(rangemode="tozero"),
     )  # fmt: skip
-    return fig
+    return legible(fig, presenter)
 
 
 @dataclass(frozen=True)

@@ -162,7 +162,7 @@ def draw_live(svc: KitchenService, presenter: bool, wok_capacity: int) -> None:
             # this empty element keeps their place so the scene stays the same element.
             st.empty()
         else:
-            draw_panels(values, live_feed.waited_s(job))
+            draw_panels(values, live_feed.waited_s(job), presenter)
             if values.final:
                 draw_timeline(run, live_feed.waited_s(job))  # the order to scale: where E2E went
         data = None

@@ -73,7 +73,7 @@ def draw_outcome(device: str, dtype: str) -> None:
     if board is not None:
         m = job.result.metrics
         draw_whole_class(board, m.ttft_s, m.tpot_s if m.output_tokens > len(job.result.tokens) else None,
-                         "kitchen", rail=True)  # fmt: skip
+                         "kitchen", rail=True, presenter=current_settings().presenter)  # fmt: skip
     with st.expander("Full text, table by table", expanded=False):
         for i, text in enumerate(job.result.texts, start=1):
             st.markdown(f"**Table {i}**")

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import plotly.graph_objects as go
 import streamlit as st
 
+from kitchen_viz.charts import legible
 from kitchen_viz.timeline import LiveRun
 from kitchen_viz.units import fmt_s, fmt_tps, reused_words
 
@@ -79,7 +80,7 @@ PANELS_CSS = """<style>
 </style>"""
 
 
-def draw_panels(values: PanelValues, queue_wait_s: float | None = None) -> None:
+def draw_panels(values: PanelValues, queue_wait_s: float | None = None, presenter: bool = False) -> None:
     """The two always-visible panels (wok | pot) plus E2E, with the ITL of every step as a chart."""
     note = "" if values.final else " (so far)"
     st.html(PANELS_CSS)
@@ -120,27 +121,21 @@ def draw_panels(values: PanelValues, queue_wait_s: float | None = None) -> None:
                 if values.itl_s and not values.final:  # while cooking: a number, not a chart
                     st.metric("Latest ITL", fmt_s(values.itl_s[-1]), width="content")
             if values.itl_s and values.final:
-                st.plotly_chart(itl_figure(values.itl_s), width="stretch", config={"displayModeBar": False})
+                st.plotly_chart(itl_figure(values.itl_s, presenter), width="stretch", config={"displayModeBar": False})
             elif values.final:
                 st.caption("No decode step: the only token of each table came from the wok's pass.")
             elif not values.itl_s:
                 st.caption("The ITL of every decode step appears here once the pot starts ladling.")
 
 
-def itl_figure(itl_s: list[float]) -> go.Figure:
-    """A small bar chart: one bar per decode step, its inter-token latency in ms."""
+def itl_figure(itl_s: list[float], presenter: bool = False) -> go.Figure:
+    """A small bar chart: one bar per decode step, its inter-token latency in ms (legible type: charts.legible)."""
     ms = [x * 1e3 for x in itl_s]
     fig = go.Figure(go.Bar(x=list(range(1, len(ms) + 1)), y=ms, marker_color="#2a9d8f", name="ITL"))
-    fig.update_layout(
-        height=120,
-        margin=dict(l=0, r=0, t=20, b=0),
-        title=dict(text="ITL per decode step (ms)", font=dict(size=12), x=0),
-        xaxis=dict(title=None, showgrid=False),
-        yaxis=dict(title=None, rangemode="tozero"),
-        showlegend=False,
-        bargap=0.15,
-    )
-    return fig
+    fig.update_layout(title="ITL per decode step (ms)", height=260 if presenter else 220, bargap=0.15)
+    fig.update_xaxes(showgrid=False)
+    fig.update_yaxes(rangemode="tozero")
+    return legible(fig, presenter, legend=False)
 
 
 # -- the order to scale: where E2E went ---------------------------------------------------------

@@ -15,7 +15,7 @@ from kitchen_viz.units import fmt_s
 
 
 def draw_whole_class(board: dict, ttft_s: float | None, tpot_s: float | None, measured: str,
-                     rail: bool = False) -> None:  # fmt: skip
+                     rail: bool = False, presenter: bool = False) -> None:  # fmt: skip
     """`measured`: where your own numbers were measured ("client" or "kitchen"); `rail`: also draw
     the tickets in the kitchen now (the order page keeps its own rail above)."""
     st.subheader("The whole class")
@@ -31,7 +31,7 @@ def draw_whole_class(board: dict, ttft_s: float | None, tpot_s: float | None, me
                "your order also cooked someone else's.")  # fmt: skip
     steps = your_steps(board)
     if steps:
-        st.plotly_chart(batch_figure(steps), use_container_width=True)
+        st.plotly_chart(batch_figure(steps, presenter), use_container_width=True)
     if rail:
         st.caption("The rail now: every order in the class kitchen (yours highlighted, the others anonymous).")
         st.markdown(rail_html(board), unsafe_allow_html=True)

@@ -19,21 +19,25 @@ from __future__ import annotations
 import pandas as pd
 
 QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+# For a rate (tokens/s) the slow tail is the LOW end: p10 is slower than 90 % of the runs.
+RATE_QUANTILES = {"p50": 0.5, "p10": 0.1, "p1": 0.01}
 
 
-def with_percentiles(frame: pd.DataFrame, columns: list[str], window: str = "5min") -> pd.DataFrame:
-    """Add `<col>_p50/_p90/_p99` (trailing window ending at each run) and `window_runs`."""
+def with_percentiles(frame: pd.DataFrame, columns: list[str], window: str = "5min",
+                     rates: tuple[str, ...] = ()) -> pd.DataFrame:  # fmt: skip
+    """Add `<col>_p50/_p90/_p99` (trailing window ending at each run) and `window_runs`; a column
+    named in `rates` gets its slow tail instead, `<col>_p50/_p10/_p1`."""
     out = frame.sort_values("wall_time").reset_index(drop=True).copy()
     if out.empty:
         for col in columns:
-            for q in QUANTILES:
+            for q in RATE_QUANTILES if col in rates else QUANTILES:
                 out[f"{col}_{q}"] = pd.Series(dtype=float)
         out["window_runs"] = pd.Series(dtype=int)
         return out
     indexed = out.set_index("wall_time")
     for col in columns:
         rolling = indexed[col].astype(float).rolling(window)
-        for q, level in QUANTILES.items():
+        for q, level in (RATE_QUANTILES if col in rates else QUANTILES).items():
             out[f"{col}_{q}"] = rolling.quantile(level, interpolation="linear").to_numpy()
     out["window_runs"] = indexed[columns[0]].rolling(window).count().astype(int).to_numpy()
     return out

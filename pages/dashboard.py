@@ -12,8 +12,9 @@ preset, or float32 and bfloat16, describes no kitchen at all.
 
 import streamlit as st
 
-from kitchen_viz.app_state import run_log
+from kitchen_viz.app_state import current_settings, run_log
 from kitchen_viz.charts import kv_memory_figure, percentile_figure, rate_figure
+from kitchen_viz.units import reused_words
 from lab.monitoring import requests_per_minute, summary, with_percentiles
 
 WINDOWS = {"1 minute": "1min", "5 minutes": "5min", "15 minutes": "15min", "1 hour": "60min"}
@@ -49,39 +50,42 @@ def metric_row(frame) -> None:
     s = summary(frame)
     row = st.columns(4) + st.columns(4)
     row[0].metric("Runs", s["runs"])
-    row[1].metric("TTFT p50", f"{s['ttft_p50_ms']:.0f} ms")
-    row[2].metric("TTFT p99", f"{s['ttft_p99_ms']:.0f} ms")
-    row[3].metric("TPOT p50", f"{s['tpot_p50_ms']:.1f} ms")
-    row[4].metric("Decode tok/s p50", f"{s['decode_tps_p50']:.0f}")
-    row[5].metric("E2E p50", f"{s['e2e_p50_ms']:.0f} ms")
-    row[6].metric("Queue wait p90", f"{s['queue_wait_p90_ms']:.0f} ms")
+    row[1].metric("TTFT p50 (median)", f"{s['ttft_p50_ms']:.0f} ms")
+    row[2].metric("TTFT p99 (slowest 1 %)", f"{s['ttft_p99_ms']:.0f} ms")
+    row[3].metric("TPOT p50 (median)", f"{s['tpot_p50_ms']:.1f} ms")
+    row[4].metric("Decode tok/s p50 (median)", f"{s['decode_tps_p50']:.0f}")
+    row[5].metric("E2E p50 (median)", f"{s['e2e_p50_ms']:.0f} ms")
+    row[6].metric("Queue wait p90 (slowest 10 %)", f"{s['queue_wait_p90_ms']:.0f} ms")
     row[7].metric("KV cache max", f"{s['kv_mb_max']:.2f} MB")
+    reused, prompt = int(frame["reused_tokens"].fillna(0).sum()), int(frame["prompt_tokens"].sum())
+    if reused:
+        runs = int((frame["reused_tokens"].fillna(0) > 0).sum())
+        st.caption(
+            f":material/recycling: {runs} of these runs started from leftovers: {reused_words(reused, prompt)}. "
+            "Their prefill rate counts only the tokens the wok cooked."
+        )
 
 
-def panels(frame, window: str) -> None:
-    stats = with_percentiles(frame, ["ttft_s", "decode_tps", "e2e_s", "queue_wait_s"], window)
+def panels(frame, window: str, presenter: bool) -> None:
+    """One chart per row: at 1024 px two side by side left each too narrow for legible type."""
+    stats = with_percentiles(frame, ["ttft_s", "decode_tps", "e2e_s", "queue_wait_s"], window, rates=("decode_tps",))
     st.caption(
         f"Percentiles over the last {window} before each run; the latest window held "
-        f"{int(stats.window_runs.iloc[-1])} run(s) (with few runs, p99 is simply the slowest)."
+        f"{int(stats.window_runs.iloc[-1])} run(s) (with few runs, the slow tail is simply the slowest run)."
     )
-    left, right = st.columns(2)
-    left.plotly_chart(
-        percentile_figure(stats, "ttft_s", "TTFT: the wok (p50/p90/p99)", 1e3, "ms"), key="dash-ttft"
-    )
-    right.plotly_chart(
-        percentile_figure(stats, "decode_tps", "Decode tokens/s: the soup pot", 1.0, "tokens / s"),
-        key="dash-tps",
-    )
-    left, right = st.columns(2)
-    left.plotly_chart(
-        percentile_figure(stats, "e2e_s", "End-to-end time per order", 1e3, "ms"), key="dash-e2e"
-    )
-    right.plotly_chart(
-        percentile_figure(stats, "queue_wait_s", "Queue wait before cooking", 1e3, "ms"), key="dash-queue"
-    )
-    left, right = st.columns(2)
-    left.plotly_chart(kv_memory_figure(stats), key="dash-kv")
-    right.plotly_chart(rate_figure(requests_per_minute(frame)), key="dash-rpm")
+    charts = {
+        "dash-ttft": percentile_figure(stats, "ttft_s", "TTFT: the wok, and its slow tail", 1e3, "ms",
+                                       presenter=presenter),
+        "dash-tps": percentile_figure(stats, "decode_tps", "Decode tokens/s: the soup pot, and its slow tail",
+                                      1.0, "tokens / s", rate=True, presenter=presenter),
+        "dash-e2e": percentile_figure(stats, "e2e_s", "End-to-end time per order", 1e3, "ms", presenter=presenter),
+        "dash-queue": percentile_figure(stats, "queue_wait_s", "Queue wait before cooking", 1e3, "ms",
+                                        presenter=presenter),
+        "dash-kv": kv_memory_figure(stats, presenter),
+        "dash-rpm": rate_figure(requests_per_minute(frame), presenter=presenter),
+    }  # fmt: skip
+    for key, fig in charts.items():
+        st.plotly_chart(fig, key=key, config={"displayModeBar": False})
 
 
 @st.fragment(run_every="5s")
@@ -96,7 +100,7 @@ def live_view(window: str) -> None:
         return
     st.caption(f"Showing {len(frame)} run(s): {words}.")
     metric_row(frame)
-    panels(frame, window)
+    panels(frame, window, current_settings().presenter)
     st.dataframe(frame, hide_index=True)
     st.download_button(
         "Download all runs (CSV)",

@@ -84,7 +84,7 @@ def finished(data: dict, kv_per_token: int) -> dict:
     return data
 
 
-def widest_order(tables: int = 64, prompt: int = 448, new: int = 64) -> dict:
+def widest_order(tables: int = 64, prompt: int = 448, new: int = 64, reused: bool = False) -> dict:
     """The longest labels the controls allow: 64 tables of 448 tokens, slow steps, MBs of cache.
     (Made-up timings: this test measures boxes, not the engine.)"""
     t, step = 1.8765, 0.01234
@@ -112,6 +112,10 @@ def widest_order(tables: int = 64, prompt: int = 448, new: int = 64) -> dict:
         "t_done": steps[-1][1] if steps else t,
         "e2e": steps[-1][1] if steps else t,
         "served": served,
+        "wok_tokens": tables if reused else prompt * tables,
+        "wok_rate": "15,468 tok/s",
+        "reused": (prompt - 1) * tables if reused else 0,
+        "summary": {"tpot": "1,234.56 ms", "tps": "22,217 tok/s", "steps": new - 1} if new > 1 else None,
     }
     return finished(data, kv_per_token=12288)
 
@@ -146,7 +150,8 @@ def show(page, data: dict, presenter: bool) -> dict:
 def test_no_label_overlaps_or_is_cut_off_at_projector_widths(browser, chef_order, width):
     page = open_scene(browser, width)
     try:
-        for data in (chef_order, widest_order(), widest_order(tables=8), widest_order(tables=1, new=1)):
+        for data in (chef_order, widest_order(), widest_order(tables=8), widest_order(tables=1, new=1),
+                     widest_order(prompt=2032, reused=True), widest_order(tables=8, prompt=2032)):
             for presenter in (False, True):
                 found = problems(show(page, data, presenter))
                 assert not found, f"{width} px, presenter {presenter}, {data['batch']} tables: {found}"
@@ -198,8 +203,13 @@ def test_the_first_bowl_is_the_woks_and_the_pot_counts_its_own_steps(browser, ch
     try:
         show(page, chef_order, False)
         steps = len(chef_order["steps"])
-        assert page.locator("#tpk-pot-note").text_content().startswith(f"decode step {steps} of {steps}")
-        assert "+ the 1st bowl" in page.locator("#tpk-wok-note").text_content()
+        # The last frame shows the panels' own TPOT and tokens/s, labelled as the mean of the steps.
+        assert page.locator("#tpk-pot-note").text_content() == f"mean of {steps} decode steps"
+        assert page.locator("#tpk-pot-timer").text_content() == f"TPOT {chef_order['summary']['tpot']}"
+        assert page.locator("#tpk-pot-rate").text_content() == chef_order["summary"]["tps"]
+        tokens = sum(chef_order["prompt_tokens"])
+        assert page.locator("#tpk-wok-note").text_content() == f"{tokens:,} tokens cooked in the pass"
+        assert page.locator("#tpk-wok-rate").text_content() == chef_order["wok_rate"]
     finally:
         page.close()
 

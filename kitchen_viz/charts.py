@@ -34,11 +34,11 @@ def legible(fig: go.Figure, presenter: bool = False, legend: bool = True) -> go.
     left of the figure, the legend in one band under it (above the plot, never on the x-axis title
     or its ticks), the axes' titles and ticks given room by plotly's automargin.
 
-    The top margin is sized for the title and two rows of legend (a narrow chart wraps its legend),
-    computed from the font size, so presenter mode's larger type keeps the bands apart too."""
+    The top margin is sized for the title and the legend's rows as a chart NARROWEST_PX wide wraps
+    them, computed from the font size, so presenter mode's larger type keeps the bands apart too."""
     size = PRESENTER_CHART_FONT_PX if presenter else CHART_FONT_PX
     title_band = 10 + 1.5 * (size + 2)
-    legend_band = 2 * 1.6 * size + 8 if legend else 0
+    legend_band = legend_rows(fig, size) * (1.5 * size + 8) + 6 if legend else 0
     fig.update_layout(
         font=dict(size=size),
         title=dict(font=dict(size=size + 2), x=0, xref="container", xanchor="left", y=1, yref="container",
@@ -48,10 +48,24 @@ def legible(fig: go.Figure, presenter: bool = False, legend: bool = True) -> go.
         showlegend=legend,
         margin=dict(l=10, r=24, t=int(title_band + legend_band + 8), b=10),
     )  # fmt: skip
-    fig.update_xaxes(automargin=True, tickfont=dict(size=size), title=dict(font=dict(size=size), standoff=8))
-    fig.update_yaxes(automargin=True, tickfont=dict(size=size), title=dict(font=dict(size=size), standoff=8))
+    # The tick labels stand off their axes, so the corner's first x tick and the y axis's "0" stay apart.
+    fig.update_xaxes(automargin=True, tickfont=dict(size=size), ticklabelstandoff=6,
+                     title=dict(font=dict(size=size), standoff=8))
+    fig.update_yaxes(automargin=True, tickfont=dict(size=size), ticklabelstandoff=10,
+                     title=dict(font=dict(size=size), standoff=8))
     fig.update_annotations(font=dict(size=size))
     return fig
+
+
+NARROWEST_PX = 520  # the narrowest a Kitchen or Dashboard chart is drawn (1024 px, sidebar open)
+
+
+def legend_rows(fig: go.Figure, size: int) -> int:
+    """How many rows the legend takes at NARROWEST_PX: each entry's text (about 0.55 em a character)
+    plus its symbol and gap. Example: three entries of 20, 29 and 23 characters at 16 px -> 2 rows."""
+    names = [t.name for t in fig.data if t.name and t.showlegend is not False]
+    width = sum(len(n) * 0.55 * size + 48 for n in names)
+    return max(1, -(-int(width) // NARROWEST_PX))
 
 
 def time_axis(fig: go.Figure, times) -> None:
@@ -98,7 +112,7 @@ def rate_figure(per_minute, title: str = "Requests per minute", presenter: bool 
     fig = go.Figure(
         go.Bar(x=per_minute.index, y=per_minute.values, marker_color=POT, width=0.8 * 60_000, offset=0)
     )
-    fig.update_yaxes(title="requests", rangemode="tozero")
+    fig.update_yaxes(title="requests", rangemode="tozero", dtick=1 if (per_minute.max() if len(per_minute) else 0) <= 8 else None)
     time_axis(fig, per_minute.index)
     fig.update_xaxes(dtick=60_000 * max(1, len(per_minute) // 6))
     if len(per_minute):  # keep a few minutes of context around the bars, so one bar is not a wall

@@ -95,6 +95,7 @@ def test_panels_and_cook_row_fit_at_projector_widths(server, browser, presenter,
             sizes[width] = key_figure_px(page)
         assert not failures, failures
         if presenter:  # the drawing's key figures grow with presenter mode (they were 8-9 px)
+            page.locator('[data-testid="stExpandSidebarButton"]').click()  # presenter mode opens it closed
             page.get_by_text("Presenter mode (large type)").click()
             page.wait_for_function("() => getComputedStyle(document.documentElement).fontSize === '16px'")
             page.wait_for_timeout(1000)

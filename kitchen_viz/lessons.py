@@ -39,12 +39,12 @@ LESSONS: tuple[Lesson, ...] = (
     ),
     Lesson(
         "A big banquet (long prompt)",
-        {"prompt": LONGEST, "batch": 1, "new": 16, "temp": 0},
-        "TTFT and the wok's timer against TPOT, and the diagnosis: which pot does it name now? Then cook "
-        "the same order with a 32-token prompt and open Compare two orders: which of the two numbers did "
-        "the long prompt change most?",
+        {"prompt": LONGEST, "batch": 4, "new": 8, "temp": 0},
+        "TTFT and the wok's timer against TPOT, and the diagnosis: which pot does it name now? Then drag "
+        "Max new tokens up to 128 and cook again: the pot takes over. Then cook the same order with a "
+        "32-token prompt and open Compare two orders: which of the two numbers did the long prompt change most?",
         "Which number would a user notice first: the wait for the first word or the rhythm after it?",
-        compare_with={"prompt": 32, "batch": 1, "new": 16, "temp": 0},
+        compare_with={"prompt": 32, "batch": 4, "new": 8, "temp": 0},
     ),
     Lesson(
         "More tables, same ladle",

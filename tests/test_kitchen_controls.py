@@ -184,3 +184,24 @@ def test_a_long_context_gets_a_number_box_instead_of_a_slider():
     box = at.number_input(key="tpk_prompt_len")
     assert box.max > 4096 and box.value == 32
     assert at.slider(key="tpk_new") is not None  # 512 new tokens at most (the caps): still a slider
+
+
+def test_a_refusal_reads_as_a_plain_sentence_without_its_status_code():
+    from kitchen_viz.order_control import plain_line
+    from kitchen_viz.outcome import failure_line
+
+    line = "HTTP 400: prompt 1 is 12,399 tokens; the model's context is 512 tokens"
+    assert plain_line(line) == "prompt 1 is 12,399 tokens; the model's context is 512 tokens"
+    assert failure_line(line) == (
+        "The kitchen could not cook this order: prompt 1 is 12,399 tokens; the model's context is 512 tokens."
+    )
+
+
+def test_the_kitchens_header_keeps_the_engineers_terms_in_their_own_expander():
+    at = open_kitchen()
+    words = " ".join(c.value for c in at.caption)
+    for term in ("pid", "bytes per token", "http://", "engine threads"):
+        assert term not in words, term
+    details = next(e for e in at.expander if e.label == "Engineer's details")
+    shown = " ".join(m.value for m in details.markdown)
+    assert "bytes per token" in shown and "pid" in shown and "engine threads" in shown

@@ -69,10 +69,12 @@ def legend_rows(fig: go.Figure, size: int) -> int:
 
 
 def time_axis(fig: go.Figure, times) -> None:
-    """A clock axis in UTC: hours and minutes on the ticks, the date once in the axis title (plotly's
-    own date line under the first tick was cut off at the chart's edge)."""
+    """A clock axis in UTC: hours and minutes on the ticks (and seconds for a span under five minutes,
+    so no two ticks read the same), the date once in the axis title (plotly's own date line under
+    the first tick was cut off at the chart's edge)."""
     day = f" on {pd.Timestamp(min(times)).strftime('%-d %b %Y')}" if len(times) else ""
-    fig.update_xaxes(title=f"time (UTC){day}", tickformat="%H:%M", nticks=6)
+    short = len(times) and pd.Timestamp(max(times)) - pd.Timestamp(min(times)) < pd.Timedelta(minutes=5)
+    fig.update_xaxes(title=f"time (UTC){day}", tickformat="%H:%M:%S" if short else "%H:%M", nticks=6)
 
 
 # The slow tail of each metric: for a time the high percentiles, for a rate the low ones.

@@ -49,13 +49,14 @@ st.markdown(
 def metric_row(frame) -> None:
     s = summary(frame)
     row = st.columns(4) + st.columns(4)
+    slowest = "the slow tail: {} of the runs took at least this long"
     row[0].metric("Runs", s["runs"])
-    row[1].metric("TTFT p50 (median)", f"{s['ttft_p50_ms']:.0f} ms")
-    row[2].metric("TTFT p99 (slowest 1 %)", f"{s['ttft_p99_ms']:.0f} ms")
-    row[3].metric("TPOT p50 (median)", f"{s['tpot_p50_ms']:.1f} ms")
-    row[4].metric("Decode tok/s p50 (median)", f"{s['decode_tps_p50']:.0f}")
-    row[5].metric("E2E p50 (median)", f"{s['e2e_p50_ms']:.0f} ms")
-    row[6].metric("Queue wait p90 (slowest 10 %)", f"{s['queue_wait_p90_ms']:.0f} ms")
+    row[1].metric("TTFT p50", f"{s['ttft_p50_ms']:.0f} ms", help="the median: half the runs were faster")
+    row[2].metric("TTFT p99", f"{s['ttft_p99_ms']:.0f} ms", help=slowest.format("the slowest 1 %"))
+    row[3].metric("TPOT p50", f"{s['tpot_p50_ms']:.1f} ms", help="the median time per output token")
+    row[4].metric("Decode tok/s p50", f"{s['decode_tps_p50']:.0f}", help="the median tokens per second")
+    row[5].metric("E2E p50", f"{s['e2e_p50_ms']:.0f} ms", help="the median end-to-end time")
+    row[6].metric("Queue wait p90", f"{s['queue_wait_p90_ms']:.0f} ms", help=slowest.format("the slowest 10 %"))
     row[7].metric("KV cache max", f"{s['kv_mb_max']:.2f} MB")
     reused, prompt = int(frame["reused_tokens"].fillna(0).sum()), int(frame["prompt_tokens"].sum())
     if reused:

@@ -32,6 +32,6 @@ def test_every_text_of_a_chart_is_at_least_16_px_and_presenter_mode_is_larger():
         sizes = [lay.font.size, lay.title.font.size, lay.legend.font.size, lay.xaxis.tickfont.size,
                  lay.yaxis.tickfont.size, lay.xaxis.title.font.size, lay.yaxis.title.font.size]  # fmt: skip
         assert min(sizes) == size >= 16
-        assert lay.xaxis.tickformat == "%H:%M" and lay.xaxis.title.text == "time (UTC) on 1 Jan 2026"
+        assert lay.xaxis.tickformat == "%H:%M:%S" and lay.xaxis.title.text == "time (UTC) on 1 Jan 2026"  # 30 s of runs
         assert lay.legend.y > 1 and lay.legend.yanchor == "bottom"  # above the plot, under the title
         assert lay.margin.t >= 10 + 1.5 * (size + 2) + legend_rows(fig, size) * (1.5 * size + 8)

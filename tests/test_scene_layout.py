@@ -17,6 +17,7 @@ import pytest
 from engine import Engine
 from kitchen_viz.scene import scene_sources
 from kitchen_viz.timeline import LiveRun
+from kitchen_viz.units import fmt_s
 from tests.browser_kit import chromium, needs_chromium
 
 WIDTHS = (1024, 1280, 1366, 1920)
@@ -210,6 +211,8 @@ def test_the_first_bowl_is_the_woks_and_the_pot_counts_its_own_steps(browser, ch
         tokens = sum(chef_order["prompt_tokens"])
         assert page.locator("#tpk-wok-note").text_content() == f"{tokens:,} tokens cooked in the pass"
         assert page.locator("#tpk-wok-rate").text_content() == chef_order["wok_rate"]
+        pre = chef_order["prefill"]  # the wok's timer is the pass, labelled so (TTFT is the panels')
+        assert page.locator("#tpk-wok-timer").text_content() == f"pass {fmt_s(pre[1] - pre[0])}"
     finally:
         page.close()
 

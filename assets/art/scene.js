@@ -430,7 +430,8 @@ function drawWok(scene, d, T, cooking, prefilled, wall, live) {
   }
   if (!pre || live) return;
   const burn = (pre[1] === null || T < pre[1]) ? Math.max(0, T - pre[0]) : pre[1] - pre[0];
-  setText($("#tpk-wok-timer"), T >= pre[0] ? fmtTime(burn) : "—");
+  // Once the pass is over its time is labelled "pass": TTFT (the panels) adds setup and the 1st token.
+  setText($("#tpk-wok-timer"), T < pre[0] ? "—" : prefilled ? `pass ${fmtTime(burn)}` : fmtTime(burn));
   // The wok's rate counts only the tokens its pass computed (d.wok_rate: the engine's prefill rate);
   // leftovers taken from the prefix cache are named, never counted as cooked.
   const cooked = d.wok_tokens || Math.max(0, total - (d.reused || 0));

@@ -95,11 +95,26 @@ def is_cancelled(error: str | None) -> bool:
     return bool(error) and error.startswith("cancelled")
 
 
-def draw_shared_stove(job) -> None:
-    """One line when something else used the engine's cores while this order was measured."""
+def draw_shared_stove(job, load: float | None = None, cores: int | None = None) -> None:
+    """One line when something else used the engine's cores while this order was measured: the
+    kitchen's own note (another order shared the passes), and the machine's load when other
+    programs kept more cores busy than it has (`busy_line`)."""
     note = getattr(job, "shared_stove", None)
     if note:
         st.warning(f"Measured while the stove was shared: {note}.")
+    busy = busy_line(load, cores)
+    if busy:
+        st.caption(f":material/speed: {busy}")
+
+
+def busy_line(load: float | None, cores: int | None) -> str:
+    """The machine's load (the 1-minute average of runnable programs) when it exceeded its cores, in
+    words; "" otherwise. Example: busy_line(6.6, 2) -> "This machine was busy while the order cooked:
+    load 6.6 on 2 cores, so other programs shared them and these times may be slower than usual"."""
+    if load is None or not cores or load <= cores:
+        return ""
+    return (f"This machine was busy while the order cooked: load {load:.1f} on {cores} cores, so other "
+            "programs shared them and these times may be slower than usual")  # fmt: skip
 
 
 def quiet_wait(job, seconds: float, tick_s: float = 1.0) -> None:

@@ -10,6 +10,8 @@ server), tpk_order_no (the session's count of finished orders).
 
 from __future__ import annotations
 
+import os
+
 import streamlit as st
 
 from kitchen_viz import live_feed
@@ -38,6 +40,7 @@ def finish_cook(job, run: LiveRun | None) -> None:
     m = job.result.metrics
     read_board = getattr(job._service, "board", None)  # a kitchen server: the class around this order
     st.session_state["tpk_board"] = read_board(job.order_id) if read_board and job.order_id else None
+    st.session_state["tpk_load"] = machine_load()  # the 1-minute load as the order finished
     st.session_state["tpk_result"] = {
         "texts": list(job.result.texts),
         "ttft_s": m.ttft_s,
@@ -46,6 +49,14 @@ def finish_cook(job, run: LiveRun | None) -> None:
         "decode_tps": m.decode_tps,
     }
     keep_for_comparison(job, run)
+
+
+def machine_load() -> float | None:
+    """The machine's 1-minute load average (None where the OS does not say)."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
 
 
 def keep_for_comparison(job, run: LiveRun | None) -> None:
@@ -67,7 +78,7 @@ def draw_outcome(device: str, dtype: str) -> None:
         return
     if job is None or not job.finished or job.result is None:
         return
-    draw_shared_stove(job)
+    draw_shared_stove(job, st.session_state.get("tpk_load"), os.cpu_count())
     draw_diagnosis(job.result, device, dtype)
     board = st.session_state.get("tpk_board")
     if board is not None:

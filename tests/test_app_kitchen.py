@@ -160,3 +160,17 @@ def test_int8_precision_cooks_and_says_so():
     result = at.session_state["tpk_result"]
     assert result["tpot_s"] > 0 and all(t.strip() for t in result["texts"])
     assert at.session_state["tpk_job"].result.dtype == "int8"  # the run log and dashboard keep it apart
+
+
+def test_the_page_says_when_the_machine_was_busy_as_the_order_cooked():
+    import os
+
+    at = open_kitchen()
+    at.slider(key="tpk_new").set_value(4).run()
+    cook_button(at).click().run()
+    finish(at)
+    load = at.session_state["tpk_load"]
+    busy = [c.value for c in at.caption if "This machine was busy while the order cooked" in c.value]
+    assert bool(busy) == (load is not None and load > os.cpu_count())  # said exactly when it was
+    if busy:
+        assert f"load {load:.1f} on {os.cpu_count()} cores" in busy[0]

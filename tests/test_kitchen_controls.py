@@ -205,3 +205,10 @@ def test_the_kitchens_header_keeps_the_engineers_terms_in_their_own_expander():
     details = next(e for e in at.expander if e.label == "Engineer's details")
     shown = " ".join(m.value for m in details.markdown)
     assert "bytes per token" in shown and "pid" in shown and "engine threads" in shown
+
+
+def test_a_busy_machine_is_said_in_words_and_a_quiet_one_is_not():
+    from kitchen_viz.order_control import busy_line
+
+    assert busy_line(6.6, 2).startswith("This machine was busy while the order cooked: load 6.6 on 2 cores")
+    assert busy_line(1.5, 2) == "" and busy_line(None, 2) == ""

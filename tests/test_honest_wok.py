@@ -89,3 +89,29 @@ def test_the_reuse_field_takes_true_or_false_only(served):
     r = httpx.post(served[0] + "/kitchen/orders", json=body, timeout=30)
     assert r.status_code == 422
     assert r.json()["error"]["message"].startswith("field 'reuse_prefix' must be true or false")
+
+
+def test_the_dashboard_says_how_many_prompt_tokens_its_runs_reused(served):
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    from kitchen_viz.app_state import run_log
+    from lab.registry import DASHBOARD
+
+    svc = ServerKitchen(served[0], "chef")
+    assert svc.wait_ready(60)
+    try:
+        cook_on(svc, reuse=False)
+        job, _ = cook_on(svc, reuse=True)
+    finally:
+        svc.close()
+    reused, total = job.result.reused_tokens, PROMPT * TABLES
+    assert reused > 0
+    run_log().record(model="leftovers-kitchen", device="cpu", result=job.result, queue_wait_s=0.0)  # the newest kind
+    page = Path(__file__).resolve().parent.parent / DASHBOARD.path
+    at = AppTest.from_file(str(page), default_timeout=60).run()
+    assert not at.exception, at.exception
+    words = f"1 of these runs started from leftovers: {reused:,} of {total:,} prompt tokens reused"
+    captions = [c.value for c in at.caption]
+    assert any(words in c for c in captions), captions

@@ -245,8 +245,9 @@ def order_ui(svc: KitchenService, seed: int) -> Order | None:
             "Reuse leftovers",
             key=K_REUSE,
             help="Off (the default): the wok cooks every prompt token of the order, so the same order "
-            "measures the same every time. On: a prompt that starts like one cooked a moment ago takes "
-            "those tokens' KV cache from the leftovers instead of cooking them (prefix caching), and the "
+            "measures the same every time. On: in a kitchen that keeps leftovers (the class kitchen "
+            "`two-pot-kitchen` runs), a prompt that starts like one cooked a moment ago takes those tokens' "
+            "KV cache from the leftovers instead of cooking them (prefix caching), and the "
             "panels, the drawing and the diagnosis say how many tokens were reused.",
         )
         wok_win_button(svc, caps, disabled=is_cooking())

@@ -63,6 +63,8 @@ class Sequence:
     draft: str = "ngram"  # who proposes them: prompt lookup, or a draft model's name (engine/draft.py)
     spec: SpecCounters = field(default_factory=SpecCounters)
     cancel_requested: bool = False
+    logprobs: int = -1  # -1: none; k >= 0: its Tokens carry their log-probability and k rivals
+    min_tokens: int = 0  # EOS is masked out of its logits until it has this many new tokens
 
     def __post_init__(self) -> None:
         if not self.tokens:

@@ -34,10 +34,11 @@ class Full(ApiError):
 
 
 class Admission:
-    """Counts what the engine holds (`held()`, the engine client's requests in flight) against the bound."""
+    """Counts what the engine holds (`held()`, the engine client's requests in flight) against the bound;
+    `on_refused()` is called at each refusal (the server's twopot:request_refused_total)."""
 
-    def __init__(self, held, seats: int, max_waiting: int):
-        self.held, self.seats, self.max_waiting = held, seats, max_waiting
+    def __init__(self, held, seats: int, max_waiting: int, on_refused=lambda: None):
+        self.held, self.seats, self.max_waiting, self.on_refused = held, seats, max_waiting, on_refused
         self._finished: deque[tuple[float, float]] = deque()  # (monotonic time, seconds the order took)
         self.refused = 0
 
@@ -50,6 +51,7 @@ class Admission:
         held = self.held()
         if held + tables > self.bound:
             self.refused += 1
+            self.on_refused()
             waiting = max(0, held - self.seats)
             raise Full(f"the kitchen is full: {waiting:,} orders are waiting for its {self.seats:,} seats; the "
                        f"instructor's limit is {self.max_waiting:,} waiting (max_waiting); retry in "

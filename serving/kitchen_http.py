@@ -45,7 +45,7 @@ class Kitchen:
         ready = client.ready
         self.template = (jinja_template(ready.chat_template, ready.bos_token, ready.eos_token)
                          if ready.chat_template else plain_template)  # fmt: skip
-        self.admission = Admission(lambda: client.in_flight, ready.seats, config.caps.max_waiting)
+        self.admission = Admission(lambda: client.in_flight, ready.seats, config.caps.max_waiting, metrics.refused.inc)
 
     def served(self, model: str | None) -> str:
         """The served model's name for a request that names `model` (None: the one served here)."""

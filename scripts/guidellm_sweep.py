@@ -5,7 +5,9 @@
 Starts each server on 127.0.0.1 (ours: `two-pot-kitchen serve --model chef`; theirs: `transformers
 serve --continuous-batching` on the same folder), runs the SAME guidellm command against each
 (`--profile concurrent`, 1, 2, 4, 8, 16 and 32 streams, each for `--seconds`; synthetic prompts of
-`--prompt-tokens` tokens, `--output-tokens` new tokens each, ignore_eos), and writes guidellm's own
+`--prompt-tokens` tokens, at most `--output-tokens` new tokens each as `max_tokens`: guidellm's exact
+output lengths send vLLM's `ignore_eos`, which `transformers serve` refuses with 422, so the
+comparison asks for a ceiling, and both servers may stop early at EOS), and writes guidellm's own
 figures per concurrency: requests done and errored, requests/s, output tokens/s, TTFT and ITL
 (median and p99, ms). Nothing is copied from elsewhere. `transformers serve` needs `pip install
 fastapi accelerate`; without them its half is skipped and the report says so.
@@ -32,10 +34,10 @@ STREAMS = (1, 2, 4, 8, 16, 32)
 
 def guidellm(url: str, route: str, args, out: Path) -> list[dict]:
     cmd = [str(Path(sys.executable).parent / "guidellm"), "run",
-           "--backend", f"kind=openai_http,target={url},request_format={route}",
+           "--backend", f"kind=openai_http,target={url},request_format={route},max_tokens={args.output_tokens}",
            "--profile", "kind=concurrent,streams=1", "--override", "profile.streams", ",".join(map(str, STREAMS)),
            "--constraint", f"kind=max_duration,seconds={args.seconds}",
-           "--data", f"kind=synthetic_text,prompt_tokens={args.prompt_tokens},output_tokens={args.output_tokens}",
+           "--data", f"kind=synthetic_text,prompt_tokens={args.prompt_tokens}",
            "--tokenizer", f"kind=huggingface_auto,model={CHEF}", "--output", f"kind=json,path={out}",
            "--disable-console"]  # fmt: skip
     subprocess.run(cmd, check=True, timeout=len(STREAMS) * (args.seconds + 60) + 120, cwd=out.parent,
@@ -49,6 +51,7 @@ def guidellm(url: str, route: str, args, out: Path) -> list[dict]:
             "successful": m["request_totals"]["successful"], "errored": m["request_totals"]["errored"],
             "requests_per_s": m["requests_per_second"]["successful"]["mean"],
             "output_tokens_per_s": m["output_tokens_per_second"]["successful"]["mean"],
+            "output_tokens_p50": stat("output_token_count", "p50"),
             "ttft_ms": {"p50": stat("time_to_first_token_ms", "p50"), "p99": stat("time_to_first_token_ms", "p99")},
             "itl_ms": {"p50": stat("inter_token_latency_ms", "p50"), "p99": stat("inter_token_latency_ms", "p99")},
         })  # fmt: skip
@@ -72,7 +75,7 @@ def main() -> int:
     logs = REPO / "test-artifacts"
     logs.mkdir(exist_ok=True)
     report: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
+                                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "loadavg_before": os.getloadavg()},
                     "load": {"route": args.route, "streams": STREAMS, "seconds_each": args.seconds,
                              "prompt_tokens": args.prompt_tokens, "output_tokens": args.output_tokens}}  # fmt: skip
     servers = {"two-pot-kitchen serve --model chef": [sys.executable, "-m", "serving.server", "--model", "chef"]}
@@ -93,7 +96,7 @@ def main() -> int:
             report[name] = guidellm(url, args.route, args, logs / f"guidellm-{name.split()[0]}.json")
         finally:
             stop(proc)
-    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")  # each server's half as soon as it is done
     print(json.dumps(report, indent=1))
     return 0
 

@@ -42,6 +42,11 @@ def guidellm(url: str, route: str, args, out: Path) -> list[dict]:
            "--disable-console"]  # fmt: skip
     subprocess.run(cmd, check=True, timeout=len(STREAMS) * (args.seconds + 60) + 120, cwd=out.parent,
                    env=dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false"))  # fmt: skip
+    return rows_of(out)
+
+
+def rows_of(out: Path) -> list[dict]:
+    """One row per concurrency level, from guidellm's own JSON report."""
     rows = []
     for b in json.loads(out.read_text())["benchmarks"]:
         m = b["metrics"]
@@ -49,6 +54,7 @@ def guidellm(url: str, route: str, args, out: Path) -> list[dict]:
         rows.append({
             "streams": b["config"]["strategy"].get("streams"),
             "successful": m["request_totals"]["successful"], "errored": m["request_totals"]["errored"],
+            "incomplete": m["request_totals"]["incomplete"],  # still running when the level's time was up
             "requests_per_s": m["requests_per_second"]["successful"]["mean"],
             "output_tokens_per_s": m["output_tokens_per_second"]["successful"]["mean"],
             "output_tokens_p50": stat("output_token_count", "p50"),
@@ -71,7 +77,16 @@ def main() -> int:
     ap.add_argument("--output-tokens", type=int, default=32)
     ap.add_argument("--route", default="/v1/completions")
     ap.add_argument("--skip-transformers", action="store_true")
+    ap.add_argument("--render", action="store_true", help="only rewrite the markdown from the JSON at --out")
     args = ap.parse_args()
+    if args.render:  # the rows again from guidellm's own reports, where they are still at hand
+        report = json.loads(Path(args.out).read_text())
+        for name in [n for n in report if n not in ("machine", "load") and not isinstance(report[n], str)]:
+            raw = REPO / "test-artifacts" / f"guidellm-{name.split()[0]}.json"
+            report[name] = rows_of(raw) if raw.exists() else report[name]
+        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+        Path(args.out).with_suffix(".md").write_text("\n".join(render(json.loads(Path(args.out).read_text()))) + "\n")
+        return 0
     logs = REPO / "test-artifacts"
     logs.mkdir(exist_ok=True)
     report: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
@@ -97,8 +112,53 @@ def main() -> int:
         finally:
             stop(proc)
         Path(args.out).write_text(json.dumps(report, indent=1) + "\n")  # each server's half as soon as it is done
+    report["machine"]["loadavg_after"] = os.getloadavg()
+    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    Path(args.out).with_suffix(".md").write_text("\n".join(render(report)) + "\n")
     print(json.dumps(report, indent=1))
     return 0
+
+
+def render(d: dict) -> list[str]:
+    """The markdown report, from the JSON alone."""
+    m, load = d["machine"], d["load"]
+    f = lambda x, spec: "-" if x is None else format(x, spec)  # noqa: E731
+    lines = [
+        "# guidellm against the class kitchen and `transformers serve` (this CPU)",
+        "",
+        f"Measured {m['date']} by `scripts/guidellm_sweep.py` on this project's {m['cpus']}-core machine, shared with "
+        "other work while it ran"
+        + (f" (load average {m['loadavg_before'][0]:.1f} before, {m['loadavg_after'][0]:.1f} after)" if "loadavg_after" in m else "")
+        + (f" ({m['note']})" if "note" in m else "")
+        + ". The same guidellm command against each server: `--profile concurrent` at "
+        f"{', '.join(map(str, load['streams']))} streams, {load['seconds_each']} s each, synthetic prompts of "
+        f"{load['prompt_tokens']} tokens, `max_tokens` {load['output_tokens']}, streamed `{load['route']}`, the chef "
+        "(float32) on the CPU. Every figure is guidellm's own, copied by the script from its JSON.",
+        "",
+        "| server | streams | done | errors | unfinished | req/s | output tok/s | output tokens p50 | TTFT p50 / p99 ms | "
+        "ITL p50 / p99 ms |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]  # fmt: skip
+    for name, rows in d.items():
+        if name in ("machine", "load"):
+            continue
+        if isinstance(rows, str):
+            lines.append(f"| {name} | {rows} ||||||||")
+            continue
+        for r in rows:
+            lines.append(f"| {name} | {r['streams']} | {r['successful']} | {r['errored']} | {r.get('incomplete', '-')} | "
+                         f"{r['requests_per_s']:.2f} | "
+                         f"{r['output_tokens_per_s']:.1f} | {f(r['output_tokens_p50'], '.0f')} | "
+                         f"{f(r['ttft_ms']['p50'], '.1f')} / {f(r['ttft_ms']['p99'], '.1f')} | "
+                         f"{f(r['itl_ms']['p50'], '.1f')} / {f(r['itl_ms']['p99'], '.1f')} |")  # fmt: skip
+    lines += ["", "Unfinished: requests still in flight when the level's time was up (guidellm cancels them; they "
+              "count in no figure)."]  # fmt: skip
+    for name, rows in d.items():
+        idle = [] if name in ("machine", "load") or isinstance(rows, str) else [r["streams"] for r in rows if not r["successful"]]
+        if idle:
+            lines.append(f"- {name} finished no request in {load['seconds_each']} s at "
+                         f"{', '.join(map(str, idle))} stream(s): its requests were cancelled unanswered.")  # fmt: skip
+    return lines
 
 
 if __name__ == "__main__":

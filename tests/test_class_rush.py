@@ -43,6 +43,10 @@ def test_past_the_bound_requests_are_refused_at_once_in_one_line():
         assert gauge(url, "request_refused_total") == r.refused
         again = httpx.post(url + "/v1/completions", json={"prompt": "ROMEO:", "max_tokens": 4}, timeout=30)
         assert again.status_code == 200  # the line drained: the kitchen takes orders again
+        tables = about["queue"]["bound"] + 1  # a Kitchen order's tables count as requests too
+        big = httpx.post(url + "/kitchen/orders", json={"model": "chef", "prompts": ["hi"] * tables, "max_new_tokens": 4},
+                         timeout=30)  # fmt: skip
+        assert big.status_code == 503 and big.headers["retry-after"].isdigit() and "max_waiting" in big.json()["error"]["message"]
 
 
 def test_a_slow_reader_never_holds_the_batch_back():

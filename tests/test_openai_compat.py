@@ -129,6 +129,14 @@ def test_completion_logprobs_are_the_models_own(served, oai):
         assert math.isclose(given, float(ref[pos, output_ids[pos]]), abs_tol=1e-3)
         assert len(top) == 3 and max(top.values()) == pytest.approx(given, abs=1e-6)  # greedy took the best
         assert sorted(top.values(), reverse=True) == pytest.approx(ref[pos].topk(3).values.tolist(), abs=1e-3)
+    tokens, values, offsets = [], [], []
+    for ch in oai.completions.create(model="chef", prompt="ROMEO:", max_tokens=10, temperature=0, logprobs=3, stream=True):
+        if ch.choices and ch.choices[0].logprobs is not None:
+            tokens += ch.choices[0].logprobs.tokens
+            values += ch.choices[0].logprobs.token_logprobs
+            offsets += ch.choices[0].logprobs.text_offset
+    assert tokens == lp.tokens and offsets == lp.text_offset  # streamed: each chunk carries its own tokens
+    assert values == pytest.approx(lp.token_logprobs, abs=1e-4)
 
 
 def test_chat_logprobs_streamed_equal_whole(oai):

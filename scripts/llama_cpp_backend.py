@@ -66,9 +66,18 @@ def client_side(url: str) -> dict:
     }  # fmt: skip
 
 
-def screenshots(app_url: str, shots: Path) -> dict:
-    """Each page in headless Chromium: a screenshot, and the info/error lines it shows."""
+def screenshots(app_url: str, shots: Path, llama_url: str) -> dict:
+    """Each page in headless Chromium: a screenshot, and the info/error lines it shows. The pass is
+    shot while 4 clients order from the server, so its gauges and rates have something to read."""
+    import threading
+
     from playwright.sync_api import sync_playwright
+
+    busy = threading.Event()
+
+    def orders() -> None:
+        while busy.is_set():
+            order_remote(llama_url, models(llama_url)[0], "JULIET:", 96, 0.0)
 
     seen = {}
     with sync_playwright() as p:
@@ -82,9 +91,16 @@ def screenshots(app_url: str, shots: Path) -> dict:
                 page.get_by_role("button", name="🔥 Order").click()
                 page.wait_for_selector("text=Measured at the client", timeout=120_000)
                 page.wait_for_timeout(1500)
+            if name == "kitchen":  # it asks the server in the background, then says what it found
+                page.wait_for_selector("text=not a Two-Pot kitchen server", timeout=60_000)
             if name == "pass":
-                page.wait_for_timeout(5000)  # two readings, for the rates
+                busy.set()
+                clients = [threading.Thread(target=orders, daemon=True) for _ in range(4)]
+                for c in clients:
+                    c.start()
+                page.wait_for_timeout(8000)  # several readings, for the rates
             page.screenshot(path=str(shots / f"llama-cpp-{name}.png"), full_page=True)
+            busy.clear()
             seen[name] = {
                 "info": [t.strip() for t in page.locator("[data-testid='stAlertContentInfo']").all_inner_texts()],
                 "errors": [t.strip() for t in page.locator("[data-testid='stAlertContentError']").all_inner_texts()],
@@ -115,7 +131,7 @@ def main() -> int:
         try:
             if not wait_healthy(app, app_url):
                 raise SystemExit("the app never became healthy: see test-artifacts/app-llama-cpp.log")
-            report["pages"] = screenshots(app_url, shots)
+            report["pages"] = screenshots(app_url, shots, url)
         finally:
             stop(app)
     finally:

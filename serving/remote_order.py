@@ -118,9 +118,12 @@ def _take(out: RemoteOrder, ev: dict, t: float) -> None:
             out.chunk_times.append(t)
         out.finish_reason = c.get("finish_reason") or out.finish_reason
         lp = c.get("logprobs")
-        if isinstance(lp, dict) and isinstance(lp.get("tokens"), list):
+        if isinstance(lp, dict) and isinstance(lp.get("tokens"), list):  # OpenAI's completions shape
             out.token_logprobs += [(t, v) for t, v in zip(lp["tokens"], lp.get("token_logprobs") or [], strict=False)
                                    if isinstance(v, int | float)]  # fmt: skip
+        elif isinstance(lp, dict) and isinstance(lp.get("content"), list):  # the chat shape (llama.cpp sends it here too)
+            out.token_logprobs += [(e["token"], e["logprob"]) for e in lp["content"]
+                                   if isinstance(e, dict) and isinstance(e.get("logprob"), int | float)]  # fmt: skip
     if ev.get("usage"):
         out.prompt_tokens = ev["usage"].get("prompt_tokens")
         out.completion_tokens = ev["usage"].get("completion_tokens")

@@ -53,6 +53,14 @@ def test_per_token_confidence_is_the_servers_logprobs():
     assert summarize([]) is None
 
 
+def test_logprobs_in_the_chat_shape_are_read_too():
+    out = RemoteOrder()  # llama-server sends `logprobs.content` on /v1/completions, as its chat route does
+    _take(out, {"choices": [{"text": "\n", "index": 0, "logprobs": {"content": [
+        {"id": 199, "token": "\n", "bytes": [10], "logprob": -0.00075, "top_logprobs": []}]}}]}, 0.05)  # fmt: skip
+    _take(out, {"choices": [{"text": "", "index": 0, "logprobs": None, "finish_reason": "length"}]}, 0.06)
+    assert out.token_logprobs == [("\n", -0.00075)]
+
+
 def test_a_server_without_our_timings_gives_client_numbers_only():
     out = RemoteOrder()
     _take(out, {"choices": [{"index": 0, "text": "Hi"}]}, 0.05)  # a vLLM-style chunk

@@ -52,6 +52,7 @@ def test_an_order_is_measured_at_the_client(llama):
     out = order_remote(llama, models(llama)[0], "ROMEO:", 16, 0.0, logprobs=1)
     assert out.text and out.ttft_s > 0 and len(out.chunk_times) >= 2 and out.server_steps == []
     assert board(llama) is None  # no class board: the page shows no rail
+    assert len(out.token_logprobs) == 16 and all(lp <= 0 for _, lp in out.token_logprobs)  # llama.cpp's own
 
 
 def test_its_metrics_read_under_its_own_names(llama):

@@ -81,7 +81,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.render:  # the rows again from guidellm's own reports, where they are still at hand
         report = json.loads(Path(args.out).read_text())
-        for name in [n for n in report if n not in ("machine", "load") and not isinstance(report[n], str)]:
+        for name in [n for n in report if n not in ("machine", "load", "notes") and not isinstance(report[n], str)]:
             raw = REPO / "test-artifacts" / f"guidellm-{name.split()[0]}.json"
             report[name] = rows_of(raw) if raw.exists() else report[name]
         Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
@@ -140,7 +140,7 @@ def render(d: dict) -> list[str]:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]  # fmt: skip
     for name, rows in d.items():
-        if name in ("machine", "load"):
+        if name in ("machine", "load", "notes"):
             continue
         if isinstance(rows, str):
             lines.append(f"| {name} | {rows} ||||||||")
@@ -154,10 +154,11 @@ def render(d: dict) -> list[str]:
     lines += ["", "Unfinished: requests still in flight when the level's time was up (guidellm cancels them; they "
               "count in no figure)."]  # fmt: skip
     for name, rows in d.items():
-        idle = [] if name in ("machine", "load") or isinstance(rows, str) else [r["streams"] for r in rows if not r["successful"]]
+        idle = [] if name in ("machine", "load", "notes") or isinstance(rows, str) else [r["streams"] for r in rows if not r["successful"]]
         if idle:
             lines.append(f"- {name} finished no request in {load['seconds_each']} s at "
                          f"{', '.join(map(str, idle))} stream(s): its requests were cancelled unanswered.")  # fmt: skip
+    lines += [f"- {note}" for note in d.get("notes", [])]  # measurements added beside the sweep, with their source
     return lines
 
 

@@ -4,7 +4,7 @@
 
 Starts each server on 127.0.0.1 (ours: `two-pot-kitchen serve --model chef`; theirs: `transformers
 serve --continuous-batching` on the same folder), runs the SAME guidellm command against each
-(`--profile concurrent`, 1, 2, 4, 8, 16 and 32 streams, each for `--seconds`; synthetic prompts of
+(after one warm-up order each; `--profile concurrent`, 1, 2, 4, 8, 16 and 32 streams, each for `--seconds`; synthetic prompts of
 `--prompt-tokens` tokens, at most `--output-tokens` new tokens each as `max_tokens`: guidellm's exact
 output lengths send vLLM's `ignore_eos`, which `transformers serve` refuses with 422, so the
 comparison asks for a ceiling, and both servers may stop early at EOS), and writes guidellm's own
@@ -64,6 +64,15 @@ def rows_of(out: Path) -> list[dict]:
     return rows
 
 
+def warm_up(url: str) -> None:
+    """One order before the sweep, so a server that loads its model at the first request (`transformers
+    serve` does) does not spend the first level loading it."""
+    import httpx
+
+    model = httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
+    httpx.post(url + "/v1/completions", json={"model": model, "prompt": "ROMEO:", "max_tokens": 4}, timeout=600)
+
+
 def _stat(s: dict, key: str) -> float | None:
     """guidellm's median ("p50") or percentile of one metric over the successful requests."""
     return None if not s or s.get("count", 0) == 0 else (s["median"] if key == "p50" else s["percentiles"][key])
@@ -108,6 +117,7 @@ def main() -> int:
         url = f"http://127.0.0.1:{port}"
         proc = start([*cmd, "--port", str(port)], url, "/v1/models", logs / f"guidellm-{name.split()[0]}.log")
         try:
+            warm_up(url)
             report[name] = guidellm(url, args.route, args, logs / f"guidellm-{name.split()[0]}.json")
         finally:
             stop(proc)

@@ -51,6 +51,18 @@ class RushReport:
     running_after: float  # twopot:num_requests_running once it is over
 
 
+def allow_open_files(n: int = 2 * MAX_CLIENTS + 256) -> int:
+    """Raise this process's soft limit on open files towards `n` (a rush holds a socket per client, and a
+    server started after this inherits it); many machines start at 1,024. Returns the limit now."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = n if hard == resource.RLIM_INFINITY else min(n, hard)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
 def gauge(url: str, name: str) -> float:
     text = httpx.get(url + "/metrics", timeout=10).text
     return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith(f"twopot:{name}{{"))
@@ -59,6 +71,8 @@ def gauge(url: str, name: str) -> float:
 def rush(url: str, pid: int, clients: int, max_tokens: int = 8, timeout_s: float = 300.0) -> RushReport:
     """`clients` streams at once against the server at `url` (process `pid`, for its memory)."""
     _check(url, clients)
+    if allow_open_files() < clients + 64:
+        raise ValueError(f"this process may open too few files for {clients:,} clients (ulimit -n)")
     prompts = [PROMPTS[i % len(PROMPTS)] for i in range(clients)]
     asyncio.run(run_load(url, "chef", list(PROMPTS), [0.0] * len(PROMPTS), len(PROMPTS), max_tokens, None, 60))
     before = rss_kb(pid)

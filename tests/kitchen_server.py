@@ -64,6 +64,9 @@ def kitchen_process(*args: str):
 
     import httpx
 
+    from serving.rush import allow_open_files
+
+    allow_open_files()  # the server inherits it: a rush holds a socket per client on both sides
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

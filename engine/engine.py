@@ -37,6 +37,7 @@ from engine.fixed_batch import FixedBatchRun
 from engine.kv_pool import SeatPool
 from engine.limits import Limits, RequestSettings, available_memory, check_request, kv_limits
 from engine.loader import ModelInfo, load_model
+from engine.logprobs import row_extras, token_logprobs
 from engine.model import Transformer
 from engine.order_run import SeatOrderRun, runs_on_seats
 from engine.prefix_cache import PrefixCache
@@ -123,6 +124,7 @@ class Serving:
         self.model = model
         self.seqs: dict[int, Sequence] = {}  # every request not yet Done, by id
         self.cancelled: list[Sequence] = []  # cancel() asked; applied at the next step
+        self.extras: set[int] = set()  # live requests with logprobs or min_tokens (a step checks only these)
 
     def work_bytes(self, tokens: int, longest: int) -> int:
         return prefill_work_bytes(self.model.cfg, tokens, longest, self.model.dtype.itemsize)
@@ -200,6 +202,8 @@ class Engine:
             raise EngineError(f"cuda_graph=True needs cache='static' (got '{req.cache}')")
         if req.speculate:
             raise EngineError("speculative decoding runs on the serving path: submit() each prompt with speculate=K")
+        if req.logprobs >= 0 or req.min_tokens:
+            raise EngineError("logprobs and min_tokens run on the serving path: submit() each prompt with them")
         return ids
 
     # --- one order as one fixed batch ---------------------------------------------------------------
@@ -284,9 +288,12 @@ class Engine:
             stop_ids=frozenset(self.cfg.eos_ids) if req.stop_at_eos else frozenset(),
             decoder=IncrementalDecoder(self.codec, ids),
             arrival_t=time.perf_counter() if arrival_s is None else arrival_s, speculate=req.speculate,
-            draft=req.draft, reuse_prefix=bool(req.reuse_prefix),
+            draft=req.draft, reuse_prefix=bool(req.reuse_prefix), logprobs=req.logprobs,
+            min_tokens=req.min_tokens,
         )  # fmt: skip
         srv.seqs[rid] = seq
+        if req.logprobs >= 0 or req.min_tokens:
+            srv.extras.add(rid)
         srv.scheduler.add(seq)
         return rid
 
@@ -349,6 +356,7 @@ class Engine:
         t_start = self._now()
         out = srv.runner.run(plan)
         t_fwd = self._now()
+        lps = row_extras(out, srv.extras) if srv.extras else {}
         picks = self._sample(out)
         t_end = self._now()
         t_abs = self._t0 + t_end
@@ -359,10 +367,12 @@ class Engine:
                 seq.spec.record(len(w.draft), len(toks) - 1)
                 seq.num_cached = w.start + len(toks)
                 srv.pool.note_written(seq.seat, seq.num_cached)
-            for tok in toks:
+            rows = lps.get(seq.request_id)
+            for j, tok in enumerate(toks):
                 done = seq.append(tok, t_abs)
                 text = seq.decoder.feed(tok, final=done)
-                events.append(Token(t_end, 0, seq.n_output - 1, tok, text, done, seq.request_id))
+                lp, top = token_logprobs(rows, j, tok, seq.logprobs) if rows is not None else (None, ())
+                events.append(Token(t_end, 0, seq.n_output - 1, tok, text, done, seq.request_id, lp, top))
                 if done:
                     finished.append(seq)
                     break
@@ -401,6 +411,7 @@ class Engine:
     def _done(self, seq: Sequence, t_abs: float) -> Done:
         seq.finish_t = t_abs
         del self.serving.seqs[seq.request_id]
+        self.serving.extras.discard(seq.request_id)
         result = RequestResult(
             request_id=seq.request_id, prompt_ids=seq.prompt, tokens=seq.output, text=self.decode(seq.output),
             finish_reason=seq.finish_reason,
@@ -423,3 +434,4 @@ class Engine:
     def _new_id(self) -> int:
         self._next_id += 1
         return self._next_id - 1
+

@@ -51,6 +51,10 @@ class Token:
     text: str  # newly printable text for this sequence ("" while a UTF-8 char is incomplete)
     finished: bool  # this token ended the sequence (EOS or max_new_tokens)
     request_id: int = 0
+    # Served requests that asked for logprobs: log-softmax of the model's logits (before temperature,
+    # top-p or min_tokens' mask) at this token, and the k likeliest (token id, logprob), best first.
+    logprob: float | None = None
+    top_logprobs: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from engine.errors import EngineError
 
 CACHE_MODES = ("static", "growing", "none")
 BATCHING_MODES = ("padded", "packed")
+MAX_LOGPROBS = 20  # alternatives per token a request may ask for (OpenAI's own limit)
 DEFAULT_BUDGET_FRACTION = 0.5  # of the memory available when the request is checked
 
 
@@ -42,6 +43,8 @@ class RequestSettings:
     speculate: int = 0  # draft tokens per decode step (serving path only; engine/speculative.py)
     draft: str = "ngram"
     reuse_prefix: bool = True  # serving path: start from a cached prompt prefix when one matches
+    logprobs: int = -1  # serving path: -1 none; k >= 0: each token's log-probability and its k likeliest rivals
+    min_tokens: int = 0  # serving path: EOS cannot end the request before this many new tokens
 
     def __init__(self, **kwargs):
         known = {f.name for f in fields(self)}
@@ -107,6 +110,10 @@ def check_request(cfg: ModelConfig, prompts: list[list[int]], req: RequestSettin
         raise EngineError(f"speculate must be 0..{MAX_SPECULATE} draft tokens per step (got {req.speculate})")
     if not isinstance(req.draft, str) or not req.draft:
         raise EngineError(f"draft must be 'ngram' (prompt lookup), 'apprentice' or a model name/folder (got {req.draft!r})")
+    if not isinstance(req.logprobs, int) or not -1 <= req.logprobs <= MAX_LOGPROBS:
+        raise EngineError(f"logprobs must be -1 (none) or 0..{MAX_LOGPROBS} alternatives per token (got {req.logprobs})")
+    if not isinstance(req.min_tokens, int) or not 0 <= req.min_tokens <= req.max_new_tokens:
+        raise EngineError(f"min_tokens must be 0..max_new_tokens ({req.max_new_tokens}) (got {req.min_tokens})")
     for i, ids in enumerate(prompts, start=1):
         if not ids:
             raise EngineError(f"prompt {i} is empty: give at least one token")

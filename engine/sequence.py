@@ -64,6 +64,8 @@ class Sequence:
     spec: SpecCounters = field(default_factory=SpecCounters)
     cancel_requested: bool = False
     reuse_prefix: bool = True  # False: every prompt token is computed, whatever the prefix cache holds
+    logprobs: int = -1  # -1: none; k >= 0: its Tokens carry their log-probability and k rivals
+    min_tokens: int = 0  # EOS is masked out of its logits until it has this many new tokens
 
     def __post_init__(self) -> None:
         if not self.tokens:

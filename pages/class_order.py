@@ -21,6 +21,7 @@ from kitchen_viz.app_state import class_kitchen_address
 from kitchen_viz.class_rail import rail_html
 from kitchen_viz.whole_class import draw_whole_class
 from serving.remote_order import board, models, order_remote
+from serving.token_confidence import confidence_html, summarize
 
 RAIL_EVERY_S = 0.5  # how often the rail is refreshed while your order streams
 
@@ -43,6 +44,7 @@ prompt = st.text_area("Your order (prompt)", value="ROMEO:", key="order-prompt")
 cols = st.columns(2)
 max_tokens = cols[0].number_input("New tokens", min_value=1, max_value=4096, value=32, key="order-new")
 temperature = cols[1].number_input("Temperature", min_value=0.0, max_value=2.0, value=0.0, step=0.1, key="order-temp")
+sure = st.checkbox("Show how sure the chef was of each token (the server's logprobs)", value=True, key="order-sure")
 
 
 def ms(v) -> str:
@@ -71,7 +73,8 @@ if st.button("🔥 Order", type="primary", key="order-go"):
                 rail.markdown(rail_html(now), unsafe_allow_html=True)
 
     try:
-        out = order_remote(url, model, prompt, int(max_tokens), float(temperature), api_key, on_chunk=on_chunk)
+        out = order_remote(url, model, prompt, int(max_tokens), float(temperature), api_key, on_chunk=on_chunk,
+                           logprobs=1 if sure else None)  # fmt: skip
     except EngineError as err:
         st.error(str(err))
         st.stop()
@@ -86,6 +89,15 @@ if st.button("🔥 Order", type="primary", key="order-go"):
                f"prompt {out.prompt_tokens if out.prompt_tokens is not None else '?'} tokens, finish: "
                f"{out.finish_reason or '?'}. Client-side times include the network and whatever else the "
                "kitchen was cooking.")  # fmt: skip
+    if sure and out.token_logprobs:
+        st.subheader("How sure the chef was of each token")
+        st.markdown(confidence_html(out.token_logprobs), unsafe_allow_html=True)
+        c = summarize(out.token_logprobs)
+        st.caption(f"The probability the model gave each token it served, as the server measured it (exp of its "
+                   f"logprob; hover a token). Mean {c.mean_p:.2f} over {c.tokens} tokens; {c.unsure} below 0.5; least "
+                   f"sure of {c.least[0]!r} (p = {c.least[1]:.3f}).")  # fmt: skip
+    elif sure:
+        st.info("This server sent no logprobs with the answer, so how sure the model was of each token cannot be shown.")
     if out.server_steps:
         st.subheader("Measured by the kitchen")
         steps = pd.DataFrame(out.server_steps)

@@ -22,8 +22,11 @@ if svc.state == "loading":
     draw_failed_order()
     draw_loading(svc)
     st.stop()
-if svc.state == "error":
-    st.error(f"Could not open this kitchen: {svc.load_error}")
+if svc.state == "error":  # another make of server (vLLM, llama.cpp) is not a failure: one line of what it cannot do
+    if getattr(svc, "foreign", False):
+        st.info(svc.load_error)
+    else:
+        st.error(f"Could not open this kitchen: {svc.load_error}")
     st.stop()
 
 info = svc.info

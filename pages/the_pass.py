@@ -4,7 +4,9 @@ The pass is where a head chef watches every plate leave. This page scrapes a kit
 Prometheus metrics every few seconds (our `two-pot-kitchen serve`, or a vLLM server: the same
 names), keeps the scrapes of the last minutes in this session, and shows what the class is
 doing to the kitchen right now: orders running and waiting, KV memory, TTFT and ITL percentiles
-over a window, tokens per second, and the caps in force. Logic: serving/scrape.py.
+over a window, tokens per second, and the caps in force. A llama.cpp server (`llama-server
+--metrics`) exports its own names and no latency histograms: the page shows what it has and says
+in one line what it does not. Logic: serving/scrape.py.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ def ms(v) -> str:
 
 @st.fragment(run_every=EVERY_S)
 def live_pass() -> None:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}  # /kitchen needs the key when the server has one
     scrapes = st.session_state.setdefault(KEY_SCRAPES, {})
     history = scrapes.setdefault(url, [])
     try:
@@ -59,11 +62,32 @@ def live_pass() -> None:
     cols = st.columns(4)
     cols[0].metric("Orders cooking (running)", f"{w.running:,.0f}")
     cols[1].metric("Orders waiting for a seat", f"{w.waiting:,.0f}")
-    cols[2].metric("KV memory in use", f"{w.kv_usage:.0%}")
+    cols[2].metric("KV memory in use", "—" if w.kv_usage is None else f"{w.kv_usage:.0%}")
     cols[3].metric("Tokens per second", f"{w.tokens_per_s:,.1f}")
+    if not w.histograms:
+        st.info(f"This server's /metrics ({history[-1].prefix} names) has no latency histograms and no count of "
+                "finished orders: TTFT, ITL and TPOT percentiles cannot be read here (the Order page measures them "
+                "at the client).")  # fmt: skip
+    else:
+        show_latencies(w, span)
+    timeline = pd.DataFrame(
+        {"orders running": [int(s.gauges.get("num_requests_running", 0)) for s in history],
+         "orders waiting": [int(s.gauges.get("num_requests_waiting", 0)) for s in history]},
+        index=pd.Index([round(s.t - now, 1) for s in history], name="seconds (0 = now)"),
+    )  # fmt: skip
+    st.line_chart(timeline, height=200, x_label="seconds (0 = now)", y_label="orders")
+    try:
+        about = httpx.get(url.rstrip("/") + "/kitchen", headers=headers, timeout=3).json()
+        st.markdown(f"**Kitchen**: {about['model']} on {about['device']} ({about['dtype']}), policy "
+                    f"`{about['policy']}`, {about['seats']} seats. {about['caps_line']}")  # fmt: skip
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        st.caption("This server does not report its policy or caps (not a Two-Pot kitchen server).")
+
+
+def show_latencies(w, span: str) -> None:
     st.markdown(f"**Over the {span} ({w.seconds:,.0f} s of readings)**: "
                 f"{w.observed['time_to_first_token_seconds']:,.0f} first tokens, "
-                f"{w.observed['inter_token_latency_seconds']:,.0f} token gaps, {w.requests_per_s:,.2f} orders/s finished.")  # fmt: skip
+                f"{w.observed['inter_token_latency_seconds']:,.0f} token gaps, {w.requests_per_s or 0:,.2f} orders/s finished.")  # fmt: skip
     table = pd.DataFrame(
         {name: [ms(d["p50"]), ms(d["p90"]), ms(d["p99"])] for name, d in
          (("TTFT (the wok)", w.ttft_s), ("ITL (the pot)", w.itl_s), ("TPOT", w.tpot_s),
@@ -73,18 +97,6 @@ def live_pass() -> None:
     st.table(table)
     st.caption("Percentiles come from the server's histogram buckets filled during the window (interpolated "
                "inside a bucket, as Prometheus' histogram_quantile does).")  # fmt: skip
-    timeline = pd.DataFrame(
-        {"orders running": [int(s.gauges.get("num_requests_running", 0)) for s in history],
-         "orders waiting": [int(s.gauges.get("num_requests_waiting", 0)) for s in history]},
-        index=pd.Index([round(s.t - now, 1) for s in history], name="seconds (0 = now)"),
-    )  # fmt: skip
-    st.line_chart(timeline, height=200, x_label="seconds (0 = now)", y_label="orders")
-    try:
-        about = httpx.get(url.rstrip("/") + "/kitchen", timeout=3).json()
-        st.markdown(f"**Kitchen**: {about['model']} on {about['device']} ({about['dtype']}), policy "
-                    f"`{about['policy']}`, {about['seats']} seats. {about['caps_line']}")  # fmt: skip
-    except (httpx.HTTPError, ValueError, KeyError):
-        st.caption("This server does not report its policy or caps (not a Two-Pot kitchen server).")
 
 
 live_pass()

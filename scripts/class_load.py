@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.serve_bench import Dist  # noqa: E402
-from serving.loadgen import make_load, run_load, serve_alone, summarize  # noqa: E402
+from serving.loadgen import make_load, rss_kb, run_load, serve_alone, summarize  # noqa: E402
 
 CHEF = str(REPO / "assets" / "models" / "chef")
 
@@ -73,21 +73,6 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait(20)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, 9)
-
-
-def rss_kb(pid: int) -> int:
-    """Resident memory of `pid` and all its descendants, kB."""
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            status = Path(f"/proc/{p}/status").read_text()
-            total += int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("VmRSS:")))
-            for task in Path(f"/proc/{p}/task").iterdir():
-                todo += [int(c) for c in (task / "children").read_text().split()]
-        except (OSError, StopIteration):
-            pass
-    return total
 
 
 def load(url: str, model: str, n: int, rate: float, students: int, kind: str, verify: bool, seed: int) -> dict:

@@ -5,11 +5,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian's Chromium drives the browser tests and the PNG export (Playwright cannot download its
-# own browser here); the emoji font makes the kitchen's icons render in screenshots.
-if [ ! -x /usr/bin/chromium ]; then
+# own browser here); the emoji font makes the kitchen's icons render in screenshots. Debian's
+# Prometheus scrapes the class kitchen in tests/test_prometheus.py.
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/prometheus ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium fonts-noto-color-emoji >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium fonts-noto-color-emoji prometheus >/dev/null
 fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv

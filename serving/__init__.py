@@ -13,12 +13,15 @@ instructor's caps.
     cores           which cores the engine keeps, how many threads it runs
 
 The kitchen server (`two-pot-kitchen serve`, and the app's own: one continuous batch over HTTP):
-    server, engine_client, kitchen_loop, openai_api, metrics, class_board; kitchen_orders and
+    server (the app and the command), kitchen_http (the routes), answer (OpenAI's response shapes),
+    admission (the queue bound), auth (the key), engine_client, kitchen_loop, openai_api, metrics,
+    class_board; kitchen_orders and
     order_wire (the Kitchen's orders of B tables, every engine event); lab_wire (a Lab run's
     settings and result as JSON; the Lab's routes are lab/on_server.py, passed in as an
     extension); mounted (the servers inside the app's own port). Its clients: kitchen_client (the
     Kitchen's and the Lab's, the same surface as KitchenService), remote_order (one measured order),
-    loadgen (a class of simulated students), scrape (its /metrics).
+    loadgen (a class of simulated students), rush (overload: a rush, a slow reader), scrape (its
+    /metrics), token_confidence (the Order page's per-token probabilities).
 
 Import direction: pages/ -> kitchen_viz/ -> serving/ -> engine/ (and lab/ -> serving/). Nothing
 here imports streamlit, kitchen_viz or lab.

@@ -9,10 +9,14 @@ order to a classroom-sized share. They are server-side: a TOML file the launcher
     max_order_tokens = 8192     # prompt tokens x tables, per order
     max_new_tokens = 512        # new tokens per table
     max_order_seconds = 120     # cooking time per order; past it the order is cancelled
+    max_waiting = 2048          # requests waiting for a seat; past it a request is refused (503)
 
 Every key is optional (the defaults below). A request over a cap is refused before it queues, in
 one line naming the cap and its value; an order past its time is cancelled in one line
-(`time_line`). Lab experiments are not orders: they pace themselves and are not capped here.
+(`time_line`); a request that finds `max_waiting` requests already waiting for a seat is refused
+at once with 503 and Retry-After (serving/admission.py). The default bound is generous: 2,048
+waiting, so a class of a thousand streaming at once is queued, not refused. Lab experiments are
+not orders: they pace themselves and are not capped here.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import tomllib
 from engine.errors import EngineError
 
 ENV_VAR = "TWO_POT_CAPS"
-KEYS = {"max_order_tokens": int, "max_new_tokens": int, "max_order_seconds": float}
+KEYS = {"max_order_tokens": int, "max_new_tokens": int, "max_order_seconds": float, "max_waiting": int}
 
 
 class CapExceeded(EngineError):
@@ -38,6 +42,7 @@ class Caps:
     max_order_tokens: int = 8192
     max_new_tokens: int = 512
     max_order_seconds: float = 120.0
+    max_waiting: int = 2048  # requests waiting for a seat (beyond those cooking) before one is refused
 
     def check(self, prompt_tokens: list[int], max_new_tokens: int) -> None:
         """Refuse (CapExceeded, one line) an order of these prompts (token counts, one per table)."""

@@ -46,6 +46,7 @@ class Tok:
     finished: bool
     step: StepInfo | None
     ttft_s: float | None  # on a request's first token: arrival -> this token, measured by the engine process
+    logprobs: tuple | None = None  # asked for: (token text, logprob, ((rival text, logprob), ...)), engine-measured
 
 
 class Refused(EngineError):
@@ -263,10 +264,10 @@ class EngineClient:
                 self.metrics.observe_step(info)
         if self.board is not None:
             self.board.step(info, tokens, done)
-        for key, token_id, text, index, finished, ttft in tokens:
+        for key, token_id, text, index, finished, ttft, lp in tokens:
             handle = self._handles.get(key)
             if handle is not None:
-                handle.put(("token", Tok(token_id, text, index, finished, info, ttft)))
+                handle.put(("token", Tok(token_id, text, index, finished, info, ttft, lp)))
         for key, result in done:
             with self._lock:
                 handle = self._handles.pop(key, None)

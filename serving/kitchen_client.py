@@ -58,6 +58,7 @@ class ServerKitchen:
         self._ready = threading.Event()
         self._lock = threading.Lock()
         self._jobs: list[Job] = []
+        self.foreign = False  # True: the server answers but is not a Two-Pot kitchen server (vLLM, llama.cpp)
         self._closed = False
         self._watcher: threading.Thread | None = None
         threading.Thread(target=self._connect, daemon=True, name=f"kitchen-client-{model}").start()
@@ -85,6 +86,7 @@ class ServerKitchen:
                     return
                 last = error_line(r)
                 if r.status_code == 404 and "/kitchens/" not in self.url:
+                    self.foreign = True  # an OpenAI server of another make: the page says so, not as an error
                     last = ("it has no /kitchen/model, so it is not a Two-Pot kitchen server and the Kitchen cannot "
                             "draw its orders; the Class order page works with any OpenAI-compatible server")  # fmt: skip
                 if r.status_code != 503:  # 503: still loading; anything else will not get better

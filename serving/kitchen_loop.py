@@ -25,8 +25,10 @@ child -> parent:
                                           Kitchen's orders' own events (serving/order_wire.py; end is
                                           None while one cooks, then "done" or "cancelled");
                                           tokens = [(key, token_id, text, index,
-                                          finished, ttft_s)] (ttft_s: arrival here -> this first
-                                          token, measured when its step returned; else None), done = [(key, RequestResult)]; StepInfo is None
+                                          finished, ttft_s, logprobs)] (ttft_s: arrival here -> this first
+                                          token, measured when its step returned; else None; logprobs: None,
+                                          or (token text, logprob, ((rival text, logprob), ...)) for
+                                          a request that asked), done = [(key, RequestResult)]; StepInfo is None
                                           when the step only applied cancellations
 The key is the parent's name for a request (a string); the engine's request ids stay here.
 
@@ -229,7 +231,9 @@ def serve(conn, engine, EngineError) -> None:  # noqa: N803 -- the engine's exce
             if isinstance(ev, Token):
                 key = key_of[ev.request_id]
                 ttft = now - arrived[key] if ev.step == 0 else None
-                tokens.append((key, ev.token_id, ev.text, ev.step, ev.finished, ttft))
+                lp = None if ev.logprob is None else (engine.decode([ev.token_id]), ev.logprob,
+                                                       tuple((engine.decode([i]), v) for i, v in ev.top_logprobs))
+                tokens.append((key, ev.token_id, ev.text, ev.step, ev.finished, ttft, lp))
             elif isinstance(ev, Done):
                 key = key_of.pop(ev.request_id)
                 id_of.pop(key, None)

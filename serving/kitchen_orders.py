@@ -20,7 +20,8 @@ your order shows the class's dinner rush inside it:
                                           a failure mid-order is one {"error": {...}} event
 
 Refusals before the stream starts are HTTP errors with one line, as on the OpenAI routes: 400 over
-a limit (the engine's or the instructor's caps), 404 another model, 422 a malformed field. A
+a limit (the engine's or the instructor's caps), 404 another model, 422 a malformed field, 503 with
+Retry-After past the queue bound (its tables count as requests; serving/admission.py). A
 client that hangs up cancels the order's tables at the next step; an order past the instructor's
 time limit is cancelled and its stream ends with an error event.
 """
@@ -48,7 +49,7 @@ COALESCE_S = 0.05
 
 class KitchenOrders:
     def __init__(self, kitchen):
-        """`kitchen`: serving.server.Kitchen (its engine client, config and body reader)."""
+        """`kitchen`: serving.kitchen_http.Kitchen (its engine client, config, body reader and queue bound)."""
         self.kitchen, self.client, self.config = kitchen, kitchen.client, kitchen.config
 
     def routes(self) -> list[Route]:
@@ -78,15 +79,14 @@ class KitchenOrders:
     async def orders(self, request: Request) -> Response:
         body = await self._body(request)
         model = _field(body, "model", str, rule="the name of a served model (GET /v1/models)")
-        if model is None:
+        if model is None:  # the Kitchen page always names it: an order without one is a broken client
             raise ApiError(422, "field 'model' is required: the name of a served model (GET /v1/models)", "model")
-        if model != self.config.served_name:
-            raise ApiError(404, f"model '{model}' is not served here; GET /v1/models lists "
-                                f"'{self.config.served_name}'", "model", "not_found_error")  # fmt: skip
+        self.kitchen.served(model)
         prompts, max_new, settings = self._parse(body)
         caps = self.config.caps
         try:
             caps.check([1] * len(prompts), max_new)
+            self.kitchen.admission.admit(len(prompts))
             handle = await self.client.submit_order(prompts, max_new, settings)
         except Refused as err:
             raise ApiError(400, str(err), "prompts") from None

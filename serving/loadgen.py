@@ -26,6 +26,7 @@ import random
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from urllib.parse import urlparse
 
 import httpx
@@ -46,6 +47,9 @@ class Outcome:
     chunk_times: list[float] = field(default_factory=list)
     done: float | None = None
     error: str | None = None
+    status: int | None = None  # the HTTP status of the answer
+    retry_after: str | None = None  # a refusal's Retry-After header
+    answered: float | None = None  # when the status line arrived (a refusal's whole answer)
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,7 @@ async def order(http: httpx.AsyncClient, url: str, model: str, prompt, max_token
     out.sent = time.perf_counter()
     try:
         async with http.stream("POST", url + "/v1/completions", json=body) as r:
+            out.status, out.answered, out.retry_after = r.status_code, time.perf_counter(), r.headers.get("retry-after")
             if r.status_code != 200:
                 out.error = f"HTTP {r.status_code}: {(await r.aread()).decode(errors='replace')[:200]}"
                 return
@@ -146,6 +151,21 @@ def summarize(outcomes: list[Outcome], alone: list[Outcome] | None, slo_ttft: fl
         tpot_s=percentiles(tpot), e2e_s=percentiles([o.done - o.sent for o in ok]), goodput=len(met) / span,
         slo_met=len(met),
     )  # fmt: skip
+
+
+def rss_kb(pid: int) -> int:
+    """Resident memory of `pid` and all its descendants (a server and its engine process), kB."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+            total += int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("VmRSS:")))
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, StopIteration):
+            pass
+    return total
 
 
 def make_load(n: int, rate: float, prompt_len: Dist, seed: int, vocab: int, kind: str = "ids") -> tuple[list, list[float]]:

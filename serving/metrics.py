@@ -13,6 +13,7 @@ PromQL work), under our own prefix `twopot:` instead of `vllm:`:
     twopot:prompt_tokens_total, generation_tokens_total    counter
     twopot:request_success_total{finished_reason}           counter
     twopot:prefix_cache_queries_total, prefix_cache_hits_total  counter  prompt tokens looked up / found
+    twopot:request_refused_total                            counter  refused at once: the line was full (503)
 and the kitchen's own per-phase series:
     twopot:step_seconds{phase="prefill|decode|mixed"}       histogram  one engine step
     twopot:step_tokens_total{phase, kind="prefill|decode"}  counter
@@ -66,6 +67,8 @@ class KitchenMetrics:
                                       ["model_name"], registry=r).labels(**labels)  # fmt: skip
         self.prefix_hits = Counter(PREFIX + "prefix_cache_hits", "Prompt tokens found in the prefix cache.",
                                    ["model_name"], registry=r).labels(**labels)  # fmt: skip
+        self.refused = Counter(PREFIX + "request_refused", "Requests refused at once: the line waiting for a seat was full.",
+                               ["model_name"], registry=r).labels(**labels)  # fmt: skip
         self._prefix_seen = (0, 0)  # the engine's running totals at the last step (a restart resets them)
         self.step_seconds = Histogram(PREFIX + "step_seconds", "One engine step (forward + sampling).",
                                       ["model_name", "phase"], buckets=BUCKETS, registry=r)  # fmt: skip

@@ -33,6 +33,7 @@ class RemoteOrder:
     server_steps: list[dict] = field(default_factory=list)  # our server's `timings`, one per chunk
     server_ttft_s: float | None = None
     order_id: str | None = None  # the stream's `id`: names this order on a Two-Pot class board
+    token_logprobs: list[tuple[str, float]] = field(default_factory=list)  # (token, logprob), when asked and sent
 
     @property
     def ttft_s(self) -> float | None:
@@ -65,11 +66,14 @@ def models(url: str, api_key: str | None = None, timeout_s: float = 5.0) -> list
 
 
 def order_remote(url: str, model: str, prompt: str, max_tokens: int, temperature: float = 0.0,
-                 api_key: str | None = None, timeout_s: float = 300.0, on_chunk=None) -> RemoteOrder:  # fmt: skip
+                 api_key: str | None = None, timeout_s: float = 300.0, on_chunk=None,
+                 logprobs: int | None = None) -> RemoteOrder:  # fmt: skip
     """Stream one completion; `on_chunk(RemoteOrder)` after each text chunk (for a live page).
+    `logprobs`: ask for each token's log-probability (OpenAI's completions field; the server's own
+    numbers land in `token_logprobs`, none from a server that ignores it).
     A refusal or a dropped stream raises EngineError with the server's one line."""
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": temperature, "stream": True,
-            "stream_options": {"include_usage": True}}  # fmt: skip
+            "stream_options": {"include_usage": True}} | ({"logprobs": logprobs} if logprobs is not None else {})  # fmt: skip
     out = RemoteOrder()
     out.sent = time.perf_counter()
     try:
@@ -113,6 +117,13 @@ def _take(out: RemoteOrder, ev: dict, t: float) -> None:
             out.text += c["text"]
             out.chunk_times.append(t)
         out.finish_reason = c.get("finish_reason") or out.finish_reason
+        lp = c.get("logprobs")
+        if isinstance(lp, dict) and isinstance(lp.get("tokens"), list):  # OpenAI's completions shape
+            out.token_logprobs += [(t, v) for t, v in zip(lp["tokens"], lp.get("token_logprobs") or [], strict=False)
+                                   if isinstance(v, int | float)]  # fmt: skip
+        elif isinstance(lp, dict) and isinstance(lp.get("content"), list):  # the chat shape (llama.cpp sends it here too)
+            out.token_logprobs += [(e["token"], e["logprob"]) for e in lp["content"]
+                                   if isinstance(e, dict) and isinstance(e.get("logprob"), int | float)]  # fmt: skip
     if ev.get("usage"):
         out.prompt_tokens = ev["usage"].get("prompt_tokens")
         out.completion_tokens = ev["usage"].get("completion_tokens")

@@ -1,7 +1,9 @@
 """Reading a kitchen's /metrics from outside: what the instructor's page ("the pass") shows.
 
 Works on our class server (`twopot:` names) and on vLLM (`vllm:` names: the same ideas under the
-same names), because it reads only Prometheus text. Two scrapes make a window: percentiles come
+same names), because it reads only Prometheus text; and on llama.cpp's `llama-server --metrics`
+(`llamacpp:` names, mapped below), which keeps gauges and counters but no latency histograms and
+no count of finished requests: what it lacks is None, and the page says so in one line. Two scrapes make a window: percentiles come
 from the histogram buckets that filled in between (as PromQL's `histogram_quantile(rate(...))`),
 rates from the counters' growth.
 
@@ -19,7 +21,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from engine.errors import EngineError
 
-PREFIXES = ("twopot:", "vllm:")
+PREFIXES = ("twopot:", "vllm:", "llamacpp:")
+# llama.cpp's names for the same ideas (tools/server: requests in a slot, deferred for want of one,
+# tokens generated); its KV ratio only in releases that export it
+ALIASES = {"llamacpp:": {"requests_processing": "num_requests_running", "requests_deferred": "num_requests_waiting",
+                         "kv_cache_usage_ratio": "kv_cache_usage_perc", "tokens_predicted": "generation_tokens"}}
 HISTOGRAMS = ("time_to_first_token_seconds", "inter_token_latency_seconds", "request_time_per_output_token_seconds",
               "e2e_request_latency_seconds", "request_queue_time_seconds")  # fmt: skip
 
@@ -44,7 +50,8 @@ def parse(text: str, t: float | None = None) -> Snapshot:
     """Prometheus text -> Snapshot; series of one name are summed over their labels."""
     prefix = next((p for p in PREFIXES if f"\n{p}" in "\n" + text), None)
     if prefix is None:
-        raise EngineError("no twopot: or vllm: metrics in this /metrics page: is it a kitchen server?")
+        raise EngineError("no twopot:, vllm: or llamacpp: metrics in this /metrics page: is it a kitchen server?")
+    alias = ALIASES.get(prefix, {})
     gauges: dict[str, float] = {}
     counters: dict[str, float] = {}
     hist: dict[str, dict] = {}
@@ -54,10 +61,10 @@ def parse(text: str, t: float | None = None) -> Snapshot:
         name = family.name[len(prefix):]
         for s in family.samples:
             if s.name.endswith("_total") and family.type != "histogram":  # a counter, however its TYPE line names it
-                key = s.name[len(prefix) : -len("_total")]
+                key = alias.get(s.name[len(prefix) : -len("_total")], s.name[len(prefix) : -len("_total")])
                 counters[key] = counters.get(key, 0.0) + s.value
             elif family.type == "gauge":
-                gauges[name] = gauges.get(name, 0.0) + s.value
+                gauges[alias.get(name, name)] = gauges.get(alias.get(name, name), 0.0) + s.value
             elif family.type == "histogram":
                 h = hist.setdefault(name, {"buckets": {}, "count": 0.0, "sum": 0.0})
                 if s.name.endswith("_bucket"):
@@ -103,15 +110,16 @@ class Window:
     seconds: float
     running: float
     waiting: float
-    kv_usage: float
+    kv_usage: float | None  # None: the server exports no KV usage
     tokens_per_s: float
-    requests_per_s: float
+    requests_per_s: float | None  # None: the server counts no finished requests (llama.cpp)
     ttft_s: dict
     itl_s: dict
     tpot_s: dict
     e2e_s: dict
     queue_s: dict
     observed: dict  # requests (or gaps, for ITL) each histogram saw in the window
+    histograms: bool = True  # False: the server exports no latency histograms (llama.cpp)
 
 
 def window(old: Snapshot, new: Snapshot) -> Window:
@@ -129,15 +137,17 @@ def window(old: Snapshot, new: Snapshot) -> Window:
         d = delta(name)
         return {f"p{int(q * 100)}": quantile(q, d) for q in (0.5, 0.9, 0.99)}
 
-    done = sum(new.counters.get(k, 0.0) - old.counters.get(k, 0.0) for k in new.counters if k == "request_success")
+    done = new.counters["request_success"] - old.counters.get("request_success", 0.0) \
+        if "request_success" in new.counters else None  # fmt: skip
     gen = new.counters.get("generation_tokens", 0.0) - old.counters.get("generation_tokens", 0.0)
     return Window(
         seconds=dt, running=new.gauges.get("num_requests_running", 0.0),
         waiting=new.gauges.get("num_requests_waiting", 0.0),
-        kv_usage=new.gauges.get("kv_cache_usage_perc", new.gauges.get("gpu_cache_usage_perc", 0.0)),
-        tokens_per_s=gen / dt, requests_per_s=done / dt,
+        kv_usage=new.gauges.get("kv_cache_usage_perc", new.gauges.get("gpu_cache_usage_perc")),
+        tokens_per_s=gen / dt, requests_per_s=None if done is None else done / dt,
         ttft_s=pct("time_to_first_token_seconds"), itl_s=pct("inter_token_latency_seconds"),
         tpot_s=pct("request_time_per_output_token_seconds"), e2e_s=pct("e2e_request_latency_seconds"),
         queue_s=pct("request_queue_time_seconds"),
         observed={n: (delta(n)[-1][1] if delta(n) else 0.0) for n in HISTOGRAMS},
+        histograms=any(n in new.histograms for n in HISTOGRAMS),
     )  # fmt: skip

@@ -52,3 +52,43 @@ def serve(app):
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+@contextmanager
+def kitchen_process(*args: str):
+    """`two-pot-kitchen serve --model chef ARGS` as its own process on a free loopback port (so its memory
+    can be read: serving.loadgen.rss_kb); yields (url, process)."""
+    import os
+    import subprocess
+    import sys
+
+    import httpx
+
+    from serving.rush import allow_open_files
+
+    allow_open_files()  # the server inherits it: a rush holds a socket per client on both sides
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    proc = subprocess.Popen([sys.executable, "-m", "serving.server", "--model", "chef", "--port", str(port), *args],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 120
+        while True:
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert time.time() < deadline, "the kitchen did not start in 120 s"
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        yield url, proc
+    finally:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)

@@ -35,6 +35,32 @@ def test_an_order_measured_at_the_client_and_by_the_kitchen():
         models(url, timeout_s=1)
 
 
+def test_per_token_confidence_is_the_servers_logprobs():
+    import math
+
+    from serving.token_confidence import confidence_html, summarize
+
+    with kitchen() as (url, _):
+        out = order_remote(url, "chef", "ROMEO:", 12, logprobs=1)
+        plain = order_remote(url, "chef", "ROMEO:", 12)
+    assert len(out.token_logprobs) == 12 and "".join(t for t, _ in out.token_logprobs) == out.text == plain.text
+    assert plain.token_logprobs == [] and all(lp <= 0 for _, lp in out.token_logprobs)
+    c = summarize(out.token_logprobs)
+    ps = [math.exp(lp) for _, lp in out.token_logprobs]
+    assert c.tokens == 12 and c.mean_p == pytest.approx(sum(ps) / 12) and c.least[1] == pytest.approx(min(ps))
+    shown = confidence_html(out.token_logprobs)
+    assert shown.count('title="p = ') == 12 and f"p = {ps[0]:.3f}" in shown
+    assert summarize([]) is None
+
+
+def test_logprobs_in_the_chat_shape_are_read_too():
+    out = RemoteOrder()  # llama-server sends `logprobs.content` on /v1/completions, as its chat route does
+    _take(out, {"choices": [{"text": "\n", "index": 0, "logprobs": {"content": [
+        {"id": 199, "token": "\n", "bytes": [10], "logprob": -0.00075, "top_logprobs": []}]}}]}, 0.05)  # fmt: skip
+    _take(out, {"choices": [{"text": "", "index": 0, "logprobs": None, "finish_reason": "length"}]}, 0.06)
+    assert out.token_logprobs == [("\n", -0.00075)]
+
+
 def test_a_server_without_our_timings_gives_client_numbers_only():
     out = RemoteOrder()
     _take(out, {"choices": [{"index": 0, "text": "Hi"}]}, 0.05)  # a vLLM-style chunk
@@ -61,6 +87,8 @@ def test_the_page_orders_and_shows_both_kinds_of_numbers(monkeypatch):
         assert any("Measured by the kitchen" in h.value for h in page.subheader)
         assert any("The whole class" in h.value for h in page.subheader)  # a Two-Pot kitchen keeps a board
         assert {"Your TTFT", "Kitchen's TTFT", "Kitchen's TPOT"} <= labels
+        assert any("How sure the chef was of each token" in h.value for h in page.subheader)
+        assert any('title="p = ' in m.value for m in page.markdown)  # every token coloured by its probability
         assert any("The rail is empty" in m.value for m in page.markdown)  # the order is done: nothing on the rail
         page.text_area(key="order-prompt").set_value("   ").run()
         page.button(key="order-go").click().run()

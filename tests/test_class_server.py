@@ -108,7 +108,7 @@ def test_tables_seeds_and_stop(oai):
         ({"model": "chef", "prompt": "x " * 600, "max_tokens": 5}, 400, "the model's context is 512"),
         ({"model": "chef", "prompt": list(range(400)), "max_tokens": 150}, 400, "exceeds the model's context of 512"),
         ({"model": "chef"}, 422, "field 'prompt' is required"),
-        ({"prompt": "hi"}, 422, "field 'model' is required"),
+        ({"prompt": "hi", "max_tokens": 0}, 422, "field 'max_tokens' must be an integer >= 1"),
         ({"model": "chef", "prompt": "hi", "temperature": "hot"}, 422, "field 'temperature'"),
         ({"model": "chef", "prompt": [1, "a"]}, 422, "field 'prompt' must be text or a list of token ids"),
         ({"model": "chef", "prompt": [1, 5000]}, 400, "token id 5000"),

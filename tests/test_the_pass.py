@@ -41,7 +41,7 @@ def test_percentiles_from_bucket_deltas_like_histogram_quantile():
 
 def test_vllm_names_are_read_too_and_other_pages_refused():
     assert parse(TEXT.replace("twopot:", "vllm:")).gauges["num_requests_running"] == 7
-    with pytest.raises(EngineError, match="no twopot: or vllm: metrics"):
+    with pytest.raises(EngineError, match="no twopot:, vllm: or llamacpp: metrics"):
         parse("# TYPE x gauge\nx 1\n")
 
 

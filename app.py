@@ -25,18 +25,14 @@ from kitchen_viz.app_state import (
     safe_model_choices,
 )
 from kitchen_viz.style import page_css, presenter_css
+from lab.registry import DASHBOARD, LAB_PAGES
 
 st.set_page_config(page_title="Two-Pot Kitchen", page_icon="🍳", layout="wide")
 
 
 def navigation_ui():
     """Kitchen (home), Story, then the lab pages that exist on disk, in the registry's order."""
-    try:
-        from lab.registry import DASHBOARD, LAB_PAGES
-
-        lab = [p for p in [*LAB_PAGES, DASHBOARD] if (app_state.REPO / p.path).is_file()]
-    except ImportError:
-        lab = []
+    lab = [p for p in [*LAB_PAGES, DASHBOARD] if (app_state.REPO / p.path).is_file()]
     sections = {
         "Kitchen": [
             st.Page("pages/kitchen.py", title="Kitchen", icon="🍳", default=True),

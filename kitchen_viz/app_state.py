@@ -18,7 +18,11 @@ import streamlit as st
 import torch
 
 from engine.errors import EngineError
+from kitchen_viz.live_feed import base_path
+from lab.runlog import RunLog
+from serving.catalog import load_catalog
 from serving.kitchen_client import ServerKitchen
+from serving.mounted import ENV_KEY, ENV_KITCHENS, ENV_MODEL, PREFIX, kitchen_path
 from serving.service import KitchenService, engine_threads
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,8 +64,6 @@ def model_choices() -> list[ModelChoice]:
     A broken catalog (an instructor's extra file with a typo, say) raises its one-line
     `EngineError`; the entry point shows it and falls back to `fallback_choices()`.
     """
-    from serving.catalog import load_catalog
-
     cat = load_catalog()
     default = cat.default.name
     entries = sorted(cat.entries, key=lambda e: e.name != default)
@@ -102,8 +104,6 @@ def current_settings() -> Settings:
 @st.cache_resource(show_spinner=False)
 def run_log():
     """The server's log of every finished generation (the dashboard reads it)."""
-    from lab.runlog import RunLog
-
     return RunLog()
 
 
@@ -129,9 +129,6 @@ def kitchen_server_for(model: str, device: str, dtype: str) -> tuple[str, str] |
     `--backend` (a Two-Pot kitchen server serves its one model), else this app's own kitchens
     (serving/mounted.py) unless TWO_POT_PRIVATE_KITCHEN=1 (each kitchen in a private engine
     process, as under plain `streamlit run app.py`: the benchmarks compare the two), else none."""
-    from kitchen_viz.live_feed import base_path
-    from serving.mounted import ENV_KEY, ENV_KITCHENS, kitchen_path
-
     if os.environ.get("TWO_POT_BACKEND"):
         return os.environ["TWO_POT_BACKEND"], os.environ.get("TWO_POT_BACKEND_KEY", "")
     if os.environ.get(ENV_KITCHENS) == "1" and os.environ.get(PRIVATE_ENV) != "1":
@@ -185,9 +182,6 @@ def class_kitchen_address() -> tuple[str, str]:
     """(URL, API key) the class kitchen pages start with: the launcher's `--backend`, else the
     class kitchen mounted on this very server (`--class-kitchen`), else `two-pot-kitchen serve`'s
     default address."""
-    from kitchen_viz.live_feed import base_path
-    from serving.mounted import ENV_KEY, ENV_MODEL, PREFIX
-
     if os.environ.get("TWO_POT_BACKEND"):
         return os.environ["TWO_POT_BACKEND"], os.environ.get("TWO_POT_BACKEND_KEY", "")
     if os.environ.get(ENV_MODEL):

@@ -22,8 +22,14 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from urllib.parse import urlparse
 
 from engine.errors import EngineError
+from lab.on_server import LabRoutes
+from serving.caps import use_caps_file
+from serving.catalog import use_extra_catalogs
+from serving.mounted import ENV_KEY, ENV_KITCHENS, ENV_MODEL
+from serving.server import main as serve_main
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
 SERVE = APP.parent / "serve.py"  # app.py served through st.App, with the live feed's route
@@ -95,9 +101,6 @@ def streamlit_command(passthrough: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["serve"]:  # the class kitchen server (serving/server.py), no Streamlit
-        from lab.on_server import LabRoutes
-        from serving.server import main as serve_main
-
         return serve_main(argv[1:], extensions=(LabRoutes,))  # the kitchen server runs the Lab's sweeps too
     args, passthrough = parse(argv)
     if not (APP.is_file() and SERVE.is_file()):
@@ -108,19 +111,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:  # the instructor's files are checked now (fail fast) and exported for the app's process
         if args.catalog:
-            from serving.catalog import use_extra_catalogs
-
             use_extra_catalogs(args.catalog)
         if args.caps:
-            from serving.caps import use_caps_file
-
             use_caps_file(args.caps)
     except EngineError as err:
         print(f"two-pot-kitchen: {err}", file=sys.stderr)
         return 2
     if args.backend:
-        from urllib.parse import urlparse
-
         if urlparse(args.backend).scheme not in ("http", "https") or not urlparse(args.backend).hostname:
             print(f"two-pot-kitchen: --backend must be a URL like http://HOST:8000 (got '{args.backend}')",
                   file=sys.stderr)  # fmt: skip
@@ -133,11 +130,9 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     if not args.backend:  # the Kitchen orders from the app's own kitchen server (serving/mounted.py)
-        from serving.mounted import ENV_KITCHENS
 
         os.environ[ENV_KITCHENS] = "1"
     if not args.no_class_kitchen and not args.backend:  # the app's class pages order from it by default
-        from serving.mounted import ENV_KEY, ENV_MODEL
 
         os.environ[ENV_MODEL] = args.class_kitchen or "chef"
         if args.class_key:

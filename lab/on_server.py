@@ -28,7 +28,11 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from lab.registry import LabRun, experiment
+from serving.cores import engine_threads
+from serving.lab_wire import decode, encode
 from serving.openai_api import ApiError, sse
+from serving.service import PAGE_GONE, KitchenService
 
 POLL_S = 0.2  # how often the stream looks for new progress
 
@@ -46,9 +50,6 @@ class LabRoutes:
 
     def service(self):
         """The server's private kitchen for sweeps, started at the first one (it loads its own copy)."""
-        from serving.cores import engine_threads
-        from serving.service import KitchenService
-
         with self._lock:
             if self._svc is None:
                 s = self.kitchen.client.settings
@@ -56,10 +57,6 @@ class LabRoutes:
             return self._svc
 
     async def run(self, request: Request) -> Response:
-        from lab.experiment import LabRun
-        from lab.registry import experiment
-        from serving.lab_wire import decode
-
         key = request.path_params["key"]
         try:
             exp = experiment(key)
@@ -80,9 +77,6 @@ class LabRoutes:
                                  headers={"Cache-Control": "no-cache"})  # fmt: skip
 
     async def _stream(self, request: Request, job):
-        from serving.lab_wire import encode
-        from serving.service import PAGE_GONE
-
         async def watch() -> None:  # the client hanging up shows as http.disconnect on receive()
             while (await request.receive())["type"] != "http.disconnect":
                 pass

@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     same = args.baseline == "same-process"
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import sync_playwright  # lazy: a dev dependency, only the browser run needs it
 
     order = Order(
         batch=args.batch, max_new_tokens=args.new, temperature=0.0, seed=0, prompt_tokens=args.prompt

@@ -28,8 +28,12 @@ from typing import Any
 import httpx
 
 from engine.errors import EngineError
+from engine.limits import Limits
+from engine.loader import ModelInfo
 from serving.job import Job
+from serving.lab_wire import decode, encode
 from serving.order_wire import from_wire
+from serving.remote_order import board
 from serving.service import HOLD_S, WATCH_S, cancel_abandoned, record_run
 
 CONNECT_TIMEOUT_S = 600.0  # the longest we wait for the server to load the model
@@ -65,8 +69,6 @@ class ServerKitchen:
     # -- the server ------------------------------------------------------------------------------------
     def _connect(self) -> None:
         """Ask /kitchen/model until the server has the model (503 while it loads)."""
-        from engine.loader import ModelInfo
-
         deadline = time.monotonic() + CONNECT_TIMEOUT_S
         last = "no answer yet"
         while not self._closed and time.monotonic() < deadline:
@@ -103,8 +105,6 @@ class ServerKitchen:
     def board(self, order_id: str, since: int | None = None) -> dict | None:
         """The class board with this order's tickets marked (serving/class_board.py), its steps after
         `since` (None: every step it keeps); None if unreadable."""
-        from serving.remote_order import board
-
         return board(self.url, order_id, since=-1 if since is None else since, client=self._http)
 
     @property
@@ -120,8 +120,6 @@ class ServerKitchen:
 
     # -- the order form's questions --------------------------------------------------------------------------
     def limits(self, prompt_len: int, max_new_tokens: int):
-        from engine.limits import Limits
-
         return Limits(**self._post("/kitchen/limits", {"prompt_tokens": prompt_len, "max_new_tokens": max_new_tokens}))
 
     def check(self, prompts: list, max_new_tokens: int, **settings) -> list[list[int]]:
@@ -150,7 +148,7 @@ class ServerKitchen:
         order = getattr(work, "order", None)
         if order is None and not hasattr(work, "settings"):
             raise EngineError("a kitchen server cooks the Kitchen's orders (kitchen_viz/orders.py `Cook`) and the "
-                              "Lab's runs (lab/experiment.py `LabRun`), not other code")  # fmt: skip
+                              "Lab's runs (lab/registry.py `LabRun`), not other code")  # fmt: skip
         job = Job.new(label, work, self, hold, time_limit_s, time_limit_line)
         if order is not None:
             job.board = dict(PENDING_BOARD)  # the live rail keeps its place until the first read
@@ -265,10 +263,8 @@ class ServerKitchen:
         return result
 
     def _lab(self, job: Job, run) -> None:
-        """A Lab run (lab/experiment.py `LabRun`) in the server's engine process: its progress into
+        """A Lab run (lab/registry.py `LabRun`) in the server's engine process: its progress into
         `job.events` as it streams in, then `run.keep(result)` here (lab/on_server.py)."""
-        from serving.lab_wire import decode, encode
-
         job._go.wait(HOLD_S)
         self._ready.wait(CONNECT_TIMEOUT_S)
         token = job.cancel_token

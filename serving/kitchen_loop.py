@@ -123,13 +123,13 @@ def run(conn, s: LoopSettings) -> None:
     t0 = time.perf_counter()
     model, policy = s.model, s.policy
     try:
-        from engine import Engine, EngineError
+        from engine import Engine, EngineError  # lazy: torch loads after OMP_WAIT_POLICY is set
 
         if s.threads:
-            import torch
+            import torch  # lazy: after the wait policy, as above
 
             torch.set_num_threads(s.threads)
-        from engine.quant import precision_parts
+        from engine.quant import precision_parts  # lazy: imports torch, as above
 
         dtype, quant = precision_parts(s.dtype)  # `--dtype int8`: int8 matrices, float32 for the rest
         engine = Engine.load(model, s.device, dtype, policy=policy, token_budget=s.token_budget,
@@ -154,9 +154,9 @@ def run(conn, s: LoopSettings) -> None:
 
 
 def serve(conn, engine, EngineError) -> None:  # noqa: N803 -- the engine's exception class, imported late
-    from engine.events import Done, StepEnd, Token
-    from engine.shared_order import SharedOrder, shared_check, shared_limits
-    from serving.order_wire import to_wire
+    from engine.events import Done, StepEnd, Token  # lazy: the engine loads in the child, after `entry`
+    from engine.shared_order import SharedOrder, shared_check, shared_limits  # lazy: as above
+    from serving.order_wire import to_wire  # lazy: it imports the engine, as above
 
     key_of: dict[int, str] = {}
     id_of: dict[str, int] = {}

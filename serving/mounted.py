@@ -33,6 +33,16 @@ from urllib.parse import quote
 
 from starlette.routing import Mount
 
+from engine.errors import EngineError
+from serving.caps import load_caps
+from serving.catalog import load_catalog
+from serving.class_board import ClassBoard
+from serving.cores import engine_threads, pin_this_process, split_cores
+from serving.engine_client import EngineClient
+from serving.kitchen_loop import LoopSettings
+from serving.metrics import KitchenMetrics
+from serving.server import ServerConfig, close_app, create_app, served_name
+
 ENV_MODEL, ENV_KEY, ENV_KITCHENS = "TWO_POT_CLASS_KITCHEN", "TWO_POT_CLASS_KEY", "TWO_POT_KITCHENS"
 PREFIX, KITCHENS = "/class", "/kitchens"
 CLASS_DEVICE, CLASS_DTYPE = "cpu", "float32"
@@ -54,9 +64,6 @@ def kitchen_path(model: str, device: str, dtype: str) -> str:
 def loop_settings(source: str, device: str, dtype: str):
     """The kitchen loop's settings in the app: the engine's threads on cores of their own, and
     (with the launcher's TWO_POT_PIN_SERVER) this server's threads moved off them."""
-    from serving.cores import engine_threads, pin_this_process, split_cores
-    from serving.kitchen_loop import LoopSettings
-
     threads = engine_threads()
     split = split_cores(threads)
     if split is not None and os.environ.get("TWO_POT_PIN_SERVER") == "1":
@@ -79,13 +86,6 @@ class ClassKitchenMount:
 
     def start(self) -> None:
         """Load the model in a kitchen-loop process (blocking: call it from a thread)."""
-        from engine.errors import EngineError
-        from serving.caps import load_caps
-        from serving.class_board import ClassBoard
-        from serving.engine_client import EngineClient
-        from serving.metrics import KitchenMetrics
-        from serving.server import ServerConfig, create_app, served_name
-
         try:
             name, source = served_name(self.model)
             metrics = KitchenMetrics(name)
@@ -97,8 +97,6 @@ class ClassKitchenMount:
 
     def close(self) -> None:
         if self.app is not None:
-            from serving.server import close_app
-
             close_app(self.app)  # the extensions' own processes (the Lab's engine, if a sweep started one)
         if self.client is not None:
             self.client.close()
@@ -151,9 +149,6 @@ class KitchenRooms:
     @staticmethod
     def refusal(model: str, device: str, precision: str) -> str | None:
         """Why this kitchen cannot be opened (one line), or None. Catalog names only: never a path."""
-        from engine.errors import EngineError
-        from serving.catalog import load_catalog
-
         try:
             names = [e.name for e in load_catalog().entries]
         except EngineError as err:

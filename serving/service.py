@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from engine.errors import EngineError
+from engine.loader import EMBEDDED_MODELS
+from serving.catalog import describe, load_catalog, resolve_source
 from serving.child import warm_up
 from serving.cores import ALL_CORES, engine_threads
 from serving.engine_process import Cancelled, CancelToken, ChildFailure, EngineProcess
@@ -76,8 +78,6 @@ def weights_megabytes(model: str, dtype: str, source: str | None = None) -> floa
     folder it sums the safetensors files.
     """
     try:
-        from serving.catalog import describe, load_catalog
-
         entry = load_catalog().get(model)
         return describe(entry).weight_bytes[dtype] / 1e6
     except Exception:  # noqa: BLE001 — an unknown name or a missing catalog just means "unknown size"
@@ -93,11 +93,7 @@ def resolve_model(model: str) -> str:
 
     A model embedded in the repo keeps its name ("chef"): the engine finds assets/models/chef
     itself, and its `info.name` then says "chef", not the folder."""
-    from engine.loader import EMBEDDED_MODELS
-
     try:
-        from serving.catalog import resolve_source
-
         source = resolve_source(model) or model
     except EngineError:  # a broken catalog: the name alone (the engine knows the embedded models)
         return model

@@ -13,10 +13,10 @@ from kitchen_server import kitchen
 
 from engine import Engine
 from lab.cache import ResultCache
-from lab.experiment import LabRun, default_settings
+from lab.experiment import default_settings
 from lab.padding import PaddingSettings
 from lab.progress import Progress
-from lab.registry import EXPERIMENTS
+from lab.registry import EXPERIMENTS, LabRun
 from serving.kitchen_client import ServerKitchen
 from serving.lab_wire import decode, encode
 

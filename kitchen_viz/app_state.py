@@ -21,8 +21,9 @@ from engine.errors import EngineError
 from kitchen_viz.live_feed import base_path
 from lab.runlog import RunLog
 from serving.catalog import load_catalog
+from serving.host import HttpHost, KitchenHost
 from serving.kitchen_client import ServerKitchen
-from serving.mounted import ENV_KEY, ENV_KITCHENS, ENV_MODEL, PREFIX, kitchen_path
+from serving.mounted import ENV_KEY, ENV_MODEL, PREFIX, served_here
 from serving.service import KitchenService, engine_threads
 
 REPO = Path(__file__).resolve().parent.parent
@@ -114,26 +115,26 @@ def _close_kitchen(svc: KitchenService) -> None:
 
 @st.cache_resource(show_spinner=False, max_entries=3, on_release=_close_kitchen)
 def _service(model: str, device: str, dtype: str) -> KitchenService | ServerKitchen:
-    """The session's kitchen (the Kitchen's orders and the Lab's sweeps): on a kitchen server when the
-    app has one (`two-pot-kitchen`: its own, or `--backend`), so local and remote take one path; in
-    a private engine process when the app runs without one (`streamlit run app.py`, page tests)."""
-    server = kitchen_server_for(model, device, dtype)
-    if server is not None:
-        return ServerKitchen(server[0], model, device, dtype, api_key=server[1] or None, run_log=run_log())
+    """The session's kitchen (the Kitchen's orders and the Lab's sweeps): on a kitchen host when the
+    app has one (`two-pot-kitchen`: its own, in this process, or `--backend`), so local and remote
+    take one path; in a private engine process when it has none (`streamlit run app.py`, page tests)."""
+    host = kitchen_host_for(model, device, dtype)
+    if host is not None:
+        return ServerKitchen(host, model, device, dtype, run_log=run_log())
     pin = os.environ.get("TWO_POT_PIN_SERVER") == "1"  # set by the launcher (two-pot-kitchen)
     return KitchenService(model, device, dtype, run_log=run_log(), threads=engine_threads(), pin_server=pin)
 
 
-def kitchen_server_for(model: str, device: str, dtype: str) -> tuple[str, str] | None:
-    """(URL, API key) of the kitchen server that cooks this choice, or None: the launcher's
-    `--backend` (a Two-Pot kitchen server serves its one model), else this app's own kitchens
-    (serving/mounted.py) unless TWO_POT_PRIVATE_KITCHEN=1 (each kitchen in a private engine
+def kitchen_host_for(model: str, device: str, dtype: str) -> KitchenHost | None:
+    """The kitchen host that cooks this choice, or None: the launcher's `--backend` over HTTP (a
+    Two-Pot kitchen server serves its one model), else this process's own kitchens, called in
+    process (serving/mounted.py), unless TWO_POT_PRIVATE_KITCHEN=1 (each kitchen in a private engine
     process, as under plain `streamlit run app.py`: the benchmarks compare the two), else none."""
     if os.environ.get("TWO_POT_BACKEND"):
-        return os.environ["TWO_POT_BACKEND"], os.environ.get("TWO_POT_BACKEND_KEY", "")
-    if os.environ.get(ENV_KITCHENS) == "1" and os.environ.get(PRIVATE_ENV) != "1":
-        port = st.get_option("server.port")
-        return f"http://127.0.0.1:{port}{base_path()}{kitchen_path(model, device, dtype)}", os.environ.get(ENV_KEY, "")
+        return HttpHost(os.environ["TWO_POT_BACKEND"], os.environ.get("TWO_POT_BACKEND_KEY") or None)
+    here = served_here()
+    if here is not None and here.rooms is not None and os.environ.get(PRIVATE_ENV) != "1":
+        return here.host(model, device, dtype)
     return None
 
 

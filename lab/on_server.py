@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import AsyncIterator
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -30,8 +31,10 @@ from starlette.routing import Route
 
 from lab.registry import LabRun, experiment
 from serving.cores import engine_threads
+from serving.job import Job
+from serving.kitchen_orders import sse_stream
 from serving.lab_wire import decode, encode
-from serving.openai_api import ApiError, sse
+from serving.openai_api import ApiError
 from serving.service import PAGE_GONE, KitchenService
 
 POLL_S = 0.2  # how often the stream looks for new progress
@@ -56,33 +59,17 @@ class LabRoutes:
                 self._svc = KitchenService(s.model, s.device, s.dtype, threads=engine_threads())
             return self._svc
 
-    async def run(self, request: Request) -> Response:
-        key = request.path_params["key"]
-        try:
-            exp = experiment(key)
-        except KeyError as err:
-            raise ApiError(404, str(err).strip("'\""), kind="not_found_error") from None
-        body = await self.kitchen._json(request)
-        if not isinstance(body, dict) or "settings" not in body:
-            raise ApiError(422, "field 'settings' is required: the experiment's settings", "settings")
-        try:
-            settings = decode(body["settings"])
-        except (ValueError, TypeError) as err:
-            raise ApiError(422, f"field 'settings' cannot be read: {err}", "settings") from None
+    def start(self, key: str, settings) -> Job:
+        """Check a sweep's settings and queue it in the private kitchen; returns its job."""
+        exp = known(key)
         if type(settings).__module__ != exp.run.__module__:
             raise ApiError(422, f"field 'settings' must be the settings of experiment '{key}' "
                                 f"(got {type(settings).__name__})", "settings")  # fmt: skip
-        job = self.service().submit(LabRun(key, settings), label=f"lab: {exp.title}")
-        return StreamingResponse(self._stream(request, job), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})  # fmt: skip
+        return self.service().submit(LabRun(key, settings), label=f"lab: {exp.title}")
 
-    async def _stream(self, request: Request, job):
-        async def watch() -> None:  # the client hanging up shows as http.disconnect on receive()
-            while (await request.receive())["type"] != "http.disconnect":
-                pass
-            job.cancel(PAGE_GONE)
-
-        watcher = asyncio.create_task(watch())
+    async def messages(self, job) -> AsyncIterator[dict]:
+        """{"progress": record} as points finish, then {"result": result}, or one {"error": {...}}.
+        Closing the iterator early cancels the sweep."""
         seen = 0
         try:
             while True:
@@ -90,24 +77,51 @@ class LabRoutes:
                 events = job.events[seen:]
                 seen += len(events)
                 for ev in events:
-                    yield sse({"progress": encode(ev)})
+                    yield {"progress": ev}
                 if finished:
                     break
                 await asyncio.sleep(POLL_S)
             if job.status == "done":
-                try:
-                    yield sse({"result": encode(job.result)})
-                except TypeError as err:  # a result this server cannot send: still one line
-                    yield sse(ApiError(500, f"the result of this sweep cannot be sent: {err}", kind="engine_error").body())
+                yield {"result": job.result}
             else:
                 kind = "cancelled_error" if job.status == "cancelled" else "engine_error"
-                yield sse(ApiError(500, job.error or "the sweep failed", kind=kind).body())
-            yield sse("[DONE]")
+                yield ApiError(500, job.error or "the sweep failed", kind=kind).body()
         finally:
-            watcher.cancel()
             if not job.finished:
                 job.cancel(PAGE_GONE)
+
+    async def run(self, request: Request) -> Response:
+        key = request.path_params["key"]
+        known(key)
+        body = await self.kitchen._json(request)
+        if not isinstance(body, dict) or "settings" not in body:
+            raise ApiError(422, "field 'settings' is required: the experiment's settings", "settings")
+        try:
+            settings = decode(body["settings"])
+        except (ValueError, TypeError) as err:
+            raise ApiError(422, f"field 'settings' cannot be read: {err}", "settings") from None
+        job = self.start(key, settings)
+        stream = sse_stream(request, self.messages(job), lambda: job.cancel(PAGE_GONE), encode=wire)
+        return StreamingResponse(stream, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
     def close(self) -> None:
         if self._svc is not None:
             self._svc.close()
+
+
+def known(key: str):
+    """The experiment with this key, or a 404 naming the known ones."""
+    try:
+        return experiment(key)
+    except KeyError as err:
+        raise ApiError(404, str(err).strip("'\""), kind="not_found_error") from None
+
+
+def wire(msg: dict) -> dict:
+    """A sweep's message as JSON (serving/lab_wire.py); a result this server cannot send is one line."""
+    if "error" in msg:
+        return msg
+    try:
+        return {k: encode(v) for k, v in msg.items()}
+    except TypeError as err:
+        return ApiError(500, f"the result of this sweep cannot be sent: {err}", kind="engine_error").body()

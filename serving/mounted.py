@@ -18,6 +18,10 @@ inherits it):
 
 A kitchen loads in a background thread, so the app opens at once; until its model is ready every
 request to it gets a 503 with one line saying so.
+
+The Kitchen page runs in this same process, so it does not order over HTTP: `served_here()` hands
+it these kitchens and `AppKitchens.host(...)` a `serving.host.LocalHost` on the chosen one (the
+routes above stay for the class's students and any other client).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from serving.catalog import load_catalog
 from serving.class_board import ClassBoard
 from serving.cores import engine_threads, pin_this_process, split_cores
 from serving.engine_client import EngineClient
+from serving.host import LocalHost, NotReady
 from serving.kitchen_loop import LoopSettings
 from serving.metrics import KitchenMetrics
 from serving.server import ServerConfig, close_app, create_app, served_name
@@ -184,6 +189,44 @@ class KitchenRooms:
             room.close()
 
 
+class AppKitchens:
+    """The kitchens this process serves: the class's (`mount`) and the Kitchen's rooms (`rooms`)."""
+
+    def __init__(self, mount: ClassKitchenMount | None, rooms: KitchenRooms | None):
+        self.mount, self.rooms = mount, rooms
+
+    def app_for(self, model: str, device: str, dtype: str):
+        """The server app that cooks this choice (serving/server.py `create_app`), opened on first use;
+        `NotReady` while it loads, `EngineError` (one line) when it cannot be opened."""
+        if self.mount is not None and kitchen_path(model, device, dtype) == PREFIX:
+            room = self.mount
+        elif self.rooms is not None:
+            problem = self.rooms.refusal(model, device, dtype)
+            if problem is not None:
+                raise EngineError(problem)
+            room, problem = self.rooms.room((model, device, dtype))
+            if room is None:
+                raise NotReady(problem)
+        else:
+            raise EngineError(f"this server opens no kitchen for {model} on {device} ({dtype})")
+        room.used_at = time.monotonic()
+        if room.app is None:
+            raise EngineError(room.status) if room.failed else NotReady(room.status)
+        return room.app
+
+    def host(self, model: str, device: str, dtype: str) -> LocalHost:
+        return LocalHost(lambda: self.app_for(model, device, dtype))
+
+
+_SERVED: list[AppKitchens] = []  # what class_kitchen() mounted in this process
+
+
+def served_here() -> AppKitchens | None:
+    """The kitchens mounted in this process (`two-pot-kitchen` serves serve.py), or None (plain
+    `streamlit run app.py`, page tests): the Kitchen then cooks in a private engine process."""
+    return _SERVED[-1] if _SERVED else None
+
+
 def class_kitchen(base: str = "", extensions: tuple = ()) -> tuple[list, object | None]:
     """(routes, lifespan) for serve.py's st.App, under Streamlit's base path `base` (e.g. "/kitchen"):
     the class kitchen at /class when the launcher named one, and the Kitchen's kitchens at
@@ -194,6 +237,7 @@ def class_kitchen(base: str = "", extensions: tuple = ()) -> tuple[list, object 
     rooms = KitchenRooms(key, extensions) if os.environ.get(ENV_KITCHENS) == "1" else None
     if mount is None and rooms is None:
         return [], None
+    _SERVED.append(AppKitchens(mount, rooms))
 
     @contextlib.asynccontextmanager
     async def lifespan(app):

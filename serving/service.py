@@ -43,20 +43,12 @@ from serving.catalog import describe, load_catalog, resolve_source
 from serving.child import warm_up
 from serving.cores import ALL_CORES, engine_threads
 from serving.engine_process import Cancelled, CancelToken, ChildFailure, EngineProcess
-from serving.job import Job, JobStatus, Work
+from serving.job import HOLD_S, PAGE_GONE, SETTLE_S, Job, JobStatus, PageWatcher, Work, record_run
 from serving.stove import Stove, StoveMeter, Ticket, stove_for
 
-__all__ = ["HOLD_S", "SETTLE_S", "Job", "KitchenService", "engine_threads", "warm_up", "weights_megabytes"]
+__all__ = ["HOLD_S", "PAGE_GONE", "SETTLE_S", "Job", "KitchenService", "engine_threads", "warm_up", "weights_megabytes"]
 
 log = logging.getLogger(__name__)
-HOLD_S = 5.0  # the longest a held job waits for its page to release it
-# What a page may ask for when it releases a held job: wait this long more, so the browser has
-# painted the page that pressing Cook produced before the measurement starts (queue time, not
-# TTFT or TPOT; measured in docs/benchmarks/ui-overhead.md).
-SETTLE_S = 0.5
-WATCH_S = 1.0  # how often the kitchen asks whether a watched job's page is still there
-ABANDON_S = 3.0  # a page gone this long (not a brief reconnect) has its order cancelled
-PAGE_GONE = "cancelled: the page that ordered it was closed or reloaded"
 _OPEN: weakref.WeakSet[KitchenService] = weakref.WeakSet()
 
 
@@ -100,33 +92,6 @@ def resolve_model(model: str) -> str:
     return model if Path(source) == (EMBEDDED_MODELS / model).resolve() else source
 
 
-def record_run(run_log, model: str, device: str, job: Job, result: Any) -> None:
-    """Every finished generation goes to the server's run log (the dashboard reads it)."""
-    if run_log is None or not hasattr(result, "metrics") or not hasattr(result, "trace"):
-        return
-    try:
-        run_log.record(model=model, device=device, result=result, queue_wait_s=job.queue_wait_s)
-    except Exception:  # noqa: BLE001 — a broken log must not lose the learner's result
-        log.exception("run log refused job %r", job.label)
-
-
-def cancel_abandoned(jobs: list[Job]) -> None:
-    """Cancel each job whose page (`job.watch(alive)`) has said it is gone for ABANDON_S in a row."""
-    now = time.monotonic()
-    for job in jobs:
-        try:
-            alive = job._alive()
-        except Exception:  # noqa: BLE001 — a probe that fails cannot tell: keep the order
-            alive = True
-        if alive:
-            job._gone_since = None
-        elif job._gone_since is None:
-            job._gone_since = now
-        elif now - job._gone_since >= ABANDON_S:
-            log.info("page of job %r is gone; cancelling it", job.label)
-            job.cancel(PAGE_GONE)
-
-
 class KitchenService:
     """Owns ONE engine for (model, device, dtype) in ONE worker thread; jobs take turns.
 
@@ -162,7 +127,7 @@ class KitchenService:
         self._current: Job | None = None
         self._cv = threading.Condition()
         self._closed = False
-        self._watcher: threading.Thread | None = None
+        self._watcher = PageWatcher(f"kitchen-watch-{model}", self._all_jobs, lambda: self._closed)
         self._thread = threading.Thread(target=self._run, name=f"kitchen-{model}-{device}", daemon=True)
         self._thread.start()
         _OPEN.add(self)
@@ -294,29 +259,12 @@ class KitchenService:
                     return place
         return 0
 
-    # -- the watcher: pages that went away -------------------------------------------------------
-
     def _start_watcher(self) -> None:
+        self._watcher.start()
+
+    def _all_jobs(self) -> list[Job]:
         with self._cv:
-            if self._watcher is None:
-                self._watcher = threading.Thread(target=self._watch, name=f"kitchen-watch-{self.model}", daemon=True)
-                self._watcher.start()
-            self._cv.notify_all()
-
-    def _watched(self) -> list[Job]:
-        jobs = [*self._pending, *([self._current] if self._current else [])]
-        return [j for j in jobs if j._alive is not None and not j.finished]
-
-    def _watch(self) -> None:
-        """Every WATCH_S while some job is watched: cancel those whose page has been gone ABANDON_S."""
-        while True:
-            with self._cv:
-                self._cv.wait_for(lambda: self._closed or self._watched())
-                if self._closed:
-                    return
-                jobs = self._watched()
-            cancel_abandoned(jobs)
-            time.sleep(WATCH_S)
+            return [*self._pending, *([self._current] if self._current else [])]
 
     # -- the worker ------------------------------------------------------------------------------
 

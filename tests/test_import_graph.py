@@ -5,7 +5,9 @@ function, under ``if TYPE_CHECKING:``) that names a project file is an edge of a
 The rules, each a test that names what breaks it:
 - no cycle between files (a function-local import closes a cycle as surely as a top-level one);
 - ``engine/`` imports nothing of the project outside ``engine/``;
-- a function-local import carries its reason on its line: ``# lazy: <why it is loaded late>``.
+- a function-local import carries its reason on its line: ``# lazy: <why it is loaded late>``;
+- packages import downward only: entry points (app.py, serve.py, pages/, scripts/, docs/) ->
+  kitchen_viz/ -> lab/ -> serving/ -> bench/ -> engine/.
 
 Importing ``a.b`` is an edge to ``a/b.py`` only, not to ``a/__init__.py``: a package's ``__init__``
 re-exports its modules, so counting it would make every package a cycle with itself.
@@ -22,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SKIP_DIRS = {"tests", ".venv", "venv", "build", "dist", "node_modules", "__pycache__"}
 LAZY_REASON = re.compile(r"#\s*lazy:\s*\S")
+LAYERS = ["kitchen_viz", "lab", "serving", "bench", "engine"]  # each imports only those after it
 
 
 @dataclass(frozen=True)
@@ -228,6 +231,19 @@ def test_engine_imports_nothing_of_the_project_outside_engine():
         if imp.source.startswith("engine/") and not imp.target.startswith("engine/")
     ]
     assert not bad, "engine/ must stand alone:\n" + "\n".join(bad)
+
+
+def test_packages_import_downward_only():
+    def layer(rel: str) -> int:
+        top = rel.split("/")[0]
+        return LAYERS.index(top) if top in LAYERS else -1  # an entry point: above every package
+
+    bad = [
+        f"{imp.source}:{imp.line} imports {imp.target}"
+        for imp in project_imports()
+        if layer(imp.target) < layer(imp.source) or (layer(imp.target) == -1 and layer(imp.source) >= 0)
+    ]
+    assert not bad, "an import against the layers (" + " -> ".join(LAYERS) + "):\n" + "\n".join(bad)
 
 
 def test_function_local_imports_say_why():

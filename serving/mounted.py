@@ -2,13 +2,12 @@
 
 One command and one address for a workshop: the app at http://HOST:8501/ and, on the same port,
 the class kitchen server (serving/server.py) at http://HOST:8501/class/v1, with its board,
-/class/metrics for the pass and /class/health. The Kitchen page orders from the same server
-(serving/kitchen_client.py): from /class when it cooks the class's model on the CPU in float32, so
-its orders join the class's batch, and otherwise from a kitchen opened on demand at
-/kitchens/MODEL/DEVICE/PRECISION (catalog names only, at most `MAX_KITCHENS` at once, the least
-recently used idle one closed for a new one). Each kitchen's engine runs in its own kitchen-loop
-process, pinned to the engine's cores (serving/cores.py); the app's server process only routes
-HTTP to it. The launcher passes the choice through the environment (the Streamlit process
+/class/metrics for the pass and /class/health. The Kitchen page cooks in the same kitchens: the
+class's when it cooks the class's model on the CPU in float32, so its orders join the class's
+batch, and otherwise a kitchen opened on demand (served at /kitchens/MODEL/DEVICE/PRECISION;
+catalog names only, at most `MAX_KITCHENS` at once, the least recently used idle one closed for a
+new one). Each kitchen's engine runs in its own kitchen-loop process, pinned to the engine's cores
+(serving/cores.py); the app's server process only routes requests to it. The launcher passes the choice through the environment (the Streamlit process
 inherits it):
 
     TWO_POT_KITCHENS        "1": mount the kitchens (`two-pot-kitchen` does, unless --backend)

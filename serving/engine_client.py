@@ -24,14 +24,17 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from engine.errors import EngineError
+from serving import loop_messages as msgs
 from serving.class_board import ClassBoard
-from serving.kitchen_loop import ENTRY_CODE, LoopSettings, QueueState, ReadyInfo, StepInfo
+from serving.kitchen_loop import ENTRY_CODE
+from serving.loop_messages import LoopSettings, QueueState, ReadyInfo, StepInfo
 from serving.metrics import KitchenMetrics
 
 REPO = Path(__file__).resolve().parent.parent
@@ -132,6 +135,7 @@ class EngineClient:
         ours, theirs = socket.socketpair()
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read once, when torch loads (engine/__init__.py)
         args = [str(theirs.fileno()), json.dumps(asdict(s))]
         self._proc = subprocess.Popen([sys.executable, "-c", ENTRY_CODE, *args], pass_fds=[theirs.fileno()],
                                       env=env, cwd=REPO, start_new_session=True)  # fmt: skip
@@ -150,7 +154,7 @@ class EngineClient:
     def close(self) -> None:
         self._closing = True
         try:
-            self._conn.send(None)
+            self._conn.send(msgs.Stop())
         except (OSError, ValueError):
             pass
         try:
@@ -161,7 +165,7 @@ class EngineClient:
     # -- requests -------------------------------------------------------------------------------------
     async def submit(self, prompt, max_new_tokens: int, settings: dict) -> Handle:
         """Queue one request in the kitchen; raises Refused when the engine says no."""
-        return await self._queue(f"r{next(self._keys)}", ("submit", prompt, max_new_tokens, settings))
+        return await self._queue(msgs.Submit(f"r{next(self._keys)}", prompt, max_new_tokens, settings))
 
     async def submit_order(self, prompts: list, max_new_tokens: int, settings: dict) -> Handle:
         """Queue the Kitchen's order (its tables join the batch as requests); raises Refused.
@@ -169,18 +173,19 @@ class EngineClient:
         Its handle (`PolledHandle.drain()`) holds ("events", [event dicts]) per step (serving/order_wire.py),
         then ("done", None), ("cancelled", None) or ("error", line); `handle.prompt_tokens` is the
         tables' prompt lengths."""
-        return await self._queue(f"o{next(self._keys)}", ("order", prompts, max_new_tokens, settings), PolledHandle)
+        return await self._queue(msgs.PlaceOrder(f"o{next(self._keys)}", prompts, max_new_tokens, settings), PolledHandle)
 
     async def ask(self, name: str, *args) -> Any:
         """The shared kitchen's answer to the order form: "limits" (prompt_len, max_new) -> a dict,
         "check" (prompts, max_new, settings) -> token-id lists. Raises Refused with the engine's line."""
-        handle = await self._queue(f"a{next(self._keys)}", ("ask", name, args))
+        handle = await self._queue(msgs.Ask(f"a{next(self._keys)}", name, args))
         with self._lock:
             self._handles.pop(handle.key, None)
         return handle.prompt_tokens
 
-    async def _queue(self, key: str, body: tuple, kind: type[Handle] = Handle) -> Handle:
+    async def _queue(self, msg: msgs.Submit | msgs.PlaceOrder | msgs.Ask, kind: type[Handle] = Handle) -> Handle:
         loop = asyncio.get_running_loop()
+        key = msg.key
         handle = kind(key, loop)
         while True:  # a child restarting: wait until the new one is ready, then send to it
             if not self._ready.is_set() and not await loop.run_in_executor(None, self._ready.wait, READY_TIMEOUT_S):
@@ -188,7 +193,7 @@ class EngineClient:
             with self._lock:
                 if self._ready.is_set():
                     self._handles[key] = handle
-                    self._send((body[0], key, *body[1:]))
+                    self._send(msg)
                     break
         handle.prompt_tokens = await handle.accepted
         return handle
@@ -196,7 +201,7 @@ class EngineClient:
     def cancel(self, key: str) -> None:
         with self._lock:
             if key in self._handles:
-                self._send(("cancel", key))
+                self._send(msgs.Cancel(key))
 
     @property
     def in_flight(self) -> int:
@@ -209,7 +214,14 @@ class EngineClient:
             pass  # the reader sees the death and fails every request in flight
 
     # -- the reader thread ---------------------------------------------------------------------------------
+    def handlers(self) -> dict[type, Callable]:
+        """The one table the reader dispatches the loop's messages with (serving/loop_messages.py)."""
+        return {msgs.Ready: self._on_ready, msgs.LoadError: self._on_load_error,
+                msgs.Accepted: self._on_accepted, msgs.OrderAccepted: self._on_accepted,
+                msgs.Refusal: self._on_refusal, msgs.Answer: self._on_answer, msgs.Steps: self._on_steps}  # fmt: skip
+
     def _read(self) -> None:
+        handlers = self.handlers()
         while True:
             try:
                 msg = self._conn.recv()
@@ -218,33 +230,45 @@ class EngineClient:
                     return
                 self._child_died()
                 continue
-            kind = msg[0]
-            if kind == "ready":
-                self.ready = msg[1]
-                self._ready.set()
-            elif kind == "load_error":
-                self._load_error = msg[1]
-                self._ready.set()
+            if handlers[type(msg)](msg) is False:
                 return
-            elif kind in ("accepted", "order_accepted", "refused"):
-                with self._lock:
-                    handle = self._handles.get(msg[1]) if kind != "refused" else self._handles.pop(msg[1], None)
-                if handle is not None and kind != "refused" and self.board is not None:
-                    tables = [(msg[1], msg[2])] if kind == "accepted" else \
-                        [(f"{msg[1]}/{i}", n) for i, n in enumerate(msg[2])]  # fmt: skip
-                    for key, n in tables:
-                        self.board.arrived(key, n)
-                if handle is not None:
-                    handle.settle(kind != "refused", msg[2])
-            elif kind == "answer":  # the last word on a question: a refused one must not stay in flight either
-                with self._lock:
-                    handle = self._handles.pop(msg[1], None)
-                if handle is not None:
-                    handle.settle(msg[2], msg[3])
 
-            elif kind == "steps":
-                for step in msg[1]:
-                    self._deliver(*step)
+    def _on_ready(self, m: msgs.Ready) -> None:
+        self.ready = m.info
+        self._ready.set()
+
+    def _on_load_error(self, m: msgs.LoadError) -> bool:
+        self._load_error = m.line
+        self._ready.set()
+        return False  # the child exits: stop reading
+
+    def _on_accepted(self, m: msgs.Accepted | msgs.OrderAccepted) -> None:
+        with self._lock:
+            handle = self._handles.get(m.key)
+        if handle is None:
+            return
+        if self.board is not None:
+            tables = [(m.key, m.prompt_tokens)] if isinstance(m, msgs.Accepted) else \
+                [(f"{m.key}/{i}", n) for i, n in enumerate(m.prompt_tokens)]  # fmt: skip
+            for key, n in tables:
+                self.board.arrived(key, n)
+        handle.settle(True, m.prompt_tokens)
+
+    def _on_refusal(self, m: msgs.Refusal) -> None:
+        with self._lock:
+            handle = self._handles.pop(m.key, None)
+        if handle is not None:
+            handle.settle(False, m.line)
+
+    def _on_answer(self, m: msgs.Answer) -> None:  # the last word on a question: a refused one leaves too
+        with self._lock:
+            handle = self._handles.pop(m.key, None)
+        if handle is not None:
+            handle.settle(m.ok, m.value)
+
+    def _on_steps(self, m: msgs.Steps) -> None:
+        for step in m.steps:
+            self._deliver(*step)
 
     def _deliver(self, info: StepInfo | None, tokens: list, done: list, state: QueueState, orders: list) -> None:
         for key, events, end in orders:  # the Kitchen's orders first: their step's events, then their end

@@ -8,8 +8,6 @@ The Kitchen is the home page; the Story tells the fable; the Lab section comes f
 
 from __future__ import annotations
 
-import os
-
 import streamlit as st
 
 from kitchen_viz import app_state
@@ -26,6 +24,7 @@ from kitchen_viz.app_state import (
 )
 from kitchen_viz.style import page_css, presenter_css
 from lab.registry import DASHBOARD, LAB_PAGES
+from serving.app_settings import AppSettings
 
 st.set_page_config(page_title="Two-Pot Kitchen", page_icon="🍳", layout="wide")
 
@@ -86,7 +85,7 @@ def shared_controls_ui() -> None:
         st.number_input("Seed", min_value=0, max_value=2**31 - 1, value=0, step=1, key=KEY_SEED)
         st.toggle(
             "Presenter mode (large type)",
-            value=os.environ.get("TWO_POT_PRESENTER") == "1",  # `two-pot-kitchen --presenter`
+            value=AppSettings.from_env().presenter,  # `two-pot-kitchen --presenter`
             key=KEY_PRESENTER,
         )
     app_state.keep_model_in_url()

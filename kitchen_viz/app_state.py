@@ -10,7 +10,6 @@ A page rendered on its own (AppTest on `pages/kitchen.py`) has no sidebar; it ge
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,16 +19,16 @@ import torch
 from engine.errors import EngineError
 from kitchen_viz.live_feed import base_path
 from lab.runlog import RunLog
+from serving.app_settings import AppSettings
 from serving.catalog import load_catalog
 from serving.host import HttpHost, KitchenHost
 from serving.kitchen_client import ServerKitchen
-from serving.mounted import ENV_KEY, ENV_MODEL, PREFIX, served_here
+from serving.mounted import PREFIX, served_here
 from serving.service import KitchenService, engine_threads
 
 REPO = Path(__file__).resolve().parent.parent
 CHEF_FOLDER = REPO / "assets" / "models" / "chef"
 DTYPES = ["float32", "bfloat16", "float16"]
-PRIVATE_ENV = "TWO_POT_PRIVATE_KITCHEN"  # "1": no kitchen server for the Kitchen and the Lab
 PRECISIONS = [*DTYPES, "int8"]  # "int8": int8 weight matrices, float32 for the rest (engine/quant.py)
 PRECISION_LABELS = {"int8": "int8 weights (float32 KV)"}
 
@@ -98,7 +97,7 @@ def current_settings() -> Settings:
         device=ss.get(KEY_DEVICE) or "cpu",
         dtype=ss.get(KEY_DTYPE) or "float32",
         seed=int(ss.get(KEY_SEED) or 0),
-        presenter=bool(ss.get(KEY_PRESENTER, os.environ.get("TWO_POT_PRESENTER") == "1")),
+        presenter=bool(ss.get(KEY_PRESENTER, AppSettings.from_env().presenter)),
     )
 
 
@@ -121,19 +120,20 @@ def _service(model: str, device: str, dtype: str) -> KitchenService | ServerKitc
     host = kitchen_host_for(model, device, dtype)
     if host is not None:
         return ServerKitchen(host, model, device, dtype, run_log=run_log())
-    pin = os.environ.get("TWO_POT_PIN_SERVER") == "1"  # set by the launcher (two-pot-kitchen)
+    pin = AppSettings.from_env().pin_server  # set by the launcher (two-pot-kitchen)
     return KitchenService(model, device, dtype, run_log=run_log(), threads=engine_threads(), pin_server=pin)
 
 
 def kitchen_host_for(model: str, device: str, dtype: str) -> KitchenHost | None:
     """The kitchen host that cooks this choice, or None: the launcher's `--backend` over HTTP (a
     Two-Pot kitchen server serves its one model), else this process's own kitchens, called in
-    process (serving/mounted.py), unless TWO_POT_PRIVATE_KITCHEN=1 (each kitchen in a private engine
+    process (serving/mounted.py), unless `private_kitchen` is set (each kitchen in a private engine
     process, as under plain `streamlit run app.py`: the benchmarks compare the two), else none."""
-    if os.environ.get("TWO_POT_BACKEND"):
-        return HttpHost(os.environ["TWO_POT_BACKEND"], os.environ.get("TWO_POT_BACKEND_KEY") or None)
+    s = AppSettings.from_env()
+    if s.backend:
+        return HttpHost(s.backend, s.backend_key)
     here = served_here()
-    if here is not None and here.rooms is not None and os.environ.get(PRIVATE_ENV) != "1":
+    if here is not None and here.rooms is not None and not s.private_kitchen:
         return here.host(model, device, dtype)
     return None
 
@@ -183,9 +183,10 @@ def class_kitchen_address() -> tuple[str, str]:
     """(URL, API key) the class kitchen pages start with: the launcher's `--backend`, else the
     class kitchen mounted on this very server (`--class-kitchen`), else `two-pot-kitchen serve`'s
     default address."""
-    if os.environ.get("TWO_POT_BACKEND"):
-        return os.environ["TWO_POT_BACKEND"], os.environ.get("TWO_POT_BACKEND_KEY", "")
-    if os.environ.get(ENV_MODEL):
+    s = AppSettings.from_env()
+    if s.backend:
+        return s.backend, s.backend_key or ""
+    if s.class_model:
         port = st.get_option("server.port")
-        return f"http://127.0.0.1:{port}{base_path()}{PREFIX}", os.environ.get(ENV_KEY, "")
+        return f"http://127.0.0.1:{port}{base_path()}{PREFIX}", s.class_key or ""
     return "http://127.0.0.1:8000", ""

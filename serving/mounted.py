@@ -7,13 +7,10 @@ class's when it cooks the class's model on the CPU in float32, so its orders joi
 batch, and otherwise a kitchen opened on demand (served at /kitchens/MODEL/DEVICE/PRECISION;
 catalog names only, at most `MAX_KITCHENS` at once, the least recently used idle one closed for a
 new one). Each kitchen's engine runs in its own kitchen-loop process, pinned to the engine's cores
-(serving/cores.py); the app's server process only routes requests to it. The launcher passes the choice through the environment (the Streamlit process
-inherits it):
-
-    TWO_POT_KITCHENS        "1": mount the kitchens (`two-pot-kitchen` does, unless --backend)
-    TWO_POT_CLASS_KITCHEN   the class's model (a catalog name, preset:NAME or a folder)
-    TWO_POT_CLASS_KEY       its API key, if any (students then send `Authorization: Bearer KEY`)
-    TWO_POT_CAPS            the instructor's caps, the same file the Kitchen obeys
+(serving/cores.py); the app's server process only routes requests to it. What to mount comes
+from the launcher's `AppSettings` (serving/app_settings.py): `kitchens` (the Kitchen's, unless
+--backend), `class_model` and `class_key` (the class kitchen and its API key); the caps are the
+file the Kitchen obeys (serving/caps.py).
 
 A kitchen loads in a background thread, so the app opens at once; until its model is ready every
 request to it gets a 503 with one line saying so.
@@ -27,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import threading
 import time
@@ -37,6 +33,7 @@ from urllib.parse import quote
 from starlette.routing import Mount
 
 from engine.errors import EngineError
+from serving.app_settings import ENV, AppSettings
 from serving.caps import load_caps
 from serving.catalog import load_catalog
 from serving.class_board import ClassBoard
@@ -47,7 +44,7 @@ from serving.kitchen_loop import LoopSettings
 from serving.metrics import KitchenMetrics
 from serving.server import ServerConfig, close_app, create_app, served_name
 
-ENV_MODEL, ENV_KEY, ENV_KITCHENS = "TWO_POT_CLASS_KITCHEN", "TWO_POT_CLASS_KEY", "TWO_POT_KITCHENS"
+ENV_MODEL, ENV_KEY, ENV_KITCHENS = ENV["class_model"], ENV["class_key"], ENV["kitchens"]  # serving/app_settings.py
 PREFIX, KITCHENS = "/class", "/kitchens"
 CLASS_DEVICE, CLASS_DTYPE = "cpu", "float32"
 MAX_KITCHENS = 3  # kitchens opened on demand, besides the class's
@@ -60,17 +57,17 @@ PRECISIONS = ("float32", "bfloat16", "float16", "int8")
 
 def kitchen_path(model: str, device: str, dtype: str) -> str:
     """Where the Kitchen finds the kitchen for this choice, under the app's base path."""
-    if os.environ.get(ENV_MODEL) == model and (device, dtype) == (CLASS_DEVICE, CLASS_DTYPE):
+    if AppSettings.from_env().class_model == model and (device, dtype) == (CLASS_DEVICE, CLASS_DTYPE):
         return PREFIX
     return f"{KITCHENS}/{quote(model, safe='')}/{quote(device, safe='')}/{dtype}"
 
 
 def loop_settings(source: str, device: str, dtype: str):
     """The kitchen loop's settings in the app: the engine's threads on cores of their own, and
-    (with the launcher's TWO_POT_PIN_SERVER) this server's threads moved off them."""
+    (with the launcher's `pin_server`) this server's threads moved off them."""
     threads = engine_threads()
     split = split_cores(threads)
-    if split is not None and os.environ.get("TWO_POT_PIN_SERVER") == "1":
+    if split is not None and AppSettings.from_env().pin_server:
         pin_this_process(split.server)
     return LoopSettings(source, device, dtype, token_budget=TOKEN_BUDGET, threads=threads,
                         cores=tuple(sorted(split.engine)) if split is not None else ())  # fmt: skip
@@ -230,10 +227,9 @@ def class_kitchen(base: str = "", extensions: tuple = ()) -> tuple[list, object 
     """(routes, lifespan) for serve.py's st.App, under Streamlit's base path `base` (e.g. "/kitchen"):
     the class kitchen at /class when the launcher named one, and the Kitchen's kitchens at
     /kitchens/... when it asked for them; each server with `extensions` (the Lab's routes)."""
-    model = os.environ.get(ENV_MODEL)
-    key = os.environ.get(ENV_KEY) or None
-    mount = ClassKitchenMount(model, key, extensions=extensions) if model else None
-    rooms = KitchenRooms(key, extensions) if os.environ.get(ENV_KITCHENS) == "1" else None
+    s = AppSettings.from_env()
+    mount = ClassKitchenMount(s.class_model, s.class_key, extensions=extensions) if s.class_model else None
+    rooms = KitchenRooms(s.class_key, extensions) if s.kitchens else None
     if mount is None and rooms is None:
         return [], None
     _SERVED.append(AppKitchens(mount, rooms))

@@ -10,6 +10,7 @@ from browser_kit import app, chromium, needs_chromium
 
 from engine.errors import EngineError
 from kitchen_viz.launch import main
+from serving.app_settings import ENV
 from serving.remote_order import board, models, order_remote
 
 
@@ -141,7 +142,7 @@ def test_the_kitchen_finds_its_kitchen_host_and_the_lab_keeps_its_own_engine(mon
     from serving.host import HttpHost, LocalHost, NotReady
 
     monkeypatch.delenv("TWO_POT_BACKEND", raising=False)
-    monkeypatch.delenv(app_state.PRIVATE_ENV, raising=False)
+    monkeypatch.delenv(ENV["private_kitchen"], raising=False)
     monkeypatch.setenv(mounted.ENV_MODEL, "chef")
     monkeypatch.setattr(mounted, "_SERVED", [])
     assert app_state.kitchen_host_for("chef", "cpu", "float32") is None  # nothing mounted here
@@ -153,7 +154,7 @@ def test_the_kitchen_finds_its_kitchen_host_and_the_lab_keeps_its_own_engine(mon
         host.about()
     with pytest.raises(EngineError, match="no model 'nope'"):
         app_state.kitchen_host_for("nope", "cpu", "float32").about()
-    monkeypatch.setenv(app_state.PRIVATE_ENV, "1")
+    monkeypatch.setenv(ENV["private_kitchen"], "1")
     assert app_state.kitchen_host_for("chef", "cpu", "float32") is None
     monkeypatch.setenv("TWO_POT_BACKEND", "http://10.0.0.5:8000")
     monkeypatch.setenv("TWO_POT_BACKEND_KEY", "s")

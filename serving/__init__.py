@@ -12,14 +12,16 @@ instructor's caps.
     watchdog        Silence: when a silent child counts as hung
     cores           which cores the engine keeps, how many threads it runs
 
-The kitchen server (`two-pot-kitchen serve`, and the app's own: one continuous batch over HTTP):
-    server, engine_client, kitchen_loop, openai_api, metrics, class_board; kitchen_orders and
-    order_wire (the Kitchen's orders of B tables, every engine event); lab_wire (a Lab run's
-    settings and result as JSON; the Lab's routes are lab/on_server.py, passed in as an
-    extension); mounted (the servers inside the app's own port). Its clients: kitchen_client (the
-    Kitchen's and the Lab's, the same surface as KitchenService), remote_order (one measured order),
-    loadgen (a class of simulated students), scrape (its /metrics).
+The kitchen host (`two-pot-kitchen serve`, and the app's own: one continuous batch for everyone):
+    server, engine_client, kitchen_loop and loop_messages (its engine process and their typed
+    protocol), openai_api, metrics, class_board; kitchen_orders and order_wire (the Kitchen's
+    orders of B tables, every engine event); lab_wire (a Lab run's settings and result as JSON;
+    the Lab's routes are lab/on_server.py, passed in as an extension); mounted (the hosts inside
+    the app's own server); app_settings (what the launcher hands the app). Its clients reach it
+    through host (`KitchenHost`: `LocalHost` in process, `HttpHost` over HTTP): kitchen_client (the
+    Kitchen's and the Lab's, the same surface as KitchenService), remote_order (one measured
+    order), loadgen (a class of simulated students), scrape (its /metrics).
 
-Import direction: pages/ -> kitchen_viz/ -> serving/ -> engine/ (and lab/ -> serving/). Nothing
-here imports streamlit, kitchen_viz or lab.
+Import direction: entry points -> kitchen_viz/ -> lab/ -> serving/ -> bench/ -> engine/
+(tests/test_import_graph.py). Nothing here imports streamlit, kitchen_viz or lab.
 """

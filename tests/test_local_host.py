@@ -18,6 +18,7 @@ from lab.on_server import LabRoutes
 from lab.padding import PaddingSettings
 from lab.progress import Progress
 from lab.registry import LabRun
+from serving import job as job_mod
 from serving.caps import Caps
 from serving.class_board import ClassBoard
 from serving.engine_client import EngineClient, LoopSettings
@@ -84,7 +85,7 @@ def test_an_order_in_process_equals_generate_and_shows_on_the_board(svc, app, re
     until(lambda: nothing_running(app), "the finished order is still in flight")
 
 
-def test_cancel_a_page_gone_and_a_time_limit_stop_the_order_in_process(svc, app):
+def test_cancel_a_page_gone_and_a_time_limit_stop_the_order_in_process(svc, app, monkeypatch):
     long = Order(batch=2, max_new_tokens=480, temperature=0.0, seed=0, prompt_tokens=20)
     job = svc.submit(cook(long), long.label)
     until(lambda: any(isinstance(e, Token) for e in job.events), "the order never started cooking")
@@ -97,7 +98,10 @@ def test_cancel_a_page_gone_and_a_time_limit_stop_the_order_in_process(svc, app)
     assert job.wait(30) and job.status == "cancelled" and job.error == "cancelled after 0.3 s (its time limit)"
     until(lambda: nothing_running(app), "an order past its time is still cooking")
 
+    monkeypatch.setattr(job_mod, "ABANDON_S", 0.3)  # the page-gone rule, quicker than this order cooks
+    monkeypatch.setattr(job_mod, "WATCH_S", 0.1)
     job = svc.submit(cook(long), long.label)
+    until(lambda: any(isinstance(e, Token) for e in job.events), "the order never started cooking")
     job.watch(lambda: False)  # the page that ordered it is gone
     assert job.wait(30) and job.status == "cancelled" and "closed or reloaded" in job.error
     until(lambda: nothing_running(app), "an abandoned order is still cooking")

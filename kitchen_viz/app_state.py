@@ -18,12 +18,13 @@ import torch
 
 from engine.errors import EngineError
 from kitchen_viz.live_feed import base_path
+from lab.on_server import LabRoutes
 from lab.runlog import RunLog
 from serving.app_settings import AppSettings
 from serving.catalog import load_catalog
 from serving.host import HttpHost, KitchenHost
 from serving.kitchen_client import ServerKitchen
-from serving.mounted import PREFIX, served_here
+from serving.mounted import PREFIX, own_kitchens
 from serving.service import KitchenService, engine_threads
 
 REPO = Path(__file__).resolve().parent.parent
@@ -107,16 +108,16 @@ def run_log():
     return RunLog()
 
 
-def _close_kitchen(svc: KitchenService) -> None:
+def _close_kitchen(svc: KitchenService | ServerKitchen) -> None:
     """A kitchen dropped from the cache stops its worker and its engine process (memory back)."""
     svc.close()
 
 
 @st.cache_resource(show_spinner=False, max_entries=3, on_release=_close_kitchen)
 def _service(model: str, device: str, dtype: str) -> KitchenService | ServerKitchen:
-    """The session's kitchen (the Kitchen's orders and the Lab's sweeps): on a kitchen host when the
-    app has one (`two-pot-kitchen`: its own, in this process, or `--backend`), so local and remote
-    take one path; in a private engine process when it has none (`streamlit run app.py`, page tests)."""
+    """The session's kitchen (the Kitchen's orders and the Lab's sweeps): on a kitchen host, this
+    process's own (called in process, whatever the launch) or `--backend`'s, so every launch takes
+    one path; in a private engine process only for the UI-overhead bench's `private_kitchen`."""
     host = kitchen_host_for(model, device, dtype)
     if host is not None:
         return ServerKitchen(host, model, device, dtype, run_log=run_log())
@@ -125,17 +126,16 @@ def _service(model: str, device: str, dtype: str) -> KitchenService | ServerKitc
 
 
 def kitchen_host_for(model: str, device: str, dtype: str) -> KitchenHost | None:
-    """The kitchen host that cooks this choice, or None: the launcher's `--backend` over HTTP (a
-    Two-Pot kitchen server serves its one model), else this process's own kitchens, called in
-    process (serving/mounted.py), unless `private_kitchen` is set (each kitchen in a private engine
-    process, as under plain `streamlit run app.py`: the benchmarks compare the two), else none."""
+    """The kitchen host that cooks this choice: the launcher's `--backend` over HTTP (a Two-Pot
+    kitchen server serves its one model), else this process's own kitchens, called in process
+    (serving/mounted.py: mounted by serve.py, or opened here under plain `streamlit run app.py`),
+    each with the Lab's sweeps; None only with `private_kitchen` (the benchmarks compare the two)."""
     s = AppSettings.from_env()
     if s.backend:
         return HttpHost(s.backend, s.backend_key)
-    here = served_here()
-    if here is not None and here.rooms is not None and not s.private_kitchen:
-        return here.host(model, device, dtype)
-    return None
+    if s.private_kitchen:
+        return None
+    return own_kitchens((LabRoutes,)).host(model, device, dtype)
 
 
 def service_for(settings: Settings) -> KitchenService | ServerKitchen:

@@ -61,7 +61,7 @@ _MOUNTED = threading.Event()
 class Feed:
     """One order's feed: its job, a timeline of its own (the page keeps another), the scene's settings."""
 
-    svc: Any  # KitchenService: for the place in line
+    svc: Any  # the session's kitchen (serving/kitchen_client.py `ServerKitchen`): for the place in line
     job: Any  # service.Job: the worker appends its events
     run: LiveRun
     presenter: bool

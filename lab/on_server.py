@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -59,13 +59,17 @@ class LabRoutes:
                 self._svc = KitchenService(s.model, s.device, s.dtype, threads=engine_threads())
             return self._svc
 
-    def start(self, key: str, settings) -> Job:
-        """Check a sweep's settings and queue it in the private kitchen; returns its job."""
-        exp = known(key)
-        if type(settings).__module__ != exp.run.__module__:
+    def start(self, key: str, settings, run: Callable | None = None) -> Job:
+        """Check a sweep's settings and queue it in the private kitchen; returns its job. `run`: the
+        experiment's own function when a caller in this process has one the registry lacks."""
+        title = key
+        if run is None:
+            exp = known(key)
+            run, title = exp.run, exp.title
+        if type(settings).__module__ != run.__module__:
             raise ApiError(422, f"field 'settings' must be the settings of experiment '{key}' "
                                 f"(got {type(settings).__name__})", "settings")  # fmt: skip
-        return self.service().submit(LabRun(key, settings), label=f"lab: {exp.title}")
+        return self.service().submit(LabRun(key, settings, run=run), label=f"lab: {title}")
 
     async def messages(self, job) -> AsyncIterator[dict]:
         """{"progress": record} as points finish, then {"result": result}, or one {"error": {...}}.

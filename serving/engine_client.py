@@ -10,7 +10,10 @@ asyncio queue (thread-safely, through the event loop), so an HTTP handler just a
     client.cancel(handle.key)                              # a client that went away
 
 If the child dies (killed, out of memory), every request in flight gets ("error", line naming it),
-the reader starts a fresh child, and new requests wait for it to be ready.
+the reader starts a fresh child, and new requests wait for it to be ready. A child that is alive
+but silent (a deadlock, a wedged device) is the failure a dead pipe does not show: while anything
+is in flight, the watchdog waits for the child's next message at most `silence_limit_s()` and then
+kills it, so the same restart follows and the requests in flight are told in one line (`hung_line`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
@@ -34,11 +38,30 @@ from engine.errors import EngineError
 from serving import loop_messages as msgs
 from serving.class_board import ClassBoard
 from serving.kitchen_loop import ENTRY_CODE
-from serving.loop_messages import LoopSettings, QueueState, ReadyInfo, StepInfo
+from serving.loop_messages import SILENCE_ENV, LoopSettings, QueueState, ReadyInfo, StepInfo
 from serving.metrics import KitchenMetrics
 
 REPO = Path(__file__).resolve().parent.parent
 READY_TIMEOUT_S = 600.0
+SILENCE_FLOOR_S = 60.0  # the watchdog never calls a child hung sooner (TWO_POT_SILENCE_S replaces it)
+SILENCE_STEPS = 20  # ... nor before this many times the longest step it has measured
+WATCH_S = 0.5  # how often the watchdog looks
+
+
+def silence_limit_s(longest_step_s: float, floor_s: float | None = None) -> float:
+    """How long a child with work in flight may send nothing. Every step's events go out within
+    50 ms of the step (serving/kitchen_loop.py), and one step processes at most the token budget,
+    so a healthy child is silent for one step at most. Example: the chef's longest step 0.4 s:
+    max(60, 20 x 0.4) = 60 s."""
+    if floor_s is None:
+        floor_s = float(os.environ.get(SILENCE_ENV) or SILENCE_FLOOR_S)
+    return max(floor_s, SILENCE_STEPS * longest_step_s)
+
+
+def hung_line(model: str, limit_s: float) -> str:
+    """The one line the requests in flight fail with when their child was stopped as hung."""
+    return (f"the engine process for {model} sent nothing for {limit_s:,.0f} s (the limit for this order) "
+            "and was stopped as hung; the kitchen restarts it for the next order")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -124,8 +147,13 @@ class EngineClient:
         self._ready = threading.Event()
         self._keys = itertools.count()
         self._closing = False
+        self._heard = time.monotonic()  # the child's last message, or the first request after a quiet spell
+        self._longest_step_s = 0.0
+        self._silence_floor_s = float(os.environ.get(SILENCE_ENV) or SILENCE_FLOOR_S)  # read once, at start
+        self._hung: str | None = None  # why the watchdog killed the child
         self._start()
         threading.Thread(target=self._read, daemon=True, name="kitchen-loop-reader").start()
+        threading.Thread(target=self._watch, daemon=True, name="kitchen-loop-watchdog").start()
         if not self._ready.wait(READY_TIMEOUT_S) or self.ready is None:
             raise EngineError(self._load_error or f"loading {settings.model} took longer than {READY_TIMEOUT_S:.0f} s")
 
@@ -192,6 +220,8 @@ class EngineClient:
                 raise EngineError(f"the engine for {self.settings.model} is not ready after {READY_TIMEOUT_S:.0f} s")
             with self._lock:
                 if self._ready.is_set():
+                    if not self._handles:
+                        self._heard = time.monotonic()  # an idle child was silent with nothing to say
                     self._handles[key] = handle
                     self._send(msg)
                     break
@@ -230,6 +260,7 @@ class EngineClient:
                     return
                 self._child_died()
                 continue
+            self._heard = time.monotonic()
             if handlers[type(msg)](msg) is False:
                 return
 
@@ -281,6 +312,7 @@ class EngineClient:
         self.state = state
         if info is not None:
             self.last_step = info
+            self._longest_step_s = max(self._longest_step_s, info.seconds)
         if self.metrics is not None:
             self.metrics.observe_state(state)
             if info is not None:
@@ -305,8 +337,9 @@ class EngineClient:
             self._ready.clear()
             handles, self._handles = list(self._handles.values()), {}
         code = self._proc.wait()
-        line = (f"the engine process for {self.settings.model} stopped (exit code {code}) while this request "
-                "was cooking; the server is starting a new one")  # fmt: skip
+        line = self._hung or (f"the engine process for {self.settings.model} stopped (exit code {code}) while "
+                              "this request was cooking; the server is starting a new one")  # fmt: skip
+        self._hung = None
         for handle in handles:
             handle.settle(False, line)
             handle.put(("error", line))
@@ -317,3 +350,17 @@ class EngineClient:
         if self.metrics is not None:
             self.metrics.observe_state(self.state)
         self._start()
+
+    def _watch(self) -> None:
+        """Kill a child that has work in flight and has sent nothing past its limit; the reader
+        then sees the death, tells the requests why (`hung_line`) and starts a fresh child."""
+        while not self._closing:
+            time.sleep(WATCH_S)
+            limit = silence_limit_s(self._longest_step_s, self._silence_floor_s)
+            with self._lock:
+                hung = self._ready.is_set() and bool(self._handles) and time.monotonic() - self._heard > limit
+                if hung:
+                    self._ready.clear()  # no new request goes to the child being killed
+                    self._hung = hung_line(self.settings.model, limit)
+            if hung:
+                self._proc.kill()

@@ -72,7 +72,7 @@ class KitchenHost(Protocol):
 
     def order(self, body: dict) -> MessageStream: ...
 
-    def lab(self, key: str, settings: Any) -> MessageStream: ...
+    def lab(self, key: str, settings: Any, run: Callable | None = None) -> MessageStream: ...
 
     def board(self, order_id: str | None, since: int = -1) -> dict | None: ...
 
@@ -126,12 +126,14 @@ class LocalHost:
 
         return LocalStream(self, start)
 
-    def lab(self, key: str, settings: Any) -> LocalStream:
+    def lab(self, key: str, settings: Any, run: Callable | None = None) -> LocalStream:
+        """`run`: the experiment's run function, when it is not the registry's (a page's own; in process only)."""
+
         async def start() -> tuple[AsyncIterator, Callable[[], None]]:
             lab = next((x for x in self._find().state.extensions if hasattr(x, "start")), None)
             if lab is None:
                 raise EngineError(f"{self.label} runs no Lab sweeps")
-            job = lab.start(key, settings)
+            job = lab.start(key, settings, run)
             return lab.messages(job), lambda: job.cancel(PAGE_GONE)
 
         return LocalStream(self, start)
@@ -239,7 +241,8 @@ class HttpHost:
     def order(self, body: dict) -> HttpStream:
         return HttpStream(self._http, self.url + "/kitchen/orders", body)
 
-    def lab(self, key: str, settings: Any) -> HttpStream:
+    def lab(self, key: str, settings: Any, run: Callable | None = None) -> HttpStream:
+        """Code does not travel: the server runs its registry's experiment `key` (`run` is not sent)."""
         unwire = lambda msg: {k: decode(v) for k, v in msg.items()}  # noqa: E731
         return HttpStream(self._http, f"{self.url}/kitchen/lab/{key}", {"settings": encode(settings)}, unwire)
 

@@ -24,21 +24,42 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 
 import httpx
 
 from engine.errors import EngineError
 from engine.limits import Limits
 from engine.loader import ModelInfo
+from serving.catalog import describe, load_catalog
+from serving.cores import ALL_CORES, split_cores
 from serving.host import HttpHost, KitchenHost, NotReady, StreamClosed
 from serving.job import HOLD_S, Job, PageWatcher, record_run
 from serving.order_wire import from_wire
+from serving.stove import StoveMeter, Ticket, stove_for
 
 CONNECT_TIMEOUT_S = 600.0  # the longest we wait for the server to load the model
 POLL_S = 0.25
 BOARD_S = 0.5  # how often the live rail is refreshed while an order cooks
 NO_STEPS = 2**62  # `since` past every step: a board with its tickets and no steps
 PENDING_BOARD = {"tickets": [], "pending": True}  # an order's board before its first read
+
+
+def weights_megabytes(model: str, dtype: str, source: str | None = None) -> float | None:
+    """How many MB of weights loading `model` reads, known before loading (None if unknown).
+
+    Asks the catalog first (it computes bytes per dtype from the config alone); for a plain
+    folder it sums the safetensors files.
+    """
+    try:
+        entry = load_catalog().get(model)
+        return describe(entry).weight_bytes[dtype] / 1e6
+    except Exception:  # noqa: BLE001 — an unknown name or a missing catalog just means "unknown size"
+        pass
+    folder = Path(source or model)
+    if folder.is_dir():
+        return sum(p.stat().st_size for p in folder.glob("*.safetensors")) / 1e6 or None
+    return None
 
 
 class ServerKitchen:
@@ -58,6 +79,8 @@ class ServerKitchen:
         self._lock = threading.Lock()
         self._jobs: list[Job] = []
         self._closed = False
+        self.weights_mb = weights_megabytes(model, dtype)
+        self.stove = stove_for(device)  # one stove per machine: another model's kitchen waits (serving/stove.py)
         self._watcher = PageWatcher(f"kitchen-watch-{model}", self._unfinished, lambda: self._closed)
         threading.Thread(target=self._connect, daemon=True, name=f"kitchen-client-{model}").start()
 
@@ -102,7 +125,10 @@ class ServerKitchen:
 
     @property
     def loading_message(self) -> str:
-        return f"the kitchen server is loading {self.model} on {self.device} ({self.dtype})"
+        if isinstance(self.host, HttpHost):
+            return f"the kitchen server is loading {self.model} on {self.device} ({self.dtype})"
+        size = f"{self.weights_mb:,.1f} MB" if self.weights_mb else "weights"
+        return f"loading weights: {size} of {self.model} on {self.device} ({self.dtype})"
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         return self._ready.wait(timeout)
@@ -152,6 +178,7 @@ class ServerKitchen:
         if job.finished or not job.cancel_token.cancel(reason):
             return False
         job._go.set()
+        self.stove.wake()  # a job waiting in the stove's line leaves it at once
         if job.response is not None:
             job.response.close()  # the reading thread wakes at once; the host cancels at its next step
         return True
@@ -177,6 +204,15 @@ class ServerKitchen:
     def _cook(self, job: Job, order) -> None:
         job._go.wait(HOLD_S)
         token = job.cancel_token
+        job._ticket = Ticket(f"{self.model}: {job.label}", kitchen=f"{self.host.label} {self.model}")
+        if token.cancelled or not self.stove.take(job._ticket, cancelled=lambda: token.cancelled):
+            return self._finish(job, error=token.reason, status="cancelled")
+        try:
+            self._cook_on_stove(job, order, token)
+        finally:
+            self.stove.give_back(job._ticket)
+
+    def _cook_on_stove(self, job: Job, order, token) -> None:
         if not token.cancelled:
             self._ready.wait(CONNECT_TIMEOUT_S)
             job.started_at, job.status = time.perf_counter(), "running"  # the end of its wait, as in KitchenService
@@ -194,7 +230,9 @@ class ServerKitchen:
                     "max_new_tokens": order.max_new_tokens, "temperature": order.temperature, "seed": order.seed}  # fmt: skip
             if timer is not None:
                 timer.start()
+            meter = self._meter()
             result = self._stream(job, body)
+            job.shared_stove = meter.verdict() if meter is not None else None
         except (httpx.HTTPError, RuntimeError) as err:  # a closed stream (Cancel) reads as one of these
             if token.cancelled or isinstance(err, StreamClosed):
                 return self._finish(job, error=token.reason, status="cancelled")
@@ -213,6 +251,14 @@ class ServerKitchen:
                 timer.cancel()
         record_run(self.run_log, self.model, self.device, job, result)
         self._finish(job, result=result)
+
+    def _meter(self) -> StoveMeter | None:
+        """What else used the engine's cores while an order cooks: measurable when the engine runs
+        on this machine's CPU (a host in this process), on the cores its loop was pinned to."""
+        if isinstance(self.host, HttpHost) or self.device != "cpu" or not self.engine_pid:
+            return None
+        split = split_cores(self.threads)
+        return StoveMeter(split.engine if split is not None else ALL_CORES, self.engine_pid)
 
     def _stream(self, job: Job, body: dict):
         """Send the order and fold its events into `job.events`; returns the GenerationResult."""
@@ -245,7 +291,7 @@ class ServerKitchen:
         job.started_at, job.status = time.perf_counter(), "running"
         result, error = None, None
         try:
-            job.response = stream = self.host.lab(run.key, run.settings)
+            job.response = stream = self.host.lab(run.key, run.settings, run.run)
             for msg in stream:
                 if "progress" in msg:
                     job.events.append(msg["progress"])

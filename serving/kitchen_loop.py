@@ -28,9 +28,8 @@ from engine.events import Done, StepEnd, Token
 from engine.quant import precision_parts
 from engine.shared_order import SharedOrder, shared_check, shared_limits
 from serving import loop_messages as msgs
-from serving.loop_messages import LoopSettings, QueueState, ReadyInfo, StepInfo
+from serving.loop_messages import TEST_HANG_ENV, LoopSettings, QueueState, ReadyInfo, StepInfo
 from serving.order_wire import to_wire
-from serving.watchdog import TEST_HANG_ENV
 
 __all__ = ["ENTRY_CODE", "LoopSettings", "QueueState", "ReadyInfo", "StepInfo", "entry"]
 
@@ -157,7 +156,7 @@ class Loop:
     def step(self) -> None:
         engine = self.engine
         events = engine.step()
-        if self.hang_s:  # a test's slow engine: alive, a pause after every step (serving/watchdog.py)
+        if self.hang_s:  # a test's slow engine: alive, silent past the watchdog's limit
             time.sleep(self.hang_s)
         now = time.perf_counter()
         tokens, done, info, order_news = [], [], None, []

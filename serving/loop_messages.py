@@ -17,6 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+# Test hooks, read from the environment: a test's slow engine (the loop pauses this many seconds
+# after every step) and the watchdog's floor in seconds (serving/engine_client.py).
+TEST_HANG_ENV = "TWO_POT_TEST_HANG_S"
+SILENCE_ENV = "TWO_POT_SILENCE_S"
+
 # -- what the messages carry ---------------------------------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -219,8 +219,23 @@ _SERVED: list[AppKitchens] = []  # what class_kitchen() mounted in this process
 
 def served_here() -> AppKitchens | None:
     """The kitchens mounted in this process (`two-pot-kitchen` serves serve.py), or None (plain
-    `streamlit run app.py`, page tests): the Kitchen then cooks in a private engine process."""
+    `streamlit run app.py`, page tests, before `own_kitchens()`)."""
     return _SERVED[-1] if _SERVED else None
+
+
+_OWN_LOCK = threading.Lock()
+
+
+def own_kitchens(extensions: tuple = ()) -> AppKitchens:
+    """This process's kitchens for the Kitchen: the ones serve.py mounted, or, under plain
+    `streamlit run app.py` (nothing mounted), the same rooms opened here on first use with no
+    routes (the Kitchen reaches them in process). Either way one code path cooks."""
+    with _OWN_LOCK:
+        here = served_here()
+        if here is None or here.rooms is None:
+            here = AppKitchens(here.mount if here is not None else None, KitchenRooms(None, extensions))
+            _SERVED.append(here)
+        return here
 
 
 def class_kitchen(base: str = "", extensions: tuple = ()) -> tuple[list, object | None]:

@@ -39,11 +39,12 @@ from typing import Any, Literal
 
 from engine.errors import EngineError
 from engine.loader import EMBEDDED_MODELS
-from serving.catalog import describe, load_catalog, resolve_source
+from serving.catalog import resolve_source
 from serving.child import warm_up
 from serving.cores import ALL_CORES, engine_threads
 from serving.engine_process import Cancelled, CancelToken, ChildFailure, EngineProcess
 from serving.job import HOLD_S, PAGE_GONE, SETTLE_S, Job, JobStatus, PageWatcher, Work, record_run
+from serving.kitchen_client import weights_megabytes
 from serving.stove import Stove, StoveMeter, Ticket, stove_for
 
 __all__ = ["HOLD_S", "PAGE_GONE", "SETTLE_S", "Job", "KitchenService", "engine_threads", "warm_up", "weights_megabytes"]
@@ -61,23 +62,6 @@ def _close_all() -> None:
     """
     for svc in list(_OPEN):
         svc.close()
-
-
-def weights_megabytes(model: str, dtype: str, source: str | None = None) -> float | None:
-    """How many MB of weights loading `model` reads, known before loading (None if unknown).
-
-    Asks the catalog first (it computes bytes per dtype from the config alone); for a plain
-    folder it sums the safetensors files.
-    """
-    try:
-        entry = load_catalog().get(model)
-        return describe(entry).weight_bytes[dtype] / 1e6
-    except Exception:  # noqa: BLE001 — an unknown name or a missing catalog just means "unknown size"
-        pass
-    folder = Path(source or model)
-    if folder.is_dir():
-        return sum(p.stat().st_size for p in folder.glob("*.safetensors")) / 1e6 or None
-    return None
 
 
 def resolve_model(model: str) -> str:

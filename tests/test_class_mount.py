@@ -135,8 +135,8 @@ def test_the_launcher_warns_about_an_open_kitchen_without_a_key(monkeypatch, cap
 
 def test_the_kitchen_finds_its_kitchen_host_and_the_lab_keeps_its_own_engine(monkeypatch):
     """Where the Kitchen cooks: under the launcher in this process's own kitchens (the class kitchen
-    for its own choice, a room of its own otherwise), called in process; `--backend` over HTTP; and
-    without either (plain `streamlit run app.py`) in a private engine."""
+    for its own choice, a room of its own otherwise), called in process; without a launcher (plain
+    `streamlit run app.py`) in the same rooms opened in process; `--backend` over HTTP."""
     from kitchen_viz import app_state
     from serving import mounted
     from serving.host import HttpHost, LocalHost, NotReady
@@ -145,7 +145,10 @@ def test_the_kitchen_finds_its_kitchen_host_and_the_lab_keeps_its_own_engine(mon
     monkeypatch.delenv(ENV["private_kitchen"], raising=False)
     monkeypatch.setenv(mounted.ENV_MODEL, "chef")
     monkeypatch.setattr(mounted, "_SERVED", [])
-    assert app_state.kitchen_host_for("chef", "cpu", "float32") is None  # nothing mounted here
+    opened = app_state.kitchen_host_for("chef", "cpu", "float32")  # nothing mounted: rooms opened here
+    assert isinstance(opened, LocalHost) and mounted.served_here().rooms is not None
+    assert mounted.served_here().mount is None  # no class kitchen without the launcher
+    mounted._SERVED.clear()
     class_mount = mounted.ClassKitchenMount("chef", None)  # not started: it says it is loading
     mounted._SERVED.append(mounted.AppKitchens(class_mount, mounted.KitchenRooms(None)))
     host = app_state.kitchen_host_for("chef", "cpu", "float32")

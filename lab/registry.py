@@ -114,9 +114,9 @@ DASHBOARD = LabPage("pages/dashboard.py", "Dashboard: all runs", "📊")
 class LabRun:
     """One experiment's run as a kitchen's job: `job = svc.submit(LabRun("padding", settings), ...)`.
 
-    It lives beside the registry because its key names an experiment there. A kitchen with the
-    engine in hand (serving/service.py) calls it; a kitchen server receives its `key` and
-    `settings` and runs the same call in its own engine process (lab/on_server.py).
+    It lives beside the registry because its key names an experiment there. A kitchen host
+    receives its `key`, `settings` (and, in process, `run`) and runs the experiment in its kitchen
+    loop between orders (lab/on_server.py); a private kitchen (serving/service.py) calls it.
     `keep(result)` runs wherever the result arrives, as soon as it does (the app stores it there, so
     a measurement survives the learner closing the tab mid-run); the job's result is what it returns.
     """

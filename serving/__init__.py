@@ -1,15 +1,14 @@
 """What runs the engine for the app, without Streamlit: the model catalog, the kitchen host (every
-Cook, whatever the launch), the Lab's engine processes, the one stove per machine, the
-instructor's caps.
+Cook and every Lab sweep, whatever the launch), the one stove per machine, the instructor's caps.
 
     catalog         the allow-listed menu of models (catalog.toml + an instructor's extra files)
     caps            the instructor's caps per order (tokens, new tokens, seconds)
     job             Job: one order or sweep as the pages see it
     stove           one stove per device: kitchens of different models never cook at once
-    service         KitchenService: the Lab's sweeps in an engine process of their own (lab/on_server.py)
+    service         KitchenService: a private engine process (only the UI-overhead bench's comparison)
     engine_process  EngineProcess: starts that child and guards each job (hung, dead, cancelled)
     child / proxy   the child's side (load the model, answer on two pipes) and the engine's API it answers
-    watchdog        Silence: when a silent Lab child counts as hung
+    watchdog        Silence: when a silent private child counts as hung
     cores           which cores the engine keeps, how many threads it runs
 
 The kitchen host (`two-pot-kitchen serve`, and the app's own: one continuous batch for everyone):

@@ -23,6 +23,7 @@ import collections
 import itertools
 import json
 import os
+import pickle
 import socket
 import subprocess
 import sys
@@ -45,6 +46,7 @@ REPO = Path(__file__).resolve().parent.parent
 READY_TIMEOUT_S = 600.0
 SILENCE_FLOOR_S = 60.0  # the watchdog never calls a child hung sooner (TWO_POT_SILENCE_S replaces it)
 SILENCE_STEPS = 20  # ... nor before this many times the longest step it has measured
+SWEEP_SILENCE_S = 600.0  # while a Lab sweep runs: a sweep paces itself, a point may take minutes
 WATCH_S = 0.5  # how often the watchdog looks
 
 
@@ -228,6 +230,22 @@ class EngineClient:
         handle.prompt_tokens = await handle.accepted
         return handle
 
+    async def run_sweep(self, run: Callable, settings: Any) -> Handle:
+        """A Lab sweep in the loop, between orders: `run(engine, settings, emit)` (serving/loop_messages.py
+        `RunSweep`). Its handle holds ("progress", record) ..., then ("done", result) or ("error", line)."""
+        loop = asyncio.get_running_loop()
+        msg = msgs.RunSweep(f"s{next(self._keys)}", run.__module__, run.__qualname__, pickle.dumps(settings),
+                            tuple(sys.path))  # fmt: skip
+        handle = Handle(msg.key, loop)
+        if not self._ready.is_set() and not await loop.run_in_executor(None, self._ready.wait, READY_TIMEOUT_S):
+            raise EngineError(f"the engine for {self.settings.model} is not ready after {READY_TIMEOUT_S:.0f} s")
+        with self._lock:
+            if not self._handles:
+                self._heard = time.monotonic()
+            self._handles[msg.key] = handle
+            self._send(msg)
+        return handle
+
     def cancel(self, key: str) -> None:
         with self._lock:
             if key in self._handles:
@@ -248,7 +266,8 @@ class EngineClient:
         """The one table the reader dispatches the loop's messages with (serving/loop_messages.py)."""
         return {msgs.Ready: self._on_ready, msgs.LoadError: self._on_load_error,
                 msgs.Accepted: self._on_accepted, msgs.OrderAccepted: self._on_accepted,
-                msgs.Refusal: self._on_refusal, msgs.Answer: self._on_answer, msgs.Steps: self._on_steps}  # fmt: skip
+                msgs.Refusal: self._on_refusal, msgs.Answer: self._on_answer, msgs.Steps: self._on_steps,
+                msgs.SweepProgress: self._on_sweep, msgs.SweepDone: self._on_sweep}  # fmt: skip
 
     def _read(self) -> None:
         handlers = self.handlers()
@@ -296,6 +315,17 @@ class EngineClient:
             handle = self._handles.pop(m.key, None)
         if handle is not None:
             handle.settle(m.ok, m.value)
+
+    def _on_sweep(self, m: msgs.SweepProgress | msgs.SweepDone) -> None:
+        if isinstance(m, msgs.SweepProgress):
+            handle = self._handles.get(m.key)
+            if handle is not None:
+                handle.put(("progress", m.record))
+            return
+        with self._lock:
+            handle = self._handles.pop(m.key, None)
+        if handle is not None:
+            handle.put(("done" if m.ok else "error", m.value))
 
     def _on_steps(self, m: msgs.Steps) -> None:
         for step in m.steps:
@@ -358,6 +388,8 @@ class EngineClient:
             time.sleep(WATCH_S)
             limit = silence_limit_s(self._longest_step_s, self._silence_floor_s)
             with self._lock:
+                if any(key.startswith("s") for key in self._handles):
+                    limit = max(limit, SWEEP_SILENCE_S)
                 hung = self._ready.is_set() and bool(self._handles) and time.monotonic() - self._heard > limit
                 if hung:
                     self._ready.clear()  # no new request goes to the child being killed

@@ -37,7 +37,6 @@ from typing import Any, Protocol
 import httpx
 
 from engine.errors import EngineError
-from serving.job import PAGE_GONE
 from serving.kitchen_orders import KitchenOrders
 from serving.lab_wire import decode, encode
 from serving.openai_api import ApiError
@@ -133,8 +132,8 @@ class LocalHost:
             lab = next((x for x in self._find().state.extensions if hasattr(x, "start")), None)
             if lab is None:
                 raise EngineError(f"{self.label} runs no Lab sweeps")
-            job = lab.start(key, settings, run)
-            return lab.messages(job), lambda: job.cancel(PAGE_GONE)
+            handle = await lab.start(key, settings, run)
+            return lab.messages(handle), lambda: lab.cancel(handle)
 
         return LocalStream(self, start)
 

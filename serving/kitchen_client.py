@@ -288,6 +288,15 @@ class ServerKitchen:
         token = job.cancel_token
         if token.cancelled or self.state != "ready":
             return self._finish(job, error=token.reason or self.load_error, status="cancelled" if token.cancelled else None)
+        job._ticket = Ticket(f"{self.model}: {job.label}")  # a sweep cooks alone, not even beside its kitchen's orders
+        if not self.stove.take(job._ticket, cancelled=lambda: token.cancelled):
+            return self._finish(job, error=token.reason, status="cancelled")
+        try:
+            self._sweep_on_stove(job, run, token)
+        finally:
+            self.stove.give_back(job._ticket)
+
+    def _sweep_on_stove(self, job: Job, run, token) -> None:
         job.started_at, job.status = time.perf_counter(), "running"
         result, error = None, None
         try:

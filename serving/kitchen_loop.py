@@ -14,8 +14,10 @@ starts inherits them.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import pickle
 import sys
 import time
 from dataclasses import asdict
@@ -47,7 +49,7 @@ def entry(argv: list[str]) -> None:
     conn = Connection(int(fd))
     engine = load(conn, LoopSettings(**s))
     if engine is not None:
-        Loop(conn, engine).run()
+        Loop(conn, engine, s["model"]).run()
 
 
 def load(conn, s: LoopSettings) -> Engine | None:
@@ -81,11 +83,16 @@ def one_line(err: BaseException) -> str:
     return " ".join(str(err).split())
 
 
+class SweepCancelled(Exception):
+    """The sweep's client went away (or the loop stops): the sweep ends at its next point."""
+
+
 class Loop:
     """The step loop and what it remembers between steps: which key each engine request has."""
 
-    def __init__(self, conn, engine: Engine):
+    def __init__(self, conn, engine: Engine, source: str = ""):
         self.conn, self.engine = conn, engine
+        self.engine_source = source  # what the engine was loaded from: a sweep's engine loads it too
         self.key_of: dict[int, str] = {}  # engine request id -> the host's key ("r3", "o1/0")
         self.id_of: dict[str, int] = {}
         self.arrived: dict[str, float] = {}
@@ -93,18 +100,23 @@ class Loop:
         self.held: list[tuple] = []  # steps not yet sent (see BATCH_S)
         self.sent_at = time.perf_counter()
         self.hang_s = float(os.environ.get(TEST_HANG_ENV) or 0)
+        self.sweeps: list[msgs.RunSweep] = []  # waiting for the engine to be idle
+        self.backlog: list = []  # messages that arrived while a sweep ran
+        self.sweep_engine: Engine | None = None
         self.handlers = {msgs.Submit: self.submit, msgs.PlaceOrder: self.place_order, msgs.Ask: self.ask,
-                         msgs.Cancel: self.cancel}  # fmt: skip
+                         msgs.RunSweep: self.sweeps.append, msgs.Cancel: self.cancel}  # fmt: skip
 
     def run(self) -> None:
-        """Apply everything that arrived, then step; until Stop or the parent goes away."""
+        """Apply everything that arrived, then step; a sweep once nothing cooks; until Stop or the
+        parent goes away."""
         conn, engine = self.conn, self.engine
         while True:
-            if not conn.poll(0 if not engine.idle else IDLE_POLL_S) and engine.idle:
+            busy = not engine.idle or self.sweeps or self.backlog
+            if not conn.poll(0 if busy else IDLE_POLL_S) and not busy:
                 continue
-            while conn.poll(0):
+            while self.backlog or conn.poll(0):
                 try:
-                    msg = conn.recv()
+                    msg = self.backlog.pop(0) if self.backlog else conn.recv()
                 except (EOFError, OSError):
                     return
                 if isinstance(msg, msgs.Stop):
@@ -112,6 +124,8 @@ class Loop:
                 self.handlers[type(msg)](msg)
             if not engine.idle:
                 self.step()
+            elif self.sweeps:
+                self.sweep(self.sweeps.pop(0))
 
     # -- the messages ----------------------------------------------------------------------------------
     def submit(self, m: msgs.Submit) -> None:
@@ -147,10 +161,44 @@ class Loop:
             self.conn.send(msgs.Answer(m.key, False, one_line(err)))
 
     def cancel(self, m: msgs.Cancel) -> None:
-        if m.key in self.orders:
+        waiting = next((w for w in self.sweeps if w.key == m.key), None)
+        if waiting is not None:
+            self.sweeps.remove(waiting)
+            self.conn.send(msgs.SweepDone(m.key, False, "the sweep was cancelled before it started"))
+        elif m.key in self.orders:
             self.orders[m.key].cancel()
         elif m.key in self.id_of:
             self.engine.cancel(self.id_of[m.key])
+
+    # -- one sweep, between orders --------------------------------------------------------------------
+    def sweep(self, m: msgs.RunSweep) -> None:
+        """Run a Lab sweep to its end; orders that arrive meanwhile wait in `backlog` (one stove)."""
+        try:
+            sys.path += [p for p in m.path if p not in sys.path]
+            run = getattr(importlib.import_module(m.module), m.name)
+            settings = pickle.loads(m.settings)
+            if self.sweep_engine is None:
+                info = self.engine.info
+                dtype, quant = precision_parts(info.precision)
+                self.sweep_engine = Engine.load(self.engine_source, str(self.engine.device), dtype, quant=quant)
+                self.sweep_engine.generate([[1]], max_new_tokens=2, temperature=0.0)  # first-call setup
+            result = run(self.sweep_engine, settings, lambda record: self.sweep_progress(m.key, record))
+            self.conn.send(msgs.SweepDone(m.key, True, result))
+        except SweepCancelled:
+            self.conn.send(msgs.SweepDone(m.key, False, "the sweep was cancelled"))
+        except Exception as err:  # noqa: BLE001 -- a refusal (or a bug) is one line, the kitchen goes on
+            self.conn.send(msgs.SweepDone(m.key, False, one_line(err)))
+
+    def sweep_progress(self, key: str, record) -> None:
+        """A finished point goes up; a Cancel of this sweep (or Stop) ends it here, between points."""
+        self.conn.send(msgs.SweepProgress(key, record))
+        while self.conn.poll(0):
+            msg = self.conn.recv()
+            if isinstance(msg, msgs.Cancel) and msg.key == key:
+                raise SweepCancelled
+            self.backlog.append(msg)
+            if isinstance(msg, msgs.Stop):
+                raise SweepCancelled
 
     # -- one step --------------------------------------------------------------------------------------
     def step(self) -> None:

@@ -4,9 +4,10 @@ The host (serving/engine_client.py) and the loop (serving/kitchen_loop.py) share
 each side dispatches what it receives through one table keyed by these classes. A key is the
 host's name for a request or an order (a string); the engine's request ids never leave the loop.
 
-    host -> loop:  Submit | PlaceOrder | Ask | Cancel | Stop
+    host -> loop:  Submit | PlaceOrder | Ask | RunSweep | Cancel | Stop
     loop -> host:  Ready | LoadError (once, at the start), then Accepted | OrderAccepted | Refusal
-                   (one per Submit or PlaceOrder), Answer (one per Ask), Steps (after steps)
+                   (one per Submit or PlaceOrder), Answer (one per Ask), Steps (after steps),
+                   SweepProgress ... SweepDone (one per RunSweep)
 
 This module imports nothing of the project, and every message is a plain dataclass of plain
 values (the pipe pickles them between a parent and its own child).
@@ -118,6 +119,20 @@ class Ask:
 
 
 @dataclass(frozen=True)
+class RunSweep:
+    """A Lab sweep, run between orders: `module.name(engine, settings, emit)` on an engine of the
+    sweep's own in the loop's process (loaded with the engine's defaults: the lessons measure
+    those, not the class's scheduling). The function travels by name and the settings as pickled
+    bytes, read once `path` (the host's import path) is on the loop's."""
+
+    key: str
+    module: str
+    name: str
+    settings: bytes
+    path: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Cancel:
     """Cancel a request or a whole order."""
 
@@ -168,6 +183,19 @@ class Answer:
 
 
 @dataclass(frozen=True)
+class SweepProgress:
+    key: str
+    record: Any  # what the sweep emitted (a finished point)
+
+
+@dataclass(frozen=True)
+class SweepDone:
+    key: str
+    ok: bool
+    value: Any  # the sweep's result, or its one-line error
+
+
+@dataclass(frozen=True)
 class Steps:
     """The steps since the last message, each `(StepInfo | None, tokens, done, QueueState, orders)`:
     - tokens: `[(key, token_id, text, index, finished, ttft_s)]`, ttft_s on a request's first token
@@ -180,5 +208,5 @@ class Steps:
     steps: list[tuple]
 
 
-TO_LOOP = (Submit, PlaceOrder, Ask, Cancel, Stop)
-TO_HOST = (Ready, LoadError, Accepted, OrderAccepted, Refusal, Answer, Steps)
+TO_LOOP = (Submit, PlaceOrder, Ask, RunSweep, Cancel, Stop)
+TO_HOST = (Ready, LoadError, Accepted, OrderAccepted, Refusal, Answer, SweepProgress, SweepDone, Steps)

@@ -8,8 +8,6 @@ The Kitchen is the home page; the Story tells the fable; the Lab section comes f
 
 from __future__ import annotations
 
-import os
-
 import streamlit as st
 
 from kitchen_viz import app_state, icons
@@ -25,9 +23,11 @@ from kitchen_viz.app_state import (
     safe_model_choices,
 )
 from kitchen_viz.style import page_css, presenter_css
+from lab.registry import DASHBOARD, LAB_PAGES
+from serving.app_settings import AppSettings
 
 # Presenter mode opens with the sidebar closed: at 1024 px the kitchen's drawing needs the width.
-_presenter = st.session_state.get(KEY_PRESENTER, os.environ.get("TWO_POT_PRESENTER") == "1" or (
+_presenter = st.session_state.get(KEY_PRESENTER, AppSettings.from_env().presenter or (
     st.query_params.get("presenter", "0") not in ("0", "false", "no")))  # fmt: skip
 st.set_page_config(page_title="Two-Pot Kitchen", page_icon=icons.KITCHEN, layout="wide",
                    initial_sidebar_state="collapsed" if _presenter else "auto")  # fmt: skip
@@ -35,12 +35,7 @@ st.set_page_config(page_title="Two-Pot Kitchen", page_icon=icons.KITCHEN, layout
 
 def navigation_ui():
     """Kitchen (home), Story, then the lab pages that exist on disk, in the registry's order."""
-    try:
-        from lab.registry import DASHBOARD, LAB_PAGES
-
-        lab = [p for p in [*LAB_PAGES, DASHBOARD] if (app_state.REPO / p.path).is_file()]
-    except ImportError:
-        lab = []
+    lab = [p for p in [*LAB_PAGES, DASHBOARD] if (app_state.REPO / p.path).is_file()]
     sections = {
         "Kitchen": [
             st.Page("pages/kitchen.py", title="Kitchen", icon=icons.KITCHEN, default=True),
@@ -94,7 +89,7 @@ def shared_controls_ui() -> None:
         st.number_input("Seed", min_value=0, max_value=2**31 - 1, value=0, step=1, key=KEY_SEED)
         st.toggle(
             "Presenter mode (large type)",
-            value=os.environ.get("TWO_POT_PRESENTER") == "1",  # `two-pot-kitchen --presenter`
+            value=AppSettings.from_env().presenter,  # `two-pot-kitchen --presenter`
             key=KEY_PRESENTER,
         )
     app_state.keep_model_in_url()

@@ -10,7 +10,6 @@ A page rendered on its own (AppTest on `pages/kitchen.py`) has no sidebar; it ge
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,13 +17,19 @@ import streamlit as st
 import torch
 
 from engine.errors import EngineError
+from kitchen_viz.live_feed import base_path
+from lab.on_server import LabRoutes
+from lab.runlog import RunLog
+from serving.app_settings import AppSettings
+from serving.catalog import load_catalog
+from serving.host import HttpHost, KitchenHost
 from serving.kitchen_client import ServerKitchen
+from serving.mounted import PREFIX, own_kitchens
 from serving.service import KitchenService, engine_threads
 
 REPO = Path(__file__).resolve().parent.parent
 CHEF_FOLDER = REPO / "assets" / "models" / "chef"
 DTYPES = ["float32", "bfloat16", "float16"]
-PRIVATE_ENV = "TWO_POT_PRIVATE_KITCHEN"  # "1": no kitchen server for the Kitchen and the Lab
 PRECISIONS = [*DTYPES, "int8"]  # "int8": int8 weight matrices, float32 for the rest (engine/quant.py)
 PRECISION_LABELS = {"int8": "int8 weights (float32 KV)"}
 
@@ -60,8 +65,6 @@ def model_choices() -> list[ModelChoice]:
     A broken catalog (an instructor's extra file with a typo, say) raises its one-line
     `EngineError`; the entry point shows it and falls back to `fallback_choices()`.
     """
-    from serving.catalog import load_catalog
-
     cat = load_catalog()
     default = cat.default.name
     entries = sorted(cat.entries, key=lambda e: e.name != default)
@@ -95,49 +98,44 @@ def current_settings() -> Settings:
         device=ss.get(KEY_DEVICE) or "cpu",
         dtype=ss.get(KEY_DTYPE) or "float32",
         seed=int(ss.get(KEY_SEED) or 0),
-        presenter=bool(ss.get(KEY_PRESENTER, os.environ.get("TWO_POT_PRESENTER") == "1")),
+        presenter=bool(ss.get(KEY_PRESENTER, AppSettings.from_env().presenter)),
     )
 
 
 @st.cache_resource(show_spinner=False)
 def run_log():
     """The server's log of every finished generation (the dashboard reads it)."""
-    from lab.runlog import RunLog
-
     return RunLog()
 
 
-def _close_kitchen(svc: KitchenService) -> None:
+def _close_kitchen(svc: KitchenService | ServerKitchen) -> None:
     """A kitchen dropped from the cache stops its worker and its engine process (memory back)."""
     svc.close()
 
 
 @st.cache_resource(show_spinner=False, max_entries=3, on_release=_close_kitchen)
 def _service(model: str, device: str, dtype: str) -> KitchenService | ServerKitchen:
-    """The session's kitchen (the Kitchen's orders and the Lab's sweeps): on a kitchen server when the
-    app has one (`two-pot-kitchen`: its own, or `--backend`), so local and remote take one path; in
-    a private engine process when the app runs without one (`streamlit run app.py`, page tests)."""
-    server = kitchen_server_for(model, device, dtype)
-    if server is not None:
-        return ServerKitchen(server[0], model, device, dtype, api_key=server[1] or None, run_log=run_log())
-    pin = os.environ.get("TWO_POT_PIN_SERVER") == "1"  # set by the launcher (two-pot-kitchen)
+    """The session's kitchen (the Kitchen's orders and the Lab's sweeps): on a kitchen host, this
+    process's own (called in process, whatever the launch) or `--backend`'s, so every launch takes
+    one path; in a private engine process only for the UI-overhead bench's `private_kitchen`."""
+    host = kitchen_host_for(model, device, dtype)
+    if host is not None:
+        return ServerKitchen(host, model, device, dtype, run_log=run_log())
+    pin = AppSettings.from_env().pin_server  # set by the launcher (two-pot-kitchen)
     return KitchenService(model, device, dtype, run_log=run_log(), threads=engine_threads(), pin_server=pin)
 
 
-def kitchen_server_for(model: str, device: str, dtype: str) -> tuple[str, str] | None:
-    """(URL, API key) of the kitchen server that cooks this choice, or None: the launcher's
-    `--backend` (a Two-Pot kitchen server serves its one model), else this app's own kitchens
-    (serving/mounted.py) unless TWO_POT_PRIVATE_KITCHEN=1 (each kitchen in a private engine
-    process, as under plain `streamlit run app.py`: the benchmarks compare the two), else none."""
-    from kitchen_viz.live_feed import base_path
-    from serving.mounted import ENV_KEY, ENV_KITCHENS, kitchen_path
-
-    if os.environ.get("TWO_POT_BACKEND"):
-        return os.environ["TWO_POT_BACKEND"], os.environ.get("TWO_POT_BACKEND_KEY", "")
-    if os.environ.get(ENV_KITCHENS) == "1" and os.environ.get(PRIVATE_ENV) != "1":
-        port = st.get_option("server.port")
-        return f"http://127.0.0.1:{port}{base_path()}{kitchen_path(model, device, dtype)}", os.environ.get(ENV_KEY, "")
-    return None
+def kitchen_host_for(model: str, device: str, dtype: str) -> KitchenHost | None:
+    """The kitchen host that cooks this choice: the launcher's `--backend` over HTTP (a Two-Pot
+    kitchen server serves its one model), else this process's own kitchens, called in process
+    (serving/mounted.py: mounted by serve.py, or opened here under plain `streamlit run app.py`),
+    each with the Lab's sweeps; None only with `private_kitchen` (the benchmarks compare the two)."""
+    s = AppSettings.from_env()
+    if s.backend:
+        return HttpHost(s.backend, s.backend_key)
+    if s.private_kitchen:
+        return None
+    return own_kitchens((LabRoutes,)).host(model, device, dtype)
 
 
 def service_for(settings: Settings) -> KitchenService | ServerKitchen:
@@ -185,12 +183,10 @@ def class_kitchen_address() -> tuple[str, str]:
     """(URL, API key) the class kitchen pages start with: the launcher's `--backend`, else the
     class kitchen mounted on this very server (`--class-kitchen`), else `two-pot-kitchen serve`'s
     default address."""
-    from kitchen_viz.live_feed import base_path
-    from serving.mounted import ENV_KEY, ENV_MODEL, PREFIX
-
-    if os.environ.get("TWO_POT_BACKEND"):
-        return os.environ["TWO_POT_BACKEND"], os.environ.get("TWO_POT_BACKEND_KEY", "")
-    if os.environ.get(ENV_MODEL):
+    s = AppSettings.from_env()
+    if s.backend:
+        return s.backend, s.backend_key or ""
+    if s.class_model:
         port = st.get_option("server.port")
-        return f"http://127.0.0.1:{port}{base_path()}{PREFIX}", os.environ.get(ENV_KEY, "")
+        return f"http://127.0.0.1:{port}{base_path()}{PREFIX}", s.class_key or ""
     return "http://127.0.0.1:8000", ""

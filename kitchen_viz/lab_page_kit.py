@@ -37,11 +37,11 @@ from lab.cache import (
     model_fingerprint,
     remember_roof,
 )
-from lab.experiment import Experiment, LabRun, Prediction  # noqa: F401  (re-exported for pages and tests)
+from lab.experiment import Experiment, Prediction  # noqa: F401  (re-exported for pages and tests)
 from lab.export import figure_png, slug
 from lab.inflight import InFlight
 from lab.progress import Progress
-from lab.registry import experiment
+from lab.registry import LabRun, experiment
 
 
 def framing(exp: Experiment) -> None:

@@ -21,9 +21,16 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
+from urllib.parse import urlparse
 
 from engine.errors import EngineError
+from lab.on_server import LabRoutes
+from serving.app_settings import ENV, AppSettings
+from serving.caps import use_caps_file
+from serving.catalog import use_extra_catalogs
+from serving.server import main as serve_main
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
 SERVE = APP.parent / "serve.py"  # app.py served through st.App, with the live feed's route
@@ -67,6 +74,12 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--class-key", metavar="KEY", help="the API key students send to the class kitchen")
     parser.add_argument("--presenter", action="store_true", help="start every session in presenter mode")
     parser.add_argument(
+        "--settings",
+        metavar="TOML",
+        help="an [app] table of these settings (backend, backend_key, class_model, class_key, presenter); "
+        "the command line wins over it (serving/app_settings.py)",
+    )
+    parser.add_argument(
         "--print-command", action="store_true", help="print the streamlit command instead of running it"
     )
     return parser.parse_known_args(argv)
@@ -95,9 +108,6 @@ def streamlit_command(passthrough: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["serve"]:  # the class kitchen server (serving/server.py), no Streamlit
-        from lab.on_server import LabRoutes
-        from serving.server import main as serve_main
-
         return serve_main(argv[1:], extensions=(LabRoutes,))  # the kitchen server runs the Lab's sweeps too
     args, passthrough = parse(argv)
     if not (APP.is_file() and SERVE.is_file()):
@@ -108,49 +118,45 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:  # the instructor's files are checked now (fail fast) and exported for the app's process
         if args.catalog:
-            from serving.catalog import use_extra_catalogs
-
             use_extra_catalogs(args.catalog)
         if args.caps:
-            from serving.caps import use_caps_file
-
             use_caps_file(args.caps)
     except EngineError as err:
         print(f"two-pot-kitchen: {err}", file=sys.stderr)
         return 2
-    if args.backend:
-        from urllib.parse import urlparse
-
-        if urlparse(args.backend).scheme not in ("http", "https") or not urlparse(args.backend).hostname:
-            print(f"two-pot-kitchen: --backend must be a URL like http://HOST:8000 (got '{args.backend}')",
-                  file=sys.stderr)  # fmt: skip
-            return 2
-        os.environ["TWO_POT_BACKEND"] = args.backend.rstrip("/").removesuffix("/v1")
-        if args.api_key:
-            os.environ["TWO_POT_BACKEND_KEY"] = args.api_key
-    if args.backend and args.class_kitchen:
+    try:
+        base = AppSettings.from_toml(args.settings) if args.settings else AppSettings()
+    except EngineError as err:
+        print(f"two-pot-kitchen: {err}", file=sys.stderr)
+        return 2
+    backend = args.backend or base.backend
+    if backend and (urlparse(backend).scheme not in ("http", "https") or not urlparse(backend).hostname):
+        print(f"two-pot-kitchen: --backend must be a URL like http://HOST:8000 (got '{backend}')", file=sys.stderr)
+        return 2
+    if backend and args.class_kitchen:
         print("two-pot-kitchen: --backend and --class-kitchen both name the class kitchen: choose one",
               file=sys.stderr)  # fmt: skip
         return 2
-    if not args.backend:  # the Kitchen orders from the app's own kitchen server (serving/mounted.py)
-        from serving.mounted import ENV_KITCHENS
-
-        os.environ[ENV_KITCHENS] = "1"
-    if not args.no_class_kitchen and not args.backend:  # the app's class pages order from it by default
-        from serving.mounted import ENV_KEY, ENV_MODEL
-
-        os.environ[ENV_MODEL] = args.class_kitchen or "chef"
-        if args.class_key:
-            os.environ[ENV_KEY] = args.class_key
-        elif server_address(passthrough) not in (None, "127.0.0.1", "localhost", "::1"):
-            print("two-pot-kitchen: warning: no --class-key: anyone who can reach this address can order "
-                  "from the class kitchen", file=sys.stderr)  # fmt: skip
-    if args.presenter:
-        os.environ["TWO_POT_PRESENTER"] = "1"
+    # Without --backend the Kitchen cooks in the app's own kitchens (serving/mounted.py), and the
+    # class pages order from the class kitchen mounted beside them unless --no-class-kitchen.
+    classroom = not backend and not args.no_class_kitchen
+    settings = AppSettings(
+        backend=backend.rstrip("/").removesuffix("/v1") if backend else None,
+        backend_key=args.api_key,
+        kitchens=not backend,
+        class_model=(args.class_kitchen or base.class_model or "chef") if classroom else None,
+        class_key=args.class_key,
+        presenter=args.presenter,
+        # The served app keeps its own threads off the engine's cores (serving.cores.split_cores);
+        # in-process page tests (AppTest) never run this, so the test runner is never pinned.
+        pin_server=os.environ.get(ENV["pin_server"], "1") == "1",
+    ).over(replace(base, class_model=None) if not classroom else base)
+    if settings.class_model and not settings.class_key and \
+            server_address(passthrough) not in (None, "127.0.0.1", "localhost", "::1"):  # fmt: skip
+        print("two-pot-kitchen: warning: no --class-key: anyone who can reach this address can order "
+              "from the class kitchen", file=sys.stderr)  # fmt: skip
+    os.environ.update(settings.to_env())  # the Streamlit process inherits them
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # The served app keeps its own threads off the engine's cores (serving.cores.split_cores);
-    # in-process page tests (AppTest) leave it unset, so the test runner is never pinned.
-    os.environ.setdefault("TWO_POT_PIN_SERVER", "1")
     cmd = streamlit_command(passthrough)
     if args.print_command:
         print(" ".join(cmd))

@@ -36,6 +36,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+from streamlit import config
+
 from kitchen_viz.class_rail import rail_html
 from kitchen_viz.live_panels import live_panel_data
 from kitchen_viz.panels import PanelValues, panel_values
@@ -57,7 +61,7 @@ _MOUNTED = threading.Event()
 class Feed:
     """One order's feed: its job, a timeline of its own (the page keeps another), the scene's settings."""
 
-    svc: Any  # KitchenService: for the place in line
+    svc: Any  # the session's kitchen (serving/kitchen_client.py `ServerKitchen`): for the place in line
     job: Any  # service.Job: the worker appends its events
     run: LiveRun
     presenter: bool
@@ -152,8 +156,6 @@ def _forget_finished() -> None:
 
 def base_path() -> str:
     """Streamlit's server.baseUrlPath as a path prefix: '' or '/kitchen'."""
-    from streamlit import config
-
     base = (config.get_option("server.baseUrlPath") or "").strip("/")
     return f"/{base}" if base else ""
 
@@ -165,9 +167,6 @@ def feed_url(token: str) -> str:
 def feed_route():
     """The feed's Starlette route: GET <base>/two-pot/feed/<token> -> the order's state as JSON
     (404 with a one-line reason for an unknown token)."""
-    from starlette.responses import JSONResponse
-    from starlette.routing import Route
-
     async def feed(request):
         data = read_feed(request.path_params["token"])
         if data is None:
@@ -204,9 +203,6 @@ async def feed_events(token: str, request=None):
 def feed_stream_route():
     """GET <base>/two-pot/feed/<token>/stream -> `text/event-stream` of the order's state (404 with
     a one-line reason for an unknown token)."""
-    from starlette.responses import JSONResponse, StreamingResponse
-    from starlette.routing import Route
-
     async def stream(request):
         token = request.path_params["token"]
         if read_feed(token) is None:

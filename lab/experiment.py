@@ -141,26 +141,3 @@ def run_in_engine(engine, run: Callable, settings, *, emit: Callable) -> Any:
     back through `emit` as they happen.
     """
     return run(engine, settings, emit)
-
-
-@dataclass(frozen=True)
-class LabRun:
-    """One experiment's run as a kitchen's job: `job = svc.submit(LabRun("padding", settings), ...)`.
-
-    A kitchen with the engine in hand (serving/service.py) calls it; a kitchen server receives its
-    `key` and `settings` and runs the same call in its own engine process (lab/on_server.py).
-    `keep(result)` runs wherever the result arrives, as soon as it does (the app stores it there, so
-    a measurement survives the learner closing the tab mid-run); the job's result is what it returns.
-    """
-
-    key: str
-    settings: Any
-    keep: Callable[[Any], Any] | None = None
-    run: Callable | None = None  # the experiment's run function (default: the registry's, by key)
-
-    def __call__(self, engine, emit: Callable) -> Any:
-        from lab.registry import experiment
-
-        run = self.run or experiment(self.key).run
-        result = engine.run(run_in_engine, run, self.settings, emit=emit)
-        return self.keep(result) if self.keep is not None else result

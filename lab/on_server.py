@@ -6,8 +6,8 @@ starts a server with the Lab passes `LabRoutes` among its extensions: `two-pot-k
 
 A sweep needs the engine in hand for seconds to minutes (controlled batches, the profiler, the
 process's CPU time, caches and layouts a class kitchen does not run), so it does not join the
-class's batch: the server runs it the way the app runs it alone, in a private engine process of
-its own (serving/service.py, one job at a time, behind the machine's stove), and streams it back:
+class's batch: it is a job kind of the kitchen's own loop (serving/kitchen_loop.py `RunSweep`),
+run between orders on an engine of its own in the loop's process, and streamed back:
 
     POST /kitchen/lab/{key}   {"settings": <the experiment's settings, serving/lab_wire.py>}
       -> server-sent events: {"progress": ...} as points finish, then {"result": ...} and [DONE];
@@ -21,50 +21,63 @@ that hangs up cancels the sweep.
 
 from __future__ import annotations
 
-import asyncio
-import threading
+from collections.abc import AsyncIterator, Callable
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from serving.openai_api import ApiError, sse
-
-POLL_S = 0.2  # how often the stream looks for new progress
+from engine.errors import EngineError
+from lab.registry import experiment
+from serving.engine_client import Handle
+from serving.kitchen_orders import sse_stream
+from serving.lab_wire import decode, encode
+from serving.openai_api import ApiError
 
 
 class LabRoutes:
     def __init__(self, kitchen):
-        """`kitchen`: serving.server.Kitchen (its engine client names the model, device and dtype).
+        """`kitchen`: serving.server.Kitchen (its engine client runs the sweeps in its kitchen loop).
         An extension of the server: `routes()` are mounted, `close()` runs when the server stops."""
         self.kitchen = kitchen
-        self._svc = None
-        self._lock = threading.Lock()
 
     def routes(self) -> list[Route]:
         return [Route("/kitchen/lab/{key}", self.run, methods=["POST"])]
 
-    def service(self):
-        """The server's private kitchen for sweeps, started at the first one (it loads its own copy)."""
-        from serving.cores import engine_threads
-        from serving.service import KitchenService
+    async def start(self, key: str, settings, run: Callable | None = None) -> Handle:
+        """Check a sweep's settings and queue it in the kitchen loop; returns its handle. `run`: the
+        experiment's own function when a caller in this process has one the registry lacks."""
+        if run is None:
+            run = known(key).run
+        if type(settings).__module__ != run.__module__:
+            raise ApiError(422, f"field 'settings' must be the settings of experiment '{key}' "
+                                f"(got {type(settings).__name__})", "settings")  # fmt: skip
+        try:
+            return await self.kitchen.client.run_sweep(run, settings)
+        except EngineError as err:
+            raise ApiError(503, str(err), kind="server_error") from None
 
-        with self._lock:
-            if self._svc is None:
-                s = self.kitchen.client.settings
-                self._svc = KitchenService(s.model, s.device, s.dtype, threads=engine_threads())
-            return self._svc
+    def cancel(self, handle: Handle) -> None:
+        self.kitchen.client.cancel(handle.key)
+
+    async def messages(self, handle: Handle) -> AsyncIterator[dict]:
+        """{"progress": record} as points finish, then {"result": result}, or one {"error": {...}}.
+        Closing the iterator early cancels the sweep."""
+        try:
+            async for kind, value in handle:
+                if kind == "progress":
+                    yield {"progress": value}
+                elif kind == "done":
+                    yield {"result": value}
+                else:
+                    yield ApiError(500, value or "the sweep failed", kind="engine_error").body()
+        finally:
+            if not handle.finished:
+                self.cancel(handle)
 
     async def run(self, request: Request) -> Response:
-        from lab.experiment import LabRun
-        from lab.registry import experiment
-        from serving.lab_wire import decode
-
         key = request.path_params["key"]
-        try:
-            exp = experiment(key)
-        except KeyError as err:
-            raise ApiError(404, str(err).strip("'\""), kind="not_found_error") from None
+        known(key)
         body = await self.kitchen._json(request)
         if not isinstance(body, dict) or "settings" not in body:
             raise ApiError(422, "field 'settings' is required: the experiment's settings", "settings")
@@ -72,48 +85,27 @@ class LabRoutes:
             settings = decode(body["settings"])
         except (ValueError, TypeError) as err:
             raise ApiError(422, f"field 'settings' cannot be read: {err}", "settings") from None
-        if type(settings).__module__ != exp.run.__module__:
-            raise ApiError(422, f"field 'settings' must be the settings of experiment '{key}' "
-                                f"(got {type(settings).__name__})", "settings")  # fmt: skip
-        job = self.service().submit(LabRun(key, settings), label=f"lab: {exp.title}")
-        return StreamingResponse(self._stream(request, job), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})  # fmt: skip
-
-    async def _stream(self, request: Request, job):
-        from serving.lab_wire import encode
-        from serving.service import PAGE_GONE
-
-        async def watch() -> None:  # the client hanging up shows as http.disconnect on receive()
-            while (await request.receive())["type"] != "http.disconnect":
-                pass
-            job.cancel(PAGE_GONE)
-
-        watcher = asyncio.create_task(watch())
-        seen = 0
-        try:
-            while True:
-                finished = job.finished  # read before the events, so none is missed
-                events = job.events[seen:]
-                seen += len(events)
-                for ev in events:
-                    yield sse({"progress": encode(ev)})
-                if finished:
-                    break
-                await asyncio.sleep(POLL_S)
-            if job.status == "done":
-                try:
-                    yield sse({"result": encode(job.result)})
-                except TypeError as err:  # a result this server cannot send: still one line
-                    yield sse(ApiError(500, f"the result of this sweep cannot be sent: {err}", kind="engine_error").body())
-            else:
-                kind = "cancelled_error" if job.status == "cancelled" else "engine_error"
-                yield sse(ApiError(500, job.error or "the sweep failed", kind=kind).body())
-            yield sse("[DONE]")
-        finally:
-            watcher.cancel()
-            if not job.finished:
-                job.cancel(PAGE_GONE)
+        handle = await self.start(key, settings)
+        stream = sse_stream(request, self.messages(handle), lambda: self.cancel(handle), encode=wire)
+        return StreamingResponse(stream, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
     def close(self) -> None:
-        if self._svc is not None:
-            self._svc.close()
+        """Nothing of its own to stop: the sweeps ran in the kitchen's loop."""
+
+
+def known(key: str):
+    """The experiment with this key, or a 404 naming the known ones."""
+    try:
+        return experiment(key)
+    except KeyError as err:
+        raise ApiError(404, str(err).strip("'\""), kind="not_found_error") from None
+
+
+def wire(msg: dict) -> dict:
+    """A sweep's message as JSON (serving/lab_wire.py); a result this server cannot send is one line."""
+    if "error" in msg:
+        return msg
+    try:
+        return {k: encode(v) for k, v in msg.items()}
+    except TypeError as err:
+        return ApiError(500, f"the result of this sweep cannot be sent: {err}", kind="engine_error").body()

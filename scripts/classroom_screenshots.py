@@ -19,6 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from playwright.sync_api import sync_playwright  # noqa: E402
+
 from kitchen_viz.launch import free_port, spawn, stop, wait_healthy  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
@@ -54,7 +56,7 @@ def cook_and_shoot(browser, url: str, width: int, presenter: bool, dark: bool, p
 def shrink(path: Path) -> None:
     """A 256-colour palette: a screenshot of flat UI keeps its look at a fraction of the bytes."""
     try:
-        from PIL import Image
+        from PIL import Image  # lazy: Pillow is optional, a screenshot stays unshrunk without it
     except ImportError:
         return
     with Image.open(path) as img:
@@ -77,8 +79,6 @@ def main(argv: list[str] | None = None) -> int:
         if not wait_healthy(proc, url):
             print("the app never became healthy", file=sys.stderr)
             return 1
-    from playwright.sync_api import sync_playwright
-
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(

@@ -31,17 +31,18 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import torch  # noqa: E402
+
+from engine import Engine  # noqa: E402
+from lab.export import write_pngs  # noqa: E402
+from lab.registry import EXPERIMENTS, experiment  # noqa: E402
+
 
 def slug(model: str) -> str:
     return model.replace("preset:", "").replace("/", "_")
 
 
 def compute(args) -> int:
-    import torch
-
-    from engine import Engine
-    from lab.registry import EXPERIMENTS
-
     t_start, failed = time.perf_counter(), 0
     args.out.mkdir(parents=True, exist_ok=True)
     for model in args.models:
@@ -73,9 +74,6 @@ def compute(args) -> int:
 
 
 def render(args) -> int:
-    from lab.export import write_pngs
-    from lab.registry import experiment
-
     records = [pickle.loads(p.read_bytes()) for p in sorted(args.results.glob("*.pkl"))]
     if not records:
         print(f"error: no *.pkl results in {args.results}", file=sys.stderr)

@@ -16,6 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from engine import Engine  # noqa: E402
+from serving.two_kitchens import run_two_kitchens  # noqa: E402
+
 PROMPTS = [
     "ROMEO:",
     "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?\nDeny thy father and refuse thy name;",
@@ -25,9 +28,6 @@ PROMPTS = [
 
 
 def main() -> int:
-    from engine import Engine
-    from serving.two_kitchens import run_two_kitchens
-
     runs, link = run_two_kitchens("chef", PROMPTS, max_new_tokens=32)
     single = Engine.load("chef")
     out = {"link": asdict(link), "runs": []}

@@ -6,31 +6,19 @@ The instrument must not disturb the measurement. This runs one order two ways, a
              the app sets up its own (`serving.engine_process.EngineProcess`: a child process,
              the same threads, on the same cores), with nobody watching (the app server is up but
              idle, no page is cooking);
-  live UI    the same order cooked through `two-pot-kitchen` while headless Chromium watches:
-             the scene fetches the order's state four times a second (the feed; fragment
-             reruns under plain `streamlit run app.py`) and redraws what changed.
-             TPOT is read from the page's TPOT panel (two decimals in ms).
+  live UI    the same order cooked through `two-pot-kitchen` while headless Chromium watches
+             the live scene; TPOT is read from the page's TPOT panel (two decimals in ms).
 
 Where things run (2 cores: the engine child on core 1, the server on core 0): this process and
-Playwright's driver run on the server's cores (they are the harness, not the UI); Chromium runs
-on every core like a real browser, or on the server's cores with --pin-browser (a setup the app
-cannot impose on a learner's browser: report both). --perf traces the engine's core during every
-Cook (both sides) and says who else ran there, how often and for how long.
+Playwright's driver run on the server's cores; Chromium runs on every core like a real browser, or
+on the server's cores with --pin-browser (report both). --perf traces the engine's core during
+every Cook and says who else ran there, how often and for how long. Both sides use the same model,
+dtype, threads and order (greedy, seed 0: the same tokens), alternating ABBA across rounds.
 
-Both use the same model, dtype, thread count and order (greedy, seed 0, so the same tokens).
-The two sides alternate ABBA (no UI first in odd rounds, the page first in even ones).
-
---baseline same-process: the two sides above run in different engine processes, and two identical
-engine children cooking the same order differed by 9.5-16 % (an A/A check), several times the 3 %
-budget. In this mode both sides go through the SAME app server and so the same engine child:
-
-  no UI      the quiet view (`?live=0`): the page draws nothing while the engine cooks (the server
-             waits for the order without refreshing), then draws the result once;
-  live UI    the live view (`?live=1`), as above.
-
-Both TPOTs are read the same way, from the page's TPOT panel once the order is done: that panel
-shows the engine's own measured metrics (`GenerationResult.metrics.tpot_s`, the number the run log
-keeps), two decimals in ms. No reference engine process is started in this mode. With
+--baseline same-process: two identical engine children can differ by more than the 3 % budget
+(an A/A check), so here both sides go through the SAME app server and engine child: the quiet
+view (`?live=0`: nothing drawn while it cooks) against the live view (`?live=1`). Both TPOTs are
+read from the page's TPOT panel once the order is done (the engine's own `metrics.tpot_s`). With
 --quiet-view as well, both sides are the quiet page: an A/A check of the instrument itself.
 
 It prints medians over the rounds, the overhead (live / no-UI - 1) and how noisy the machine was
@@ -287,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     same = args.baseline == "same-process"
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import sync_playwright  # lazy: a dev dependency, only the browser run needs it
 
     order = Order(
         batch=args.batch, max_new_tokens=args.new, temperature=0.0, seed=0, prompt_tokens=args.prompt

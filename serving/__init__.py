@@ -1,28 +1,28 @@
-"""What runs the engine for the app, without Streamlit: the model catalog, the engine's child
-process and its proxy, the kitchens' workers and queues, the one stove per machine, the
-instructor's caps.
+"""What runs the engine for the app, without Streamlit: the model catalog, the kitchen host (every
+Cook and every Lab sweep, whatever the launch), the one stove per machine, the instructor's caps.
 
     catalog         the allow-listed menu of models (catalog.toml + an instructor's extra files)
     caps            the instructor's caps per order (tokens, new tokens, seconds)
-    service / job   KitchenService: one engine, one worker thread, one queue; Job: one unit of work
+    job             Job: one order or sweep as the pages see it
     stove           one stove per device: kitchens of different models never cook at once
-    engine_process  EngineProcess: starts the child and guards each job (hung, dead, cancelled)
-    child           the child process's side: load the model, answer on two pipes
-    proxy           EngineProxy: the engine's API, answered by the child
-    watchdog        Silence: when a silent child counts as hung
+    service         KitchenService: a private engine process (only the UI-overhead bench's comparison)
+    engine_process  EngineProcess: starts that child and guards each job (hung, dead, cancelled)
+    child / proxy   the child's side (load the model, answer on two pipes) and the engine's API it answers
+    watchdog        Silence: when a silent private child counts as hung
     cores           which cores the engine keeps, how many threads it runs
 
-The kitchen server (`two-pot-kitchen serve`, and the app's own: one continuous batch over HTTP):
+The kitchen host (`two-pot-kitchen serve`, and the app's own: one continuous batch for everyone):
     server (the app and the command), kitchen_http (the routes), answer (OpenAI's response shapes),
-    admission (the queue bound), auth (the key), engine_client, kitchen_loop, openai_api, metrics,
-    class_board; kitchen_orders and
-    order_wire (the Kitchen's orders of B tables, every engine event); lab_wire (a Lab run's
-    settings and result as JSON; the Lab's routes are lab/on_server.py, passed in as an
-    extension); mounted (the servers inside the app's own port). Its clients: kitchen_client (the
-    Kitchen's and the Lab's, the same surface as KitchenService), remote_order (one measured order),
-    loadgen (a class of simulated students), rush (overload: a rush, a slow reader), scrape (its
-    /metrics), token_confidence (the Order page's per-token probabilities).
+    admission (the queue bound), auth (the key), engine_client, kitchen_loop and loop_messages (its
+    engine process, its watchdog and their typed protocol), openai_api, metrics, class_board; kitchen_orders and order_wire (the Kitchen's
+    orders of B tables, every engine event); lab_wire (a Lab run's settings and result as JSON;
+    the Lab's routes are lab/on_server.py, passed in as an extension); mounted (the hosts inside
+    the app's own server); app_settings (what the launcher hands the app). Its clients reach it
+    through host (`KitchenHost`: `LocalHost` in process, `HttpHost` over HTTP): kitchen_client (the
+    Kitchen's and the Lab's; it takes the stove), remote_order (one measured
+    order), loadgen (a class of simulated students), rush (overload: a rush, a slow reader), scrape
+    (its /metrics), token_confidence (the Order page's per-token probabilities).
 
-Import direction: pages/ -> kitchen_viz/ -> serving/ -> engine/ (and lab/ -> serving/). Nothing
-here imports streamlit, kitchen_viz or lab.
+Import direction: entry points -> kitchen_viz/ -> lab/ -> serving/ -> bench/ -> engine/
+(tests/test_import_graph.py). Nothing here imports streamlit, kitchen_viz or lab.
 """

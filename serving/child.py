@@ -69,13 +69,13 @@ def child_main(jobs, quick, model: str, device: str, dtype: str, threads: int | 
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch is imported (engine/__init__.py)
     t0 = time.perf_counter()
     try:
-        from engine import Engine  # imports torch, after the wait policy is set
+        from engine import Engine  # lazy: torch loads after OMP_WAIT_POLICY is set
 
         if threads:
-            import torch
+            import torch  # lazy: after the wait policy, as above
 
             torch.set_num_threads(threads)
-        from engine.quant import precision_parts
+        from engine.quant import precision_parts  # lazy: imports torch, as above
 
         dtype, quant = precision_parts(dtype)  # the app's Precision may be "int8"
         engine = Engine.load(model, device=device, dtype=dtype, quant=quant)

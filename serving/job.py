@@ -7,6 +7,7 @@ reader can remember how many it has seen and take the new tail.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -16,7 +17,16 @@ from typing import Any, Literal
 from serving.engine_process import CancelToken
 from serving.stove import Ticket
 
+log = logging.getLogger(__name__)
 USER_CANCEL = "cancelled: you pressed Cancel"
+HOLD_S = 5.0  # the longest a held job waits for its page to release it
+# What a page may ask for when it releases a held job: wait this long more, so the browser has
+# painted the page that pressing Cook produced before the measurement starts (queue time, not
+# TTFT or TPOT; measured in docs/benchmarks/ui-overhead.md).
+SETTLE_S = 0.5
+WATCH_S = 1.0  # how often the kitchen asks whether a watched job's page is still there
+ABANDON_S = 3.0  # a page gone this long (not a brief reconnect) has its order cancelled
+PAGE_GONE = "cancelled: the page that ordered it was closed or reloaded"
 
 JobStatus = Literal["queued", "loading", "running", "done", "error", "cancelled"]
 Work = Callable[[Any, Callable[[Any], None]], Any]
@@ -120,3 +130,51 @@ class Job:
         self._alive = alive
         if self._service is not None:
             self._service._start_watcher()
+
+
+def record_run(run_log, model: str, device: str, job: Job, result: Any) -> None:
+    """Every finished generation goes to the server's run log (the dashboard reads it)."""
+    if run_log is None or not hasattr(result, "metrics") or not hasattr(result, "trace"):
+        return
+    try:
+        run_log.record(model=model, device=device, result=result, queue_wait_s=job.queue_wait_s)
+    except Exception:  # noqa: BLE001 — a broken log must not lose the learner's result
+        log.exception("run log refused job %r", job.label)
+
+
+def cancel_abandoned(jobs: list[Job]) -> None:
+    """Cancel each job whose page (`job.watch(alive)`) has said it is gone for ABANDON_S in a row."""
+    now = time.monotonic()
+    for job in jobs:
+        try:
+            alive = job._alive()
+        except Exception:  # noqa: BLE001 — a probe that fails cannot tell: keep the order
+            alive = True
+        if alive:
+            job._gone_since = None
+        elif job._gone_since is None:
+            job._gone_since = now
+        elif now - job._gone_since >= ABANDON_S:
+            log.info("page of job %r is gone; cancelling it", job.label)
+            job.cancel(PAGE_GONE)
+
+
+class PageWatcher:
+    """A kitchen's watcher thread, started at its first watched job (`Job.watch`): every WATCH_S it
+    cancels the jobs whose page has been gone ABANDON_S (`cancel_abandoned`), until `closed()`."""
+
+    def __init__(self, name: str, jobs: Callable[[], list[Job]], closed: Callable[[], bool]):
+        self.name, self._jobs, self._closed = name, jobs, closed
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while not self._closed():
+            cancel_abandoned([j for j in self._jobs() if j._alive is not None and not j.finished])
+            time.sleep(WATCH_S)

@@ -1,15 +1,16 @@
-"""The Kitchen page's kitchen on a kitchen server: the app as a client of the class kitchen.
+"""The Kitchen page's kitchen on a kitchen host: the app as a client of the class kitchen.
 
-`two-pot-kitchen` serves a kitchen on its own port (serving/mounted.py) and the Kitchen orders
-from it over HTTP, exactly as it would from a `two-pot-kitchen serve` across the room: one code
-path for local and remote. Every browser session's order goes to the server at once and joins the
+`two-pot-kitchen` serves its kitchens inside the app's own server (serving/mounted.py) and the
+Kitchen orders from them in process (serving/host.py `LocalHost`); with `--backend URL` it orders
+from a `two-pot-kitchen serve` across the room over HTTP (`HttpHost`). One client, one code path
+for local and remote, and no HTTP request from the app to itself. Every browser session's order goes to the server at once and joins the
 same continuous batch as the class's requests, so a learner who presses Cook while the class is
 cooking sees the rush inside their own order (serving/kitchen_orders.py streams its events).
 
 `ServerKitchen` has the surface the pages use on a `KitchenService` (state, info, limits, check,
 submit, cancel, the place in line), so the page code is the same for both:
 
-    svc = ServerKitchen("http://127.0.0.1:8501/class", model="chef")
+    svc = ServerKitchen("http://GPU-BOX:8000", model="chef")   # a URL, or any serving.host.KitchenHost
     svc.wait_ready(60)
     job = svc.submit(cook(order), order.label)      # kitchen_viz/orders.py: the order travels, not code
     job.wait(60); job.result                        # the GenerationResult the server's engine built
@@ -23,14 +24,19 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import Any
+from pathlib import Path
 
 import httpx
 
 from engine.errors import EngineError
-from serving.job import Job
+from engine.limits import Limits
+from engine.loader import ModelInfo
+from serving.catalog import describe, load_catalog
+from serving.cores import ALL_CORES, split_cores
+from serving.host import NOT_TWO_POT, HttpHost, KitchenHost, NotReady, StreamClosed
+from serving.job import HOLD_S, Job, PageWatcher, record_run
 from serving.order_wire import from_wire
-from serving.service import HOLD_S, WATCH_S, cancel_abandoned, record_run
+from serving.stove import StoveMeter, Ticket, stove_for
 
 CONNECT_TIMEOUT_S = 600.0  # the longest we wait for the server to load the model
 POLL_S = 0.25
@@ -39,79 +45,92 @@ NO_STEPS = 2**62  # `since` past every step: a board with its tickets and no ste
 PENDING_BOARD = {"tickets": [], "pending": True}  # an order's board before its first read
 
 
-class ServerKitchen:
-    """One model's kitchen on a kitchen server at `url` (the address /kitchen/* and /v1/* hang under)."""
+def weights_megabytes(model: str, dtype: str, source: str | None = None) -> float | None:
+    """How many MB of weights loading `model` reads, known before loading (None if unknown).
 
-    def __init__(self, url: str, model: str, device: str = "cpu", dtype: str = "float32", api_key: str | None = None,
-                 run_log=None):  # fmt: skip
-        self.url, self.model, self.device, self.dtype = url.rstrip("/"), model, device, dtype
+    Asks the catalog first (it computes bytes per dtype from the config alone); for a plain
+    folder it sums the safetensors files.
+    """
+    try:
+        entry = load_catalog().get(model)
+        return describe(entry).weight_bytes[dtype] / 1e6
+    except Exception:  # noqa: BLE001 — an unknown name or a missing catalog just means "unknown size"
+        pass
+    folder = Path(source or model)
+    if folder.is_dir():
+        return sum(p.stat().st_size for p in folder.glob("*.safetensors")) / 1e6 or None
+    return None
+
+
+class ServerKitchen:
+    """One model's kitchen on a kitchen host: a `serving.host.KitchenHost`, or the URL of one."""
+
+    def __init__(self, host: KitchenHost | str, model: str, device: str = "cpu", dtype: str = "float32",
+                 api_key: str | None = None, run_log=None):  # fmt: skip
+        self.host = HttpHost(host, api_key) if isinstance(host, str) else host
+        self.model, self.device, self.dtype = model, device, dtype
         self.run_log = run_log
         self.state, self.load_error = "loading", None
-        self.info = None  # engine.loader.ModelInfo, once the server has the model loaded
+        self.info = None  # engine.loader.ModelInfo, once the host has the model loaded
         self.threads: int | None = None
         self.engine_pid: int | None = None
         self.about: dict = {}
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        # One client for every request (keep-alive, one TLS setup): the board is read twice a second
-        # while an order cooks, in the process whose cores the browser shares with the engine.
-        self._http = httpx.Client(headers=self._headers, timeout=httpx.Timeout(30.0, read=None))
         self._ready = threading.Event()
         self._lock = threading.Lock()
         self._jobs: list[Job] = []
         self.foreign = False  # True: the server answers but is not a Two-Pot kitchen server (vLLM, llama.cpp)
         self._closed = False
-        self._watcher: threading.Thread | None = None
+        self.weights_mb = weights_megabytes(model, dtype)
+        self.stove = stove_for(device)  # one stove per machine: another model's kitchen waits (serving/stove.py)
+        self._watcher = PageWatcher(f"kitchen-watch-{model}", self._unfinished, lambda: self._closed)
         threading.Thread(target=self._connect, daemon=True, name=f"kitchen-client-{model}").start()
 
-    # -- the server ------------------------------------------------------------------------------------
+    # -- the host ------------------------------------------------------------------------------------------
     def _connect(self) -> None:
-        """Ask /kitchen/model until the server has the model (503 while it loads)."""
-        from engine.loader import ModelInfo
-
+        """Ask the host about its model until it has it loaded (`NotReady` while it loads)."""
         deadline = time.monotonic() + CONNECT_TIMEOUT_S
         last = "no answer yet"
         while not self._closed and time.monotonic() < deadline:
             try:
-                r = self._http.get(self.url + "/kitchen/model", timeout=10)
-                if r.status_code == 200 and r.json().get("name") != self.model:
-                    last = (f"it serves '{r.json().get('name')}' only: choose that model in the sidebar "
+                about = self.host.about()
+                if about.get("name") != self.model:
+                    last = (f"it serves '{about.get('name')}' only: choose that model in the sidebar "
                             "(a kitchen server cooks one model)")  # fmt: skip
                     break
-                if r.status_code == 200:
-                    self.about = r.json()
-                    self.info = ModelInfo(**self.about["info"])
-                    self.threads, self.engine_pid = self.about.get("threads"), self.about.get("pid")
-                    self.state = "ready"
-                    self._ready.set()
-                    return
-                last = error_line(r)
-                if r.status_code == 404 and "/kitchens/" not in self.url:
-                    self.foreign = True  # an OpenAI server of another make: the page says so, not as an error
-                    last = ("it has no /kitchen/model, so it is not a Two-Pot kitchen server and the Kitchen cannot "
-                            "draw its orders; the Class order page works with any OpenAI-compatible server")  # fmt: skip
-                if r.status_code != 503:  # 503: still loading; anything else will not get better
-                    break
-            except (httpx.HTTPError, ValueError, KeyError, TypeError) as err:
+                self.about = about
+                self.info = ModelInfo(**about["info"])
+                self.threads, self.engine_pid = about.get("threads"), about.get("pid")
+                self.state = "ready"
+                self._ready.set()
+                return
+            except NotReady as err:  # still loading: ask again
+                last = str(err)
+            except EngineError as err:  # anything else will not get better
+                last = str(err)
+                self.foreign = last == NOT_TWO_POT  # another make of OpenAI server: the page says so, not as an error
+                break
+            except (ValueError, KeyError, TypeError) as err:
                 last = f"{type(err).__name__}: {err}"
             time.sleep(POLL_S)
-        self.state, self.load_error = "error", f"the kitchen server at {self.url} did not serve {self.model}: {last}"
+        self.state, self.load_error = "error", f"{self.host.label} did not serve {self.model}: {last}"
         self._ready.set()
 
     @property
     def where(self) -> str:
         """Where the engine runs, for the page's caption."""
-        return f"on the kitchen server at {self.url} (engine pid {self.engine_pid})"
+        return f"on {self.host.label} (engine pid {self.engine_pid})"
 
     def board(self, order_id: str, since: int | None = None) -> dict | None:
         """The class board with this order's tickets marked (serving/class_board.py), its steps after
         `since` (None: every step it keeps); None if unreadable."""
-        from serving.remote_order import board
-
-        return board(self.url, order_id, since=-1 if since is None else since, client=self._http)
+        return self.host.board(order_id, since=-1 if since is None else since)
 
     @property
     def loading_message(self) -> str:
-        return f"the kitchen server is loading {self.model} on {self.device} ({self.dtype})"
+        if isinstance(self.host, HttpHost):
+            return f"the kitchen server is loading {self.model} on {self.device} ({self.dtype})"
+        size = f"{self.weights_mb:,.1f} MB" if self.weights_mb else "weights"
+        return f"loading weights: {size} of {self.model} on {self.device} ({self.dtype})"
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         return self._ready.wait(timeout)
@@ -122,27 +141,18 @@ class ServerKitchen:
 
     # -- the order form's questions --------------------------------------------------------------------------
     def limits(self, prompt_len: int, max_new_tokens: int):
-        from engine.limits import Limits
-
-        return Limits(**self._post("/kitchen/limits", {"prompt_tokens": prompt_len, "max_new_tokens": max_new_tokens}))
+        return Limits(**self._ready_host().limits(prompt_len, max_new_tokens))
 
     def check(self, prompts: list, max_new_tokens: int, **settings) -> list[list[int]]:
-        body = {"prompts": prompts, "max_new_tokens": max_new_tokens} | settings
-        return self._post("/kitchen/check", body)["prompt_ids"]
+        return self._ready_host().check({"prompts": prompts, "max_new_tokens": max_new_tokens} | settings)
 
     def encode(self, text: str) -> list[int]:
         return self.check([text], 1)[0]
 
-    def _post(self, path: str, body: dict) -> Any:
+    def _ready_host(self) -> KitchenHost:
         if self.state != "ready":
             raise EngineError(self.load_error or f"{self.model} is still loading on the kitchen server")
-        try:
-            r = self._http.post(self.url + path, json=body, timeout=30)
-        except httpx.HTTPError as err:
-            raise EngineError(f"the kitchen server at {self.url} did not answer: {type(err).__name__}: {err}") from None
-        if r.status_code != 200:
-            raise EngineError(error_line(r))
-        return r.json()
+        return self.host
 
     # -- orders ------------------------------------------------------------------------------------------------
     def submit(self, work, label: str, hold: bool = False, time_limit_s: float | None = None,
@@ -152,7 +162,7 @@ class ServerKitchen:
         order = getattr(work, "order", None)
         if order is None and not hasattr(work, "settings"):
             raise EngineError("a kitchen server cooks the Kitchen's orders (kitchen_viz/orders.py `Cook`) and the "
-                              "Lab's runs (lab/experiment.py `LabRun`), not other code")  # fmt: skip
+                              "Lab's runs (lab/registry.py `LabRun`), not other code")  # fmt: skip
         job = Job.new(label, work, self, hold, time_limit_s, time_limit_line)
         if order is not None:
             job.board = dict(PENDING_BOARD)  # the live rail keeps its place until the first read
@@ -170,8 +180,9 @@ class ServerKitchen:
         if job.finished or not job.cancel_token.cancel(reason):
             return False
         job._go.set()
+        self.stove.wake()  # a job waiting in the stove's line leaves it at once
         if job.response is not None:
-            job.response.close()  # the reading thread wakes with an error; the server cancels at its next step
+            job.response.close()  # the reading thread wakes at once; the host cancels at its next step
         return True
 
     def queue_length(self) -> int:
@@ -183,16 +194,27 @@ class ServerKitchen:
         return 0
 
     def close(self) -> None:
+        """Cancel this kitchen's orders and let go of its host (the host's own kitchen keeps cooking)."""
         self._closed = True
         with self._lock:
             jobs = list(self._jobs)
         for job in jobs:
             self.cancel(job, "the kitchen closed before this order was cooked")
+        self.host.close()
 
     # -- one order, on its own thread -----------------------------------------------------------------------------
     def _cook(self, job: Job, order) -> None:
         job._go.wait(HOLD_S)
         token = job.cancel_token
+        job._ticket = Ticket(f"{self.model}: {job.label}", kitchen=f"{self.host.label} {self.model}")
+        if token.cancelled or not self.stove.take(job._ticket, cancelled=lambda: token.cancelled):
+            return self._finish(job, error=token.reason, status="cancelled")
+        try:
+            self._cook_on_stove(job, order, token)
+        finally:
+            self.stove.give_back(job._ticket)
+
+    def _cook_on_stove(self, job: Job, order, token) -> None:
         if not token.cancelled:
             self._ready.wait(CONNECT_TIMEOUT_S)
             job.started_at, job.status = time.perf_counter(), "running"  # the end of its wait, as in KitchenService
@@ -211,16 +233,18 @@ class ServerKitchen:
                     "reuse_prefix": order.reuse_prefix}  # fmt: skip
             if timer is not None:
                 timer.start()
+            meter = self._meter()
             result = self._stream(job, body)
-        except (httpx.HTTPError, RuntimeError) as err:  # a closed response (Cancel) reads as one of these
-            if token.cancelled:
+            job.shared_stove = meter.verdict() if meter is not None else None
+        except (httpx.HTTPError, RuntimeError) as err:  # a closed stream (Cancel) reads as one of these
+            if token.cancelled or isinstance(err, StreamClosed):
                 return self._finish(job, error=token.reason, status="cancelled")
-            return self._finish(job, error=f"the kitchen server at {self.url} stopped answering: {type(err).__name__}: {err}")
+            return self._finish(job, error=f"{self.host.label} stopped answering: {type(err).__name__}: {err}")
         except ValueError as err:  # an EngineError (the server's line), or a stream the Kitchen cannot read
             if token.cancelled:
                 return self._finish(job, error=token.reason, status="cancelled")
-            line = str(err) if isinstance(err, EngineError) else f"the kitchen server at {self.url} sent what the " \
-                f"Kitchen cannot read: {err}"  # fmt: skip
+            line = str(err) if isinstance(err, EngineError) else f"{self.host.label} sent what the Kitchen " \
+                f"cannot read: {err}"  # fmt: skip
             return self._finish(job, error=" ".join(line.split()))
         except Exception as err:  # noqa: BLE001 -- a bug must still end the job, in one line
             return self._finish(job, error=" ".join(f"the Kitchen could not follow this order: {type(err).__name__}: "
@@ -231,27 +255,19 @@ class ServerKitchen:
         record_run(self.run_log, self.model, self.device, job, result)
         self._finish(job, result=result)
 
-    def _messages(self, job: Job, path: str, body: dict):
-        """POST `body` and yield each server-sent message (a JSON object) as it arrives; the
-        response is kept on the job (Cancel closes it), and an error message raises its one line."""
-        with self._http.stream("POST", self.url + path, json=body) as r:
-            job.response = r
-            if r.status_code != 200:
-                raise EngineError(error_line(r, r.read()))
-            for line in r.iter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                msg = json.loads(line[6:])
-                if not isinstance(msg, dict):
-                    raise ValueError(f"an event must be a JSON object (got {line[6:80]})")
-                if "error" in msg:
-                    raise EngineError(msg["error"].get("message", "the kitchen server sent an error"))
-                yield msg
+    def _meter(self) -> StoveMeter | None:
+        """What else used the engine's cores while an order cooks: measurable when the engine runs
+        on this machine's CPU (a host in this process), on the cores its loop was pinned to."""
+        if isinstance(self.host, HttpHost) or self.device != "cpu" or not self.engine_pid:
+            return None
+        split = split_cores(self.threads)
+        return StoveMeter(split.engine if split is not None else ALL_CORES, self.engine_pid)
 
     def _stream(self, job: Job, body: dict):
-        """POST the order and fold its events into `job.events`; returns the GenerationResult."""
+        """Send the order and fold its events into `job.events`; returns the GenerationResult."""
         result = None
-        for msg in self._messages(job, "/kitchen/orders", body):
+        job.response = stream = self.host.order(body)
+        for msg in stream:
             if "order" in msg:
                 job.order_id = msg["order"]  # names its tickets on the class board
                 threading.Thread(target=self._follow_board, args=(job,), daemon=True).start()
@@ -264,32 +280,41 @@ class ServerKitchen:
                 if d["type"] == "done":
                     result = ev.result
         if result is None:
-            raise EngineError(f"the kitchen server at {self.url} ended the order without its result")
+            raise EngineError(f"{self.host.label} ended the order without its result")
         return result
 
     def _lab(self, job: Job, run) -> None:
-        """A Lab run (lab/experiment.py `LabRun`) in the server's engine process: its progress into
+        """A Lab run (lab/registry.py `LabRun`) in the host's engine process: its progress into
         `job.events` as it streams in, then `run.keep(result)` here (lab/on_server.py)."""
-        from serving.lab_wire import decode, encode
-
         job._go.wait(HOLD_S)
         self._ready.wait(CONNECT_TIMEOUT_S)
         token = job.cancel_token
         if token.cancelled or self.state != "ready":
             return self._finish(job, error=token.reason or self.load_error, status="cancelled" if token.cancelled else None)
+        job._ticket = Ticket(f"{self.model}: {job.label}")  # a sweep cooks alone, not even beside its kitchen's orders
+        if not self.stove.take(job._ticket, cancelled=lambda: token.cancelled):
+            return self._finish(job, error=token.reason, status="cancelled")
+        try:
+            self._sweep_on_stove(job, run, token)
+        finally:
+            self.stove.give_back(job._ticket)
+
+    def _sweep_on_stove(self, job: Job, run, token) -> None:
         job.started_at, job.status = time.perf_counter(), "running"
         result, error = None, None
         try:
-            for msg in self._messages(job, f"/kitchen/lab/{run.key}", {"settings": encode(run.settings)}):
+            job.response = stream = self.host.lab(run.key, run.settings, run.run)
+            for msg in stream:
                 if "progress" in msg:
-                    job.events.append(decode(msg["progress"]))
+                    job.events.append(msg["progress"])
                 elif "result" in msg:
-                    result = decode(msg["result"])
+                    result = msg["result"]
             if result is None:
-                raise EngineError(f"the kitchen server at {self.url} ended the run without its result")
+                raise EngineError(f"{self.host.label} ended the run without its result")
             result = run.keep(result) if run.keep is not None else result
         except Exception as err:  # noqa: BLE001 -- a refusal, a dropped stream or a bug: one line, the job ends
-            error = str(err) if isinstance(err, EngineError) else f"the Lab run on {self.url} failed: {type(err).__name__}: {err}"
+            error = str(err) if isinstance(err, EngineError) else f"the Lab run on {self.host.label} failed: " \
+                f"{type(err).__name__}: {err}"  # fmt: skip
         if token.cancelled:
             return self._finish(job, error=token.reason, status="cancelled")
         self._finish(job, result=result, error=None if error is None else " ".join(error.split()))
@@ -313,24 +338,8 @@ class ServerKitchen:
 
     # -- pages that went away -------------------------------------------------------------------------------------
     def _start_watcher(self) -> None:
+        self._watcher.start()
+
+    def _unfinished(self) -> list[Job]:
         with self._lock:
-            if self._watcher is None:
-                self._watcher = threading.Thread(target=self._watch, daemon=True, name=f"kitchen-watch-{self.model}")
-                self._watcher.start()
-
-    def _watch(self) -> None:
-        while not self._closed:
-            with self._lock:
-                jobs = [j for j in self._jobs if j._alive is not None and not j.finished]
-            cancel_abandoned(jobs)
-            time.sleep(WATCH_S)
-
-
-def error_line(r: httpx.Response, raw: bytes | None = None) -> str:
-    """The server's one-line error (OpenAI's error object), or the status and the start of the body."""
-    raw = r.content if raw is None else raw
-    try:
-        message = json.loads(raw)["error"]["message"]
-    except (ValueError, KeyError, TypeError):
-        message = raw[:200].decode(errors="replace")
-    return " ".join(f"HTTP {r.status_code}: {message}".split())
+            return list(self._jobs)

@@ -1,261 +1,249 @@
 """The class kitchen's engine process: one Engine, one step loop, every student's order in it.
 
-The server (serving/server.py) never touches torch: it starts this loop as a child process and
-talks to it over one pipe. The loop owns the Engine (an Engine is not thread-safe), so every
-submit and cancel is a message it applies between two steps, and every step's events go back as
-one message. Orders from different students join the same running batch at the next step.
+The kitchen host (serving/server.py) never touches torch: it starts this loop as a child process
+and talks to it over one pipe (serving/engine_client.py). The loop owns the Engine (an Engine is
+not thread-safe), so every submit and cancel is a message it applies between two steps, and every
+step's events go back as one message. Orders from different students join the same running batch
+at the next step. The messages are serving/loop_messages.py's dataclasses; `Loop.handlers` is the
+one table that dispatches them.
 
-Messages, parent -> child:
-    ("submit", key, prompt, max_new_tokens, settings)   prompt: text or token ids; settings: the
-                                                        engine's (temperature, top_p, seed, ...)
-    ("order", key, prompts, max_new_tokens, settings)   the Kitchen's order: its tables join the batch as
-                                                        requests "key/0", "key/1", ... (engine/shared_order.py)
-    ("ask", key, "limits" | "check", args)               the order form's questions, answered between steps
-    ("cancel", key)                                      a request or a whole order
-    None                                                 finish and exit
-child -> parent:
-    ("ready", ReadyInfo)                  once, after loading and warming up
-    ("load_error", line)                  instead of ready; the child exits
-    ("accepted", key, prompt_tokens)      or ("refused", key, line): the engine's one-line refusal
-    ("order_accepted", key, [prompt_tokens per table])
-    ("answer", key, ok, value)            value: a dict (limits), token-id lists (check) or the refusal line
-    ("steps", [(StepInfo | None, tokens, done, QueueState, orders), ...])
-                                          after each step (or every BATCH_S, while only Kitchen orders
-                                          cook: see the loop): orders = [(key, [event dicts], end)], the
-                                          Kitchen's orders' own events (serving/order_wire.py; end is
-                                          None while one cooks, then "done" or "cancelled");
-                                          tokens = [(key, token_id, text, index,
-                                          finished, ttft_s, logprobs)] (ttft_s: arrival here -> this first
-                                          token, measured when its step returned; else None; logprobs: None,
-                                          or (token text, logprob, ((rival text, logprob), ...)) for
-                                          a request that asked), done = [(key, RequestResult)]; StepInfo is None
-                                          when the step only applied cancellations
-The key is the parent's name for a request (a string); the engine's request ids stay here.
-
-Run as `python -c "from serving.kitchen_loop import entry; ..." FD SETTINGS_JSON` (LoopSettings
-as JSON; serving/engine_client.py does this).
+Run as `python -c ENTRY_CODE FD SETTINGS_JSON` (LoopSettings as JSON; serving/engine_client.py
+does this). The code pins the process to its cores before it imports torch, so every thread torch
+starts inherits them.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import pickle
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from multiprocessing.connection import Connection
 
-from serving.watchdog import TEST_HANG_ENV
+import torch
 
-ENTRY_CODE = "import sys; from serving.kitchen_loop import entry; entry(sys.argv[1:])"
+from engine import Engine, EngineError
+from engine.events import Done, StepEnd, Token
+from engine.quant import precision_parts
+from engine.shared_order import SharedOrder, shared_check, shared_limits
+from serving import loop_messages as msgs
+from serving.loop_messages import TEST_HANG_ENV, LoopSettings, QueueState, ReadyInfo, StepInfo
+from serving.order_wire import to_wire
+
+__all__ = ["ENTRY_CODE", "LoopSettings", "QueueState", "ReadyInfo", "StepInfo", "entry"]
+
+ENTRY_CODE = ("import json, os, sys; cores = json.loads(sys.argv[2]).get('cores'); "
+              "cores and os.sched_setaffinity(0, set(cores)); "
+              "from serving.kitchen_loop import entry; entry(sys.argv[1:])")  # fmt: skip
 IDLE_POLL_S = 1.0  # an idle loop wakes this often to notice a parent that went away
 BATCH_S = 0.05  # while only Kitchen orders cook, their steps go to the server together this often
 
 
-@dataclass(frozen=True)
-class LoopSettings:
-    """What the kitchen loop loads and how it schedules (`two-pot-kitchen serve`'s options)."""
-
-    model: str = "chef"
-    device: str = "cpu"
-    dtype: str = "float32"
-    policy: str = "chunked"
-    token_budget: int = 512
-    max_seqs: int = 64
-    threads: int = 0  # 0: torch's default
-    prefix_cache: bool = True  # a class's orders often share a system prompt
-    cores: tuple[int, ...] = ()  # pin the loop's process to these cores (serving/cores.py); () = any
-
-
-@dataclass(frozen=True)
-class ReadyInfo:
-    model: str
-    device: str
-    dtype: str
-    policy: str
-    max_context: int
-    vocab_size: int
-    seats: int
-    kv_tokens: int
-    chat_template: str | None
-    bos_token: str
-    eos_token: str
-    load_s: float
-    model_info: dict | None = None  # engine.loader.ModelInfo as a dict (the Kitchen's caption and costs)
-    token_budget: int = 0
-
-
-@dataclass(frozen=True)
-class StepInfo:
-    """One step of the kitchen, for the server's metrics and each token's `timings`."""
-
-    index: int
-    phase: str  # "prefill", "decode" or "mixed"
-    seconds: float
-    batch: int
-    prefill_tokens: int
-    decode_tokens: int
-    kv_bytes: int
-    keys: tuple[str, ...] = ()  # the requests in the step, by the parent's keys (the class board)
-    wall_t: float = 0.0  # time.time() when the step ended (steps may reach the server in batches)
-
-
-@dataclass(frozen=True)
-class QueueState:
-    """The scheduler after a step: the server's gauges and prefix-cache counters."""
-
-    running: int
-    waiting: int
-    kv_usage: float  # 0..1 of the KV memory held (running sequences and leftovers)
-    prefix_queries: int = 0  # prompt tokens looked up, since the engine started
-    prefix_hits: int = 0
-
-
 def entry(argv: list[str]) -> None:
     fd, settings = argv
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch is imported (engine/__init__.py)
     s = json.loads(settings)
     s["cores"] = tuple(s.get("cores", ()))
-    if s["cores"]:  # before torch starts its threads, so every one of them inherits it
-        os.sched_setaffinity(0, set(s["cores"]))
-    run(Connection(int(fd)), LoopSettings(**s))
+    conn = Connection(int(fd))
+    engine = load(conn, LoopSettings(**s))
+    if engine is not None:
+        Loop(conn, engine, s["model"]).run()
 
 
-def run(conn, s: LoopSettings) -> None:
+def load(conn, s: LoopSettings) -> Engine | None:
+    """Load and warm up the engine, then say Ready; or say LoadError (one line) and return None."""
     t0 = time.perf_counter()
-    model, policy = s.model, s.policy
     try:
-        from engine import Engine, EngineError
-
         if s.threads:
-            import torch
-
             torch.set_num_threads(s.threads)
-        from engine.quant import precision_parts
-
         dtype, quant = precision_parts(s.dtype)  # `--dtype int8`: int8 matrices, float32 for the rest
-        engine = Engine.load(model, s.device, dtype, policy=policy, token_budget=s.token_budget,
+        engine = Engine.load(s.model, s.device, dtype, policy=s.policy, token_budget=s.token_budget,
                              max_seqs=s.max_seqs, prefix_cache=s.prefix_cache, quant=quant)  # fmt: skip
-        warm = engine.submit([1], 2)  # first-call setup stays out of the first student's TTFT
+        engine.submit([1], 2)  # first-call setup stays out of the first student's TTFT
         while not engine.idle:
             engine.step()
-        del warm
     except Exception as err:  # noqa: BLE001 -- the parent gets one line, whatever went wrong
-        conn.send(("load_error", " ".join(f"could not load {model}: {err}".split())))
-        return
+        conn.send(msgs.LoadError(" ".join(f"could not load {s.model}: {err}".split())))
+        return None
     codec = engine.codec
     special = (lambda i: codec.decode([i]) if i is not None else "") if codec is not None else (lambda i: "")
     lim = engine.serving_limits()
-    conn.send(("ready", ReadyInfo(
-        engine.info.name, str(engine.device), engine.info.precision, policy, engine.cfg.max_context,
+    conn.send(msgs.Ready(ReadyInfo(
+        engine.info.name, str(engine.device), engine.info.precision, s.policy, engine.cfg.max_context,
         engine.cfg.vocab_size, lim.seats, lim.kv_tokens, getattr(codec, "chat_template", None),
         special(engine.cfg.bos_id), special(next(iter(engine.cfg.eos_ids), None)), time.perf_counter() - t0,
         asdict(engine.info), s.token_budget,
     )))  # fmt: skip
-    serve(conn, engine, EngineError)
+    return engine
 
 
-def serve(conn, engine, EngineError) -> None:  # noqa: N803 -- the engine's exception class, imported late
-    from engine.events import Done, StepEnd, Token
-    from engine.shared_order import SharedOrder, shared_check, shared_limits
-    from serving.order_wire import to_wire
+def one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())
 
-    key_of: dict[int, str] = {}
-    id_of: dict[str, int] = {}
-    arrived: dict[str, float] = {}
-    orders: dict[str, SharedOrder] = {}
-    held: list[tuple] = []  # steps not yet sent (see BATCH_S)
-    hang_s = float(os.environ.get(TEST_HANG_ENV) or 0)
-    sent_at = time.perf_counter()
-    while True:
-        if not conn.poll(0 if not engine.idle else IDLE_POLL_S) and engine.idle:
-            continue
-        while conn.poll(0):  # apply everything that arrived, then step
-            try:
-                msg = conn.recv()
-            except (EOFError, OSError):
-                return
-            if msg is None:
-                return
-            if msg[0] == "submit":
-                _, key, prompt, max_new, settings = msg
+
+class SweepCancelled(Exception):
+    """The sweep's client went away (or the loop stops): the sweep ends at its next point."""
+
+
+class Loop:
+    """The step loop and what it remembers between steps: which key each engine request has."""
+
+    def __init__(self, conn, engine: Engine, source: str = ""):
+        self.conn, self.engine = conn, engine
+        self.engine_source = source  # what the engine was loaded from: a sweep's engine loads it too
+        self.key_of: dict[int, str] = {}  # engine request id -> the host's key ("r3", "o1/0")
+        self.id_of: dict[str, int] = {}
+        self.arrived: dict[str, float] = {}
+        self.orders: dict[str, SharedOrder] = {}
+        self.held: list[tuple] = []  # steps not yet sent (see BATCH_S)
+        self.sent_at = time.perf_counter()
+        self.hang_s = float(os.environ.get(TEST_HANG_ENV) or 0)
+        self.sweeps: list[msgs.RunSweep] = []  # waiting for the engine to be idle
+        self.backlog: list = []  # messages that arrived while a sweep ran
+        self.sweep_engine: Engine | None = None
+        self.handlers = {msgs.Submit: self.submit, msgs.PlaceOrder: self.place_order, msgs.Ask: self.ask,
+                         msgs.RunSweep: self.sweeps.append, msgs.Cancel: self.cancel}  # fmt: skip
+
+    def run(self) -> None:
+        """Apply everything that arrived, then step; a sweep once nothing cooks; until Stop or the
+        parent goes away."""
+        conn, engine = self.conn, self.engine
+        while True:
+            busy = not engine.idle or self.sweeps or self.backlog
+            if not conn.poll(0 if busy else IDLE_POLL_S) and not busy:
+                continue
+            while self.backlog or conn.poll(0):
                 try:
-                    rid = engine.submit(prompt, max_new, **settings)
-                except EngineError as err:
-                    conn.send(("refused", key, str(err)))
-                    continue
-                key_of[rid], id_of[key], arrived[key] = key, rid, time.perf_counter()
-                conn.send(("accepted", key, len(engine.serving.seqs[rid].prompt)))
-            elif msg[0] == "order":
-                _, key, prompts, max_new, settings = msg
-                try:
-                    order = SharedOrder(engine, prompts, max_new, **settings)
-                except Exception as err:  # noqa: BLE001 -- a refusal (or a bug) is one line, the kitchen goes on
-                    conn.send(("refused", key, " ".join(str(err).split())))
-                    continue
-                orders[key] = order
-                for table, rid in enumerate(order.rids):
-                    key_of[rid] = f"{key}/{table}"
-                    arrived[key_of[rid]] = time.perf_counter()
-                conn.send(("order_accepted", key, [len(p) for p in order.prompts]))
-            elif msg[0] == "ask":
-                _, key, name, args = msg
-                try:
-                    if name == "limits":
-                        value = asdict(shared_limits(engine, *args))
-                    else:
-                        prompts, max_new, settings = args
-                        value = shared_check(engine, prompts, max_new, **settings)
-                    conn.send(("answer", key, True, value))
-                except Exception as err:  # noqa: BLE001 -- a refusal (or a bug) is one line, the kitchen goes on
-                    conn.send(("answer", key, False, " ".join(str(err).split())))
-            elif msg[0] == "cancel" and msg[1] in orders:
-                orders[msg[1]].cancel()
-            elif msg[0] == "cancel" and msg[1] in id_of:
-                engine.cancel(id_of[msg[1]])
-        if engine.idle:
-            continue
+                    msg = self.backlog.pop(0) if self.backlog else conn.recv()
+                except (EOFError, OSError):
+                    return
+                if isinstance(msg, msgs.Stop):
+                    return
+                self.handlers[type(msg)](msg)
+            if not engine.idle:
+                self.step()
+            elif self.sweeps:
+                self.sweep(self.sweeps.pop(0))
+
+    # -- the messages ----------------------------------------------------------------------------------
+    def submit(self, m: msgs.Submit) -> None:
+        try:
+            rid = self.engine.submit(m.prompt, m.max_new_tokens, **m.settings)
+        except EngineError as err:
+            self.conn.send(msgs.Refusal(m.key, str(err)))
+            return
+        self.key_of[rid], self.id_of[m.key], self.arrived[m.key] = m.key, rid, time.perf_counter()
+        self.conn.send(msgs.Accepted(m.key, len(self.engine.serving.seqs[rid].prompt)))
+
+    def place_order(self, m: msgs.PlaceOrder) -> None:
+        try:
+            order = SharedOrder(self.engine, m.prompts, m.max_new_tokens, **m.settings)
+        except Exception as err:  # noqa: BLE001 -- a refusal (or a bug) is one line, the kitchen goes on
+            self.conn.send(msgs.Refusal(m.key, one_line(err)))
+            return
+        self.orders[m.key] = order
+        for table, rid in enumerate(order.rids):
+            self.key_of[rid] = f"{m.key}/{table}"
+            self.arrived[self.key_of[rid]] = time.perf_counter()
+        self.conn.send(msgs.OrderAccepted(m.key, [len(p) for p in order.prompts]))
+
+    def ask(self, m: msgs.Ask) -> None:
+        try:
+            if m.question == "limits":
+                value = asdict(shared_limits(self.engine, *m.args))
+            else:
+                prompts, max_new, settings = m.args
+                value = shared_check(self.engine, prompts, max_new, **settings)
+            self.conn.send(msgs.Answer(m.key, True, value))
+        except Exception as err:  # noqa: BLE001 -- a refusal (or a bug) is one line, the kitchen goes on
+            self.conn.send(msgs.Answer(m.key, False, one_line(err)))
+
+    def cancel(self, m: msgs.Cancel) -> None:
+        waiting = next((w for w in self.sweeps if w.key == m.key), None)
+        if waiting is not None:
+            self.sweeps.remove(waiting)
+            self.conn.send(msgs.SweepDone(m.key, False, "the sweep was cancelled before it started"))
+        elif m.key in self.orders:
+            self.orders[m.key].cancel()
+        elif m.key in self.id_of:
+            self.engine.cancel(self.id_of[m.key])
+
+    # -- one sweep, between orders --------------------------------------------------------------------
+    def sweep(self, m: msgs.RunSweep) -> None:
+        """Run a Lab sweep to its end; orders that arrive meanwhile wait in `backlog` (one stove)."""
+        try:
+            sys.path += [p for p in m.path if p not in sys.path]
+            run = getattr(importlib.import_module(m.module), m.name)
+            settings = pickle.loads(m.settings)
+            if self.sweep_engine is None:
+                info = self.engine.info
+                dtype, quant = precision_parts(info.precision)
+                self.sweep_engine = Engine.load(self.engine_source, str(self.engine.device), dtype, quant=quant)
+                self.sweep_engine.generate([[1]], max_new_tokens=2, temperature=0.0)  # first-call setup
+            result = run(self.sweep_engine, settings, lambda record: self.sweep_progress(m.key, record))
+            self.conn.send(msgs.SweepDone(m.key, True, result))
+        except SweepCancelled:
+            self.conn.send(msgs.SweepDone(m.key, False, "the sweep was cancelled"))
+        except Exception as err:  # noqa: BLE001 -- a refusal (or a bug) is one line, the kitchen goes on
+            self.conn.send(msgs.SweepDone(m.key, False, one_line(err)))
+
+    def sweep_progress(self, key: str, record) -> None:
+        """A finished point goes up; a Cancel of this sweep (or Stop) ends it here, between points."""
+        self.conn.send(msgs.SweepProgress(key, record))
+        while self.conn.poll(0):
+            msg = self.conn.recv()
+            if isinstance(msg, msgs.Cancel) and msg.key == key:
+                raise SweepCancelled
+            self.backlog.append(msg)
+            if isinstance(msg, msgs.Stop):
+                raise SweepCancelled
+
+    # -- one step --------------------------------------------------------------------------------------
+    def step(self) -> None:
+        engine = self.engine
         events = engine.step()
-        if hang_s:  # a test's slow engine: alive, a pause after every step (serving/watchdog.py)
-            time.sleep(hang_s)
+        if self.hang_s:  # a test's slow engine: alive, silent past the watchdog's limit
+            time.sleep(self.hang_s)
         now = time.perf_counter()
         tokens, done, info, order_news = [], [], None, []
-        for key, order in list(orders.items()):
+        for key, order in list(self.orders.items()):
             taken = order.take(events)
             end = None if not order.done else "cancelled" if order.cancelled else "done"
             if taken or end:
                 order_news.append((key, [to_wire(e) for e in taken], end))
             if end:
-                del orders[key]
+                del self.orders[key]
         for ev in events:
             if isinstance(ev, Token):
-                key = key_of[ev.request_id]
-                ttft = now - arrived[key] if ev.step == 0 else None
+                key = self.key_of[ev.request_id]
+                ttft = now - self.arrived[key] if ev.step == 0 else None
                 lp = None if ev.logprob is None else (engine.decode([ev.token_id]), ev.logprob,
                                                        tuple((engine.decode([i]), v) for i, v in ev.top_logprobs))
                 tokens.append((key, ev.token_id, ev.text, ev.step, ev.finished, ttft, lp))
             elif isinstance(ev, Done):
-                key = key_of.pop(ev.request_id)
-                id_of.pop(key, None)
-                arrived.pop(key, None)
+                key = self.key_of.pop(ev.request_id)
+                self.id_of.pop(key, None)
+                self.arrived.pop(key, None)
                 done.append((key, ev.result))
             elif isinstance(ev, StepEnd):
                 rec = ev.step
-                keys = tuple(key_of[r] for r in ev.request_ids if r in key_of)
+                keys = tuple(self.key_of[r] for r in ev.request_ids if r in self.key_of)
                 info = StepInfo(rec.index, rec.phase, rec.seconds, rec.batch, ev.prefill_tokens,
                                 ev.decode_tokens, rec.kv_bytes, keys, time.time())  # fmt: skip
         if info is not None or done or order_news:
             state = engine.serving_state()
             queue = QueueState(state.running, state.waiting, state.kv_usage, state.prefix_queries, state.prefix_hits)
-            held.append((info, tokens, done, queue, order_news))
+            self.held.append((info, tokens, done, queue, order_news))
         # Every step goes out at once while a request streams to a client; while only the Kitchen's
         # orders cook (their pages read every 250 ms) the steps go out together every BATCH_S, so
         # the server process is woken 20 times a second, not at every step (its cores are the
         # browser's: docs/benchmarks/ui-overhead.md).
-        only_orders = len(key_of) == sum(len(o.rids) for o in orders.values())
-        if held and (not only_orders or done or engine.idle or now - sent_at >= BATCH_S):
-            conn.send(("steps", held))
-            held, sent_at = [], now
+        only_orders = len(self.key_of) == sum(len(o.rids) for o in self.orders.values())
+        if self.held and (not only_orders or done or engine.idle or now - self.sent_at >= BATCH_S):
+            self.conn.send(msgs.Steps(self.held))
+            self.held, self.sent_at = [], now
 
 
 if __name__ == "__main__":

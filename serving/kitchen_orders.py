@@ -24,6 +24,10 @@ a limit (the engine's or the instructor's caps), 404 another model, 422 a malfor
 Retry-After past the queue bound (its tables count as requests; serving/admission.py). A
 client that hangs up cancels the order's tables at the next step; an order past the instructor's
 time limit is cancelled and its stream ends with an error event.
+
+The routes are a thin layer over `about`, `limits_of`, `check_of`, `place` and `messages`, which
+know nothing of HTTP: the app's own process calls those directly (serving/host.py `LocalHost`),
+so a Kitchen in the same process as its kitchen never sends an HTTP request to itself.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -47,6 +53,15 @@ MAX_TABLES = 64  # the Kitchen's batch slider stops here too
 COALESCE_S = 0.05
 
 
+@dataclass
+class PlacedOrder:
+    """An order the kitchen accepted: its engine handle, its id on the class board, its deadline."""
+
+    handle: PolledHandle
+    order_id: str
+    deadline: float  # time.monotonic() past which it is cancelled (the instructor's time cap)
+
+
 class KitchenOrders:
     def __init__(self, kitchen):
         """`kitchen`: serving.kitchen_http.Kitchen (its engine client, config, body reader and queue bound)."""
@@ -60,24 +75,25 @@ class KitchenOrders:
             Route("/kitchen/orders", self.orders, methods=["POST"]),
         ]
 
-    async def model(self, request: Request) -> Response:
+    # -- the kitchen's answers, without HTTP (ApiError carries the status a route would send) ---------------
+    def about(self) -> dict:
+        """The served model and the kitchen's shape (what GET /kitchen/model answers)."""
         ready = self.client.ready
-        return JSONResponse({"name": self.config.served_name, "info": ready.model_info, "policy": ready.policy,
-                             "seats": ready.seats, "kv_tokens": ready.kv_tokens, "token_budget": ready.token_budget,
-                             "pid": self.client.pid, "threads": self.client.settings.threads})  # fmt: skip
+        return {"name": self.config.served_name, "info": ready.model_info, "policy": ready.policy,
+                "seats": ready.seats, "kv_tokens": ready.kv_tokens, "token_budget": ready.token_budget,
+                "pid": self.client.pid, "threads": self.client.settings.threads}  # fmt: skip
 
-    async def limits(self, request: Request) -> Response:
-        body = await self._body(request)
+    async def limits_of(self, body: dict) -> dict:
         prompt = _field(body, "prompt_tokens", int, 1, check=lambda v: v >= 1, rule="an integer >= 1")
         max_new = _field(body, "max_new_tokens", int, 1, check=lambda v: v >= 1, rule="an integer >= 1")
-        return JSONResponse(await self._ask("limits", prompt, max_new))
+        return await self._ask("limits", prompt, max_new)
 
-    async def check(self, request: Request) -> Response:
-        prompts, max_new, settings = self._parse(await self._body(request))
-        return JSONResponse({"prompt_ids": await self._ask("check", prompts, max_new, settings)})
+    async def check_of(self, body: dict) -> dict:
+        prompts, max_new, settings = self._parse(body)
+        return {"prompt_ids": await self._ask("check", prompts, max_new, settings)}
 
-    async def orders(self, request: Request) -> Response:
-        body = await self._body(request)
+    async def place(self, body: dict) -> PlacedOrder:
+        """Validate an order, check the caps, seat its tables in the batch and name it on the board."""
         model = _field(body, "model", str, rule="the name of a served model (GET /v1/models)")
         if model is None:  # the Kitchen page always names it: an order without one is a broken client
             raise ApiError(422, "field 'model' is required: the name of a served model (GET /v1/models)", "model")
@@ -101,20 +117,19 @@ class KitchenOrders:
         order_id = "order-" + secrets.token_hex(12)
         if self.client.board is not None:
             self.client.board.order(order_id, [f"{handle.key}/{i}" for i in range(len(prompts))])
-        deadline = time.monotonic() + caps.max_order_seconds
-        return StreamingResponse(self._stream(request, handle, order_id, deadline), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})  # fmt: skip
+        return PlacedOrder(handle, order_id, time.monotonic() + caps.max_order_seconds)
 
-    # -- the stream -------------------------------------------------------------------------------------------
-    async def _stream(self, request: Request, handle: PolledHandle, order_id: str, deadline: float):
-        async def watch() -> None:  # the client hanging up shows as http.disconnect on receive()
-            while (await request.receive())["type"] != "http.disconnect":
-                pass
-            self.client.cancel(handle.key)
+    def cancel(self, placed: PlacedOrder) -> None:
+        if not placed.handle.finished:
+            self.client.cancel(placed.handle.key)
 
-        watcher = asyncio.create_task(watch())
+    async def messages(self, placed: PlacedOrder) -> AsyncIterator[dict]:
+        """The order's story: {"order": ID, "prompt_tokens": [...]}, then {"events": [...]} every
+        COALESCE_S while it cooks; a failure or the time cap ends it with one {"error": {...}}.
+        Closing the iterator early cancels the order's tables."""
+        handle = placed.handle
         try:
-            yield sse({"order": order_id, "prompt_tokens": handle.prompt_tokens})
+            yield {"order": placed.order_id, "prompt_tokens": handle.prompt_tokens}
             while True:
                 await asyncio.sleep(COALESCE_S)
                 events, end = [], None
@@ -124,19 +139,31 @@ class KitchenOrders:
                     else:
                         end = (kind, value)
                 if events:
-                    yield sse({"events": events})
+                    yield {"events": events}
                 if end is not None:
                     if end[0] == "error":
-                        yield sse(ApiError(500, end[1], kind="engine_error").body())
+                        yield ApiError(500, end[1], kind="engine_error").body()
                     break  # "done", an error, or "cancelled" (only after the client has gone)
-                if time.monotonic() > deadline:
-                    yield sse(ApiError(408, self.config.caps.time_line(), kind="timeout_error").body())
+                if time.monotonic() > placed.deadline:
+                    yield ApiError(408, self.config.caps.time_line(), kind="timeout_error").body()
                     break
-            yield sse("[DONE]")
         finally:
-            watcher.cancel()
-            if not handle.finished:
-                self.client.cancel(handle.key)
+            self.cancel(placed)
+
+    # -- the routes -------------------------------------------------------------------------------------------
+    async def model(self, request: Request) -> Response:
+        return JSONResponse(self.about())
+
+    async def limits(self, request: Request) -> Response:
+        return JSONResponse(await self.limits_of(await self._body(request)))
+
+    async def check(self, request: Request) -> Response:
+        return JSONResponse(await self.check_of(await self._body(request)))
+
+    async def orders(self, request: Request) -> Response:
+        placed = await self.place(await self._body(request))
+        stream = sse_stream(request, self.messages(placed), lambda: self.cancel(placed))
+        return StreamingResponse(stream, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
     # -- parsing ---------------------------------------------------------------------------------------------
     async def _body(self, request: Request) -> dict:
@@ -168,3 +195,23 @@ class KitchenOrders:
             raise ApiError(400, str(err), "prompts" if name == "check" else None) from None
         except EngineError as err:
             raise ApiError(503, str(err), kind="server_error") from None
+
+
+async def sse_stream(request: Request, messages: AsyncIterator, on_hang_up: Callable[[], None],
+                     encode: Callable = lambda m: m):  # fmt: skip
+    """`messages` as server-sent events, then [DONE]; a client that hangs up calls `on_hang_up` at once
+    (the http.disconnect on receive()), and the messages are closed either way."""
+
+    async def watch() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        on_hang_up()
+
+    watcher = asyncio.create_task(watch())
+    try:
+        async for msg in messages:
+            yield sse(encode(msg))
+        yield sse("[DONE]")
+    finally:
+        watcher.cancel()
+        await messages.aclose()

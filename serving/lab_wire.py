@@ -20,6 +20,8 @@ import dataclasses
 import importlib
 from typing import Any
 
+import pandas as pd
+
 ALLOWED = ("lab.", "engine.", "bench.", "serving.")  # the packages whose dataclasses may travel
 MARKERS = ("__dc__", "__tuple__", "__dict__", "__frame__")
 
@@ -58,8 +60,6 @@ def decode(obj: Any) -> Any:
     if "__dict__" in obj:
         return {decode(k): decode(v) for k, v in obj["__dict__"]}
     if "__frame__" in obj:
-        import pandas as pd
-
         return pd.DataFrame(decode(obj["__frame__"]))
     if "__dc__" in obj:
         cls = _class(obj["__dc__"])

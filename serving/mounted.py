@@ -2,29 +2,28 @@
 
 One command and one address for a workshop: the app at http://HOST:8501/ and, on the same port,
 the class kitchen server (serving/server.py) at http://HOST:8501/class/v1, with its board,
-/class/metrics for the pass and /class/health. The Kitchen page orders from the same server
-(serving/kitchen_client.py): from /class when it cooks the class's model on the CPU in float32, so
-its orders join the class's batch, and otherwise from a kitchen opened on demand at
-/kitchens/MODEL/DEVICE/PRECISION (catalog names only, at most `MAX_KITCHENS` at once, the least
-recently used idle one closed for a new one). Each kitchen's engine runs in its own kitchen-loop
-process, pinned to the engine's cores (serving/cores.py); the app's server process only routes
-HTTP to it. The launcher passes the choice through the environment (the Streamlit process
-inherits it):
-
-    TWO_POT_KITCHENS        "1": mount the kitchens (`two-pot-kitchen` does, unless --backend)
-    TWO_POT_CLASS_KITCHEN   the class's model (a catalog name, preset:NAME or a folder)
-    TWO_POT_CLASS_KEY       its API key, if any (students then send `Authorization: Bearer KEY`)
-    TWO_POT_CAPS            the instructor's caps, the same file the Kitchen obeys
+/class/metrics for the pass and /class/health. The Kitchen page cooks in the same kitchens: the
+class's when it cooks the class's model on the CPU in float32, so its orders join the class's
+batch, and otherwise a kitchen opened on demand (served at /kitchens/MODEL/DEVICE/PRECISION;
+catalog names only, at most `MAX_KITCHENS` at once, the least recently used idle one closed for a
+new one). Each kitchen's engine runs in its own kitchen-loop process, pinned to the engine's cores
+(serving/cores.py); the app's server process only routes requests to it. What to mount comes
+from the launcher's `AppSettings` (serving/app_settings.py): `kitchens` (the Kitchen's, unless
+--backend), `class_model` and `class_key` (the class kitchen and its API key); the caps are the
+file the Kitchen obeys (serving/caps.py).
 
 A kitchen loads in a background thread, so the app opens at once; until its model is ready every
 request to it gets a 503 with one line saying so.
+
+The Kitchen page runs in this same process, so it does not order over HTTP: `served_here()` hands
+it these kitchens and `AppKitchens.host(...)` a `serving.host.LocalHost` on the chosen one (the
+routes above stay for the class's students and any other client).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import threading
 import time
@@ -33,7 +32,19 @@ from urllib.parse import quote
 
 from starlette.routing import Mount
 
-ENV_MODEL, ENV_KEY, ENV_KITCHENS = "TWO_POT_CLASS_KITCHEN", "TWO_POT_CLASS_KEY", "TWO_POT_KITCHENS"
+from engine.errors import EngineError
+from serving.app_settings import ENV, AppSettings
+from serving.caps import load_caps
+from serving.catalog import load_catalog
+from serving.class_board import ClassBoard
+from serving.cores import engine_threads, pin_this_process, split_cores
+from serving.engine_client import EngineClient
+from serving.host import LocalHost, NotReady
+from serving.kitchen_loop import LoopSettings
+from serving.metrics import KitchenMetrics
+from serving.server import ServerConfig, close_app, create_app, served_name
+
+ENV_MODEL, ENV_KEY, ENV_KITCHENS = ENV["class_model"], ENV["class_key"], ENV["kitchens"]  # serving/app_settings.py
 PREFIX, KITCHENS = "/class", "/kitchens"
 CLASS_DEVICE, CLASS_DTYPE = "cpu", "float32"
 MAX_KITCHENS = 3  # kitchens opened on demand, besides the class's
@@ -46,20 +57,17 @@ PRECISIONS = ("float32", "bfloat16", "float16", "int8")
 
 def kitchen_path(model: str, device: str, dtype: str) -> str:
     """Where the Kitchen finds the kitchen for this choice, under the app's base path."""
-    if os.environ.get(ENV_MODEL) == model and (device, dtype) == (CLASS_DEVICE, CLASS_DTYPE):
+    if AppSettings.from_env().class_model == model and (device, dtype) == (CLASS_DEVICE, CLASS_DTYPE):
         return PREFIX
     return f"{KITCHENS}/{quote(model, safe='')}/{quote(device, safe='')}/{dtype}"
 
 
 def loop_settings(source: str, device: str, dtype: str):
     """The kitchen loop's settings in the app: the engine's threads on cores of their own, and
-    (with the launcher's TWO_POT_PIN_SERVER) this server's threads moved off them."""
-    from serving.cores import engine_threads, pin_this_process, split_cores
-    from serving.kitchen_loop import LoopSettings
-
+    (with the launcher's `pin_server`) this server's threads moved off them."""
     threads = engine_threads()
     split = split_cores(threads)
-    if split is not None and os.environ.get("TWO_POT_PIN_SERVER") == "1":
+    if split is not None and AppSettings.from_env().pin_server:
         pin_this_process(split.server)
     return LoopSettings(source, device, dtype, token_budget=TOKEN_BUDGET, threads=threads,
                         cores=tuple(sorted(split.engine)) if split is not None else ())  # fmt: skip
@@ -79,13 +87,6 @@ class ClassKitchenMount:
 
     def start(self) -> None:
         """Load the model in a kitchen-loop process (blocking: call it from a thread)."""
-        from engine.errors import EngineError
-        from serving.caps import load_caps
-        from serving.class_board import ClassBoard
-        from serving.engine_client import EngineClient
-        from serving.metrics import KitchenMetrics
-        from serving.server import ServerConfig, create_app, served_name
-
         try:
             name, source = served_name(self.model)
             metrics = KitchenMetrics(name)
@@ -97,8 +98,6 @@ class ClassKitchenMount:
 
     def close(self) -> None:
         if self.app is not None:
-            from serving.server import close_app
-
             close_app(self.app)  # the extensions' own processes (the Lab's engine, if a sweep started one)
         if self.client is not None:
             self.client.close()
@@ -151,9 +150,6 @@ class KitchenRooms:
     @staticmethod
     def refusal(model: str, device: str, precision: str) -> str | None:
         """Why this kitchen cannot be opened (one line), or None. Catalog names only: never a path."""
-        from engine.errors import EngineError
-        from serving.catalog import load_catalog
-
         try:
             names = [e.name for e in load_catalog().entries]
         except EngineError as err:
@@ -189,16 +185,69 @@ class KitchenRooms:
             room.close()
 
 
+class AppKitchens:
+    """The kitchens this process serves: the class's (`mount`) and the Kitchen's rooms (`rooms`)."""
+
+    def __init__(self, mount: ClassKitchenMount | None, rooms: KitchenRooms | None):
+        self.mount, self.rooms = mount, rooms
+
+    def app_for(self, model: str, device: str, dtype: str):
+        """The server app that cooks this choice (serving/server.py `create_app`), opened on first use;
+        `NotReady` while it loads, `EngineError` (one line) when it cannot be opened."""
+        if self.mount is not None and kitchen_path(model, device, dtype) == PREFIX:
+            room = self.mount
+        elif self.rooms is not None:
+            problem = self.rooms.refusal(model, device, dtype)
+            if problem is not None:
+                raise EngineError(problem)
+            room, problem = self.rooms.room((model, device, dtype))
+            if room is None:
+                raise NotReady(problem)
+        else:
+            raise EngineError(f"this server opens no kitchen for {model} on {device} ({dtype})")
+        room.used_at = time.monotonic()
+        if room.app is None:
+            raise EngineError(room.status) if room.failed else NotReady(room.status)
+        return room.app
+
+    def host(self, model: str, device: str, dtype: str) -> LocalHost:
+        return LocalHost(lambda: self.app_for(model, device, dtype))
+
+
+_SERVED: list[AppKitchens] = []  # what class_kitchen() mounted in this process
+
+
+def served_here() -> AppKitchens | None:
+    """The kitchens mounted in this process (`two-pot-kitchen` serves serve.py), or None (plain
+    `streamlit run app.py`, page tests, before `own_kitchens()`)."""
+    return _SERVED[-1] if _SERVED else None
+
+
+_OWN_LOCK = threading.Lock()
+
+
+def own_kitchens(extensions: tuple = ()) -> AppKitchens:
+    """This process's kitchens for the Kitchen: the ones serve.py mounted, or, under plain
+    `streamlit run app.py` (nothing mounted), the same rooms opened here on first use with no
+    routes (the Kitchen reaches them in process). Either way one code path cooks."""
+    with _OWN_LOCK:
+        here = served_here()
+        if here is None or here.rooms is None:
+            here = AppKitchens(here.mount if here is not None else None, KitchenRooms(None, extensions))
+            _SERVED.append(here)
+        return here
+
+
 def class_kitchen(base: str = "", extensions: tuple = ()) -> tuple[list, object | None]:
     """(routes, lifespan) for serve.py's st.App, under Streamlit's base path `base` (e.g. "/kitchen"):
     the class kitchen at /class when the launcher named one, and the Kitchen's kitchens at
     /kitchens/... when it asked for them; each server with `extensions` (the Lab's routes)."""
-    model = os.environ.get(ENV_MODEL)
-    key = os.environ.get(ENV_KEY) or None
-    mount = ClassKitchenMount(model, key, extensions=extensions) if model else None
-    rooms = KitchenRooms(key, extensions) if os.environ.get(ENV_KITCHENS) == "1" else None
+    s = AppSettings.from_env()
+    mount = ClassKitchenMount(s.class_model, s.class_key, extensions=extensions) if s.class_model else None
+    rooms = KitchenRooms(s.class_key, extensions) if s.kitchens else None
     if mount is None and rooms is None:
         return [], None
+    _SERVED.append(AppKitchens(mount, rooms))
 
     @contextlib.asynccontextmanager
     async def lifespan(app):

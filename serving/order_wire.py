@@ -22,6 +22,10 @@ from __future__ import annotations
 from dataclasses import asdict, fields
 from typing import Any
 
+from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token
+from engine.results import GenerationResult
+from engine.trace import Metrics, StepRecord, Trace
+
 TYPES = ("prefill_start", "prefill_end", "token", "step_end", "done")
 
 
@@ -50,9 +54,6 @@ def result_to_wire(res: Any) -> dict:
 
 def from_wire(d: dict) -> Any:
     """The engine event a `to_wire` dict stands for. Raises ValueError naming what is wrong."""
-    from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token
-    from engine.trace import StepRecord
-
     if not isinstance(d, dict):
         raise ValueError(f"an event from the kitchen server must be a JSON object (got {type(d).__name__})")
     try:
@@ -74,9 +75,6 @@ def from_wire(d: dict) -> Any:
 
 
 def result_from_wire(d: dict) -> Any:
-    from engine.results import GenerationResult
-    from engine.trace import Metrics, StepRecord, Trace
-
     t = d["trace"]
     trace = Trace([StepRecord(**s) for s in t["steps"]], t["t_first_token"], t["t_done"], list(t["notes"]))
     return GenerationResult(**(d | {"metrics": Metrics(**d["metrics"]), "trace": trace}))

@@ -38,23 +38,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 from engine.errors import EngineError
+from engine.loader import EMBEDDED_MODELS
+from serving.catalog import resolve_source
 from serving.child import warm_up
 from serving.cores import ALL_CORES, engine_threads
 from serving.engine_process import Cancelled, CancelToken, ChildFailure, EngineProcess
-from serving.job import Job, JobStatus, Work
+from serving.job import HOLD_S, PAGE_GONE, SETTLE_S, Job, JobStatus, PageWatcher, Work, record_run
+from serving.kitchen_client import weights_megabytes
 from serving.stove import Stove, StoveMeter, Ticket, stove_for
 
-__all__ = ["HOLD_S", "SETTLE_S", "Job", "KitchenService", "engine_threads", "warm_up", "weights_megabytes"]
+__all__ = ["HOLD_S", "PAGE_GONE", "SETTLE_S", "Job", "KitchenService", "engine_threads", "warm_up", "weights_megabytes"]
 
 log = logging.getLogger(__name__)
-HOLD_S = 5.0  # the longest a held job waits for its page to release it
-# What a page may ask for when it releases a held job: wait this long more, so the browser has
-# painted the page that pressing Cook produced before the measurement starts (queue time, not
-# TTFT or TPOT; measured in docs/benchmarks/ui-overhead.md).
-SETTLE_S = 0.5
-WATCH_S = 1.0  # how often the kitchen asks whether a watched job's page is still there
-ABANDON_S = 3.0  # a page gone this long (not a brief reconnect) has its order cancelled
-PAGE_GONE = "cancelled: the page that ordered it was closed or reloaded"
 _OPEN: weakref.WeakSet[KitchenService] = weakref.WeakSet()
 
 
@@ -69,66 +64,16 @@ def _close_all() -> None:
         svc.close()
 
 
-def weights_megabytes(model: str, dtype: str, source: str | None = None) -> float | None:
-    """How many MB of weights loading `model` reads, known before loading (None if unknown).
-
-    Asks the catalog first (it computes bytes per dtype from the config alone); for a plain
-    folder it sums the safetensors files.
-    """
-    try:
-        from serving.catalog import describe, load_catalog
-
-        entry = load_catalog().get(model)
-        return describe(entry).weight_bytes[dtype] / 1e6
-    except Exception:  # noqa: BLE001 — an unknown name or a missing catalog just means "unknown size"
-        pass
-    folder = Path(source or model)
-    if folder.is_dir():
-        return sum(p.stat().st_size for p in folder.glob("*.safetensors")) / 1e6 or None
-    return None
-
-
 def resolve_model(model: str) -> str:
     """A catalog name -> what `Engine.load` receives (folder, `preset:NAME`, hub id); else as given.
 
     A model embedded in the repo keeps its name ("chef"): the engine finds assets/models/chef
     itself, and its `info.name` then says "chef", not the folder."""
-    from engine.loader import EMBEDDED_MODELS
-
     try:
-        from serving.catalog import resolve_source
-
         source = resolve_source(model) or model
     except EngineError:  # a broken catalog: the name alone (the engine knows the embedded models)
         return model
     return model if Path(source) == (EMBEDDED_MODELS / model).resolve() else source
-
-
-def record_run(run_log, model: str, device: str, job: Job, result: Any) -> None:
-    """Every finished generation goes to the server's run log (the dashboard reads it)."""
-    if run_log is None or not hasattr(result, "metrics") or not hasattr(result, "trace"):
-        return
-    try:
-        run_log.record(model=model, device=device, result=result, queue_wait_s=job.queue_wait_s)
-    except Exception:  # noqa: BLE001 — a broken log must not lose the learner's result
-        log.exception("run log refused job %r", job.label)
-
-
-def cancel_abandoned(jobs: list[Job]) -> None:
-    """Cancel each job whose page (`job.watch(alive)`) has said it is gone for ABANDON_S in a row."""
-    now = time.monotonic()
-    for job in jobs:
-        try:
-            alive = job._alive()
-        except Exception:  # noqa: BLE001 — a probe that fails cannot tell: keep the order
-            alive = True
-        if alive:
-            job._gone_since = None
-        elif job._gone_since is None:
-            job._gone_since = now
-        elif now - job._gone_since >= ABANDON_S:
-            log.info("page of job %r is gone; cancelling it", job.label)
-            job.cancel(PAGE_GONE)
 
 
 class KitchenService:
@@ -166,7 +111,7 @@ class KitchenService:
         self._current: Job | None = None
         self._cv = threading.Condition()
         self._closed = False
-        self._watcher: threading.Thread | None = None
+        self._watcher = PageWatcher(f"kitchen-watch-{model}", self._all_jobs, lambda: self._closed)
         self._thread = threading.Thread(target=self._run, name=f"kitchen-{model}-{device}", daemon=True)
         self._thread.start()
         _OPEN.add(self)
@@ -298,29 +243,12 @@ class KitchenService:
                     return place
         return 0
 
-    # -- the watcher: pages that went away -------------------------------------------------------
-
     def _start_watcher(self) -> None:
+        self._watcher.start()
+
+    def _all_jobs(self) -> list[Job]:
         with self._cv:
-            if self._watcher is None:
-                self._watcher = threading.Thread(target=self._watch, name=f"kitchen-watch-{self.model}", daemon=True)
-                self._watcher.start()
-            self._cv.notify_all()
-
-    def _watched(self) -> list[Job]:
-        jobs = [*self._pending, *([self._current] if self._current else [])]
-        return [j for j in jobs if j._alive is not None and not j.finished]
-
-    def _watch(self) -> None:
-        """Every WATCH_S while some job is watched: cancel those whose page has been gone ABANDON_S."""
-        while True:
-            with self._cv:
-                self._cv.wait_for(lambda: self._closed or self._watched())
-                if self._closed:
-                    return
-                jobs = self._watched()
-            cancel_abandoned(jobs)
-            time.sleep(WATCH_S)
+            return [*self._pending, *([self._current] if self._current else [])]
 
     # -- the worker ------------------------------------------------------------------------------
 

@@ -3,8 +3,10 @@
 Why: two engines on the same cores (or the same GPU) slow each other down, and each then measures
 the other's work as its own, so its panels and its diagnosis describe a kitchen that does not
 exist (docs/benchmarks/ui-overhead.md shows how much a neighbour on the engine's core costs). Every kitchen
-(`KitchenService`) of this server process takes its device's `Stove` before it cooks and gives it
-back after, so jobs for different models wait in ONE line per device, first come first served.
+of this server process takes its device's `Stove` before it cooks and gives it back after, so jobs
+for different models wait in ONE line per device, first come first served. Orders of one kitchen
+host (a ticket's `kitchen`, serving/kitchen_client.py) share the stove: they cook in one batch of
+one engine, so they may cook together; a ticket without a kitchen cooks alone.
 
 The stove cannot hold back what runs outside this server (another program, a lab script in its own
 process), so `StoveMeter` measures it: the CPU time the engine's cores spent on anything other than
@@ -45,6 +47,7 @@ class Ticket:
     """One job's place in the stove's line. `who` names it for the others: "chef: cook 1 table(s) ..."."""
 
     who: str
+    kitchen: str = ""  # tickets of the same (non-empty) kitchen may hold the stove together
     taken_at: float | None = None
     _abandoned: bool = field(default=False, repr=False)
 
@@ -56,7 +59,17 @@ class Stove:
         self.key = key
         self._cv = threading.Condition()
         self._line: deque[Ticket] = deque()
-        self.holder: Ticket | None = None
+        self._holders: list[Ticket] = []
+
+    @property
+    def holder(self) -> Ticket | None:
+        """The ticket cooking (the first, when one kitchen's orders cook together), or None."""
+        return self._holders[0] if self._holders else None
+
+    def _may_cook(self, ticket: Ticket) -> bool:
+        if self._line[0] is not ticket:
+            return False
+        return all(ticket.kitchen and h.kitchen == ticket.kitchen for h in self._holders)
 
     def take(self, ticket: Ticket, cancelled=lambda: False, poll_s: float = 0.5) -> bool:
         """Wait in line until it is this ticket's turn; False if `cancelled()` turned true first.
@@ -64,21 +77,22 @@ class Stove:
         `wake()` (called when a waiting job is cancelled) ends the wait at once; `poll_s` bounds it."""
         with self._cv:
             self._line.append(ticket)
-            while not (self.holder is None and self._line[0] is ticket):
+            while not self._may_cook(ticket):
                 if cancelled():
                     self._line.remove(ticket)
                     self._cv.notify_all()
                     return False
                 self._cv.wait(poll_s)
             self._line.popleft()
-            self.holder = ticket
+            self._holders.append(ticket)
+            self._cv.notify_all()  # the next in line may be of the same kitchen
             ticket.taken_at = time.monotonic()
             return True
 
     def give_back(self, ticket: Ticket) -> None:
         with self._cv:
-            if self.holder is ticket:
-                self.holder = None
+            if ticket in self._holders:
+                self._holders.remove(ticket)
             self._cv.notify_all()
 
     def wake(self) -> None:

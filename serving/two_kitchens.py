@@ -39,6 +39,19 @@ import threading
 import time
 from dataclasses import dataclass
 
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from engine import Engine
+from engine.batching import build_batch
+from engine.cache import StaticKVCache
+from engine.errors import EngineError
+from engine.events import Done
+from engine.model import prefill
+from engine.sampling import SamplingParams, sample
+
 PROBE_BYTES = tuple(1 << p for p in range(12, 25, 2))  # 4 KB .. 16 MB, x4 apart
 REPEATS = 25  # crossings per probe size and per order's K/V in run_two_kitchens; the fastest is kept
 
@@ -87,8 +100,6 @@ class StreamOrder:
 def fit_link(probes: dict) -> Link:
     """Latency + bytes / bandwidth fitted to the probes, each weighted by 1 / its time: a 4 KB probe
     counts as much as a 16 MB one (plain least squares would let the big ones set the latency)."""
-    import numpy as np
-
     sizes = np.array(sorted(probes), dtype=float)
     times = np.array([probes[int(s)] for s in sizes])
     a = np.stack([1 / times, sizes / times], axis=1)  # (P, 2): [latency, seconds per byte] -> 1
@@ -99,8 +110,6 @@ def fit_link(probes: dict) -> Link:
 
 def _probe(dist, sender: bool, repeats: int = REPEATS) -> Link | None:
     """Time one message of each size (after a "ready" handshake, as the orders' transfers)."""
-    import torch
-
     probes = {}
     for size in PROBE_BYTES:
         buf = torch.zeros(size // 4, dtype=torch.float32)
@@ -120,13 +129,6 @@ def _probe(dist, sender: bool, repeats: int = REPEATS) -> Link | None:
 
 def _prefill(eng, prompt, settings: dict):
     """The wok: one prefill pass over one prompt -> (ids, first token, K/V (2, L, Hkv, n, D), seconds)."""
-    import torch
-
-    from engine.batching import build_batch
-    from engine.cache import StaticKVCache
-    from engine.model import prefill
-    from engine.sampling import SamplingParams, sample
-
     cfg = eng.cfg
     ids = eng.check([prompt], 2)[0]
     n = len(ids)
@@ -140,8 +142,6 @@ def _prefill(eng, prompt, settings: dict):
 
 
 def _recv_order(dist, eng, n: int):
-    import torch
-
     cfg = eng.cfg
     ids = torch.empty(n, dtype=torch.long)
     dist.recv(ids, src=0)
@@ -152,8 +152,6 @@ def _recv_order(dist, eng, n: int):
 
 
 def _finish(eng, rid: int):
-    from engine.events import Done
-
     result = None
     while not eng.idle:
         result = next((e.result for e in eng.step() if isinstance(e, Done) and e.request_id == rid), result)
@@ -161,8 +159,6 @@ def _finish(eng, rid: int):
 
 
 def _kitchens_one_by_one(dist, eng, rank: int, prompts: list, max_new_tokens: int, settings: dict, out) -> None:
-    import torch
-
     link = _probe(dist, sender=rank == 0)
     if rank == 0:
         exact = []
@@ -208,10 +204,6 @@ def _kitchens_one_by_one(dist, eng, rank: int, prompts: list, max_new_tokens: in
 
 def _kitchens_stream(dist, eng, rank: int, orders: list, max_new_tokens: int, settings: dict, out) -> None:
     """The wok cooks each order at its arrival; the pot adopts it between decode steps."""
-    import torch
-
-    from engine.events import Done
-
     start = torch.tensor([time.perf_counter() + 0.05], dtype=torch.float64)
     dist.broadcast(start, src=0)  # both kitchens count arrivals from the same instant
     t0 = float(start[0])
@@ -266,11 +258,6 @@ def _warm_up(eng, prompt) -> None:
 def _worker(rank: int, init: str, mode: str, model: str, orders: list, max_new_tokens: int, dtype: str,
             threads: int, settings: dict, out):  # fmt: skip
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    import torch
-    import torch.distributed as dist
-
-    from engine import Engine
-
     torch.set_num_threads(threads)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
     try:
@@ -290,10 +277,6 @@ def _worker(rank: int, init: str, mode: str, model: str, orders: list, max_new_t
 def _two_processes(mode: str, model: str, orders: list, max_new_tokens: int, dtype: str, threads: int,
                    timeout_s: float, settings: dict) -> list:  # fmt: skip
     """Start both kitchens, collect what they put on the queue until both say done."""
-    import torch.multiprocessing as mp
-
-    from engine.errors import EngineError
-
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     got, done = [], set()
@@ -340,8 +323,6 @@ def run_stream(model: str, orders: list[tuple], max_new_tokens: int = 32, dtype:
 
 def one_kitchen_stream(eng, orders: list[tuple], max_new_tokens: int = 32, **settings) -> list[StreamOrder]:
     """The same stream through one engine: arrivals are submitted as their time comes, between steps."""
-    from engine.events import Done
-
     t0 = time.perf_counter() + 0.05
     waiting, ids, results = list(orders), [], {}
     while waiting or not eng.idle:

@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-SILENCE_ENV = "TWO_POT_SILENCE_S"  # overrides Silence's fixed bounds (seconds)
-# Tests only: the child goes silent this long (seconds) after each event of an order it streams.
-TEST_HANG_ENV = "TWO_POT_TEST_HANG_S"
+from serving.loop_messages import SILENCE_ENV, TEST_HANG_ENV
+
+__all__ = ["SILENCE_ENV", "TEST_HANG_ENV", "Silence", "hung_line", "pass_tokens"]
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ def kitchen(caps: Caps | None = None, api_key: str | None = None, model: str = "
     settings = LoopSettings(source, policy="chunked", token_budget=64, threads=1, prefix_cache=True)
     client = EngineClient(settings, metrics, ClassBoard())
     app = create_app(client, ServerConfig(name, api_key, caps or Caps()), metrics, (LabRoutes,))
-    client.app = app  # for tests that look inside the server (its Lab's kitchen)
+    client.app = app  # for tests that look inside the server
     try:
         with serve(app) as url:
             yield url, client

@@ -8,7 +8,9 @@ import httpx
 import pytest
 from browser_kit import app, chromium, needs_chromium
 
+from engine.errors import EngineError
 from kitchen_viz.launch import main
+from serving.app_settings import ENV
 from serving.remote_order import board, models, order_remote
 
 
@@ -71,14 +73,15 @@ def generated_tokens(metrics_text: str) -> float:
 
 @needs_chromium
 def test_the_kitchen_cooks_in_the_class_kitchen_and_shows_the_whole_class(server):
-    """One code path: the Kitchen's Cook goes over HTTP to the class kitchen mounted on the app's port."""
+    """One code path: the Kitchen's Cook goes to the class kitchen mounted in the app's own process,
+    called in process (no HTTP to itself), and its bowls count in the class kitchen's metrics."""
     ready(server, "k")
     before = generated_tokens(httpx.get(server + "/class/metrics").text)
     with chromium() as b:
         page = b.new_page(viewport={"width": 1280, "height": 3000})
         page.goto(server + "/?batch=2&new=300&prompt=12")
         page.get_by_role("button", name="Cook").wait_for(timeout=120_000)
-        assert page.get_by_text("on the kitchen server at").count() == 1
+        assert page.get_by_text("on this server's own kitchen").count() == 1
         page.get_by_role("button", name="Cook").click()
         rail = page.locator(".tpk-class-rail:not([hidden])")  # live, inside the scene, while the order cooks
         rail.filter(has_text="you · #").wait_for(timeout=60_000)  # the board read (a placeholder card before)
@@ -130,27 +133,36 @@ def test_the_launcher_warns_about_an_open_kitchen_without_a_key(monkeypatch, cap
     assert "choose one" in capsys.readouterr().err
 
 
-def test_the_kitchen_finds_its_kitchen_server_and_the_lab_keeps_its_own_engine(monkeypatch):
-    """Where the Kitchen cooks: under the launcher its choice maps to the class kitchen or a kitchen
-    of its own on the app's server, `--backend` sends it there, and without either (plain
-    `streamlit run app.py`) it keeps a private engine."""
+def test_the_kitchen_finds_its_kitchen_host_and_the_lab_keeps_its_own_engine(monkeypatch):
+    """Where the Kitchen cooks: under the launcher in this process's own kitchens (the class kitchen
+    for its own choice, a room of its own otherwise), called in process; without a launcher (plain
+    `streamlit run app.py`) in the same rooms opened in process; `--backend` over HTTP."""
     from kitchen_viz import app_state
-    from serving.mounted import ENV_KITCHENS, ENV_MODEL
+    from serving import mounted
+    from serving.host import HttpHost, LocalHost, NotReady
 
     monkeypatch.delenv("TWO_POT_BACKEND", raising=False)
-    monkeypatch.setenv(ENV_KITCHENS, "1")
-    monkeypatch.setenv(ENV_MODEL, "chef")
-    port = app_state.st.get_option("server.port")
-    assert app_state.kitchen_server_for("chef", "cpu", "float32") == (f"http://127.0.0.1:{port}/class", "")
-    assert app_state.kitchen_server_for("chef", "cpu", "int8")[0].endswith("/kitchens/chef/cpu/int8")
-    assert app_state.kitchen_server_for("preset:smollm2-135m", "cuda:0", "bfloat16")[0].endswith(
-        "/kitchens/preset%3Asmollm2-135m/cuda%3A0/bfloat16")  # fmt: skip
+    monkeypatch.delenv(ENV["private_kitchen"], raising=False)
+    monkeypatch.setenv(mounted.ENV_MODEL, "chef")
+    monkeypatch.setattr(mounted, "_SERVED", [])
+    opened = app_state.kitchen_host_for("chef", "cpu", "float32")  # nothing mounted: rooms opened here
+    assert isinstance(opened, LocalHost) and mounted.served_here().rooms is not None
+    assert mounted.served_here().mount is None  # no class kitchen without the launcher
+    mounted._SERVED.clear()
+    class_mount = mounted.ClassKitchenMount("chef", None)  # not started: it says it is loading
+    mounted._SERVED.append(mounted.AppKitchens(class_mount, mounted.KitchenRooms(None)))
+    host = app_state.kitchen_host_for("chef", "cpu", "float32")
+    assert isinstance(host, LocalHost)
+    with pytest.raises(NotReady, match="loading chef on cpu"):
+        host.about()
+    with pytest.raises(EngineError, match="no model 'nope'"):
+        app_state.kitchen_host_for("nope", "cpu", "float32").about()
+    monkeypatch.setenv(ENV["private_kitchen"], "1")
+    assert app_state.kitchen_host_for("chef", "cpu", "float32") is None
     monkeypatch.setenv("TWO_POT_BACKEND", "http://10.0.0.5:8000")
     monkeypatch.setenv("TWO_POT_BACKEND_KEY", "s")
-    assert app_state.kitchen_server_for("chef", "cpu", "float32") == ("http://10.0.0.5:8000", "s")
-    monkeypatch.delenv("TWO_POT_BACKEND")
-    monkeypatch.delenv(ENV_KITCHENS)
-    assert app_state.kitchen_server_for("chef", "cpu", "float32") is None
+    backend = app_state.kitchen_host_for("chef", "cpu", "float32")
+    assert isinstance(backend, HttpHost) and backend.url == "http://10.0.0.5:8000"
 
 
 @needs_chromium

@@ -17,7 +17,7 @@ import pytest
 from engine.errors import EngineError
 from engine.events import PrefillStart, Token
 from kitchen_viz.orders import Order, cook
-from serving import service as service_mod
+from serving import job as job_mod
 from serving.caps import CapExceeded, Caps, load_caps, use_caps_file
 from serving.cores import ALL_CORES
 from serving.service import PAGE_GONE, KitchenService
@@ -180,7 +180,7 @@ def test_a_cancelled_order_whose_engine_cannot_stop_in_time_has_its_engine_repla
 
 
 def test_an_order_whose_page_is_gone_is_cancelled(chef, monkeypatch):
-    monkeypatch.setattr(service_mod, "ABANDON_S", 1.0)
+    monkeypatch.setattr(job_mod, "ABANDON_S", 1.0)  # the page-gone rule lives with the job
     page_open = threading.Event()
     page_open.set()
     job = chef.submit(cook(LONGER), "watched")
@@ -191,7 +191,7 @@ def test_an_order_whose_page_is_gone_is_cancelled(chef, monkeypatch):
     page_open.clear()  # the tab is closed
     t0 = time.perf_counter()
     assert job.wait(15) and job.status == "cancelled" and job.error == PAGE_GONE
-    assert job.finished_at - t0 < 1.0 + 2 * service_mod.WATCH_S + 3
+    assert job.finished_at - t0 < 1.0 + 2 * job_mod.WATCH_S + 3
     assert wait_for(lambda: not chef.busy, 10)  # the kitchen is free again
 
 

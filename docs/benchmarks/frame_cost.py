@@ -63,7 +63,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--new", type=int, default=128)
     args = ap.parse_args()
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import sync_playwright  # lazy: a dev dependency, needed only when this runs
 
     proc, url = spawn(free_port(), Path(tempfile.mkdtemp()) / "streamlit.log")
     rows = []

@@ -26,9 +26,9 @@ NEIGHBOURS = {
 
 def main() -> None:
     os.sched_setaffinity(0, {1})
-    import torch
+    import torch  # lazy: after the affinity above, so torch's threads inherit it
 
-    from engine import Engine
+    from engine import Engine  # lazy: imports torch, as above
 
     torch.set_num_threads(1)
     engine = Engine.load("chef")

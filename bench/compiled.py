@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from bench.bench import Samples, machine_facts, random_prompts, reference_folder
+from bench.contestants import Samples, machine_facts, random_prompts, reference_folder
 
 DEFAULT_MODELS = ("preset:smollm2-135m", "chef")
 VARIANTS = ("eager", "compiled")

@@ -33,8 +33,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from bench.bench import Samples, common_prefix, machine_facts, random_prompts, reference_folder, run_hf
 from bench.ceilings import matmul_chain, time_chain
+from bench.contestants import Samples, common_prefix, machine_facts, random_prompts, reference_folder, run_hf
 from bench.roofline import synchronize
 
 VARIANTS = ("float32", "bfloat16", "int8")  # ours; "hf" (float32 generate) is the fourth contestant

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from dataclasses import asdict
 
@@ -137,19 +138,10 @@ def run_info(args) -> int:
 
 
 def run_bench(argv: list[str]) -> int:
-    """`python -m engine bench ...` forwards to the top-level `bench` package (`python -m bench ...`)."""
-    try:
-        from bench.bench import main as bench_main
-    except ImportError as err:
-        raise EngineError(f"the benchmark (bench/bench.py) is not available: {err}") from None
-    return int(bench_main(argv) or 0)
-
-
-def run_serve_bench(argv: list[str]) -> int:
-    """`python -m engine serve-bench ...`: the Poisson load over the scheduler (bench/serve_bench.py)."""
-    from bench.serve_bench import main as serve_bench_main
-
-    return int(serve_bench_main(argv) or 0)
+    """`python -m engine bench | serve-bench ...` runs the top-level `bench` package's command line
+    (`python -m bench ...`, bench/cli.py) as a program of its own: the engine imports nothing of
+    the project outside engine/, and the benchmarks are built on the engine, not inside it."""
+    return subprocess.run([sys.executable, "-m", "bench", *argv]).returncode
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         if argv[:1] == ["bench"]:
             return run_bench(argv[1:])
         if argv[:1] == ["serve-bench"]:
-            return run_serve_bench(argv[1:])
+            return run_bench(argv)
         args = build_parser().parse_args(argv)
         return run_generate(args) if args.command == "generate" else run_info(args)
     except EngineError as err:

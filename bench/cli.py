@@ -3,6 +3,7 @@
   python -m bench ...              the main bench (bench/bench.py); `--quant int8` (bench/int8.py) and
                                    `--compile` (bench/compiled.py) time those comparisons instead
   python -m bench peers ...        our engine beside llama.cpp (bench/peers.py)
+  python -m bench wait-policy ...  OpenMP's wait policies: our decode and a neighbour's share (bench/wait_policy.py)
   python -m bench serve-bench ...  the Poisson load over the scheduler (bench/serve_bench.py)
 """
 
@@ -15,7 +16,7 @@ from dataclasses import asdict
 
 import torch
 
-from bench import compiled, int8, peers, serve_bench
+from bench import compiled, int8, peers, serve_bench, wait_policy
 from bench.args import OneLineParser
 from bench.bench import run_bench
 from bench.plan import DEFAULT_MODEL, FULL, QUICK, Plan
@@ -70,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         argv = argv[1:]
     if argv[:1] == ["peers"]:
         return peers.main(argv[1:])
+    if argv[:1] == ["wait-policy"]:
+        return wait_policy.main(argv[1:])
     if argv[:1] == ["serve-bench"]:
         return int(serve_bench.main(argv[1:]) or 0)
     args = parse_args(argv)

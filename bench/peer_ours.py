@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from dataclasses import asdict, dataclass
 
 # isort: off
@@ -51,8 +52,10 @@ def run(job: Job) -> dict:
         out["greedy_tokens"] = res.tokens[0]
     if job.decode_prompt:
         for _ in range(2):  # warm-up, then the timed run
+            t0 = time.time()
             res = eng.generate([job.decode_prompt], max_new_tokens=job.decode_new + 1, **greedy)
         out["decode_tps"] = res.metrics.decode_tps  # decode_new steps after the prompt's first token
+        out["decode_window"] = [t0, time.time()]  # wall clock of the timed run (a neighbour's rate over it)
     if job.prefill_prompt:
         for _ in range(2):
             res = eng.generate([job.prefill_prompt], max_new_tokens=1, **greedy)

@@ -47,13 +47,17 @@ from torch.fx.experimental import _config as fx_config
 from engine.errors import EngineError
 from engine.int8_op import Int8Parts
 from engine.kv_pool import SeatBatch, SeatPool
-from engine.model import Rope, Transformer, apply_rope, rms_norm
+from engine.layers import Rope, apply_rope, rms_norm
+from engine.model import Transformer
 from engine.quant import Int8Weight, matmul
 
 # Decode steps of more rows run eagerly. Measured on the 2-core CPU, 2 threads, fp32, spinning OpenMP
 # threads (docs/benchmarks/compiled-cpu.md): compiled is 10-24 % faster at batches 1-16 on the chef
 # and the 135M shape, and at 32 it gains 4 % (135M) or loses 2 % (chef); with PASSIVE it loses 9 %.
 COMPILE_MAX_BATCH = 16
+# Inductor's C++ wrapper: the step's kernels called from generated C++ instead of generated Python.
+# Read when a CompiledDecode is made.
+CPP_WRAPPER = False
 
 
 def check_max_batch(max_batch: int) -> None:
@@ -217,7 +221,7 @@ class CompiledDecode:
         # Each model shape and dtype adds a graph or two (batch 1 and batch > 1); a process that
         # loads several models must not hit dynamo's default limit of 8, which silently runs eager.
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-        self.step_fn = torch.compile(decode_step, fullgraph=True)
+        self.step_fn = torch.compile(decode_step, fullgraph=True, options={"cpp_wrapper": CPP_WRAPPER})
         if self.failure is not None:
             warnings.warn(f"compile=True, decoding eagerly: {self.failure}", RuntimeWarning, stacklevel=3)
 

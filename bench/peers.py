@@ -69,12 +69,15 @@ class Ours:
     threads: int | None = None  # None: the run's --threads
 
 
+ACTIVE = (("OMP_WAIT_POLICY", "ACTIVE"),)
 OURS = (
     Ours("ours fp32, default"),
-    Ours("ours fp32, ACTIVE", env=(("OMP_WAIT_POLICY", "ACTIVE"),)),
-    Ours("ours fp32 compiled, ACTIVE", compile=True, env=(("OMP_WAIT_POLICY", "ACTIVE"),)),
+    Ours("ours fp32 compiled, default", compile=True),
+    Ours("ours fp32, ACTIVE", env=ACTIVE),
+    Ours("ours fp32 compiled, ACTIVE", compile=True, env=ACTIVE),
     Ours("ours int8, default", quant="int8"),
-    Ours("ours int8 compiled, ACTIVE", quant="int8", compile=True, env=(("OMP_WAIT_POLICY", "ACTIVE"),)),
+    Ours("ours int8 compiled, default", quant="int8", compile=True),
+    Ours("ours int8 compiled, ACTIVE", quant="int8", compile=True, env=ACTIVE),
 )
 BATCHED = ("ours fp32, default", "ours int8, default")  # configurations also timed at batch 32
 TARGETS = {  # ratio name -> the least it should be
@@ -96,6 +99,7 @@ class Plan:
     batch_prompt: int = 32
     batch_new: int = 32
     greedy_new: int = 32
+    ours: tuple[str, ...] = tuple(c.name for c in OURS)  # our configurations to time
 
 
 QUICK = Plan(rounds=1, decode_prompt=16, decode_new=16, prefill=64, batch=4, batch_prompt=8, batch_new=8, greedy_new=8)
@@ -211,7 +215,7 @@ def bench_model(build: LlamaBuild, model: str, prep: dict, plan: Plan, progress)
     agreement = {f"llama.cpp {t}": matching_prefix(greedy_tokens(build, Path(ggufs[t]), greedy_prompt,
                                                                  plan.greedy_new, plan.threads), reference)
                  for t in OUTTYPES}  # fmt: skip
-    names = [f"llama.cpp {t}" for t in OUTTYPES] + [c.name for c in OURS]
+    names = [f"llama.cpp {t}" for t in OUTTYPES] + list(plan.ours)
     samples: dict[str, dict[str, list[float]]] = {n: {} for n in names}
     ceilings, details = {}, {}
     for r in range(plan.rounds):
@@ -253,6 +257,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     p.add_argument("--rounds", type=int, help="alternating rounds (default 5)")
     p.add_argument("--threads", type=int, help="threads for both sides (default 2)")
+    p.add_argument("--ours", help="comma-separated names of our configurations to time (default: all; "
+                   "spinning ones collapse on busy cores, see docs/benchmarks/wait-policy-cpu.md)")
     p.add_argument("--quick", action="store_true", help="one round of short runs (a smoke test)")
     p.add_argument("--convert-only", action="store_true", help="only build the GGUF files (and work/READY)")
     p.add_argument("--out", help="write the JSON report here (default: print it)")
@@ -267,8 +273,13 @@ def main(argv: list[str]) -> int:
         bad = next((m for m in models if m not in MODELS), None)
         if bad is not None:
             raise EngineError(f"unknown model '{bad}' for the peer bench (known: {', '.join(MODELS)})")
+        ours = tuple(n.strip() for n in args.ours.split(",")) if args.ours else None
+        unknown = next((n for n in ours or () if n not in {c.name for c in OURS}), None)
+        if unknown is not None:
+            raise EngineError(f"unknown configuration '{unknown}' (known: {', '.join(c.name for c in OURS)})")
         plan = replace(QUICK if args.quick else Plan(), **{k: v for k, v in (("rounds", args.rounds),
-                                                                            ("threads", args.threads)) if v})  # fmt: skip
+                                                                            ("threads", args.threads),
+                                                                            ("ours", ours)) if v})  # fmt: skip
         if plan.rounds < 1 or not 1 <= plan.threads <= (os.cpu_count() or 1):
             raise EngineError(f"rounds must be >= 1 and threads 1..{os.cpu_count()} (got {plan.rounds}, {plan.threads})")
         build = find_build(args.llama_cpp)

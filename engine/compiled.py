@@ -55,9 +55,6 @@ from engine.quant import Int8Weight, matmul
 # threads (docs/benchmarks/compiled-cpu.md): compiled is 10-24 % faster at batches 1-16 on the chef
 # and the 135M shape, and at 32 it gains 4 % (135M) or loses 2 % (chef); with PASSIVE it loses 9 %.
 COMPILE_MAX_BATCH = 16
-# Inductor's C++ wrapper: the step's kernels called from generated C++ instead of generated Python.
-# Read when a CompiledDecode is made.
-CPP_WRAPPER = False
 
 
 def check_max_batch(max_batch: int) -> None:
@@ -221,7 +218,7 @@ class CompiledDecode:
         # Each model shape and dtype adds a graph or two (batch 1 and batch > 1); a process that
         # loads several models must not hit dynamo's default limit of 8, which silently runs eager.
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-        self.step_fn = torch.compile(decode_step, fullgraph=True, options={"cpp_wrapper": CPP_WRAPPER})
+        self.step_fn = torch.compile(decode_step, fullgraph=True)
         if self.failure is not None:
             warnings.warn(f"compile=True, decoding eagerly: {self.failure}", RuntimeWarning, stacklevel=3)
 

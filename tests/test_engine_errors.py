@@ -158,11 +158,11 @@ def test_cli_json_matches_the_engine(tiny_llama):
     assert len(out["itl_s"]) == 4 and out["ttft_s"] <= out["e2e_s"]
 
 
-def test_cli_info_and_bench_dispatch(tiny_llama, capsys, capfd):
+def test_cli_info_and_bench_dispatch(tiny_llama, capfd):
     from engine.cli import main
 
     assert main(["info", "--model", str(tiny_llama.path)]) == 0
-    info = json.loads(capsys.readouterr().out)
+    info = json.loads(capfd.readouterr().out)
     assert info["family"] == "llama" and info["n_layers"] == 2 and info["trained"] is True
     # `bench` runs `python -m bench` as a program of its own: its refusal arrives as its one line and exit code
     assert main(["bench", "--repeats", "abc"]) == 2

@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass
 import torch
 
 from bench.contestants import Samples, machine_facts, random_prompts, reference_folder
+from bench.report import emit
+from engine import Engine
 
 DEFAULT_MODELS = ("preset:smollm2-135m", "chef")
 VARIANTS = ("eager", "compiled")
@@ -66,7 +68,6 @@ def _run(eng, prompts: list[list[int]], n: int) -> tuple[float, float, list[list
 
 
 def measure_model(model: str, plan: CompilePlan, progress) -> ModelResult:
-    from engine import Engine
 
     with tempfile.TemporaryDirectory(prefix="bench-compile-") as workdir:
         folder = reference_folder(model, workdir)
@@ -145,7 +146,6 @@ def format_report(r: dict) -> str:
 
 
 def main(models: list[str] | None, out: str | None, as_json: bool, plan: CompilePlan, progress) -> int:
-    from bench.report import emit
 
     return emit(run(tuple(models) if models else DEFAULT_MODELS, plan, progress), out, as_json, format_report)
 

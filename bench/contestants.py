@@ -10,9 +10,14 @@ import time
 from dataclasses import dataclass, field
 
 import torch
+import transformers
+from transformers import AutoConfig, AutoModelForCausalLM
+from transformers.utils import logging as hf_logging
 
 from bench.roofline import synchronize
-from engine.loader import parse_device, parse_dtype
+from engine import OMP_WAIT_POLICY_IN_EFFECT, Engine
+from engine.loader import parse_device, parse_dtype, resolve_source
+from engine.presets import PRESETS, preset_config
 
 
 @dataclass
@@ -48,14 +53,11 @@ def reference_folder(model: str, workdir: str) -> str:
     (seed 0), saved to `workdir`: the same loading path as any checkpoint. Any other model is
     already a folder (or a catalog name / hub id that resolves to one) and is used as it is.
     """
-    from engine.loader import resolve_source
 
     source = resolve_source(model)
     if not source.startswith("preset:"):
         return source
-    from transformers import AutoConfig, AutoModelForCausalLM
 
-    from engine.presets import PRESETS, preset_config
 
     name = source.removeprefix("preset:")
     preset_config(name)  # unknown names are refused here, in one line
@@ -85,10 +87,7 @@ def weight_read_bytes(hf: torch.nn.Module) -> int:
 def load_contestants(model: str, device: str, dtype: str, workdir: str, compile: bool = False) -> Contestants:
     """Both sides from one folder: HF via `from_pretrained`, ours via `Engine.load` (`compile`: its
     decode steps compiled, engine/compiled.py; the warm-up run pays the compile)."""
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
 
-    from engine import Engine
 
     hf_logging.disable_progress_bar()
 
@@ -155,9 +154,7 @@ def machine_facts() -> dict:
             cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
     except OSError:
         pass
-    import transformers
 
-    from engine import OMP_WAIT_POLICY_IN_EFFECT
 
     return {
         "cpu": cpu,

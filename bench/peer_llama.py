@@ -119,7 +119,7 @@ def _run_converter(tree: str, folder: str, out: str, outtype: str) -> None:
 # ---------------------------------------------------------------- timing
 
 
-def _run(cmd: list[str], timeout: float) -> str:
+def _run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as err:
@@ -127,7 +127,7 @@ def _run(cmd: list[str], timeout: float) -> str:
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
         raise EngineError(f"{Path(cmd[0]).name} failed (exit {done.returncode}): {tail[0][:300]}")
-    return done.stdout
+    return done
 
 
 def llama_bench(build: LlamaBuild, gguf: Path, threads: int, prompt: int, new: int, depth: int) -> dict:
@@ -138,7 +138,7 @@ def llama_bench(build: LlamaBuild, gguf: Path, threads: int, prompt: int, new: i
                       ("decode_tps", ["-p", "0", "-n", str(new), "-d", str(depth)])):  # fmt: skip
         text = _run([build.tool("llama-bench"), "-m", str(gguf), "-t", str(threads), "-r", "1", "-o", "json",
                      *args], timeout=600)  # fmt: skip
-        rows = json.loads(text)
+        rows = json.loads(text.stdout)
         out[key] = float(rows[0]["avg_ts"])
     return out
 
@@ -149,7 +149,8 @@ def batched_bench(build: LlamaBuild, gguf: Path, threads: int, seqs: int, prompt
     text = _run([build.tool("llama-batched-bench"), "-m", str(gguf), "-t", str(threads), "-tb", str(threads),
                  "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", str(prompt), "-ntg", str(new),
                  "-npl", str(seqs), "--output-format", "jsonl"], timeout=600)  # fmt: skip
-    rows = [json.loads(ln) for ln in text.splitlines() if ln.startswith("{")]
+    lines = (text.stdout + "\n" + text.stderr).splitlines()  # it logs its result lines to stderr
+    rows = [json.loads(ln) for ln in lines if ln.startswith("{")]
     if not rows:
         raise EngineError("llama-batched-bench printed no result line")
     return float(rows[-1]["speed_tg"])

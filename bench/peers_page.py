@@ -14,14 +14,14 @@ def page(report: dict) -> str:
         "Written by `python -m bench peers` (bench/peers.py); the JSON beside it has every sample.",
         f"Measured {report['timestamp_utc']} on {report['machine']['cpu']} ({report['machine']['cpu_count']} cores), "
         f"{p['threads']} threads each, {p['rounds']} alternating rounds, load average "
-        f"{report['load_average']['min']:.2f}-{report['load_average']['max']:.2f}; llama.cpp {report['llama_cpp']}.",
+        f"{report['load_average']['min']:.2f}-{report['load_average']['max']:.2f}; llama.cpp {' '.join(report['llama_cpp'].split())}.",
         f"Decode: batch 1, {p['decode_new']} new tokens after a {p['decode_prompt']}-token prompt. Prefill: one "
         f"{p['prefill']}-token prompt. Batched: {p['batch']} sequences, {p['batch_new']} new tokens each after "
         f"{p['batch_prompt']}-token prompts (llama.cpp: `llama-batched-bench`). Tokens/s, median (min-max).",
         "",
     ]  # fmt: skip
     for model, m in report["models"].items():
-        lines += [f"## {model}", "", "| contestant | decode | prefill | batched decode | greedy = HF |",
+        lines += [f"## {model}", "", f"Prefill prompt: {m['plan']['prefill']} tokens.", "", "| contestant | decode | prefill | batched decode | greedy = HF |",
                   "|---|---:|---:|---:|---:|"]  # fmt: skip
         for name, res in m["results"].items():
             cells = [_cell(res.get(k)) for k in ("decode_tps", "prefill_tps", "batch_decode_tps")]
@@ -35,10 +35,11 @@ def page(report: dict) -> str:
         lines += ["", "| ratio (ours / llama.cpp) | measured | target | met | kernel ceiling |", "|---|---:|---:|---|---:|"]
         for k, v in m["ratios"].items():
             t = m["targets"].get(k, {})
-            c = m["ceiling_ratios"].get(k) if k.split("_")[1] == "fp32" else None
+            c = m["ceiling_ratios"].get(k) if "fp32" in k else None
             target = f"{t['target']:.1f}" if t else ""
             met = ("yes" if t["met"] else "no") if t else ""
-            lines.append(f"| {k.replace('_', ' ')} | {v:.2f} | {target} | {met} | {'' if c is None else f'{c:.2f}'} |")
+            name = " vs ".join((k.split("_vs_")[0].replace("_", " "), k.split("_vs_")[1]))
+            lines.append(f"| {name} | {v:.2f} | {target} | {met} | {'' if c is None else f'{c:.2f}'} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -8,10 +8,14 @@ from __future__ import annotations
 import statistics
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from bench.contestants import Contestants, Samples, alternate, common_prefix, random_prompts, run_hf, run_ours
 from bench.plan import Plan
 from bench.roofline import synchronize
+from engine import decode_one_token, prefill
+from engine.batching import build_batch
+from engine.cache import StaticKVCache
 
 
 def measure_prefill(c: Contestants, plan: Plan, dev: torch.device, progress) -> dict:
@@ -122,11 +126,7 @@ def profile_decode(eng, batch: int, prompt_len: int, steps: int, dev: torch.devi
     not mix into the table. `aten::mm` is the weight GEMVs: the memory-bound part; everything else
     (norms, RoPE, attention, Python between ops) is per-step overhead the roofline does not model.
     """
-    from torch.profiler import ProfilerActivity, profile
 
-    from engine import decode_one_token, prefill
-    from engine.batching import build_batch
-    from engine.cache import StaticKVCache
 
     cfg = eng.cfg
     prompts = random_prompts(cfg.vocab_size, batch, prompt_len, seed=3)

@@ -14,7 +14,9 @@ import subprocess
 import sys
 from dataclasses import asdict
 
+from engine.engine import Engine
 from engine.errors import EngineError
+from engine.events import Done
 
 EXIT_BAD_INPUT = 2
 
@@ -70,7 +72,6 @@ def parse_ids(text: str) -> list[int]:
 
 
 def run_generate(args) -> int:
-    from engine.engine import Engine
 
     if args.batch < 1:
         raise EngineError(f"--batch must be at least 1 (got {args.batch})")
@@ -105,9 +106,7 @@ def run_generate(args) -> int:
 
 def run_speculative(eng, prompt, args) -> int:
     """Speculative decoding runs on the serving path: one request through submit/step."""
-    from dataclasses import asdict
 
-    from engine.events import Done
 
     if args.batch != 1:
         raise EngineError(f"--speculate serves one prompt at a time here (got --batch {args.batch})")
@@ -131,7 +130,6 @@ def run_speculative(eng, prompt, args) -> int:
 
 
 def run_info(args) -> int:
-    from engine.engine import Engine
 
     print(json.dumps(asdict(Engine.load(args.model, device=args.device, dtype=args.dtype).info)))
     return 0

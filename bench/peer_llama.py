@@ -150,7 +150,8 @@ def batched_bench(build: LlamaBuild, gguf: Path, threads: int, seqs: int, prompt
                  "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", str(prompt), "-ntg", str(new),
                  "-npl", str(seqs), "--output-format", "jsonl"], timeout=600)  # fmt: skip
     lines = (text.stdout + "\n" + text.stderr).splitlines()  # it logs its result lines to stderr
-    rows = [json.loads(ln) for ln in lines if ln.startswith("{")]
+    # a result line may share its line with a log line written at the same moment: parse from its brace
+    rows = [json.loads(ln[ln.index('{"n_kv_max"') :]) for ln in lines if '{"n_kv_max"' in ln]
     if not rows:
         raise EngineError("llama-batched-bench printed no result line")
     return float(rows[-1]["speed_tg"])

@@ -187,9 +187,13 @@ def run_ours(cfg: Ours, job: Job, timeout: float = 900) -> dict:
 
 
 def run_llama(build: LlamaBuild, gguf: str, plan: Plan) -> dict:
+    """One round of llama.cpp; a batched run that fails leaves that round's batched sample out, in one line."""
     out = llama_bench(build, Path(gguf), plan.threads, plan.prefill, plan.decode_new, plan.decode_prompt)
-    out["batch_decode_tps"] = batched_bench(build, Path(gguf), plan.threads, plan.batch, plan.batch_prompt,
-                                            plan.batch_new)  # fmt: skip
+    try:
+        out["batch_decode_tps"] = batched_bench(build, Path(gguf), plan.threads, plan.batch, plan.batch_prompt,
+                                                plan.batch_new)  # fmt: skip
+    except EngineError as err:
+        print(f"[peers] {Path(gguf).name}: {err}", file=sys.stderr, flush=True)
     return out
 
 

@@ -10,8 +10,8 @@ Why OMP_WAIT_POLICY=PASSIVE (set here only if unset, and only effective when thi
 imported before torch): between parallel regions PyTorch's OpenMP threads either sleep (PASSIVE)
 or spin. On cores shared with other processes a spinning thread holds the core the thread it waits
 for needs, and decode collapses: with far more runnable threads than cores, ACTIVE decoded the chef
-16x slower than PASSIVE and a 10,000-iteration bounded spin (GOMP_SPINCOUNT) 11x slower, and both
-took most of a neighbouring process's core. On idle cores spinning is 2-2.5x faster, so a machine
+16x slower than PASSIVE and a 10,000-iteration bounded spin (GOMP_SPINCOUNT) 11x slower, and a
+busy neighbouring process kept 30 % (ACTIVE) and 76 % (the spin) of its speed, against 96 % beside PASSIVE. On idle cores spinning is 2-2.5x faster, so a machine
 whose cores belong to the engine alone should export OMP_WAIT_POLICY=ACTIVE
 (docs/benchmarks/wait-policy-cpu.md has the measurements).
 

@@ -74,7 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["wait-policy"]:
         return wait_policy.main(argv[1:])
     if argv[:1] == ["serve-bench"]:
-        return int(serve_bench.main(argv[1:]) or 0)
+        try:
+            return int(serve_bench.main(argv[1:]) or 0)
+        except EngineError as err:  # a refused setting: one line, like every other bench's
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     args = parse_args(argv)
     if args.out and not os.access(os.path.dirname(os.path.abspath(args.out)), os.W_OK):
         print(

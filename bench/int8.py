@@ -3,7 +3,7 @@
 `python -m engine bench --quant int8 [--model M ...] [--out report.json]` runs this instead of the
 HF comparison. For each model (default: the SmolLM2-135M preset shape, then the chef):
 
-  1. one HF folder (a preset is built with random weights and saved, as bench/bench.py does);
+  1. one HF folder (a preset is built with random weights and saved, as bench/contestants.py `reference_folder` does);
      our engine loads it three times -- float32, bfloat16, int8 -- and HF `generate` loads it in
      float32;
   2. every repeat times each variant once, in an order rotated by one each repeat, so a noisy

@@ -113,7 +113,7 @@ def _plus(x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
 
 
 def attention(q, k_seats, v_seats, bias) -> torch.Tensor:
-    """decode_attention (engine/model.py) with explicit batched GEMMs: q (B, H, 1, D), the rows' seats
+    """decode_attention (engine/attention.py) with explicit batched GEMMs: q (B, H, 1, D), the rows' seats
     k_seats and v_seats (B, Hkv, T, D), bias (B, 1, 1, W) -> (B, 1, H*D), reading slots 0..W-1.
 
     Slicing W slots and then folding (B, Hkv) into one batch makes the compiler guard on whether the

@@ -11,8 +11,9 @@ imported before torch): between parallel regions PyTorch's OpenMP threads either
 or spin. On cores shared with other processes a spinning thread holds the core the thread it waits
 for needs, and decode collapses: with far more runnable threads than cores, ACTIVE decoded the chef
 16x slower than PASSIVE and a 10,000-iteration bounded spin (GOMP_SPINCOUNT) 11x slower, and a
-busy neighbouring process kept 30 % (ACTIVE) and 76 % (the spin) of its speed, against 96 % beside PASSIVE. On idle cores spinning is 2-2.5x faster, so a machine
-whose cores belong to the engine alone should export OMP_WAIT_POLICY=ACTIVE
+busy neighbouring process kept 30 % (ACTIVE) and 76 % (the spin) of its speed, against 96 % beside
+PASSIVE. On idle cores ACTIVE was 4x faster, but beside one busy process 2.3x slower than PASSIVE.
+So only a machine whose cores belong to the engine alone should export OMP_WAIT_POLICY=ACTIVE
 (docs/benchmarks/wait-policy-cpu.md has the measurements).
 
 libgomp reads the policy once, when torch loads it: a script that imports torch before engine

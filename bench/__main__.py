@@ -1,5 +1,5 @@
-"""`python -m bench ...`: see bench/bench.py."""
+"""`python -m bench ...`: see bench/cli.py."""
 
-from bench.bench import main
+from bench.cli import main
 
 raise SystemExit(main())

@@ -21,6 +21,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForCausalLM
+
+from engine import Engine
+from engine.errors import EngineError
+from engine.loader import read_config, resolve_source
 
 
 @dataclass(frozen=True)
@@ -50,9 +55,7 @@ def _errors(x: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, float]:
 
 def measure(folder: str, tokens: list[int], device: str = "cpu") -> Bf16Parity:
     """One forward over `tokens` (1, T) on `device`: HF float32 (reference), HF bf16 and ours bf16."""
-    from transformers import AutoModelForCausalLM
 
-    from engine import Engine
 
     ids = torch.tensor([tokens], device=device)  # (1, T)
     positions = torch.arange(len(tokens), device=device)[None]  # (1, T)
@@ -69,8 +72,6 @@ def measure(folder: str, tokens: list[int], device: str = "cpu") -> Bf16Parity:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from engine.errors import EngineError
-    from engine.loader import read_config, resolve_source
 
     p = argparse.ArgumentParser(prog="python -m bench.bf16_parity", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="chef", help="a local HF folder or embedded model name (not a preset)")

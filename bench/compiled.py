@@ -4,7 +4,7 @@
 comparison. For each model (default: the SmolLM2-135M preset shape, then the chef) and each batch of
 the plan (1, 2, 4, 8, 16, 32: where the compiled step stops paying sets ServingConfig.compile_max_batch):
 
-  1. one HF folder (a preset is built with random weights and saved, as bench/bench.py does);
+  1. one HF folder (a preset is built with random weights and saved, as bench/contestants.py `reference_folder` does);
      our engine loads it twice, eager and `compile=True`, so both run the same tensors;
   2. the first run of every shape on each engine is timed on its own: on the compiled engine it
      includes compiling (batch 1 and batch > 1 are one graph each), reported as `first_run_s`;
@@ -30,7 +30,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from bench.bench import Samples, machine_facts, random_prompts, reference_folder
+from bench.contestants import Samples, machine_facts, random_prompts, reference_folder
+from bench.report import emit
+from engine import Engine
 
 DEFAULT_MODELS = ("preset:smollm2-135m", "chef")
 VARIANTS = ("eager", "compiled")
@@ -66,7 +68,6 @@ def _run(eng, prompts: list[list[int]], n: int) -> tuple[float, float, list[list
 
 
 def measure_model(model: str, plan: CompilePlan, progress) -> ModelResult:
-    from engine import Engine
 
     with tempfile.TemporaryDirectory(prefix="bench-compile-") as workdir:
         folder = reference_folder(model, workdir)
@@ -145,7 +146,6 @@ def format_report(r: dict) -> str:
 
 
 def main(models: list[str] | None, out: str | None, as_json: bool, plan: CompilePlan, progress) -> int:
-    from bench.report import emit
 
     return emit(run(tuple(models) if models else DEFAULT_MODELS, plan, progress), out, as_json, format_report)
 

@@ -3,7 +3,7 @@
 `python -m engine bench --quant int8 [--model M ...] [--out report.json]` runs this instead of the
 HF comparison. For each model (default: the SmolLM2-135M preset shape, then the chef):
 
-  1. one HF folder (a preset is built with random weights and saved, as bench/bench.py does);
+  1. one HF folder (a preset is built with random weights and saved, as bench/contestants.py `reference_folder` does);
      our engine loads it three times -- float32, bfloat16, int8 -- and HF `generate` loads it in
      float32;
   2. every repeat times each variant once, in an order rotated by one each repeat, so a noisy
@@ -32,10 +32,13 @@ import time
 from dataclasses import asdict, dataclass
 
 import torch
+from transformers import AutoModelForCausalLM
 
-from bench.bench import Samples, common_prefix, machine_facts, random_prompts, reference_folder, run_hf
 from bench.ceilings import matmul_chain, time_chain
+from bench.contestants import Samples, common_prefix, machine_facts, random_prompts, reference_folder, run_hf
+from bench.report import emit
 from bench.roofline import synchronize
+from engine import Engine
 
 VARIANTS = ("float32", "bfloat16", "int8")  # ours; "hf" (float32 generate) is the fourth contestant
 COMPILED = ("float32_compiled", "int8_compiled")  # ours with compile=True, when QuantPlan.compile
@@ -72,7 +75,6 @@ class ModelResult:
 
 def _load(folder: str, variant: str):
     """"int8", a dtype, or either with "_compiled" (compile=True; the first generate compiles)."""
-    from engine import Engine
 
     base = variant.removesuffix("_compiled")
     kind = {"quant": "int8"} if base == "int8" else {"dtype": base}
@@ -101,7 +103,6 @@ def agreement(a: list[int], b: list[int]) -> dict:
 
 
 def measure_model(model: str, plan: QuantPlan, progress) -> ModelResult:
-    from transformers import AutoModelForCausalLM
 
     with tempfile.TemporaryDirectory(prefix="bench-int8-") as workdir:
         folder = reference_folder(model, workdir)
@@ -200,7 +201,6 @@ def format_report(r: dict) -> str:
 
 
 def main(models: list[str] | None, out: str | None, as_json: bool, plan: QuantPlan, progress) -> int:
-    from bench.report import emit
 
     return emit(run(tuple(models) if models else DEFAULT_MODELS, plan, progress), out, as_json, format_report)
 

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from engine.model import decode_attention
+from engine.attention import decode_attention
 
 BLOCK = 16
 

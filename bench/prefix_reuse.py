@@ -17,6 +17,9 @@ import statistics
 import sys
 from dataclasses import asdict, dataclass
 
+import torch
+
+from engine.cli import OneLineParser
 from engine.engine import Engine, ServingConfig
 from engine.errors import EngineError
 from engine.events import Done
@@ -66,7 +69,6 @@ def time_reuse(base: Engine, prompt_len: int, shared: float, repeats: int, seed:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from engine.cli import OneLineParser
 
     p = OneLineParser(prog="python -m bench.prefix_reuse", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="chef")
@@ -80,7 +82,6 @@ def main(argv: list[str] | None = None) -> int:
         if not 0 < args.shared < 1 or args.repeats < 1 or args.prompt_len < 2:
             raise EngineError("--shared must be in (0, 1), --repeats >= 1 and --prompt-len >= 2")
         if args.threads:
-            import torch
 
             torch.set_num_threads(args.threads)
         base = Engine.load(args.model)

@@ -7,6 +7,8 @@ rates: over 1 is better) or achieved / roof.
 
 from __future__ import annotations
 
+import json
+
 from bench.roofline import Roofline
 
 # name -> (comparison, target): "<=" means ours / reference must stay at or under the target.
@@ -169,7 +171,6 @@ def format_report(r: dict) -> str:
 
 def emit(report: dict, out: str | None, as_json: bool, text_of) -> int:
     """Write the JSON report to `out` (if given) and print it, or its summary `text_of(report)`."""
-    import json
 
     text = json.dumps(report, indent=2)
     if out:

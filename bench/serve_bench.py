@@ -31,7 +31,10 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
+import torch
+
 from bench.decode_step import time_decode_step
+from engine.cli import OneLineParser
 from engine.engine import Engine, ServingConfig
 from engine.errors import EngineError
 from engine.events import Done
@@ -167,7 +170,6 @@ def ratios(reports: dict[str, PolicyReport]) -> dict[str, float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from engine.cli import OneLineParser
 
     p = OneLineParser(prog="python -m engine serve-bench", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="chef")
@@ -211,7 +213,6 @@ def main(argv: list[str]) -> int:
     policies = check(args)
     prompt_len, output_len = Dist.parse(args.prompt_len, "--prompt-len"), Dist.parse(args.output_len, "--output-len")
     if args.threads:
-        import torch
 
         torch.set_num_threads(args.threads)
     try:

@@ -22,6 +22,9 @@ import statistics
 import sys
 from dataclasses import asdict, dataclass
 
+import torch
+
+from engine.cli import OneLineParser
 from engine.engine import Engine
 from engine.errors import EngineError
 from engine.events import Done
@@ -71,7 +74,6 @@ def time_speculation(engine: Engine, prompt, name: str, k: int, new: int, repeat
 
 
 def main(argv: list[str] | None = None) -> int:
-    from engine.cli import OneLineParser
 
     p = OneLineParser(prog="python -m bench.speculation", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="chef")
@@ -84,7 +86,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = p.parse_args(sys.argv[1:] if argv is None else argv)
         if args.threads:
-            import torch
 
             torch.set_num_threads(args.threads)
         engine = Engine.load(args.model, policy="continuous")

@@ -7,10 +7,14 @@
 See docs/engine-api.md for the contract. This package never imports streamlit.
 
 Why OMP_WAIT_POLICY=PASSIVE (set here only if unset, and only effective when this package is
-imported before torch): PyTorch's OpenMP threads spin while waiting for work, and on cores shared
-with other processes a spinning thread steals the core its partner needs. The price on an idle
-machine is that every parallel region wakes a sleeping thread, so export OMP_WAIT_POLICY=ACTIVE
-when the cores are yours alone (the numbers: docs/benchmarks/engine-choices.md).
+imported before torch): between parallel regions PyTorch's OpenMP threads either sleep (PASSIVE)
+or spin. On cores shared with other processes a spinning thread holds the core the thread it waits
+for needs, and decode collapses: with far more runnable threads than cores, ACTIVE decoded the chef
+16x slower than PASSIVE and a 10,000-iteration bounded spin (GOMP_SPINCOUNT) 11x slower, and a
+busy neighbouring process kept 30 % (ACTIVE) and 76 % (the spin) of its speed, against 96 % beside
+PASSIVE. On idle cores ACTIVE was 4x faster, but beside one busy process 2.3x slower than PASSIVE.
+So only a machine whose cores belong to the engine alone should export OMP_WAIT_POLICY=ACTIVE
+(docs/benchmarks/wait-policy-cpu.md has the measurements).
 
 libgomp reads the policy once, when torch loads it: a script that imports torch before engine
 runs libgomp's default (spin a while, then sleep) whatever the variable says afterwards, and the
@@ -22,8 +26,16 @@ import os
 import sys
 
 _torch_first, _asked = "torch" in sys.modules, os.environ.get("OMP_WAIT_POLICY")
+_spin = os.environ.get("GOMP_SPINCOUNT")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-OMP_WAIT_POLICY_IN_EFFECT = _asked or ("default (torch imported before engine)" if _torch_first else "PASSIVE")
+if _asked is None:
+    OMP_WAIT_POLICY_IN_EFFECT = "default (torch imported before engine)" if _torch_first else "PASSIVE"
+elif _asked.strip().upper() in ("PASSIVE", "ACTIVE"):
+    OMP_WAIT_POLICY_IN_EFFECT = _asked.strip().upper()
+else:  # libgomp ignores a value it does not know: its default, a bounded spin
+    OMP_WAIT_POLICY_IN_EFFECT = f"default (OMP_WAIT_POLICY={_asked!r})"
+if _spin and OMP_WAIT_POLICY_IN_EFFECT != "PASSIVE":  # libgomp honours the spin count only then
+    OMP_WAIT_POLICY_IN_EFFECT += f", GOMP_SPINCOUNT={_spin}"
 
 from engine.engine import Engine, ServingConfig, ServingLimits  # noqa: E402
 from engine.errors import EngineError  # noqa: E402

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from dataclasses import asdict
 
+from engine.engine import Engine
 from engine.errors import EngineError
+from engine.events import Done
 
 EXIT_BAD_INPUT = 2
 
@@ -69,14 +72,13 @@ def parse_ids(text: str) -> list[int]:
 
 
 def run_generate(args) -> int:
-    from engine.engine import Engine
 
     if args.batch < 1:
         raise EngineError(f"--batch must be at least 1 (got {args.batch})")
     if args.threads is not None:
         if args.threads < 1:
             raise EngineError(f"--threads must be at least 1 (got {args.threads})")
-        import torch
+        import torch  # lazily: `info` and the bench forwarding never need torch in this process
 
         torch.set_num_threads(args.threads)  # process-wide: fine for a one-shot CLI run
     prompt = args.prompt if args.prompt is not None else parse_ids(args.prompt_ids)
@@ -104,9 +106,7 @@ def run_generate(args) -> int:
 
 def run_speculative(eng, prompt, args) -> int:
     """Speculative decoding runs on the serving path: one request through submit/step."""
-    from dataclasses import asdict
 
-    from engine.events import Done
 
     if args.batch != 1:
         raise EngineError(f"--speculate serves one prompt at a time here (got --batch {args.batch})")
@@ -130,26 +130,16 @@ def run_speculative(eng, prompt, args) -> int:
 
 
 def run_info(args) -> int:
-    from engine.engine import Engine
 
     print(json.dumps(asdict(Engine.load(args.model, device=args.device, dtype=args.dtype).info)))
     return 0
 
 
 def run_bench(argv: list[str]) -> int:
-    """`python -m engine bench ...` forwards to the top-level `bench` package (`python -m bench ...`)."""
-    try:
-        from bench.bench import main as bench_main
-    except ImportError as err:
-        raise EngineError(f"the benchmark (bench/bench.py) is not available: {err}") from None
-    return int(bench_main(argv) or 0)
-
-
-def run_serve_bench(argv: list[str]) -> int:
-    """`python -m engine serve-bench ...`: the Poisson load over the scheduler (bench/serve_bench.py)."""
-    from bench.serve_bench import main as serve_bench_main
-
-    return int(serve_bench_main(argv) or 0)
+    """`python -m engine bench | serve-bench ...` runs the top-level `bench` package's command line
+    (`python -m bench ...`, bench/cli.py) as a program of its own: the engine imports nothing of
+    the project outside engine/, and the benchmarks are built on the engine, not inside it."""
+    return subprocess.run([sys.executable, "-m", "bench", *argv]).returncode
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         if argv[:1] == ["bench"]:
             return run_bench(argv[1:])
         if argv[:1] == ["serve-bench"]:
-            return run_serve_bench(argv[1:])
+            return run_bench(argv)
         args = build_parser().parse_args(argv)
         return run_generate(args) if args.command == "generate" else run_info(args)
     except EngineError as err:

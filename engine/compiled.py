@@ -47,7 +47,8 @@ from torch.fx.experimental import _config as fx_config
 from engine.errors import EngineError
 from engine.int8_op import Int8Parts
 from engine.kv_pool import SeatBatch, SeatPool
-from engine.model import Rope, Transformer, apply_rope, rms_norm
+from engine.layers import Rope, apply_rope, rms_norm
+from engine.model import Transformer
 from engine.quant import Int8Weight, matmul
 
 # Decode steps of more rows run eagerly. Measured on the 2-core CPU, 2 threads, fp32, spinning OpenMP
@@ -112,7 +113,7 @@ def _plus(x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
 
 
 def attention(q, k_seats, v_seats, bias) -> torch.Tensor:
-    """decode_attention (engine/model.py) with explicit batched GEMMs: q (B, H, 1, D), the rows' seats
+    """decode_attention (engine/attention.py) with explicit batched GEMMs: q (B, H, 1, D), the rows' seats
     k_seats and v_seats (B, Hkv, T, D), bias (B, 1, 1, W) -> (B, 1, H*D), reading slots 0..W-1.
 
     Slicing W slots and then folding (B, Hkv) into one batch makes the compiler guard on whether the
@@ -177,10 +178,10 @@ def decode_step(
 def compiler_problem(device: torch.device) -> str | None:
     """Why torch.compile cannot build kernels here, in one line; None when it should be able to."""
     if device.type == "cuda":
-        from torch.utils._triton import has_triton
+        from torch.utils._triton import has_triton  # lazily: triton is optional, CUDA only
 
         return None if has_triton() else "torch.compile on CUDA needs triton, which is not installed"
-    from torch._inductor import config
+    from torch._inductor import config  # lazily: inductor loads only when compiling is asked for
 
     names = [os.environ.get("CXX"), *config.cpp.cxx]
     names = [n for n in names if n]

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import torch
 
+from engine.attention import additive_bias
 from engine.cache import StaticKVCache
 from engine.kv_pool import SeatBatch, SeatPool
-from engine.model import Transformer, additive_bias, decode_one_token
+from engine.model import Transformer, decode_one_token
 
 
 def record(step, dev) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:

@@ -42,6 +42,7 @@ import torch
 from engine.errors import EngineError
 from engine.kv_pool import SeatPool
 from engine.limits import available_memory
+from engine.loader import load_model
 from engine.runner import Runner
 from engine.scheduler import StepPlan, Work
 from engine.speculative import ngram_draft
@@ -149,7 +150,6 @@ class Drafter:
             return
         if not isinstance(name, str) or not name:
             raise EngineError(f"draft must be '{NGRAM}', 'apprentice' or a model name/folder (got {name!r})")
-        from engine.loader import load_model
 
         loaded = load_model(name, str(device), str(dtype).removeprefix("torch."))
         vocab = loaded.model.cfg.vocab_size

@@ -22,6 +22,8 @@ import torch
 from engine.config import ModelConfig
 from engine.costs import prefill_work_bytes
 from engine.errors import EngineError
+from engine.sampling import SamplingParams
+from engine.speculative import MAX_SPECULATE
 
 CACHE_MODES = ("static", "growing", "none")
 BATCHING_MODES = ("padded", "packed")
@@ -102,8 +104,6 @@ def check_request(cfg: ModelConfig, prompts: list[list[int]], req: RequestSettin
         raise EngineError(f"unknown cache mode '{req.cache}' (choose {', '.join(CACHE_MODES)})")
     if req.batching not in BATCHING_MODES:
         raise EngineError(f"unknown batching '{req.batching}' (choose {', '.join(BATCHING_MODES)})")
-    from engine.sampling import SamplingParams
-    from engine.speculative import MAX_SPECULATE
 
     SamplingParams(req.temperature, req.top_k, req.top_p).check()
     if not isinstance(req.speculate, int) or not 0 <= req.speculate <= MAX_SPECULATE:

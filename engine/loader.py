@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -24,6 +24,9 @@ from safetensors import safe_open
 from engine.config import ModelConfig, config_from_hf
 from engine.errors import EngineError
 from engine.model import Transformer
+from engine.presets import build_preset
+from engine.quant import parse_quant, quantize
+from engine.text import TextCodec
 
 HUB_PATTERNS = ["config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json",
                 "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
@@ -191,7 +194,7 @@ def resolve_source(model: str) -> str:
 
 def _download(repo_id: str) -> str:
     try:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import snapshot_download  # lazily: only a hub id downloads
 
         return snapshot_download(repo_id, allow_patterns=HUB_PATTERNS)
     except Exception as err:  # offline, unknown repo, gated: all the same to the user
@@ -278,15 +281,11 @@ def load_model(model: str, device: str = "cpu", dtype: str = "float32", quant: s
     `quant="int8"` stores the matmul weights as int8 after loading (engine/quant.py); `weight_bytes`
     then counts what is really on the device.
     """
-    from dataclasses import replace
 
-    from engine.quant import parse_quant, quantize
-    from engine.text import TextCodec
 
     dev, dt, quant = parse_device(device), parse_dtype(dtype), parse_quant(quant)
     source = resolve_source(str(model))
     if source.startswith("preset:"):
-        from engine.presets import build_preset
 
         net, codec = build_preset(source.removeprefix("preset:"), dev, dt)
         trained = False

@@ -24,6 +24,7 @@ from engine.config import config_from_hf
 from engine.errors import EngineError
 from engine.limits import available_memory
 from engine.model import Transformer
+from engine.text import TextCodec
 
 CHEF_DIR = Path(__file__).resolve().parents[1] / "assets" / "models" / "chef"
 INIT_STD = 0.02
@@ -98,7 +99,6 @@ def fill_random(model: Transformer, seed: int = SEED) -> None:
 
 
 def chef_codec():
-    from engine.text import TextCodec
 
     return TextCodec.from_folder(CHEF_DIR) if CHEF_DIR.is_dir() else None
 

@@ -10,9 +10,11 @@ import math
 import pytest
 import torch
 
-from bench.bench import QUICK, Plan, derive_ratios, main, parse_args, plan_from, run_bench
+from bench.bench import run_bench
 from bench.ceilings import matmul_chain
-from bench.report import check_targets, kernel_bounds, roofline_bounds
+from bench.cli import main, parse_args, plan_from
+from bench.plan import QUICK, Plan
+from bench.report import check_targets, derive_ratios, kernel_bounds, roofline_bounds
 from bench.roofline import Roofline, measure_roofline
 from engine.costs import step_cost
 from engine.loader import read_config

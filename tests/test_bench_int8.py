@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from bench.ceilings import matmul_chain
+from bench.cli import main as cli_main
 from bench.int8 import COMPILED, VARIANTS, QuantPlan, run
 from engine import Engine
-from engine.cli import main as cli_main
 from engine.compiled import compiler_problem
 
 TINY = QuantPlan(decode_prompt_tokens=4, decode_tokens=3, prefill_tokens=8, repeats=1, agreement_tokens=6)

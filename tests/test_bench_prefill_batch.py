@@ -6,7 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from bench.bench import Plan, main, run_bench
+from bench.bench import run_bench
+from bench.cli import main
+from bench.plan import Plan
 from bench.roofline import measure_roofline
 
 TINY = Plan(prefill_tokens=24, decode_prompt_tokens=5, decode_tokens=4, big_batch=3, big_batch_prompt_tokens=4,

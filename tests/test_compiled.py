@@ -231,7 +231,9 @@ def test_cli_generate_and_bench_take_compile(tiny_llama, tmp_path, capsys):
     assert cli_main([*args, "--max-new-tokens", "6"]) == 0
     assert compiled["tokens"] == json.loads(capsys.readouterr().out)["tokens"]
     out = tmp_path / "compiled.json"
-    code = cli_main(["bench", "--compile", "--model", str(tiny_llama.path), "--repeats", "1", "--decode-tokens", "4",
+    from bench.cli import main as bench_main
+
+    code = bench_main(["--compile", "--model", str(tiny_llama.path), "--repeats", "1", "--decode-tokens", "4",
                      "--batch", "3", "--out", str(out), "--quiet"])  # fmt: skip
     (m,) = json.loads(out.read_text())["models"]
     assert code == 0 and set(m["tpot_s"]) == {"b1", "b3"} and m["same_tokens"] and m["failure"] is None

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
+from bench.cli import main as cli
 from bench.serve_bench import Dist, make_requests, percentiles
-from engine.cli import main as cli
 
 
 def test_every_policy_serves_the_same_seeded_stream(tiny_llama, capsys):

@@ -1,11 +1,11 @@
-"""Packed prefill's attention as one masked call (engine/model.py `_packed_attention`): the same
+"""Packed prefill's attention as one masked call (engine/attention.py `_packed_attention`): the same
 numbers as the per-sequence loop on every family. The one-call way is for CUDA, so these tests
 switch it on for the CPU; which way is faster is measured, not tested (docs/benchmarks/varlen-cpu.md)."""
 
 import pytest
 import torch
 
-import engine.model as model_mod
+import engine.attention as attention_mod
 from engine import Engine
 from engine.batching import build_batch
 
@@ -14,7 +14,7 @@ PROMPTS = [[11, 57, 3, 200, 42, 9, 101, 7], [5, 6], [40, 41, 42, 43, 44]]
 
 
 def test_document_mask_is_block_diagonal_and_causal():
-    m = model_mod.document_mask((3, 2), torch.device("cpu"))
+    m = attention_mod.document_mask((3, 2), torch.device("cpu"))
     expected = torch.tensor([[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [0, 0, 0, 1, 0], [0, 0, 0, 1, 1]])
     assert torch.equal(m, expected.bool())
 
@@ -25,7 +25,7 @@ def test_one_call_equals_the_loop(family, request, monkeypatch):
     batch = build_batch(PROMPTS, "packed", "cpu", max_slots=16)
     with torch.inference_mode():
         loop = eng.model(batch.tokens, batch.positions, packed=batch.packed)
-        monkeypatch.setattr(model_mod, "ONE_CALL_DEVICES", ("cpu",))
+        monkeypatch.setattr(attention_mod, "ONE_CALL_DEVICES", ("cpu",))
         one = eng.model(batch.tokens, batch.positions, packed=batch.packed)
     torch.testing.assert_close(one, loop, atol=1e-5, rtol=0)
     padded = eng.generate(PROMPTS, max_new_tokens=6, batching="padded").tokens
@@ -34,12 +34,12 @@ def test_one_call_equals_the_loop(family, request, monkeypatch):
 
 def test_one_call_only_when_it_scores_no_more_pairs_than_padding(tiny_llama, monkeypatch):
     """Equal lengths: N^2 = B^2 L^2 > B L^2, so the loop runs (the mask is never built)."""
-    monkeypatch.setattr(model_mod, "ONE_CALL_DEVICES", ("cpu",))
+    monkeypatch.setattr(attention_mod, "ONE_CALL_DEVICES", ("cpu",))
 
     def no_mask(*args):
         raise AssertionError("one-call attention used where it would score more pairs than padding")
 
-    monkeypatch.setattr(model_mod, "document_mask", no_mask)
+    monkeypatch.setattr(attention_mod, "document_mask", no_mask)
     eng = Engine.load(str(tiny_llama.path))
     res = eng.generate([[1, 2, 3, 4], [5, 6, 7, 8]], max_new_tokens=3, batching="packed")
     assert [len(t) for t in res.tokens] == [3, 3]

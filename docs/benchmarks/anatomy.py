@@ -26,7 +26,7 @@ import time
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
-from bench.bench import reference_folder
+from bench.contestants import reference_folder
 from engine import Engine
 from engine.cache import StaticKVCache
 

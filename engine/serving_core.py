@@ -1,0 +1,97 @@
+"""The serving path's settings and state: how it is configured, what it was sized to, what it holds.
+
+`Engine` (engine/engine.py) builds one `Serving` at its first `submit()`: the KV seats
+(engine/kv_pool.py), the scheduler that picks who cooks (engine/scheduler.py) and the runner that
+cooks one pass (engine/runner.py), sized from the memory budget as `ServingLimits` says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.compiled import COMPILE_MAX_BATCH, CompiledDecode
+from engine.costs import prefill_work_bytes
+from engine.draft import Drafter
+from engine.kv_pool import SeatPool
+from engine.model import Transformer
+from engine.prefix_cache import PrefixCache
+from engine.runner import Runner
+from engine.scheduler import Scheduler, SchedulerConfig
+from engine.sequence import Sequence
+
+DEFAULT_SEAT_LEN = 2048  # a seat's slots when max_seq_len is not given (capped by the context)
+POOL_SHARE = 0.75  # of the memory budget for the KV seats; the rest is prefill working memory
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """How the serving path runs (chosen at load). `kv_tokens=0`: as many as the seats hold."""
+
+    policy: str = "continuous"
+    token_budget: int = 512
+    max_seqs: int = 64
+    max_seq_len: int | None = None
+    kv_tokens: int = 0
+    cuda_graphs: bool = True  # decode graphs per batch bucket, on CUDA only
+    prefix_cache: bool = False  # reuse cached prompt prefixes and keep finished seats as leftovers
+    compile: bool = False  # pure-decode steps through torch.compile (engine/compiled.py); needs a C++ compiler
+    # compile=True: decode steps of more rows than this run eagerly (there the compiled step loses)
+    compile_max_batch: int = COMPILE_MAX_BATCH
+
+
+@dataclass(frozen=True)
+class ServingLimits:
+    """What the serving path was sized to, from the memory budget (see `Engine.serving_limits`)."""
+
+    seats: int  # sequences that can run at once
+    seat_len: int  # prompt + new tokens of one request
+    kv_tokens: int  # cached tokens all running sequences may hold together
+    pool_bytes: int  # KV seats reserved
+    work_bytes: int  # left for a prefill pass's working memory
+    budget_bytes: int
+
+
+@dataclass(frozen=True)
+class ServingState:
+    """The kitchen right now: for a server's gauges (`Engine.serving_state`)."""
+
+    running: int
+    waiting: int
+    kv_tokens_used: int  # held by running sequences and leftovers
+    kv_tokens: int
+    prefix_queries: int = 0  # prompt tokens looked up in the prefix cache (vLLM's definition)
+    prefix_hits: int = 0  # of those, tokens found cached
+
+    @property
+    def kv_usage(self) -> float:
+        """Fraction of the KV memory the running sequences hold (vLLM's kv_cache_usage_perc)."""
+        return self.kv_tokens_used / self.kv_tokens if self.kv_tokens else 0.0
+
+
+class Serving:
+    """The serving path's state: seats, scheduler, runner, and the live sequences by id."""
+
+    def __init__(self, model: Transformer, config: ServingConfig, budget: int, compiled: CompiledDecode | None):
+        cfg, dtype = model.cfg, model.dtype
+        per_token = cfg.kv_bytes_per_token(dtype.itemsize)
+        seat_len = min(config.max_seq_len or DEFAULT_SEAT_LEN, cfg.max_context)
+        pool_budget = int(budget * POOL_SHARE)
+        seats = max(1, min(config.max_seqs, pool_budget // (seat_len * per_token)))
+        seat_len = max(1, min(seat_len, pool_budget // (seats * per_token)))
+        self.pool = SeatPool(cfg, seats, seat_len, dtype, model.device)
+        sched = SchedulerConfig(config.policy, seats, config.token_budget, config.kv_tokens)
+        self.limits = ServingLimits(
+            seats, seat_len, config.kv_tokens or seats * seat_len, self.pool.bytes_reserved,
+            budget - self.pool.bytes_reserved, budget,
+        )  # fmt: skip
+        self.prefix = PrefixCache(self.pool) if config.prefix_cache else None
+        self.drafter = Drafter(seats, seat_len)  # draft models load at the first submit that names one
+        self.scheduler = Scheduler(sched, self.pool, self.work_bytes, self.limits.work_bytes, self.prefix, self.drafter)
+        self.runner = Runner(model, self.pool, config.cuda_graphs and model.device.type == "cuda", compiled)
+        self.model = model
+        self.seqs: dict[int, Sequence] = {}  # every request not yet Done, by id
+        self.cancelled: list[Sequence] = []  # cancel() asked; applied at the next step
+        self.extras: set[int] = set()  # live requests with logprobs or min_tokens (a step checks only these)
+
+    def work_bytes(self, tokens: int, longest: int) -> int:
+        return prefill_work_bytes(self.model.cfg, tokens, longest, self.model.dtype.itemsize)

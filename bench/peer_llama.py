@@ -88,7 +88,7 @@ def convert(build: LlamaBuild, hf_folder: str, out: Path, outtype: str) -> Path:
 def _run_converter(tree: str, folder: str, out: str, outtype: str) -> None:
     """In the child: the tree's converter, with EXTRA_PRE's hashes known to its pre-tokenizer table."""
     sys.path[:0] = [tree, os.path.join(tree, "gguf-py")]
-    import conversion.base as base  # the tree's converter package, importable only after the path change
+    import conversion.base as base  # lazy: the tree's converter package, importable only after the path change
 
     known = base.TextModel.get_vocab_base_pre
 

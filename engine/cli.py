@@ -78,7 +78,7 @@ def run_generate(args) -> int:
     if args.threads is not None:
         if args.threads < 1:
             raise EngineError(f"--threads must be at least 1 (got {args.threads})")
-        import torch  # lazily: `info` and the bench forwarding never need torch in this process
+        import torch  # lazy: `info` and the bench forwarding never need torch in this process
 
         torch.set_num_threads(args.threads)  # process-wide: fine for a one-shot CLI run
     prompt = args.prompt if args.prompt is not None else parse_ids(args.prompt_ids)

@@ -178,10 +178,10 @@ def decode_step(
 def compiler_problem(device: torch.device) -> str | None:
     """Why torch.compile cannot build kernels here, in one line; None when it should be able to."""
     if device.type == "cuda":
-        from torch.utils._triton import has_triton  # lazily: triton is optional, CUDA only
+        from torch.utils._triton import has_triton  # lazy: triton is optional, CUDA only
 
         return None if has_triton() else "torch.compile on CUDA needs triton, which is not installed"
-    from torch._inductor import config  # lazily: inductor loads only when compiling is asked for
+    from torch._inductor import config  # lazy: inductor loads only when compiling is asked for
 
     names = [os.environ.get("CXX"), *config.cpp.cxx]
     names = [n for n in names if n]

@@ -210,7 +210,7 @@ def rope_inv_freq(cfg: ModelConfig):
     Llama 3 slows down the low-frequency pairs by `factor` so the model reaches a longer context;
     high-frequency pairs are left alone and the band between is blended smoothly.
     """
-    import torch  # lazily: reading a config (the app's model picker, limits) does not load torch
+    import torch  # lazy: reading a config (the app's model picker, limits) does not load torch
 
     d = cfg.head_dim
     inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))

@@ -194,7 +194,7 @@ def resolve_source(model: str) -> str:
 
 def _download(repo_id: str) -> str:
     try:
-        from huggingface_hub import snapshot_download  # lazily: only a hub id downloads
+        from huggingface_hub import snapshot_download  # lazy: only a hub id downloads
 
         return snapshot_download(repo_id, allow_patterns=HUB_PATTERNS)
     except Exception as err:  # offline, unknown repo, gated: all the same to the user

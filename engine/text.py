@@ -33,13 +33,13 @@ class TextCodec:
     def from_folder(cls, folder: Path) -> TextCodec | None:
         """None when the folder has no tokenizer files (token-id prompts still work)."""
         if (folder / "tokenizer.json").is_file():
-            from tokenizers import Tokenizer  # lazily: a model without a tokenizer never loads it
+            from tokenizers import Tokenizer  # lazy: a model without a tokenizer never loads it
 
             tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
             codec = cls(tok, tok.get_vocab_size(with_added_tokens=True))
         elif (folder / "vocab.json").is_file() or (folder / "tokenizer.model").is_file():
-            # lazily: slow-tokenizer folders only; transformers is heavy
-            from transformers import AutoTokenizer
+            # lazy: slow-tokenizer folders only; transformers is heavy
+            from transformers import AutoTokenizer  # lazy: slow-tokenizer folders only; transformers is heavy
 
             tok = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
             codec = cls(tok, len(tok))

@@ -17,7 +17,7 @@ import streamlit as st
 
 from kitchen_viz.panels import Segment, panel_values, timeline_html, timeline_segments
 from kitchen_viz.timeline import LiveRun
-from kitchen_viz.units import fmt_s, fmt_tps
+from lab.units import fmt_s, fmt_tps
 
 KEEP = 8
 K_HISTORY = "tpk_history"

@@ -16,7 +16,7 @@ engine's own metrics and the ITL bar chart.
 from __future__ import annotations
 
 from kitchen_viz.panels import PanelValues
-from kitchen_viz.units import fmt_s, fmt_tps
+from lab.units import fmt_s, fmt_tps
 
 SPARK_POINTS = 240  # at most this many ITL points are sent; longer runs keep each bucket's slowest
 

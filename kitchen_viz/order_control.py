@@ -53,8 +53,8 @@ def time_limit(caps: Caps) -> dict:
 def session_alive_probe():
     """A thread-safe "is this browser session still connected?" for the current session, or None
     where there is no server runtime (AppTest, a bare script)."""
-    from streamlit import runtime
-    from streamlit.runtime.scriptrunner import get_script_run_ctx
+    from streamlit import runtime  # lazy: the server runtime exists only under `streamlit run`
+    from streamlit.runtime.scriptrunner import get_script_run_ctx  # lazy: as above
 
     ctx = get_script_run_ctx(suppress_warning=True)
     if ctx is None or not runtime.exists():

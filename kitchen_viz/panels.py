@@ -28,7 +28,7 @@ import streamlit as st
 
 from kitchen_viz.charts import legible
 from kitchen_viz.timeline import LiveRun
-from kitchen_viz.units import fmt_s, fmt_tps, reused_words
+from lab.units import fmt_s, fmt_tps, reused_words
 
 
 @dataclass(frozen=True)

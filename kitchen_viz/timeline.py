@@ -22,7 +22,7 @@ from statistics import median
 from typing import Any
 
 from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token
-from kitchen_viz.units import fmt_s, fmt_tps, reused_words
+from lab.units import fmt_s, fmt_tps, reused_words
 
 # A step the viewer can follow takes at least this long on screen; the wok burns at least this.
 MIN_VISIBLE_STEP_S = 0.15

@@ -11,7 +11,7 @@ from __future__ import annotations
 import streamlit as st
 
 from kitchen_viz.class_rail import batch_figure, rail_html, you_and_kitchen, your_steps
-from kitchen_viz.units import fmt_s
+from lab.units import fmt_s
 
 
 def draw_whole_class(board: dict, ttft_s: float | None, tpot_s: float | None, measured: str,

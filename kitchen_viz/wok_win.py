@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kitchen_viz.units import fmt_s
+from lab.units import fmt_s
 
 TARGET_SHARE = 0.75  # aimed above the diagnosis's 60 %, so the machine's noise keeps the wok the winner
 FEWEST_NEW = 2  # one decode step: the pot is there to be beaten

@@ -50,7 +50,7 @@ from statistics import median
 from typing import TYPE_CHECKING, Literal
 
 from engine.trace import Metrics, StepRecord, Trace
-from kitchen_viz.units import fmt_s, reused_words
+from lab.units import fmt_s, reused_words
 
 if TYPE_CHECKING:  # the roofline module is optional at import time; we only read its fields
     from bench.roofline import Roofline

@@ -14,8 +14,8 @@ import streamlit as st
 
 from kitchen_viz.app_state import current_settings, run_log
 from kitchen_viz.charts import kv_memory_figure, percentile_figure, rate_figure
-from kitchen_viz.units import reused_words
 from lab.monitoring import requests_per_minute, summary, with_percentiles
+from lab.units import reused_words
 
 WINDOWS = {"1 minute": "1min", "5 minutes": "5min", "15 minutes": "15min", "1 hour": "60min"}
 FILTERS = (("model", "Model"), ("device", "Device"), ("dtype", "Precision"))

@@ -127,7 +127,7 @@ def main() -> int:
     finally:
         stop(ours)
     try:
-        import fastapi  # noqa: F401  -- transformers serve needs it
+        import fastapi  # noqa: F401  # lazy: transformers serve needs it
     except ImportError:
         args.skip_transformers = True
         out["versus_transformers_serve"] = "skipped: pip install fastapi accelerate to compare"

@@ -67,7 +67,7 @@ def rows_of(out: Path) -> list[dict]:
 def warm_up(url: str) -> None:
     """One order before the sweep, so a server that loads its model at the first request (`transformers
     serve` does) does not spend the first level loading it."""
-    import httpx
+    import httpx  # lazy: only the warm-up talks HTTP
 
     model = httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
     httpx.post(url + "/v1/completions", json={"model": model, "prompt": "ROMEO:", "max_tokens": 4}, timeout=600)
@@ -104,7 +104,7 @@ def main() -> int:
                              "prompt_tokens": args.prompt_tokens, "output_tokens": args.output_tokens}}  # fmt: skip
     servers = {"two-pot-kitchen serve --model chef": [sys.executable, "-m", "serving.server", "--model", "chef"]}
     try:
-        import fastapi  # noqa: F401  -- transformers serve needs it
+        import fastapi  # noqa: F401  # lazy: transformers serve needs it
     except ImportError:
         args.skip_transformers = True
         report["transformers serve --continuous-batching"] = "skipped: pip install fastapi accelerate to compare"

@@ -69,9 +69,11 @@ def client_side(url: str) -> dict:
 def screenshots(app_url: str, shots: Path, llama_url: str) -> dict:
     """Each page in headless Chromium: a screenshot, and the info/error lines it shows. The pass is
     shot while 4 clients order from the server, so its gauges and rates have something to read."""
-    import threading
+    import threading  # lazy: only the screenshots run threads
 
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import (
+        sync_playwright,  # lazy: playwright is a dev dependency, only for the screenshots
+    )
 
     busy = threading.Event()
 

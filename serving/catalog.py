@@ -163,7 +163,7 @@ def _parse_entry(raw: dict, file: Path, roots: list[Path]) -> Entry:
     if kind == "preset":
         if trained:
             raise EngineError(f"{where}: a preset has random weights, so 'trained' cannot be true")
-        from engine.presets import PRESETS
+        from engine.presets import PRESETS  # lazy: the catalog is read before torch; presets import it
 
         preset = value.removeprefix("preset:")
         if preset not in PRESETS:
@@ -248,13 +248,13 @@ def use_extra_catalogs(paths: list[str | Path], env: dict | None = None) -> Cata
 def _model_config(entry: Entry) -> ModelConfig:
     """The entry's shape from its config.json (or the preset's), without touching weights or the network."""
     if entry.kind == "preset":
-        from engine import presets
+        from engine import presets  # lazy: as above: torch loads only for a preset's figures
 
         return presets.preset_config(entry.source.removeprefix("preset:"))
     if entry.kind == "path":
         file = Path(entry.source) / "config.json"
     else:
-        from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub import try_to_load_from_cache  # lazy: huggingface_hub only for a hub id
 
         cached = try_to_load_from_cache(entry.source, "config.json")
         if not isinstance(cached, str):
@@ -270,7 +270,7 @@ def _model_config(entry: Entry) -> ModelConfig:
 
 def describe(entry: Entry) -> EntryFacts:
     """Parameters, bytes per dtype and KV bytes per token, from the config alone (no weights loaded)."""
-    from engine.costs import weight_bytes
+    from engine.costs import weight_bytes  # lazy: as above: torch loads only for a preset's figures
 
     cfg = _model_config(entry)
     n = cfg.num_params()
@@ -301,21 +301,21 @@ def fits(entry: Entry, dtype: str = "float32", device: str = "cpu", available: i
     if dtype not in DTYPE_BYTES:
         raise EngineError(f"unsupported dtype '{dtype}' (supported: {', '.join(DTYPE_BYTES)}, int8)")
     if entry.kind == "preset":
-        import torch
+        import torch  # lazy: torch only when sizing a preset
 
-        from engine import presets
+        from engine import presets  # lazy: as above
 
         need = presets.bytes_needed(entry.source.removeprefix("preset:"), getattr(torch, dtype))
     else:
         need = describe(entry).weight_bytes[dtype]
     if available is None:
-        import torch
+        import torch  # lazy: torch only when sizing a preset
 
-        from engine.limits import available_memory
+        from engine.limits import available_memory  # lazy: as above
 
         available = available_memory(torch.device(device))
     gb = 1e9
-    from engine.presets import USABLE_FRACTION  # the engine's own rule, so preview and refusal agree
+    from engine.presets import USABLE_FRACTION  # lazy: the engine's own rule, so preview and refusal agree
 
     if need > USABLE_FRACTION * available:
         return Fit(

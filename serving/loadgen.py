@@ -183,7 +183,7 @@ def make_load(n: int, rate: float, prompt_len: Dist, seed: int, vocab: int, kind
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from engine.cli import OneLineParser
+    from engine.cli import OneLineParser  # lazy: the command line only
 
     p = OneLineParser(prog="python -m serving.loadgen", description=__doc__.splitlines()[0])
     p.add_argument("--url", default="http://127.0.0.1:8000")

@@ -169,7 +169,9 @@ def plain_template(messages: list[dict]) -> str:
 
 def jinja_template(source: str, bos: str, eos: str):
     """The tokenizer's own chat template, rendered in Jinja's sandbox."""
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from jinja2.sandbox import (
+        ImmutableSandboxedEnvironment,  # lazy: jinja2 only for a model with a chat template
+    )
 
     compiled = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(source)
     return lambda messages: compiled.render(messages=messages, add_generation_prompt=True, bos_token=bos,

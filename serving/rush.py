@@ -54,7 +54,7 @@ class RushReport:
 def allow_open_files(n: int = 2 * MAX_CLIENTS + 256) -> int:
     """Raise this process's soft limit on open files towards `n` (a rush holds a socket per client, and a
     server started after this inherits it); many machines start at 1,024. Returns the limit now."""
-    import resource
+    import resource  # lazy: POSIX only; the rush raises the open-files limit
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = n if hard == resource.RLIM_INFINITY else min(n, hard)

@@ -104,7 +104,7 @@ def close_app(app: Starlette) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from engine.cli import OneLineParser
+    from engine.cli import OneLineParser  # lazy: the command line only
 
     p = OneLineParser(prog="two-pot-kitchen serve", description="one kitchen server for a whole class")
     p.add_argument("--model", default="chef", help="a catalog name, preset:NAME or a local model folder")
@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
 def served_name(model: str) -> tuple[str, str]:
     """(what clients call it, what Engine.load gets): a catalog name keeps its name; a folder is
     served under its own name, so no path ever appears in the API."""
-    from serving.catalog import resolve_source
+    from serving.catalog import resolve_source  # lazy: the command line only
 
     source = resolve_source(model)
     if source is not None:  # an embedded model keeps its name, so the engine's info says "chef", not a folder
@@ -138,7 +138,7 @@ def served_name(model: str) -> tuple[str, str]:
 
 
 def main(argv: list[str] | None = None, extensions: Sequence[Callable] = ()) -> int:
-    import uvicorn
+    import uvicorn  # lazy: uvicorn only when serving
 
     try:
         args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
@@ -175,7 +175,7 @@ def _address(host: str) -> str:
     """The address to share with the class: this machine's outward-facing IP for 0.0.0.0."""
     if host not in ("0.0.0.0", "::"):
         return host
-    import socket
+    import socket  # lazy: the command line only
 
     try:
         return socket.gethostbyname(socket.gethostname())

@@ -313,7 +313,7 @@ def test_two_orders_that_measure_the_same_within_noise_get_the_same_diagnosis():
 
 
 def test_the_headline_quotes_tpot_as_the_panels_print_it():
-    from kitchen_viz.units import fmt_s
+    from lab.units import fmt_s
 
     trace, out = build_trace(prefill_s=0.04, steps=63, step_s=0.0123, forward_share=0.9)
     m = compute_metrics(trace, out, kv_allocated=4096)

@@ -17,7 +17,7 @@ import pytest
 from engine import Engine
 from kitchen_viz.scene import scene_sources
 from kitchen_viz.timeline import LiveRun
-from kitchen_viz.units import fmt_s
+from lab.units import fmt_s
 from tests.browser_kit import chromium, needs_chromium
 
 WIDTHS = (1024, 1280, 1366, 1920)

@@ -74,8 +74,8 @@ def decode_candidates(eng, hf, batch: int, kv_len: int) -> dict:
 
 
 def prefill_candidates(eng, hf, tokens: int) -> dict:
-    from engine import prefill
-    from engine.batching import build_batch
+    from engine import prefill  # lazy: a probe script: the engine loads after its argument parsing
+    from engine.batching import build_batch  # lazy: as above
 
     m, cfg = eng.model, eng.cfg
     prompt = torch.randint(3, cfg.vocab_size, (1, tokens)).tolist()

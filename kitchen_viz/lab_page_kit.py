@@ -45,7 +45,7 @@ from lab.registry import experiment
 
 
 def framing(exp: Experiment) -> None:
-    st.title(exp.title)
+    st.title(f"{exp.icon} {exp.title}")  # a Material icon: drawn by Streamlit's own font
     kitchen, engine = st.columns(2)
     with kitchen:
         st.markdown("**In the kitchen**")

@@ -339,9 +339,9 @@ def settings_form(ui, info) -> ApprenticeSettings:
 
 EXPERIMENT = Experiment(
     key="apprentice",
-    title="🧑‍🍳 The apprentice chef: speculative decoding",
+    title="The apprentice chef: speculative decoding",
     nav_title="The apprentice chef: speculative decoding",
-    icon="🧑‍🍳",
+    icon=":material/person_apron:",
     kitchen="The chef ladles one spoonful per trip to the pot. An apprentice guesses the next few; the chef "
     "tastes all the guesses in one trip and keeps those he agrees with, plus one of his own. Copying a dish "
     "already on the pass (prompt lookup) costs the apprentice nothing, but only helps when the order repeats "
@@ -365,7 +365,7 @@ EXPERIMENT = Experiment(
     figures=lambda r, g: [speedup_figure(r, g), acceptance_figure(r), batch_figure(r)],
     record=lambda info: ApprenticeSettings(repeats=5),
     story=StoryLink(
-        "🧑‍🍳 The apprentice prepares ladles ahead",
+        ":material/person_apron: The apprentice prepares ladles ahead",
         "**Speculative decoding**: a cheap draft (a small model, or n-gram lookup in the prompt) proposes "
         "tokens; the large model verifies them all in one pass and keeps the agreed ones, exactly as if it "
         "had decoded them itself.",

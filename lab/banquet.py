@@ -225,9 +225,9 @@ def record_settings(info) -> BanquetSettings:
 
 EXPERIMENT = Experiment(
     key="banquet",
-    title="🍲 The big banquet: how long until the first dish?",
+    title="The big banquet: how long until the first dish?",
     nav_title="Big banquet: TTFT vs prompt length",
-    icon="🍲",
+    icon=":material/skillet:",
     kitchen="A birthday banquet puts a whole table's ingredients in one wok. Same wok, same heat: at first "
     "a fuller wok costs little extra, then every extra ingredient adds its own time, and mixing everything "
     "with everything else adds more. Time to the first dish (TTFT) is the wok's time.",
@@ -247,7 +247,7 @@ EXPERIMENT = Experiment(
     figures=banquet_figures,
     record=record_settings,
     story=StoryLink(
-        "🎂 The banquet that took three times as long",
+        ":material/cake: The banquet that took three times as long",
         "**Long prompts**: prefill time grows with prompt length (and attention's share grows faster).",
         "Lab: big banquet (TTFT vs prompt length)",
     ),

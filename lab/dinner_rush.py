@@ -248,9 +248,9 @@ def settings_form(ui, info) -> RushSettings:
 
 EXPERIMENT = Experiment(
     key="dinner_rush",
-    title="🛎️ The dinner rush: take new tickets mid-service?",
+    title="The dinner rush: take new tickets mid-service?",
     nav_title="Dinner rush: continuous batching",
-    icon="🛎️",
+    icon=":material/room_service:",
     kitchen="Tickets arrive all evening, most for a single bowl, now and then one for a whole tureen. "
     "Serve in rounds, and the tables that wanted one bowl wait for the tureen before the next round "
     "starts. Let each new ticket take the first free place at the pot, and nobody waits for a "
@@ -272,7 +272,7 @@ EXPERIMENT = Experiment(
     figures=rush_figures,
     record=lambda info: RushSettings(long_answer=min(160, info.max_context - 64)),
     story=StoryLink(
-        "🛎️ The dinner rush",
+        ":material/room_service: The dinner rush",
         "**Continuous batching**: requests join and leave the running batch at every step instead of "
         "waiting for the whole batch to finish, so short answers are not held behind long ones.",
         "Lab: dinner rush (continuous vs static batching)",

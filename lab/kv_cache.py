@@ -226,9 +226,9 @@ def settings_form(ui, info) -> KvSettings:
 
 EXPERIMENT = Experiment(
     key="kv_cache",
-    title="🔥 Keep the soup warm: the KV cache",
+    title="Keep the soup warm: the KV cache",
     nav_title="KV cache: keep the soup warm",
-    icon="🔥",
+    icon=":material/local_fire_department:",
     kitchen="The wok's finished dish slides onto the warm serving counter and the soup pot ladles from it. "
     "Without the counter, every spoonful means cooking the whole meal again, so each ladle is slower than "
     "the last. A counter that is rebuilt bigger for every spoonful works, but keeps moving the meal.",
@@ -249,7 +249,7 @@ EXPERIMENT = Experiment(
     figures=kv_figures,
     record=lambda info: KvSettings(prompt_len=16, new_tokens=min(256, info.max_context - 32)),
     story=StoryLink(
-        "🫕 The serving counter",
+        ":material/countertops: The serving counter",
         "The **KV cache**: the keys and values prefill computed are handed to decode as they are, so decode "
         "never recomputes the prompt. No cold restart.",
         "Lab: keep the soup warm (KV cache)",

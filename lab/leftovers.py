@@ -251,9 +251,9 @@ def settings_form(ui, info) -> LeftoversSettings:
 
 EXPERIMENT = Experiment(
     key="leftovers",
-    title="🫙 Leftovers: a stock made once serves many dishes",
+    title="Leftovers: a stock made once serves many dishes",
     nav_title="Leftovers: prefix caching",
-    icon="🫙",
+    icon=":material/kitchen:",
     kitchen="Most orders tonight start from the same house stock. Keep the stock from the last order on the "
     "counter and the wok only cooks each order's own garnish; pour it away and the whole stock is boiled "
     "again for every table. Kept stock takes counter space, so the oldest pot goes first when room is needed.",
@@ -274,7 +274,7 @@ EXPERIMENT = Experiment(
     figures=leftovers_figures,
     record=lambda info: LeftoversSettings(prompt_len=min(400, info.max_context - 16)),
     story=StoryLink(
-        "🫙 The house stock kept on the counter",
+        ":material/kitchen: The house stock kept on the counter",
         "**Prefix caching**: requests that share the start of their prompt (a system prompt) reuse its cached "
         "keys and values, so prefill computes only the new part; finished sequences are kept until evicted.",
         "Lab: leftovers (prefix caching)",

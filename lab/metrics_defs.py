@@ -213,9 +213,9 @@ def settings_form(ui, info) -> MetricsSettings:
 
 EXPERIMENT = Experiment(
     key="metrics",
-    title="📏 Metrics, defined: who holds the stopwatch?",
+    title="Metrics, defined: who holds the stopwatch?",
     nav_title="Metrics, defined",
-    icon="📏",
+    icon=":material/straighten:",
     kitchen="“How fast is the soup?” depends on who times it. One inspector starts at the first bowl, "
     "another when the guest sat down, a third divides the whole dinner by the number of bowls. Same dinner, "
     "different numbers, none of them wrong.",
@@ -235,7 +235,7 @@ EXPERIMENT = Experiment(
     figures=metrics_figures,
     record=lambda info: MetricsSettings(prompt_len=min(256, info.max_context // 2), new_tokens=32),
     story=StoryLink(
-        "⏱️ The complaints book",
+        ":material/menu_book: The complaints book",
         "**Two panels, not one latency**: TTFT for the wok, TPOT and tokens/s for the pot, because they have "
         "different causes and different fixes.",
         "Lab: metrics, defined",

@@ -235,9 +235,9 @@ def settings_form(ui, info) -> OverheadSettings:
 
 EXPERIMENT = Experiment(
     key="overhead",
-    title="⏱️ The portioning station: per-step overhead",
+    title="The portioning station: per-step overhead",
     nav_title="Portioning station: per-step overhead",
-    icon="⏱️",
+    icon=":material/timer:",
     kitchen="Each ladle is quick, but between ladles the cook wipes the rim, fetches a bowl, reads the slip. "
     "With a small pot those chores can take longer than the ladling itself. The supervisor's portioning "
     "station does the chores once, ahead of time.",
@@ -257,7 +257,7 @@ EXPERIMENT = Experiment(
     figures=lambda r, g: [overhead_figure(r, g)],
     record=lambda info: OverheadSettings(prompt_len=32, new_tokens=32, repeats=3),
     story=StoryLink(
-        "🥣 The portioning station",
+        ":material/soup_kitchen: The portioning station",
         "**Per-step overhead**: Python, allocation, sampling and kernel launches between the real work of "
         "each decode step; CUDA graphs and leaner loops remove it.",
         "Lab: the portioning station",

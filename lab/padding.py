@@ -184,9 +184,9 @@ def settings_form(ui, info) -> PaddingSettings:
 
 EXPERIMENT = Experiment(
     key="padding",
-    title="🧺 The prep standard: no idle wok",
+    title="The prep standard: no idle wok",
     nav_title="Prep standard: padding waste",
-    icon="🧺",
+    icon=":material/content_cut:",
     kitchen="To toss orders of 8 and 200 ingredients together, padding tops the small orders up with filler "
     "so every row is as long as the longest, and the wok heats the filler too. The supervisor's rule: no "
     "heat on an empty corner of the pan.",
@@ -206,7 +206,7 @@ EXPERIMENT = Experiment(
     figures=padding_figures,
     record=lambda info: PaddingSettings(),
     story=StoryLink(
-        "🧺 Prepping every ingredient first",
+        ":material/content_cut: Prepping every ingredient first",
         "**Padding waste** in prefill: mixed prompt lengths padded to the longest burn compute on nothing; "
         "packing them avoids it.",
         "Lab: prep standard (padding)",

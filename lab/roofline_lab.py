@@ -327,9 +327,9 @@ def settings_form(ui, info) -> RooflineSettings:
 
 EXPERIMENT = Experiment(
     key="roofline",
-    title="📈 The roofline: what limits each pot?",
+    title="The roofline: what limits each pot?",
     nav_title="Roofline: what limits each pot",
-    icon="📈",
+    icon=":material/show_chart:",
     kitchen="Two limits rule any kitchen: how fast ingredients come through the pantry door (memory "
     "bandwidth) and how fast the cooks chop (compute). The wok chops a lot per armful fetched; the soup "
     "pot fetches the whole pantry for one spoonful.",
@@ -350,7 +350,7 @@ EXPERIMENT = Experiment(
     figures=lambda r, g: [roofline_figure(r, g)],
     record=lambda info: RooflineSettings(prompt_lens=(16, 64, 256), batches=(1, 4, 16, 64), quick=False),
     story=StoryLink(
-        "📈 Why the fire and the ladle differ",
+        ":material/show_chart: Why the fire and the ladle differ",
         "The **roofline**: a step is limited either by memory bandwidth or by arithmetic, depending on how many "
         "FLOPs it does per byte it reads. Prefill sits right of the ridge, decode far left.",
         "Lab: roofline",

@@ -204,9 +204,9 @@ def settings_form(ui, info) -> PortionSettings:
 
 EXPERIMENT = Experiment(
     key="portions",
-    title="🥄 Smaller portions: int8 weights in the soup pot and the wok",
+    title="Smaller portions: int8 weights in the soup pot and the wok",
     nav_title="Smaller portions: int8 weights",
-    icon="🥄",
+    icon=":material/compress:",
     kitchen="The soup pot waits on the pantry: every spoonful needs the whole pantry carried to the stove. Pack "
     "it in smaller boxes and each trip is shorter, so the ladle comes faster, if the trip was the slow part. "
     "The wok was busy tossing, not waiting for the pantry: smaller boxes do not make it toss faster.",
@@ -230,7 +230,7 @@ EXPERIMENT = Experiment(
         prefill_tokens=min(256, info.max_context - 1),
     ),  # fmt: skip
     story=StoryLink(
-        "🥄 Smaller portions",
+        ":material/compress: Smaller portions",
         "**Quantized weights**: int8 weights are a quarter of float32's bytes. Decode, which is bound by the bytes it "
         "reads, gets faster; prefill, bound by arithmetic, does not.",
         "Lab: smaller portions (int8 weights)",

@@ -241,9 +241,9 @@ def settings_form(ui, info) -> StallSettings:
 
 EXPERIMENT = Experiment(
     key="stall",
-    title="🥘 Don't stall the pot: a banquet arrives mid-service",
+    title="Don't stall the pot: a banquet arrives mid-service",
     nav_title="Don't stall the pot: chunked prefill",
-    icon="🥘",
+    icon=":material/stockpot:",
     kitchen="Four tables are mid-soup when a banquet ticket lands. Toss the whole banquet before the next "
     "ladle and every table waits through one long pause. Toss it a handful at a time between ladles and "
     "the soup keeps its rhythm, while the banquet's first dish comes a little later.",
@@ -265,7 +265,7 @@ EXPERIMENT = Experiment(
     figures=stall_figures,
     record=lambda info: StallSettings(banquet_prompt=min(384, info.max_context - 8)),
     story=StoryLink(
-        "🥘 A banquet ticket lands while the soup is being served",
+        ":material/stockpot: A banquet ticket lands while the soup is being served",
         "**Interference and chunked prefill**: a long prompt's prefill pass stalls every running decode; "
         "cutting it into chunks that share each step with the decodes keeps ITL flat, at some cost in TTFT.",
         "Lab: don't stall the pot (chunked prefill)",

@@ -208,9 +208,9 @@ def settings_form(ui, info) -> TablesSettings:
 
 EXPERIMENT = Experiment(
     key="tables",
-    title="🍽️ More tables: one ladle, many bowls",
+    title="More tables: one ladle, many bowls",
     nav_title="More tables: batch size",
-    icon="🍽️",
+    icon=":material/table_restaurant:",
     kitchen="The soup pot's slow part is lifting the ladle: reading the whole pot for every spoonful. "
     "Serving "
     "more tables from the same lift costs little extra, until each bowl needs real work of its own. The wok "
@@ -232,7 +232,7 @@ EXPERIMENT = Experiment(
     figures=tables_figures,
     record=lambda info: TablesSettings(batches=(1, 2, 4, 8, 16, 32, 64), prompt_len=32, new_tokens=16),
     story=StoryLink(
-        "🧾 Order tickets on the rail",
+        ":material/receipt_long: Order tickets on the rail",
         "The **batch**: requests served together. More tables barely slow a decode step (the weights are read "
         "once for all of them) until the step turns compute-bound.",
         "Lab: more tables (batch size)",

@@ -287,9 +287,9 @@ def kv_tables(result: TwoKitchensResult) -> dict[str, pd.DataFrame]:
 
 EXPERIMENT = Experiment(
     key="two_kitchens",
-    title="🏠 Two kitchens: prefill and decode apart",
+    title="Two kitchens: prefill and decode apart",
     nav_title="Two kitchens: disaggregation",
-    icon="🏠",
+    icon=":material/home_work:",
     kitchen="In one kitchen every new order's prompt goes in the wok on the same stove as the soup pot, and "
     "the pot waits while the wok tosses. Two kitchens: the wok in one, the pot in the other, and a runner "
     "carries each order's stock (its KV cache) across. The pot never waits for the wok; each order pays for "
@@ -313,7 +313,7 @@ EXPERIMENT = Experiment(
     figures=lambda r, g: [gaps_figure(r, g), ttft_figure(r), link_figure(r), what_if_figure(r)],
     record=lambda info: TwoKitchensSettings(long_prompt=min(384, info.max_context - 32)),
     story=StoryLink(
-        "🏠 The two pots in two kitchens, the dish carried between them",
+        ":material/home_work: The two pots in two kitchens, the dish carried between them",
         "**Prefill/decode disaggregation**: prefill and decode on separate workers, the KV cache transferred "
         "between them; decode is never interrupted by a prefill, and each request pays the transfer.",
         "Lab: two kitchens (disaggregation)",

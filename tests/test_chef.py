@@ -29,7 +29,12 @@ HF_FILES = [
 
 
 def _train_script():
-    """The training script's own corpus split, baseline and evaluation: the test measures the same way."""
+    """The training script's own corpus split, baseline and evaluation: the test measures the same way.
+
+    The script imports its neighbours (`chef_corpus`, `chef_card`) as `python scripts/train_chef.py`
+    does: from its own folder."""
+    if str(REPO / "scripts") not in sys.path:
+        sys.path.insert(0, str(REPO / "scripts"))
     spec = importlib.util.spec_from_file_location("train_chef", REPO / "scripts" / "train_chef.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is built

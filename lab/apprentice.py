@@ -42,6 +42,7 @@ from engine.errors import EngineError
 from engine.events import Done, StepEnd
 from engine.speculative import MAX_SPECULATE, SpecCounters
 from lab.experiment import Experiment, Prediction, StoryLink
+from lab.noise import Machine, MachineWatch
 from lab.plot_kit import GREY, POT, WOK, finish, guess_marker
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.serving_verdicts import SpecNumbers, diagnose_speculation
@@ -89,6 +90,7 @@ class ApprenticeResult:
     device: str
     rows: list[SpecRow]
     notes: list[str] = field(default_factory=list)
+    machine: Machine | None = None  # what else ran on the engine's cores meanwhile (lab.noise)
 
     def to_frame(self) -> pd.DataFrame:
         return pd.DataFrame([asdict(r) | {"accepted_at": " ".join(f"{a:.2f}" for a in r.accepted_at)}
@@ -224,6 +226,7 @@ def run_apprentice(
     engine, settings: ApprenticeSettings, on_progress: ProgressFn | None = None
 ) -> ApprenticeResult:
     """Speedup, acceptance and the formula's prediction for each draft, then the copy order at larger batches."""
+    watch = MachineWatch()  # what else uses the engine's cores while this measures
     check_settings(engine, settings)
     prompts, notes, drafts = orders(engine), [], list(settings.drafts)
     if "apprentice" in drafts:
@@ -256,7 +259,7 @@ def run_apprentice(
     notes.append(f"k = {settings.k} draft tokens per round, {settings.new_tokens} new tokens per table, greedy "
                  f"except the T={SAMPLED_T:g} order; "
                  "prompt lookup has no draft model, so c = 0 in its prediction")  # fmt: skip
-    return ApprenticeResult(settings, engine.info.name, str(engine.info.device), rows, notes)
+    return watch.stamp(ApprenticeResult(settings, engine.info.name, str(engine.info.device), rows, notes))
 
 
 # -- figures --------------------------------------------------------------------------------------
@@ -333,7 +336,7 @@ def settings_form(ui, info) -> ApprenticeSettings:
     k = ui.slider("Draft tokens per round (k)", 1, 8, 4, key="apprentice-k")
     new = ui.slider("New tokens per table", 16, 128, 64, key="apprentice-new")
     big = ui.select_slider("Larger batch for the copy order", options=[2, 4, 8, 16], value=8, key="apprentice-batch")
-    repeats = ui.slider("Repeats (median is kept)", 1, 5, 3, key="apprentice-repeats")
+    repeats = ui.slider("Repeats (the median is drawn, with the range as a bar)", 3, 7, 3, key="apprentice-repeats")
     return ApprenticeSettings(k=k, new_tokens=new, batches=(1, big), repeats=repeats)
 
 

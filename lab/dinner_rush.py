@@ -28,6 +28,7 @@ from plotly.subplots import make_subplots
 from bench.serve_bench import Dist, PolicyReport, make_requests, report
 from engine.errors import EngineError
 from lab.experiment import Experiment, Prediction, StoryLink
+from lab.noise import Machine, MachineWatch
 from lab.plot_kit import GREY, POT, WOK, finish, guess_marker
 from lab.progress import ProgressFn, ProgressTracker
 from lab.serve_replay import Served, replay, serving_engine, warm_up
@@ -74,6 +75,7 @@ class RushResult:
     settings: RushSettings
     runs: list[PolicyRun]
     notes: list[str]
+    machine: Machine | None = None  # what else ran on the engine's cores meanwhile (lab.noise)
 
     def run(self, policy: str) -> PolicyRun:
         return next(r for r in self.runs if r.policy == policy)
@@ -128,6 +130,7 @@ def check(engine, s: RushSettings) -> None:
 
 def run_dinner_rush(engine, settings: RushSettings, on_progress: ProgressFn | None = None) -> RushResult:
     """The same seeded stream under static and under continuous batching."""
+    watch = MachineWatch()  # what else uses the engine's cores while this measures
     s = settings
     check(engine, s)
     answers = Dist("choice", (s.short_answer,) * (s.long_every - 1) + (s.long_answer,))
@@ -152,7 +155,7 @@ def run_dinner_rush(engine, settings: RushSettings, on_progress: ProgressFn | No
         f"TTFT p50 {co.ttft_s['p50'] * 1e3:.0f} ms continuous vs {st.ttft_s['p50'] * 1e3:.0f} ms static; "
         f"TPOT p50 {co.tpot_s['p50'] * 1e3:.1f} vs {st.tpot_s['p50'] * 1e3:.1f} ms",
     ])  # fmt: skip
-    return result
+    return watch.stamp(result)
 
 
 # -- figures --------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import plotly.graph_objects as go
 
 from engine.errors import EngineError
 from lab.experiment import Experiment, Prediction, StoryLink
+from lab.noise import Machine, MachineWatch
 from lab.plot_kit import MODE_COLOURS, POT, WOK, finish, guess_marker
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.sample import Sample, sample_of
@@ -57,6 +58,7 @@ class PaddingResult:
     same_tokens: bool  # both modes sampled the same first token for every sequence
     sample: Sample
     notes: list[str] = field(default_factory=list)
+    machine: Machine | None = None  # what else ran on the engine's cores meanwhile (lab.noise)
 
     def point(self, mode: str) -> PaddingPoint:
         return next(p for p in self.points if p.mode == mode)
@@ -88,6 +90,7 @@ def measure_mode(engine, prompts: list[list[int]], mode: str, repeats: int):
 
 def run_padding(engine, settings: PaddingSettings, on_progress: ProgressFn | None = None) -> PaddingResult:
     """Prefill the same mixed-length batch padded and packed; compare slots, waste and time."""
+    watch = MachineWatch()  # what else uses the engine's cores while this measures
     lengths = list(settings.lengths)
     if len(lengths) < 2:
         raise EngineError(f"prep standard: need at least 2 prompts of different lengths, got {len(lengths)}")
@@ -113,13 +116,13 @@ def run_padding(engine, settings: PaddingSettings, on_progress: ProgressFn | Non
         if same
         else "WARNING: padded and packed disagree on tokens",
     ]
-    return PaddingResult(
+    return watch.stamp(PaddingResult(
         settings=settings,
         points=points,
         same_tokens=same,
         sample=sample_of(results["padded"], "padded batch"),
         notes=[n for n in notes if n],
-    )
+    ))
 
 
 # -- figures --------------------------------------------------------------------------------------
@@ -178,7 +181,7 @@ def settings_form(ui, info) -> PaddingSettings:
     if len(lengths) < 2:
         ui.warning("Give at least two prompt lengths; using the default batch.")
         lengths = PaddingSettings().lengths
-    repeats = ui.slider("Repeats (median is kept)", 1, 5, 3, key="padding-repeats")
+    repeats = ui.slider("Repeats (the median is drawn, with the range as a bar)", 3, 7, 3, key="padding-repeats")
     return PaddingSettings(lengths=lengths, repeats=repeats)
 
 

@@ -31,6 +31,7 @@ import torch
 from bench.roofline import Roofline, best_roof, measure_roofline
 from engine.costs import step_cost
 from lab.experiment import Experiment, Prediction, StoryLink, decode_verdict
+from lab.noise import Machine, MachineWatch
 from lab.plot_kit import LABEL_POSITIONS, POT, WOK, finish, guess_marker, mark_x
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.sample import Sample, sample_of
@@ -78,6 +79,7 @@ class RooflineResult:
     sample: Sample
     notes: list[str] = field(default_factory=list)
     theory: list[TheoryPoint] = field(default_factory=list)  # each phase's path as its setting grows
+    machine: Machine | None = None  # what else ran on the engine's cores meanwhile (lab.noise)
 
     def to_frame(self) -> pd.DataFrame:
         return pd.DataFrame([asdict(p) for p in self.points])
@@ -163,6 +165,7 @@ def theory_paths(engine, s: RooflineSettings, roof: Roofline) -> list[TheoryPoin
 
 def run_roofline(engine, settings: RooflineSettings, on_progress: ProgressFn | None = None) -> RooflineResult:
     """Measure the roofs, then place prefill and decode steps under them."""
+    watch = MachineWatch()  # what else uses the engine's cores while this measures
     for n in settings.prompt_lens:
         check_fits(engine, n, 1, "roofline")
     check_fits(engine, settings.decode_prompt, settings.new_tokens, "roofline")
@@ -213,14 +216,14 @@ def run_roofline(engine, settings: RooflineSettings, on_progress: ProgressFn | N
         if cross
         else "decode stays left of the ridge up to batch 1024 (analytic): always memory-bound here",
     )
-    return RooflineResult(
+    return watch.stamp(RooflineResult(
         settings=settings,
         roof=roof,
         points=points,
         sample=sample_of(last, points[-1].label),
         notes=notes,
         theory=theory,
-    )
+    ))
 
 
 # -- figures --------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ import plotly.graph_objects as go
 from engine.errors import EngineError
 from engine.events import Done, Token
 from lab.experiment import Experiment, Prediction, StoryLink
+from lab.noise import Machine, MachineWatch
 from lab.plot_kit import GREY, POT, WOK, finish, guess_marker, mark_x
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.serve_replay import serving_engine, warm_up
@@ -76,6 +77,7 @@ class StallResult:
     settings: StallSettings
     runs: list[StallRun]
     notes: list[str]
+    machine: Machine | None = None  # what else ran on the engine's cores meanwhile (lab.noise)
 
     @property
     def continuous(self) -> StallRun:
@@ -147,6 +149,7 @@ def serve_once(base, s: StallSettings, policy: str, budget: int) -> tuple[float,
 
 def run_stall(engine, settings: StallSettings, on_progress: ProgressFn | None = None) -> StallResult:
     """The banquet under continuous (one pass), then under chunked prefill for each token budget."""
+    watch = MachineWatch()  # what else uses the engine's cores while this measures
     s = settings
     check(engine, s)
     plan = [("continuous", s.banquet_prompt + s.tables)] + [("chunked", b) for b in sorted(set(s.budgets))]
@@ -170,7 +173,7 @@ def run_stall(engine, settings: StallSettings, on_progress: ProgressFn | None = 
         f"chunked with a budget of {flattest.token_budget}: worst gap {flattest.itl_max_s / flattest.itl_p50_s:.1f}x "
         f"the usual, banquet TTFT {flattest.banquet_ttft_s * 1e3:.0f} ms",
     ]
-    return StallResult(s, runs, notes)
+    return watch.stamp(StallResult(s, runs, notes))
 
 
 # -- figures --------------------------------------------------------------------------------------
@@ -233,7 +236,7 @@ def settings_form(ui, info) -> StallSettings:
     budgets = ui.multiselect(
         "Chunk budgets (tokens per step)", choices, default=choices[:5], key="stall-budgets"
     )
-    repeats = ui.slider("Repeats (median is kept)", 1, 5, 3, key="stall-repeats")
+    repeats = ui.slider("Repeats (the median is drawn, with the range as a bar)", 3, 7, 3, key="stall-repeats")
     return StallSettings(
         tables=tables, banquet_prompt=banquet, budgets=tuple(budgets) or (64,), repeats=repeats
     )

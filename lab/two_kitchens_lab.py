@@ -31,6 +31,7 @@ import plotly.graph_objects as go
 
 from engine.errors import EngineError
 from lab.experiment import Experiment, Prediction, StoryLink
+from lab.noise import Machine, MachineWatch
 from lab.plot_kit import GREY, POT, WOK, finish, guess_marker
 from lab.progress import ProgressFn, ProgressTracker
 from lab.serving_verdicts import diagnose_two_kitchens
@@ -79,6 +80,7 @@ class TwoKitchensResult:
     two: list[StreamOrder]
     same_tokens: bool  # every order's tokens equal in both kitchens
     notes: list[str] = field(default_factory=list)
+    machine: Machine | None = None  # what else ran on the engine's cores meanwhile (lab.noise)
 
     def handoff_frame(self) -> pd.DataFrame:
         rows = [{k: v for k, v in asdict(r).items() if k not in ("tokens", "text")} for r in self.handoffs]
@@ -135,6 +137,7 @@ def check_settings(engine, s: TwoKitchensSettings) -> None:
 def run_two_kitchens_lab(engine, settings: TwoKitchensSettings, on_progress: ProgressFn | None = None
                          ) -> TwoKitchensResult:  # fmt: skip
     """Handoff runs and the stream through one kitchen and through two (greedy, fixed lengths)."""
+    watch = MachineWatch()  # what else uses the engine's cores while this measures
     s = settings
     check_settings(engine, s)
     model, cfg = engine.info.name, engine.cfg
@@ -174,8 +177,8 @@ def run_two_kitchens_lab(engine, settings: TwoKitchensSettings, on_progress: Pro
                      f"{r.transfer_s / r.predicted_transfer_s:.2f}x the link's {link.latency_s * 1e6:.0f} us + bytes / "
                      f"{link.bytes_per_s / 1e9:.2f} GB/s; round trip exact: {r.round_trip_exact}")  # fmt: skip
     notes.append(f"tokens equal in one kitchen and two: {same}")
-    return TwoKitchensResult(s, model, str(engine.info.device), per_token, formula, link, handoffs, one, two, same,
-                             notes)  # fmt: skip
+    return watch.stamp(TwoKitchensResult(s, model, str(engine.info.device), per_token, formula, link, handoffs, one, two, same,
+                             notes))  # fmt: skip
 
 
 # -- figures --------------------------------------------------------------------------------------

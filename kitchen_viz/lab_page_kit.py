@@ -44,15 +44,14 @@ from lab.plot_kit import readable
 from lab.progress import Progress
 from lab.registry import experiment
 
+ENGINEERS = "Engineer's details"  # where the terms of art live: a teacher's main text is the kitchen's
+
 
 def framing(exp: Experiment) -> None:
     st.title(f"{exp.icon} {exp.title}")  # a Material icon: drawn by Streamlit's own font
-    kitchen, engine = st.columns(2)
-    with kitchen:
-        st.markdown("**In the kitchen**")
-        st.markdown(exp.kitchen)
-    with engine:
-        st.markdown("**In the engine**")
+    st.markdown("**In the kitchen**")
+    st.markdown(exp.kitchen)
+    with st.expander(f"{ENGINEERS}: in the engine", icon=":material/engineering:"):
         st.markdown(exp.engineering)
 
 
@@ -142,6 +141,11 @@ def show_figures(exp: Experiment, result, guess: float | None, presenter: bool =
 
 
 def show_tables(exp: Experiment, result) -> None:
+    with st.expander(f"{ENGINEERS}: every measured number", icon=":material/table:"):
+        show_table_rows(exp, result)
+
+
+def show_table_rows(exp: Experiment, result) -> None:
     for name, frame in exp.tables(result).items():
         st.dataframe(frame, hide_index=True)
         st.download_button(

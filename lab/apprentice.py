@@ -43,7 +43,7 @@ from engine.events import Done, StepEnd
 from engine.speculative import MAX_SPECULATE, SpecCounters
 from lab.experiment import Experiment, Prediction, StoryLink
 from lab.noise import Machine, MachineWatch
-from lab.plot_kit import GREY, POT, WOK, finish, guess_marker
+from lab.plot_kit import POT, WOK, finish, guess_marker, reference_line
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.serving_verdicts import SpecNumbers, diagnose_speculation
 
@@ -253,12 +253,12 @@ def run_apprentice(
                      + ", ".join(f"{r.draft} {r.order} x{r.batch}" for r in rows if r.identical is False))  # fmt: skip
     for r in rows:
         same = {True: ", identical text", False: ", TEXT CHANGED", None: ""}[r.identical]
-        notes.append(f"{r.draft} on the {r.order} order, batch {r.batch}: x{r.speedup:.2f} decode tokens/s{same}; "
-                     f"alpha {r.acceptance_rate:.2f}, {r.mean_acceptance_length:.2f} tokens per pass, c {r.cost_ratio:.2f}, "
-                     f"predicted x{r.predicted_speedup:.2f}")  # fmt: skip
-    notes.append(f"k = {settings.k} draft tokens per round, {settings.new_tokens} new tokens per table, greedy "
-                 f"except the T={SAMPLED_T:g} order; "
-                 "prompt lookup has no draft model, so c = 0 in its prediction")  # fmt: skip
+        notes.append(f"{r.draft} on the {r.order} order, {r.batch} table(s): x{r.speedup:.2f} the plain speed{same}; "
+                     f"the chef kept {r.acceptance_rate:.0%} of the guesses, {r.mean_acceptance_length:.2f} tokens per "
+                     f"check; the textbook formula expected x{r.predicted_speedup:.2f}")  # fmt: skip
+    notes.append(f"the helper guesses {settings.k} tokens ahead each round, {settings.new_tokens} new tokens per "
+                 f"table, always the likeliest word except the order sampled at temperature {SAMPLED_T:g}; "
+                 "copying from the ticket (prompt lookup) costs nothing to guess")  # fmt: skip
     return watch.stamp(ApprenticeResult(settings, engine.info.name, str(engine.info.device), rows, notes))
 
 
@@ -277,9 +277,9 @@ def speedup_figure(result: ApprenticeResult, guess: float | None = None) -> go.F
                              marker_color=COLOURS[d], text=[f"x{r.speedup:.2f}" for r in rows],
                              textposition="outside", offsetgroup=d))  # fmt: skip
         fig.add_trace(go.Scatter(x=[r.order for r in rows], y=[r.predicted_speedup for r in rows], mode="markers",
-                                 name=f"{d}: Leviathan's prediction", offsetgroup=d,
+                                 name=f"{d}: the textbook formula's prediction", offsetgroup=d,
                                  marker=dict(symbol="diamond-open", size=13, color=COLOURS[d], line=dict(width=2))))  # fmt: skip
-    fig.add_hline(y=1, line_dash="dot", line_color=GREY, annotation_text="plain decode")
+    reference_line(fig, 1, "plain decoding (x1)")
     if guess is not None:
         fig.add_trace(guess_marker("fresh", guess, f"your guess: x{guess:g}"))
     fig.update_layout(barmode="group", scattermode="group")
@@ -298,7 +298,7 @@ def acceptance_figure(result: ApprenticeResult) -> go.Figure:
                                  line=dict(color=COLOURS[r.draft], dash=dashes.get(r.order, "dot"))))  # fmt: skip
     fig.update_xaxes(title="draft position", dtick=1)
     fig.update_yaxes(title="share of rounds accepted at this position", range=[0, 1.05])
-    return finish(fig, "Acceptance per draft position (one table)")
+    return finish(fig, "How often the chef kept the apprentice's guess, by its place in the round (one table)")
 
 
 def batch_figure(result: ApprenticeResult) -> go.Figure:
@@ -310,9 +310,10 @@ def batch_figure(result: ApprenticeResult) -> go.Figure:
         fig.add_trace(go.Scatter(x=[r.batch for r in rows], y=[r.speedup for r in rows], mode="lines+markers+text",
                                  name=d, line=dict(color=COLOURS[d]), text=[f"x{r.speedup:.2f}" for r in rows],
                                  textposition="top center"))  # fmt: skip
-    fig.add_hline(y=1, line_dash="dot", line_color=GREY, annotation_text="plain decode")
+    reference_line(fig, 1, "plain decoding (x1)")
     fig.update_xaxes(title="tables (batch)", type="log")
-    fig.update_yaxes(title="decode tokens/s, x plain decoding", rangemode="tozero")
+    top = max((r.speedup for r in copy), default=1.0)
+    fig.update_yaxes(title="decode tokens/s, x plain decoding", range=[0, max(1.0, top) * 1.3])  # room for labels
     return finish(fig, "The copy order at larger batches: each check feeds k + 1 tokens per table")
 
 

@@ -21,18 +21,22 @@ LAYOUT = dict(template="plotly_white")
 LABEL_POSITIONS = ("bottom right", "top left", "bottom left", "top right")  # neighbours' labels apart
 
 
-def guess_marker(x, y, text: str = "your guess", textposition: str = "top center") -> go.Scatter:
-    """The learner's guess as a hollow star; at the right end of an axis pass "top left", so the
-    label stays inside the plot instead of being cut at its edge."""
+def guess_marker(x, y, text: str = "your guess", textposition: str | None = None) -> go.Scatter:
+    """The learner's guess as a hollow star; its words ("your guess: 3x") go in the legend, where
+    they cannot land on a bar's value or be cut at the plot's edge. (`textposition` is ignored.)"""
     return go.Scatter(
         x=[x],
         y=[y],
-        mode="markers+text",
-        name="your guess",
-        text=[text],
-        textposition=textposition,
+        mode="markers",
+        name=text,
         marker=dict(symbol="star-open", size=16, color=GUESS, line=dict(width=2)),
     )
+
+
+def reference_line(fig: go.Figure, y: float, name: str) -> None:
+    """A dotted horizontal line named in the legend (an annotation on the line sat on the data labels)."""
+    fig.add_hline(y=y, line_dash="dot", line_color=GREY)
+    fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=name, line=dict(color=GREY, dash="dot")))
 
 
 def cpu_time_line(x, y, name: str, colour: str) -> go.Scatter:
@@ -101,10 +105,28 @@ def _wrap_legend(fig: go.Figure, chars: int) -> int:
             continue
         lines = wrap(t.name, chars)
         t.name = "<br>".join(lines)
-        if (t.legendgroup or t.name) not in seen:
+        if t.visible is not False and (t.legendgroup or t.name) not in seen:  # hidden ones take no row
             seen.add(t.legendgroup or t.name)
             rows += len(lines)
     return rows
+
+
+def _wrap_categories(fig: go.Figure, px: int, width_px: int) -> int:
+    """Names on a categorical x-axis ("ITL incl. TTFT") wrapped to the width each one gets, instead
+    of side by side over each other; returns how many extra text rows that adds under the plot."""
+    names: list[str] = []
+    for t in fig.data:
+        xs = getattr(t, "x", None)
+        if xs is None or not len(xs) or not isinstance(xs[0], str) or (t.xaxis or "x") != "x":
+            continue
+        names += [x for x in xs if x not in names]
+    if not names:
+        return 0
+    chars = max(4, int((width_px - 110) / len(names) / (0.6 * px)))
+    lines = [wrap(n, chars) for n in names]
+    fig.layout.xaxis.update(tickmode="array", tickvals=names, ticktext=["<br>".join(ls) for ls in lines],
+                            tickangle=0)
+    return max(len(ls) for ls in lines) - 1
 
 
 def readable(fig: go.Figure, presenter: bool = False, width_px: int = NARROW_PX) -> go.Figure:
@@ -122,7 +144,16 @@ def readable(fig: go.Figure, presenter: bool = False, width_px: int = NARROW_PX)
     )
     rows = _wrap_legend(fig, max(20, int((width_px - 70) / (0.56 * px))))
     top = 12 + len(title) * title_px * LINE + (row + 8 if above else 0) + 8
-    bottom = 2 * row + 28 + rows * (row + 4) + 8
+    for t in fig.data:
+        if not t.name:
+            t.showlegend = False  # an unnamed trace would be listed as "trace 0"
+    extra = _wrap_categories(fig, px, width_px)
+    axis = (2 + extra) * row + 28  # tick labels (wrapped names take more rows) and the x-axis title
+    slider = (3 * row + 36) if fig.layout.sliders else 0  # its current value, rail and step labels
+    bottom = axis + slider + rows * (row + 4) + 8
+    for s in fig.layout.sliders or ():
+        s.update(y=-axis / PLOT_PX, yanchor="top", x=0, xanchor="left", len=1, pad=dict(t=0, b=0),
+                 font=dict(size=px), currentvalue=dict(font=dict(size=px)))
     fig.update_layout(
         title=dict(text="<br>".join(title), x=12 / width_px, xanchor="left", xref="container",
                    y=1 - (10 + (0.75 * title_px if len(title) > 1 else 0)) / (PLOT_PX + top + bottom),
@@ -136,8 +167,9 @@ def readable(fig: go.Figure, presenter: bool = False, width_px: int = NARROW_PX)
         height=round(PLOT_PX + top + bottom),
     )
     fig.update_annotations(font_size=px)
-    fig.update_xaxes(automargin=True, tickfont_size=px, title_font_size=px, title_standoff=8)
-    fig.update_yaxes(automargin=True, tickfont_size=px, title_font_size=px, title_standoff=8)
+    # ticklabelstandoff: the two axes' "0" labels at a shared origin would touch at the corner.
+    fig.update_xaxes(automargin=True, tickfont_size=px, title_font_size=px, title_standoff=8, ticklabelstandoff=4)
+    fig.update_yaxes(automargin=True, tickfont_size=px, title_font_size=px, title_standoff=8, ticklabelstandoff=6)
     for t in fig.data:
         if "textfont" in t and t.text is not None:
             t.textfont.size = px

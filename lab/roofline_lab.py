@@ -32,7 +32,7 @@ from bench.roofline import Roofline, best_roof, measure_roofline
 from engine.costs import step_cost
 from lab.experiment import Experiment, Prediction, StoryLink, decode_verdict
 from lab.noise import Machine, MachineWatch
-from lab.plot_kit import LABEL_POSITIONS, POT, WOK, finish, guess_marker, mark_x
+from lab.plot_kit import POT, WOK, finish, guess_marker, mark_x
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.sample import Sample, sample_of
 from lab.workload import batch_prompts, check_fits
@@ -285,14 +285,14 @@ def roofline_figure(result, guess: float | None = None) -> go.Figure:
                 marker=dict(color=colour, symbol="circle-open", size=11),
             )
         )
-        fig.add_trace(
+        shares = ", ".join(f"{lab} {p:.0f}%" for lab, p in zip(part.label, part.pct_of_roof, strict=True))
+        fig.add_trace(  # each point's share of its roof is named in the legend: labels on the points collided
             go.Scatter(
                 x=part.intensity,
                 y=part.achieved_flops_per_s / 1e9,
-                mode="markers+text",
-                name=f"{phase} measured",
-                text=[f"{lab}: {p:.0f}%" for lab, p in zip(part.label, part.pct_of_roof, strict=True)],
-                textposition=[LABEL_POSITIONS[i % len(LABEL_POSITIONS)] for i in range(len(part))],
+                mode="markers",
+                name=f"{phase} measured, share of the roof: {shares}",
+                hovertext=[f"{lab}: {p:.0f}% of the roof" for lab, p in zip(part.label, part.pct_of_roof, strict=True)],
                 marker=dict(color=colour, size=10),
             )
         )

@@ -30,7 +30,7 @@ from engine.errors import EngineError
 from engine.events import Done, Token
 from lab.experiment import Experiment, Prediction, StoryLink
 from lab.noise import Machine, MachineWatch
-from lab.plot_kit import GREY, POT, WOK, finish, guess_marker, mark_x
+from lab.plot_kit import POT, WOK, finish, guess_marker, mark_x, reference_line
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.serve_replay import serving_engine, warm_up
 from lab.serving_verdicts import StallNumbers, diagnose_stall
@@ -210,7 +210,7 @@ def stall_figures(result: StallResult, guess: float | None = None) -> list[go.Fi
                                name="continuous (whole banquet)", text=["continuous"], textposition="bottom right",
                                marker=dict(color=WOK, size=12)))  # fmt: skip
     usual = df.itl_p50_s.median() * 1e3
-    trade.add_hline(y=usual, line_dash="dot", line_color=GREY, annotation_text=f"usual gap {usual:.1f} ms")
+    reference_line(trade, usual, f"the usual gap, {usual:.1f} ms")
     trade.update_xaxes(
         title="the banquet's TTFT (ms)", range=[0, df.banquet_ttft_s.max() * 1e3 * 1.2]
     )  # labels fit

@@ -248,15 +248,14 @@ def what_if_figure(result: TwoKitchensResult) -> go.Figure:
                              visible=gbps == here, text=[f"{v:.3g} ms" for v in ys]))  # fmt: skip
     fig.add_trace(go.Bar(x=x, y=[r.first_decode_s * 1e3 for r in runs], name="first decode (measured)",
                          marker_color=POT))  # fmt: skip
-    steps = [dict(label=f"{g:g} GB/s" + (" (here)" if g == here else ""), method="update",
+    steps = [dict(label=f"{g:g}" + ("*" if g == here else ""), method="update",
                   args=[{"visible": [True, *[j == i for j in range(len(choices))], True]}])
              for i, g in enumerate(choices)]  # fmt: skip
-    fig.update_layout(barmode="stack", sliders=[dict(active=choices.index(here), steps=steps, y=-0.45,
-                                                      currentvalue=dict(prefix="link bandwidth: "))])  # fmt: skip
+    fig.update_layout(barmode="stack", sliders=[dict(active=choices.index(here), steps=steps, currentvalue=dict(
+        prefix="link bandwidth (GB/s, * = this machine's): "))])  # fmt: skip
     fig.update_yaxes(title="TTFT (ms): transfer COMPUTED, not measured")
     fig = finish(fig, "What if the kitchens were further apart?<br><sup>transfer = measured K/V bytes / the "
                       "bandwidth you pick: COMPUTED, not measured</sup>")  # fmt: skip
-    fig.update_layout(margin=dict(b=220))
     return fig
 
 

@@ -65,8 +65,9 @@ def test_the_inspector_names_the_draft_that_paid_and_why_the_apprentice_did_not(
                               _spec("apprentice", "fresh, T=0.8", 1, 0.6, alpha=0.2),
                               _spec("ngram", "copy", 8, 0.7)])  # fmt: skip
     assert "ngram on the copy order: x2.80" in v.headline
-    assert any("k x c + 1 = 4 x 0.30 + 1 = 2.20" in f for f in v.fixes)
-    assert any("alpha 0.20" in f for f in v.fixes) and any("batch 8" in f for f in v.fixes)
+    assert any("one chef step plus 4 guesses at 0.30 of a step each = 2.20 chef steps" in f for f in v.fixes)
+    assert any("20% here" in f for f in v.fixes) and any("batch 8" in f for f in v.fixes)
+    assert not any(word in f for f in [v.headline, *v.fixes] for word in ("alpha", "k x c", "max_seqs"))
     assert len(v.evidence) == 4
 
 

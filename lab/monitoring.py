@@ -19,10 +19,25 @@ from __future__ import annotations
 import pandas as pd
 
 QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+# What each line means, for a legend: p90 and p99 are always the slow tail.
+SLOW_TAIL = {"p50": "median", "p90": "slowest 10 %", "p99": "slowest 1 %"}
+
+
+def is_rate(column: str) -> bool:
+    """A rate (tokens/s): bigger is faster, so its slow tail is its low end."""
+    return column.endswith(("_tps", "_per_s"))
+
+
+def slow_tail_level(column: str, q: str) -> float:
+    """The quantile that `q` means for this column: p99 of a time is its 0.99 quantile (the slowest
+    1 %), p99 of a rate its 0.01 quantile (also the slowest 1 %). Example: ("decode_tps", "p90") -> 0.1."""
+    level = QUANTILES[q]
+    return 1 - level if is_rate(column) else level
 
 
 def with_percentiles(frame: pd.DataFrame, columns: list[str], window: str = "5min") -> pd.DataFrame:
-    """Add `<col>_p50/_p90/_p99` (trailing window ending at each run) and `window_runs`."""
+    """Add `<col>_p50/_p90/_p99` (trailing window ending at each run) and `window_runs`; p90 and p99
+    are the slow tail of every column (`slow_tail_level`: for a rate, its low end)."""
     out = frame.sort_values("wall_time").reset_index(drop=True).copy()
     if out.empty:
         for col in columns:
@@ -33,8 +48,8 @@ def with_percentiles(frame: pd.DataFrame, columns: list[str], window: str = "5mi
     indexed = out.set_index("wall_time")
     for col in columns:
         rolling = indexed[col].astype(float).rolling(window)
-        for q, level in QUANTILES.items():
-            out[f"{col}_{q}"] = rolling.quantile(level, interpolation="linear").to_numpy()
+        for q in QUANTILES:
+            out[f"{col}_{q}"] = rolling.quantile(slow_tail_level(col, q), interpolation="linear").to_numpy()
     out["window_runs"] = indexed[columns[0]].rolling(window).count().astype(int).to_numpy()
     return out
 

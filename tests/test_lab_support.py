@@ -15,7 +15,7 @@ from bench.roofline import Roofline
 from lab.banquet import BanquetPoint, saturation_point
 from lab.cache import ResultCache, cache_key, latest_roof, model_fingerprint, remember_roof
 from lab.export import figure_png, write_pngs
-from lab.monitoring import requests_per_minute, summary, with_percentiles
+from lab.monitoring import SLOW_TAIL, requests_per_minute, summary, with_percentiles
 from lab.noise import MachineWatch, clearly_apart, error_bars, spread_of
 from lab.progress import ProgressTracker
 from lab.roofline_lab import RooflineResult, RooflineSettings, place, roofline_figure
@@ -136,6 +136,17 @@ def test_latest_roof_is_kept_per_device_and_dtype(tmp_path):
     remember_roof(roof, cache)
     assert latest_roof("cpu", "float32", cache) == roof
     assert latest_roof("cpu", "bfloat16", cache) is None
+
+
+def test_percentile_lines_are_the_slow_tail_for_times_and_for_rates():
+    """The dashboard's p99 tokens/s line was the fastest one: for a rate the slow tail is the low end."""
+    frame = pd.DataFrame({"wall_time": pd.date_range("2026-01-01", periods=100, freq="s"),
+                          "ttft_s": np.linspace(0.01, 1.0, 100), "decode_tps": np.linspace(10, 1000, 100)})
+    last = with_percentiles(frame, ["ttft_s", "decode_tps"], window="10min").iloc[-1]
+    assert last.ttft_s_p99 > last.ttft_s_p50 > 0.4  # a time: the slow tail is high
+    assert last.decode_tps_p99 < last.decode_tps_p90 < last.decode_tps_p50  # a rate: the slow tail is low
+    assert last.decode_tps_p99 == pytest.approx(np.quantile(frame.decode_tps, 0.01))
+    assert SLOW_TAIL["p99"] == "slowest 1 %"
 
 
 def test_spreads_keep_the_median_and_range_and_only_ranges_apart_count_as_a_difference():

@@ -54,7 +54,7 @@ SATURATION = 0.9  # the wok is "saturated" once tokens/s is within 10 % of the b
 
 @dataclass(frozen=True)
 class BanquetSettings:
-    lengths: tuple[int, ...] = (16, 32, 64, 128, 256, 511)  # 511 + 1 new token: the chef's whole context
+    lengths: tuple[int, ...] = (16, 32, 64, 128, 256, 511)  # + 1 new token: fits the smallest catalog context (512)
     repeats: int = 3
 
 

@@ -111,12 +111,15 @@ def fake_roofline_result() -> RooflineResult:
 def test_roofline_figure_draws_roof_both_phases_and_the_guess():
     result = fake_roofline_result()
     fig = roofline_figure(result, guess=30)
-    names = [t.name for t in fig.data]
-    assert names[0] == "roof (measured)" and "prefill measured" in names and "decode measured" in names
-    star = fig.data[names.index("your guess")]
+    names = [(t.name or "").replace("<br>", " ") for t in fig.data]
+    assert names[0] == "roof (measured)"
+    # Each phase's points, their share of the roof named in the legend (labels on the points collided).
+    assert any(n.startswith("prefill measured") and "prompt 256" in n and "%" in n for n in names), names
+    assert any(n.startswith("decode measured") and "batch 1" in n for n in names), names
+    star = next(t for t, n in zip(fig.data, names, strict=True) if n.startswith("your guess"))
     decode = result.points[1]
     assert star.y[0] == pytest.approx(decode.attainable_flops_per_s / 1e9 * 0.30)
-    assert "your guess" not in [t.name for t in roofline_figure(result, guess=None).data]
+    assert not any((t.name or "").startswith("your guess") for t in roofline_figure(result, guess=None).data)
 
 
 @pytest.mark.skipif(

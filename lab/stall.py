@@ -29,7 +29,7 @@ import plotly.graph_objects as go
 from engine.errors import EngineError
 from engine.events import Done, Token
 from lab.experiment import Experiment, Prediction, StoryLink
-from lab.noise import Machine, MachineWatch
+from lab.noise import MIN_REPEATS, SPREAD_LEGEND, Machine, MachineWatch, Spread, error_bars, spread_of
 from lab.plot_kit import POT, WOK, finish, guess_marker, mark_x, reference_line
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.serve_replay import serving_engine, warm_up
@@ -57,6 +57,8 @@ class StallRun:
     itl_p50_s: float  # the tables' usual gap (median over repeats)
     itl_max_s: float  # their worst gap (median over repeats of each repeat's worst)
     itl_s: list[float]  # the last repeat's gaps, gap i = between the tables' tokens i+1 and i+2
+    ttft: Spread | None = None  # seconds: the banquet's TTFT over the repeats (median, range)
+    worst: Spread | None = None  # seconds: each repeat's worst gap (median, range)
 
     @property
     def label(self) -> str:
@@ -153,17 +155,18 @@ def run_stall(engine, settings: StallSettings, on_progress: ProgressFn | None = 
     s = settings
     check(engine, s)
     plan = [("continuous", s.banquet_prompt + s.tables)] + [("chunked", b) for b in sorted(set(s.budgets))]
-    tracker = ProgressTracker([1.0] * len(plan) * s.repeats, on_progress)
+    tracker = ProgressTracker([1.0] * len(plan) * max(MIN_REPEATS, s.repeats), on_progress)
     runs = []
     for policy, budget in plan:
         ttfts, p50s, maxes = [], [], []
-        for _ in range(s.repeats):
+        for _ in range(max(MIN_REPEATS, s.repeats)):
             ttft, gaps = serve_once(engine, s, policy, budget)
             ttfts.append(ttft), p50s.append(median_of(gaps)), maxes.append(max(gaps))
             tracker.step(
                 f"{policy} {budget}: banquet TTFT {ttft * 1e3:.0f} ms, worst gap {max(gaps) * 1e3:.0f} ms"
             )
-        runs.append(StallRun(policy, budget, median_of(ttfts), median_of(p50s), median_of(maxes), gaps))
+        runs.append(StallRun(policy, budget, median_of(ttfts), median_of(p50s), median_of(maxes), gaps,
+                             spread_of(ttfts), spread_of(maxes)))
     cont = runs[0]
     flattest = min(runs[1:], key=lambda r: r.itl_max_s / r.itl_p50_s)
     notes = [
@@ -201,14 +204,22 @@ def stall_figures(result: StallResult, guess: float | None = None) -> list[go.Fi
     df = result.to_frame()
     trade = go.Figure()
     chunked = df[df.policy == "chunked"]
+    def bars(runs, which):  # each point's range over the repeats, when it was kept
+        spreads = [getattr(r, which) for r in runs]
+        return error_bars(spreads, 1e3) if all(spreads) else None
+
+    chunks = [r for r in result.runs if r.policy == "chunked"]
+    conts = [r for r in result.runs if r.policy == "continuous"]
     trade.add_trace(go.Scatter(
-        x=chunked.banquet_ttft_s * 1e3, y=chunked.itl_max_s * 1e3, mode="lines+markers+text", name="chunked",
-        text=[f"budget {b}" for b in chunked.token_budget], textposition="top right", line=dict(color=POT),
+        x=chunked.banquet_ttft_s * 1e3, y=chunked.itl_max_s * 1e3, mode="lines+markers+text",
+        name=f"chunked, median ({SPREAD_LEGEND})", text=[f"budget {b}" for b in chunked.token_budget],
+        textposition="top right", line=dict(color=POT), error_x=bars(chunks, "ttft"), error_y=bars(chunks, "worst"),
     ))  # fmt: skip
     cont = df[df.policy == "continuous"]
     trade.add_trace(go.Scatter(x=cont.banquet_ttft_s * 1e3, y=cont.itl_max_s * 1e3, mode="markers+text",
                                name="continuous (whole banquet)", text=["continuous"], textposition="bottom right",
-                               marker=dict(color=WOK, size=12)))  # fmt: skip
+                               marker=dict(color=WOK, size=12), error_x=bars(conts, "ttft"),
+                               error_y=bars(conts, "worst")))  # fmt: skip
     usual = df.itl_p50_s.median() * 1e3
     reference_line(trade, usual, f"the usual gap, {usual:.1f} ms")
     trade.update_xaxes(

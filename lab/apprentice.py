@@ -42,7 +42,7 @@ from engine.errors import EngineError
 from engine.events import Done, StepEnd
 from engine.speculative import MAX_SPECULATE, SpecCounters
 from lab.experiment import Experiment, Prediction, StoryLink
-from lab.noise import Machine, MachineWatch
+from lab.noise import MIN_REPEATS, SPREAD_LEGEND, Machine, MachineWatch, Spread, error_bars, spread_of
 from lab.plot_kit import POT, WOK, finish, guess_marker, reference_line
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.serving_verdicts import SpecNumbers, diagnose_speculation
@@ -81,6 +81,7 @@ class SpecRow:
     verify_ratio: float  # v: verification pass seconds / plain decode step seconds
     predicted_speedup: float  # Leviathan: (1 - a^(k+1)) / (1 - a) / (k c + 1)
     accepted_at: tuple[float, ...]  # share of rounds accepted at draft position 1..k
+    speedup_spread: Spread | None = None  # the repeats' speedups: median and range
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,7 @@ def measure(engine, order: str, prompt: list[int], temperature: float, batch: in
         serve(engine, prompt, batch, 4, k, d, temperature)
     plain_tps, plain_step, tps, runs = [], [], {d: [] for d in drafts}, {}
     same = dict.fromkeys(drafts, True if temperature == 0 else None)
-    for _ in range(max(1, s.repeats)):
+    for _ in range(max(MIN_REPEATS, s.repeats)):
         plain = serve(engine, prompt, batch, s.new_tokens, temperature=temperature)
         plain_tps.append(plain.decode_tps)
         plain_step.append(plain.pass_s)
@@ -212,6 +213,7 @@ def measure(engine, order: str, prompt: list[int], temperature: float, batch: in
         rows.append(SpecRow(
             order=order, draft=d, batch=batch, plain_tps=base, spec_tps=median_of(tps[d]),
             speedup=median_of([b / a for a, b in zip(plain_tps, tps[d], strict=True)]), identical=same[d],
+            speedup_spread=spread_of([b / a for a, b in zip(plain_tps, tps[d], strict=True)]),
             drafts=c.drafts, drafted=c.drafted, accepted=c.accepted, acceptance_rate=c.acceptance_rate,
             mean_acceptance_length=c.mean_acceptance_length,
             passes_per_token=r.decode_passes / (s.new_tokens - 1),  # each table gets one token per pass, or more
@@ -273,9 +275,11 @@ def speedup_figure(result: ApprenticeResult, guess: float | None = None) -> go.F
     one = [r for r in result.rows if r.batch == 1]
     for d in dict.fromkeys(r.draft for r in one):
         rows = [r for r in one if r.draft == d]
-        fig.add_trace(go.Bar(x=[r.order for r in rows], y=[r.speedup for r in rows], name=f"{d}: measured",
-                             marker_color=COLOURS[d], text=[f"x{r.speedup:.2f}" for r in rows],
-                             textposition="outside", offsetgroup=d))  # fmt: skip
+        spreads = [r.speedup_spread for r in rows]
+        fig.add_trace(go.Bar(x=[r.order for r in rows], y=[r.speedup for r in rows],
+                             name=f"{d}: measured, median ({SPREAD_LEGEND})", marker_color=COLOURS[d],
+                             text=[f"x{r.speedup:.2f}" for r in rows], textposition="inside", insidetextanchor="start", offsetgroup=d,
+                             error_y=error_bars(spreads) if all(spreads) else None))  # fmt: skip
         fig.add_trace(go.Scatter(x=[r.order for r in rows], y=[r.predicted_speedup for r in rows], mode="markers",
                                  name=f"{d}: the textbook formula's prediction", offsetgroup=d,
                                  marker=dict(symbol="diamond-open", size=13, color=COLOURS[d], line=dict(width=2))))  # fmt: skip
@@ -285,7 +289,7 @@ def speedup_figure(result: ApprenticeResult, guess: float | None = None) -> go.F
     fig.update_layout(barmode="group", scattermode="group")
     fig.update_yaxes(title="decode tokens/s, x plain decoding", rangemode="tozero")
     fig.update_xaxes(title="the order (one table)")
-    return finish(fig, f"The apprentice chef: speedup per draft, k = {result.settings.k} ({result.device})")
+    return finish(fig, f"The apprentice chef: speedup per helper, guessing {result.settings.k} tokens ahead ({result.device})")
 
 
 def acceptance_figure(result: ApprenticeResult) -> go.Figure:

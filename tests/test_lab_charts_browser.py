@@ -18,6 +18,9 @@ page gets all four).
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -56,6 +59,8 @@ MAIN_TEXT = """() => [...document.querySelectorAll('[data-testid="stMain"] [data
   + '[data-testid="stMain"] .legendtext, [data-testid="stMain"] .g-xtitle, [data-testid="stMain"] .g-ytitle')]
   .filter((e) => !e.closest('[data-testid="stExpander"]') && !e.closest('[data-testid="stSidebar"]'))
   .map((e) => e.textContent).join(' \u2022 ')"""
+REPO = Path(__file__).resolve().parents[1]
+FILL_S = 300  # measuring the small settings of twelve pages
 RUN_S = 300  # the banquet's Run and any page's first load, on a busy 2-core machine
 
 SMALL = {  # what is stored for the pages not Run here: real runs that take seconds
@@ -75,23 +80,26 @@ SMALL = {  # what is stored for the pages not Run here: real runs that take seco
 RUN_HERE = "banquet"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """The app with a fresh result cache, holding the small measurements of every page but the banquet."""
-    folder = tmp_path_factory.mktemp("charts")
-    cache = ResultCache(folder / "lab-cache")
-    threads = torch.get_num_threads()
+def fill_cache(folder: str) -> None:
+    """Measure every page's small settings on the chef and store them under the page's own key."""
     torch.set_num_threads(1)
-    try:
-        engine = Engine.load("chef")
-        for exp in EXPERIMENTS:
-            if exp.key == RUN_HERE:
-                continue
+    cache = ResultCache(Path(folder))
+    engine = Engine.load("chef")
+    for exp in EXPERIMENTS:
+        if exp.key != RUN_HERE:
             key = cache_key(exp.key, model_fingerprint("chef"), "cpu", "float32", default_settings(exp, engine.info))
             cache.put(key, exp.run(engine, SMALL[exp.key], None))
-        del engine
-    finally:
-        torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """The app with a fresh result cache, holding the small measurements of every page but the banquet.
+
+    They are measured in a fresh process (bounded in time), apart from whatever earlier tests left
+    in this one (engine children, Streamlit's caches)."""
+    folder = tmp_path_factory.mktemp("charts")
+    code = f"from tests.test_lab_charts_browser import fill_cache; fill_cache({str(folder / 'lab-cache')!r})"
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=FILL_S)
     with app(folder, env={"TWO_POT_LAB_CACHE": str(folder / "lab-cache")}) as url:
         yield url
 

@@ -40,18 +40,18 @@ from lab.cache import (
 from lab.experiment import Experiment, Prediction  # noqa: F401  (re-exported for pages and tests)
 from lab.export import figure_png, slug
 from lab.inflight import InFlight
+from lab.plot_kit import readable
 from lab.progress import Progress
 from lab.registry import LabRun, experiment
 
+ENGINEERS = "Engineer's details"  # where the terms of art live: a teacher's main text is the kitchen's
+
 
 def framing(exp: Experiment) -> None:
-    st.title(exp.title)
-    kitchen, engine = st.columns(2)
-    with kitchen:
-        st.markdown("**In the kitchen**")
-        st.markdown(exp.kitchen)
-    with engine:
-        st.markdown("**In the engine**")
+    st.title(f"{exp.icon} {exp.title}")  # a Material icon: drawn by Streamlit's own font
+    st.markdown("**In the kitchen**")
+    st.markdown(exp.kitchen)
+    with st.expander(f"{ENGINEERS}: in the engine", icon=":material/engineering:"):
         st.markdown(exp.engineering)
 
 
@@ -125,8 +125,9 @@ def run_experiment(exp: Experiment, svc, settings, cache: ResultCache, key: str)
     return job.result
 
 
-def show_figures(exp: Experiment, result, guess: float | None) -> None:
+def show_figures(exp: Experiment, result, guess: float | None, presenter: bool = False) -> None:
     for i, fig in enumerate(exp.figures(result, guess)):
+        readable(fig, presenter)  # plotly draws its text in px: presenter mode's root font cannot reach it
         st.plotly_chart(fig, key=f"{exp.key}-fig-{i}")
         title = fig.layout.title.text or f"{exp.key}-{i}"
         st.download_button(
@@ -140,6 +141,11 @@ def show_figures(exp: Experiment, result, guess: float | None) -> None:
 
 
 def show_tables(exp: Experiment, result) -> None:
+    with st.expander(f"{ENGINEERS}: every measured number", icon=":material/table:"):
+        show_table_rows(exp, result)
+
+
+def show_table_rows(exp: Experiment, result) -> None:
     for name, frame in exp.tables(result).items():
         st.dataframe(frame, hide_index=True)
         st.download_button(
@@ -169,6 +175,17 @@ def show_verdict(exp: Experiment, result, settings, cache: ResultCache) -> None:
             st.markdown(f"- {line}")
 
 
+def show_machine(machine) -> None:
+    """Whether other work used the engine's cores while this result was measured (lab.noise)."""
+    if machine is None:
+        return
+    if machine.busy:
+        st.warning(machine.summary() + " Its numbers may be slower and noisier than this machine can do.",
+                   icon=":material/warning:")
+    else:
+        st.caption(machine.summary())
+
+
 def show_results(
     exp: Experiment, saved: CachedResult, guess: float | None, settings, cache: ResultCache
 ) -> None:
@@ -176,6 +193,7 @@ def show_results(
     when = datetime.fromtimestamp(saved.saved_at, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     st.markdown("#### 3. What we measured")
     st.caption(f"Measured on {settings.device} ({settings.dtype}) with {settings.model} at {when}.")
+    show_machine(getattr(result, "machine", None))
     measured = exp.predict.answer(result)
     if guess is not None:
         st.markdown(
@@ -184,7 +202,7 @@ def show_results(
         )
     for note in getattr(result, "notes", []):
         st.markdown(f"- {note}")
-    show_figures(exp, result, guess)
+    show_figures(exp, result, guess, settings.presenter)
     show_tables(exp, result)
     show_verdict(exp, result, settings, cache)
 

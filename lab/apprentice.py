@@ -42,7 +42,8 @@ from engine.errors import EngineError
 from engine.events import Done, StepEnd
 from engine.speculative import MAX_SPECULATE, SpecCounters
 from lab.experiment import Experiment, Prediction, StoryLink
-from lab.plot_kit import GREY, POT, WOK, finish, guess_marker
+from lab.noise import MIN_REPEATS, SPREAD_LEGEND, Machine, MachineWatch, Spread, error_bars, spread_of
+from lab.plot_kit import POT, WOK, finish, guess_marker, reference_line
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.serving_verdicts import SpecNumbers, diagnose_speculation
 
@@ -80,6 +81,7 @@ class SpecRow:
     verify_ratio: float  # v: verification pass seconds / plain decode step seconds
     predicted_speedup: float  # Leviathan: (1 - a^(k+1)) / (1 - a) / (k c + 1)
     accepted_at: tuple[float, ...]  # share of rounds accepted at draft position 1..k
+    speedup_spread: Spread | None = None  # the repeats' speedups: median and range
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,7 @@ class ApprenticeResult:
     device: str
     rows: list[SpecRow]
     notes: list[str] = field(default_factory=list)
+    machine: Machine | None = None  # what else ran on the engine's cores meanwhile (lab.noise)
 
     def to_frame(self) -> pd.DataFrame:
         return pd.DataFrame([asdict(r) | {"accepted_at": " ".join(f"{a:.2f}" for a in r.accepted_at)}
@@ -193,7 +196,7 @@ def measure(engine, order: str, prompt: list[int], temperature: float, batch: in
         serve(engine, prompt, batch, 4, k, d, temperature)
     plain_tps, plain_step, tps, runs = [], [], {d: [] for d in drafts}, {}
     same = dict.fromkeys(drafts, True if temperature == 0 else None)
-    for _ in range(max(1, s.repeats)):
+    for _ in range(max(MIN_REPEATS, s.repeats)):
         plain = serve(engine, prompt, batch, s.new_tokens, temperature=temperature)
         plain_tps.append(plain.decode_tps)
         plain_step.append(plain.pass_s)
@@ -210,6 +213,7 @@ def measure(engine, order: str, prompt: list[int], temperature: float, batch: in
         rows.append(SpecRow(
             order=order, draft=d, batch=batch, plain_tps=base, spec_tps=median_of(tps[d]),
             speedup=median_of([b / a for a, b in zip(plain_tps, tps[d], strict=True)]), identical=same[d],
+            speedup_spread=spread_of([b / a for a, b in zip(plain_tps, tps[d], strict=True)]),
             drafts=c.drafts, drafted=c.drafted, accepted=c.accepted, acceptance_rate=c.acceptance_rate,
             mean_acceptance_length=c.mean_acceptance_length,
             passes_per_token=r.decode_passes / (s.new_tokens - 1),  # each table gets one token per pass, or more
@@ -224,6 +228,7 @@ def run_apprentice(
     engine, settings: ApprenticeSettings, on_progress: ProgressFn | None = None
 ) -> ApprenticeResult:
     """Speedup, acceptance and the formula's prediction for each draft, then the copy order at larger batches."""
+    watch = MachineWatch()  # what else uses the engine's cores while this measures
     check_settings(engine, settings)
     prompts, notes, drafts = orders(engine), [], list(settings.drafts)
     if "apprentice" in drafts:
@@ -250,13 +255,13 @@ def run_apprentice(
                      + ", ".join(f"{r.draft} {r.order} x{r.batch}" for r in rows if r.identical is False))  # fmt: skip
     for r in rows:
         same = {True: ", identical text", False: ", TEXT CHANGED", None: ""}[r.identical]
-        notes.append(f"{r.draft} on the {r.order} order, batch {r.batch}: x{r.speedup:.2f} decode tokens/s{same}; "
-                     f"alpha {r.acceptance_rate:.2f}, {r.mean_acceptance_length:.2f} tokens per pass, c {r.cost_ratio:.2f}, "
-                     f"predicted x{r.predicted_speedup:.2f}")  # fmt: skip
-    notes.append(f"k = {settings.k} draft tokens per round, {settings.new_tokens} new tokens per table, greedy "
-                 f"except the T={SAMPLED_T:g} order; "
-                 "prompt lookup has no draft model, so c = 0 in its prediction")  # fmt: skip
-    return ApprenticeResult(settings, engine.info.name, str(engine.info.device), rows, notes)
+        notes.append(f"{r.draft} on the {r.order} order, {r.batch} table(s): x{r.speedup:.2f} the plain speed{same}; "
+                     f"the chef kept {r.acceptance_rate:.0%} of the guesses, {r.mean_acceptance_length:.2f} tokens per "
+                     f"check; the textbook formula expected x{r.predicted_speedup:.2f}")  # fmt: skip
+    notes.append(f"the helper guesses {settings.k} tokens ahead each round, {settings.new_tokens} new tokens per "
+                 f"table, always the likeliest word except the order sampled at temperature {SAMPLED_T:g}; "
+                 "copying from the ticket (prompt lookup) costs nothing to guess")  # fmt: skip
+    return watch.stamp(ApprenticeResult(settings, engine.info.name, str(engine.info.device), rows, notes))
 
 
 # -- figures --------------------------------------------------------------------------------------
@@ -270,19 +275,21 @@ def speedup_figure(result: ApprenticeResult, guess: float | None = None) -> go.F
     one = [r for r in result.rows if r.batch == 1]
     for d in dict.fromkeys(r.draft for r in one):
         rows = [r for r in one if r.draft == d]
-        fig.add_trace(go.Bar(x=[r.order for r in rows], y=[r.speedup for r in rows], name=f"{d}: measured",
-                             marker_color=COLOURS[d], text=[f"x{r.speedup:.2f}" for r in rows],
-                             textposition="outside", offsetgroup=d))  # fmt: skip
+        spreads = [r.speedup_spread for r in rows]
+        fig.add_trace(go.Bar(x=[r.order for r in rows], y=[r.speedup for r in rows],
+                             name=f"{d}: measured, median ({SPREAD_LEGEND})", marker_color=COLOURS[d],
+                             text=[f"x{r.speedup:.2f}" for r in rows], textposition="inside", insidetextanchor="start", offsetgroup=d,
+                             error_y=error_bars(spreads) if all(spreads) else None))  # fmt: skip
         fig.add_trace(go.Scatter(x=[r.order for r in rows], y=[r.predicted_speedup for r in rows], mode="markers",
-                                 name=f"{d}: Leviathan's prediction", offsetgroup=d,
+                                 name=f"{d}: the textbook formula's prediction", offsetgroup=d,
                                  marker=dict(symbol="diamond-open", size=13, color=COLOURS[d], line=dict(width=2))))  # fmt: skip
-    fig.add_hline(y=1, line_dash="dot", line_color=GREY, annotation_text="plain decode")
+    reference_line(fig, 1, "plain decoding (x1)")
     if guess is not None:
         fig.add_trace(guess_marker("fresh", guess, f"your guess: x{guess:g}"))
     fig.update_layout(barmode="group", scattermode="group")
     fig.update_yaxes(title="decode tokens/s, x plain decoding", rangemode="tozero")
     fig.update_xaxes(title="the order (one table)")
-    return finish(fig, f"The apprentice chef: speedup per draft, k = {result.settings.k} ({result.device})")
+    return finish(fig, f"The apprentice chef: speedup per helper, guessing {result.settings.k} tokens ahead ({result.device})")
 
 
 def acceptance_figure(result: ApprenticeResult) -> go.Figure:
@@ -295,7 +302,7 @@ def acceptance_figure(result: ApprenticeResult) -> go.Figure:
                                  line=dict(color=COLOURS[r.draft], dash=dashes.get(r.order, "dot"))))  # fmt: skip
     fig.update_xaxes(title="draft position", dtick=1)
     fig.update_yaxes(title="share of rounds accepted at this position", range=[0, 1.05])
-    return finish(fig, "Acceptance per draft position (one table)")
+    return finish(fig, "How often the chef kept the apprentice's guess, by its place in the round (one table)")
 
 
 def batch_figure(result: ApprenticeResult) -> go.Figure:
@@ -307,9 +314,10 @@ def batch_figure(result: ApprenticeResult) -> go.Figure:
         fig.add_trace(go.Scatter(x=[r.batch for r in rows], y=[r.speedup for r in rows], mode="lines+markers+text",
                                  name=d, line=dict(color=COLOURS[d]), text=[f"x{r.speedup:.2f}" for r in rows],
                                  textposition="top center"))  # fmt: skip
-    fig.add_hline(y=1, line_dash="dot", line_color=GREY, annotation_text="plain decode")
+    reference_line(fig, 1, "plain decoding (x1)")
     fig.update_xaxes(title="tables (batch)", type="log")
-    fig.update_yaxes(title="decode tokens/s, x plain decoding", rangemode="tozero")
+    top = max((r.speedup for r in copy), default=1.0)
+    fig.update_yaxes(title="decode tokens/s, x plain decoding", range=[0, max(1.0, top) * 1.3])  # room for labels
     return finish(fig, "The copy order at larger batches: each check feeds k + 1 tokens per table")
 
 
@@ -333,15 +341,15 @@ def settings_form(ui, info) -> ApprenticeSettings:
     k = ui.slider("Draft tokens per round (k)", 1, 8, 4, key="apprentice-k")
     new = ui.slider("New tokens per table", 16, 128, 64, key="apprentice-new")
     big = ui.select_slider("Larger batch for the copy order", options=[2, 4, 8, 16], value=8, key="apprentice-batch")
-    repeats = ui.slider("Repeats (median is kept)", 1, 5, 3, key="apprentice-repeats")
+    repeats = ui.slider("Repeats (the median is drawn, with the range as a bar)", 3, 7, 3, key="apprentice-repeats")
     return ApprenticeSettings(k=k, new_tokens=new, batches=(1, big), repeats=repeats)
 
 
 EXPERIMENT = Experiment(
     key="apprentice",
-    title="🧑‍🍳 The apprentice chef: speculative decoding",
+    title="The apprentice chef: speculative decoding",
     nav_title="The apprentice chef: speculative decoding",
-    icon="🧑‍🍳",
+    icon=":material/person_apron:",
     kitchen="The chef ladles one spoonful per trip to the pot. An apprentice guesses the next few; the chef "
     "tastes all the guesses in one trip and keeps those he agrees with, plus one of his own. Copying a dish "
     "already on the pass (prompt lookup) costs the apprentice nothing, but only helps when the order repeats "
@@ -365,7 +373,7 @@ EXPERIMENT = Experiment(
     figures=lambda r, g: [speedup_figure(r, g), acceptance_figure(r), batch_figure(r)],
     record=lambda info: ApprenticeSettings(repeats=5),
     story=StoryLink(
-        "🧑‍🍳 The apprentice prepares ladles ahead",
+        ":material/person_apron: The apprentice prepares ladles ahead",
         "**Speculative decoding**: a cheap draft (a small model, or n-gram lookup in the prompt) proposes "
         "tokens; the large model verifies them all in one pass and keeps the agreed ones, exactly as if it "
         "had decoded them itself.",

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any
 
-SCHEMA = 1  # bump when a result dataclass changes shape
+SCHEMA = 2  # bump when a result dataclass changes shape
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ neighbours) the wall clock includes time our process spent *waiting for a core*.
 in bursts that last many steps, so a per-step latency curve can jump 5x for reasons that have
 nothing to do with the model. The process's CPU time counts only the work our threads did, so it
 shows the model's cost curve even when the machine is busy. The lab plots wall time (the user's
-truth) and uses CPU time to state shape facts (flat vs growing) that must hold on any machine.
+truth) and uses CPU time to state shape facts (flat vs growing) that must hold on any machine;
+whether something else ran meanwhile is `lab.noise.MachineWatch`'s to say.
 
 How: we run `engine.stream()` instead of `generate()`; the engine yields a `StepEnd` right after
 each pass, in this thread, so `time.process_time()` read at consecutive `StepEnd`s brackets that
@@ -54,24 +55,3 @@ def generate_timed(engine, prompts, **settings) -> TimedRun:
         elif isinstance(event, Done):
             result = event.result
     return TimedRun(result=result, cpu_s=cpu)
-
-
-BUSY_BELOW = 0.7  # our CPU time under 70 % of the wall time: the machine was busy
-
-
-def busy_note(wall_s: float, cpu_s: float, device: str) -> str | None:
-    """A warning line when the process got the CPU for only part of the measured wall time.
-
-    Single-threaded work on an idle machine has CPU time ~= wall time. Much less means the process
-    sat waiting for a core, so wall-clock figures include other people's work. (With several torch
-    threads CPU time can exceed wall time; that never triggers the warning.)
-    """
-    if not str(device).startswith("cpu") or wall_s <= 0:
-        return None
-    share = cpu_s / wall_s
-    if share >= BUSY_BELOW:
-        return None
-    return (
-        f"this machine was busy: our process had the CPU for {share:.0%} of the measured wall time, so "
-        "wall-clock figures include waiting for a core; CPU-time figures do not"
-    )

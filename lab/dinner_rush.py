@@ -28,6 +28,7 @@ from plotly.subplots import make_subplots
 from bench.serve_bench import Dist, PolicyReport, make_requests, report
 from engine.errors import EngineError
 from lab.experiment import Experiment, Prediction, StoryLink
+from lab.noise import Machine, MachineWatch
 from lab.plot_kit import GREY, POT, WOK, finish, guess_marker
 from lab.progress import ProgressFn, ProgressTracker
 from lab.serve_replay import Served, replay, serving_engine, warm_up
@@ -74,6 +75,7 @@ class RushResult:
     settings: RushSettings
     runs: list[PolicyRun]
     notes: list[str]
+    machine: Machine | None = None  # what else ran on the engine's cores meanwhile (lab.noise)
 
     def run(self, policy: str) -> PolicyRun:
         return next(r for r in self.runs if r.policy == policy)
@@ -128,6 +130,7 @@ def check(engine, s: RushSettings) -> None:
 
 def run_dinner_rush(engine, settings: RushSettings, on_progress: ProgressFn | None = None) -> RushResult:
     """The same seeded stream under static and under continuous batching."""
+    watch = MachineWatch()  # what else uses the engine's cores while this measures
     s = settings
     check(engine, s)
     answers = Dist("choice", (s.short_answer,) * (s.long_every - 1) + (s.long_answer,))
@@ -152,7 +155,7 @@ def run_dinner_rush(engine, settings: RushSettings, on_progress: ProgressFn | No
         f"TTFT p50 {co.ttft_s['p50'] * 1e3:.0f} ms continuous vs {st.ttft_s['p50'] * 1e3:.0f} ms static; "
         f"TPOT p50 {co.tpot_s['p50'] * 1e3:.1f} vs {st.tpot_s['p50'] * 1e3:.1f} ms",
     ])  # fmt: skip
-    return result
+    return watch.stamp(result)
 
 
 # -- figures --------------------------------------------------------------------------------------
@@ -248,9 +251,9 @@ def settings_form(ui, info) -> RushSettings:
 
 EXPERIMENT = Experiment(
     key="dinner_rush",
-    title="🛎️ The dinner rush: take new tickets mid-service?",
+    title="The dinner rush: take new tickets mid-service?",
     nav_title="Dinner rush: continuous batching",
-    icon="🛎️",
+    icon=":material/room_service:",
     kitchen="Tickets arrive all evening, most for a single bowl, now and then one for a whole tureen. "
     "Serve in rounds, and the tables that wanted one bowl wait for the tureen before the next round "
     "starts. Let each new ticket take the first free place at the pot, and nobody waits for a "
@@ -272,7 +275,7 @@ EXPERIMENT = Experiment(
     figures=rush_figures,
     record=lambda info: RushSettings(long_answer=min(160, info.max_context - 64)),
     story=StoryLink(
-        "🛎️ The dinner rush",
+        ":material/room_service: The dinner rush",
         "**Continuous batching**: requests join and leave the running batch at every step instead of "
         "waiting for the whole batch to finish, so short answers are not held behind long ones.",
         "Lab: dinner rush (continuous vs static batching)",

@@ -26,8 +26,9 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from engine.errors import EngineError
-from lab.cpu_time import busy_note, generate_timed
+from lab.cpu_time import generate_timed
 from lab.experiment import Experiment, Prediction, StoryLink
+from lab.noise import Machine, MachineWatch
 from lab.plot_kit import GREY, MODE_COLOURS, POT, cpu_time_line, finish, guess_marker, series
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.sample import Sample, sample_of
@@ -63,6 +64,7 @@ class KvResult:
     sample: Sample
     notes: list[str] = field(default_factory=list)
     device: str = "cpu"  # CPU time is meaningful only when the work runs on the CPU
+    machine: Machine | None = None  # what else ran on the engine's cores meanwhile (lab.noise)
 
     def run(self, mode: str) -> KvRun:
         return next(r for r in self.runs if r.mode == mode)
@@ -130,6 +132,7 @@ def calibrated_units(engine, ids: list[int], s: KvSettings) -> list[float]:
 
 def run_kv_cache(engine, settings: KvSettings, on_progress: ProgressFn | None = None) -> KvResult:
     """Per-step latency and KV memory for each cache mode, same prompt, same greedy tokens."""
+    watch = MachineWatch()  # what else uses the engine's cores while this measures
     unknown = [m for m in settings.modes if m not in MODES]
     if unknown or not settings.modes:
         raise EngineError(f"keep the soup warm: unknown cache mode(s) {unknown}; use {', '.join(MODES)}")
@@ -154,17 +157,15 @@ def run_kv_cache(engine, settings: KvSettings, on_progress: ProgressFn | None = 
     notes.append(
         "all modes generated the same tokens" if same else "WARNING: the modes generated different tokens"
     )
-    busy = busy_note(sum(sum(r.step_s) for r in runs), sum(sum(r.cpu_s) for r in runs), engine.info.device)
-    notes += [busy] if busy else []
     sample = samples.get("static") or samples[settings.modes[0]]
-    return KvResult(
+    return watch.stamp(KvResult(
         settings=settings,
         runs=runs,
         same_tokens=same,
         sample=sample,
         notes=notes,
         device=str(engine.info.device),
-    )
+    ))
 
 
 # -- figures --------------------------------------------------------------------------------------
@@ -226,9 +227,9 @@ def settings_form(ui, info) -> KvSettings:
 
 EXPERIMENT = Experiment(
     key="kv_cache",
-    title="🔥 Keep the soup warm: the KV cache",
+    title="Keep the soup warm: the KV cache",
     nav_title="KV cache: keep the soup warm",
-    icon="🔥",
+    icon=":material/local_fire_department:",
     kitchen="The wok's finished dish slides onto the warm serving counter and the soup pot ladles from it. "
     "Without the counter, every spoonful means cooking the whole meal again, so each ladle is slower than "
     "the last. A counter that is rebuilt bigger for every spoonful works, but keeps moving the meal.",
@@ -249,7 +250,7 @@ EXPERIMENT = Experiment(
     figures=kv_figures,
     record=lambda info: KvSettings(prompt_len=16, new_tokens=min(256, info.max_context - 32)),
     story=StoryLink(
-        "🫕 The serving counter",
+        ":material/countertops: The serving counter",
         "The **KV cache**: the keys and values prefill computed are handed to decode as they are, so decode "
         "never recomputes the prompt. No cold restart.",
         "Lab: keep the soup warm (KV cache)",

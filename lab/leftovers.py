@@ -34,6 +34,7 @@ from bench.prefix_reuse import ReuseTiming, time_reuse
 from bench.serve_bench import Request
 from engine.errors import EngineError
 from lab.experiment import Experiment, Prediction, StoryLink
+from lab.noise import Machine, MachineWatch
 from lab.plot_kit import GREY, POT, WOK, finish, guess_marker
 from lab.progress import ProgressFn, ProgressTracker
 from lab.serve_replay import Served, replay, serving_engine, warm_up
@@ -73,6 +74,7 @@ class LeftoversResult:
     kv_held_end: int  # KV tokens the reuse engine still holds after the stream: the leftovers alone
     kv_bytes_per_token: int
     notes: list[str]
+    machine: Machine | None = None  # what else ran on the engine's cores meanwhile (lab.noise)
 
     @property
     def most_cached(self) -> ReuseTiming:
@@ -139,6 +141,7 @@ def run_leftovers(
     engine, settings: LeftoversSettings, on_progress: ProgressFn | None = None
 ) -> LeftoversResult:
     """Cold against warm for each cached share, then a stream of orders sharing a house prefix."""
+    watch = MachineWatch()  # what else uses the engine's cores while this measures
     s = settings
     check(engine, s)
     shares = sorted(set(s.shares))
@@ -176,7 +179,7 @@ def run_leftovers(
         f"after the stream: {end.kv_tokens_used * kv_bpt / 1e6:.2f} MB of KV held by leftovers with reuse, "
         f"{plain.final.kv_tokens_used * kv_bpt / 1e6:.2f} MB without",
     ]
-    return LeftoversResult(s, timings, stream, held, hit_rate, end.kv_tokens_used, kv_bpt, notes)
+    return watch.stamp(LeftoversResult(s, timings, stream, held, hit_rate, end.kv_tokens_used, kv_bpt, notes))
 
 
 # -- figures --------------------------------------------------------------------------------------
@@ -251,9 +254,9 @@ def settings_form(ui, info) -> LeftoversSettings:
 
 EXPERIMENT = Experiment(
     key="leftovers",
-    title="🫙 Leftovers: a stock made once serves many dishes",
+    title="Leftovers: a stock made once serves many dishes",
     nav_title="Leftovers: prefix caching",
-    icon="🫙",
+    icon=":material/kitchen:",
     kitchen="Most orders tonight start from the same house stock. Keep the stock from the last order on the "
     "counter and the wok only cooks each order's own garnish; pour it away and the whole stock is boiled "
     "again for every table. Kept stock takes counter space, so the oldest pot goes first when room is needed.",
@@ -274,7 +277,7 @@ EXPERIMENT = Experiment(
     figures=leftovers_figures,
     record=lambda info: LeftoversSettings(prompt_len=min(400, info.max_context - 16)),
     story=StoryLink(
-        "🫙 The house stock kept on the counter",
+        ":material/kitchen: The house stock kept on the counter",
         "**Prefix caching**: requests that share the start of their prompt (a system prompt) reuse its cached "
         "keys and values, so prefill computes only the new part; finished sequences are kept until evicted.",
         "Lab: leftovers (prefix caching)",

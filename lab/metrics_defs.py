@@ -28,6 +28,7 @@ import plotly.graph_objects as go
 
 from engine.errors import EngineError
 from lab.experiment import Experiment, Prediction, StoryLink
+from lab.noise import Machine, MachineWatch
 from lab.plot_kit import POT, WOK, finish, guess_marker
 from lab.progress import ProgressFn, ProgressTracker
 from lab.sample import Sample, sample_of
@@ -58,6 +59,7 @@ class MetricsResult:
     definitions: list[Definition]
     sample: Sample
     notes: list[str] = field(default_factory=list)
+    machine: Machine | None = None  # what else ran on the engine's cores meanwhile (lab.noise)
 
     def value(self, name: str) -> float:
         return next(d.value for d in self.definitions if d.name == name)
@@ -122,6 +124,7 @@ def definitions_from(token_times: list[float], output_tokens: int, batch: int) -
 
 def run_metrics(engine, settings: MetricsSettings, on_progress: ProgressFn | None = None) -> MetricsResult:
     """Record one stream and report it under each definition."""
+    watch = MachineWatch()  # what else uses the engine's cores while this measures
     if settings.new_tokens < 3:
         raise EngineError(
             f"metrics defined: new_tokens must be at least 3 to have gaps, got {settings.new_tokens}"
@@ -141,13 +144,13 @@ def run_metrics(engine, settings: MetricsSettings, on_progress: ProgressFn | Non
         f"tokens/s {by['tokens/s incl. prefill']:.1f} with prefill vs "
         f"{by['tokens/s decode only']:.1f} decode only",
     ]
-    return MetricsResult(
+    return watch.stamp(MetricsResult(
         settings=settings,
         token_times_s=times,
         definitions=defs,
         sample=sample_of(res, "recorded stream"),
         notes=notes,
-    )
+    ))
 
 
 # -- figures --------------------------------------------------------------------------------------
@@ -213,9 +216,9 @@ def settings_form(ui, info) -> MetricsSettings:
 
 EXPERIMENT = Experiment(
     key="metrics",
-    title="📏 Metrics, defined: who holds the stopwatch?",
+    title="Metrics, defined: who holds the stopwatch?",
     nav_title="Metrics, defined",
-    icon="📏",
+    icon=":material/straighten:",
     kitchen="“How fast is the soup?” depends on who times it. One inspector starts at the first bowl, "
     "another when the guest sat down, a third divides the whole dinner by the number of bowls. Same dinner, "
     "different numbers, none of them wrong.",
@@ -235,7 +238,7 @@ EXPERIMENT = Experiment(
     figures=metrics_figures,
     record=lambda info: MetricsSettings(prompt_len=min(256, info.max_context // 2), new_tokens=32),
     story=StoryLink(
-        "⏱️ The complaints book",
+        ":material/menu_book: The complaints book",
         "**Two panels, not one latency**: TTFT for the wok, TPOT and tokens/s for the pot, because they have "
         "different causes and different fixes.",
         "Lab: metrics, defined",

@@ -36,8 +36,9 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from engine.errors import EngineError
-from lab.cpu_time import busy_note, generate_timed
+from lab.cpu_time import generate_timed
 from lab.experiment import Experiment, Prediction, StoryLink
+from lab.noise import Machine, MachineWatch
 from lab.plot_kit import GREY, POT, finish, guess_marker
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.sample import Sample, sample_of
@@ -71,6 +72,7 @@ class OverheadResult:
     points: list[OverheadPoint]
     sample: Sample
     notes: list[str] = field(default_factory=list)
+    machine: Machine | None = None  # what else ran on the engine's cores meanwhile (lab.noise)
 
     def to_frame(self) -> pd.DataFrame:
         return pd.DataFrame([asdict(p) for p in self.points])
@@ -153,15 +155,12 @@ def measure_variant(engine, prompts, s: OverheadSettings, variant: str, cuda_gra
         math_share=math_s / step_s if step_s > 0 else 0.0,
         decode_tps=s.batch / step_s if step_s > 0 else 0.0,
     )
-    return (
-        point,
-        sample_of(last, f"{variant}, batch {s.batch}"),
-        busy_note(step_s, median_of(cpus_s), engine.info.device),
-    )
+    return point, sample_of(last, f"{variant}, batch {s.batch}")
 
 
 def run_overhead(engine, settings: OverheadSettings, on_progress: ProgressFn | None = None) -> OverheadResult:
     """Decode step time split into math, glue inside forward, and chores outside forward."""
+    watch = MachineWatch()  # what else uses the engine's cores while this measures
     if settings.new_tokens < 4:
         raise EngineError(f"portioning station: new_tokens must be at least 4, got {settings.new_tokens}")
     check_fits(engine, settings.prompt_len, settings.new_tokens, "portioning station")
@@ -173,11 +172,10 @@ def run_overhead(engine, settings: OverheadSettings, on_progress: ProgressFn | N
     engine.generate(prompts, max_new_tokens=2, stop_at_eos=False)  # warm-up
     points, sample = [], None
     for name, graphs in variants:
-        point, sample, busy = measure_variant(engine, prompts, settings, name, graphs, on_gpu)
+        point, sample = measure_variant(engine, prompts, settings, name, graphs, on_gpu)
         points.append(point)
         tracker.step(f"{name}: step {point.step_ms:.2f} ms, math {point.math_share:.0%}")
     eager = points[0]
-    busy_line = [busy] if busy else []
     notes = [
         f"eager decode step {eager.step_ms:.2f} ms: math {eager.math_ms:.2f} ms ({eager.math_share:.0%}), "
         f"glue inside forward {eager.glue_ms:.2f} ms, outside forward {eager.outside_ms:.2f} ms",
@@ -189,8 +187,7 @@ def run_overhead(engine, settings: OverheadSettings, on_progress: ProgressFn | N
         )
     else:
         notes.append(f"CUDA graphs need a GPU; this run is on {device}, so only the eager step is measured")
-    notes += busy_line
-    return OverheadResult(settings=settings, device=device, points=points, sample=sample, notes=notes)
+    return watch.stamp(OverheadResult(settings=settings, device=device, points=points, sample=sample, notes=notes))
 
 
 # -- figures --------------------------------------------------------------------------------------
@@ -235,9 +232,9 @@ def settings_form(ui, info) -> OverheadSettings:
 
 EXPERIMENT = Experiment(
     key="overhead",
-    title="⏱️ The portioning station: per-step overhead",
+    title="The portioning station: per-step overhead",
     nav_title="Portioning station: per-step overhead",
-    icon="⏱️",
+    icon=":material/timer:",
     kitchen="Each ladle is quick, but between ladles the cook wipes the rim, fetches a bowl, reads the slip. "
     "With a small pot those chores can take longer than the ladling itself. The supervisor's portioning "
     "station does the chores once, ahead of time.",
@@ -257,7 +254,7 @@ EXPERIMENT = Experiment(
     figures=lambda r, g: [overhead_figure(r, g)],
     record=lambda info: OverheadSettings(prompt_len=32, new_tokens=32, repeats=3),
     story=StoryLink(
-        "🥣 The portioning station",
+        ":material/soup_kitchen: The portioning station",
         "**Per-step overhead**: Python, allocation, sampling and kernel launches between the real work of "
         "each decode step; CUDA graphs and leaner loops remove it.",
         "Lab: the portioning station",

@@ -24,6 +24,16 @@ import plotly.graph_objects as go
 
 from engine.errors import EngineError
 from lab.experiment import Experiment, Prediction, StoryLink
+from lab.noise import (
+    MIN_REPEATS,
+    SPREAD_LEGEND,
+    Machine,
+    MachineWatch,
+    Spread,
+    clearly_apart,
+    error_bars,
+    spread_of,
+)
 from lab.plot_kit import MODE_COLOURS, POT, WOK, finish, guess_marker
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.sample import Sample, sample_of
@@ -48,6 +58,7 @@ class PaddingPoint:
     prefill_s: float  # median prefill pass
     ttft_s: float  # median TTFT
     us_per_real_token: float  # prefill time / real tokens
+    prefill: Spread  # seconds: median and range of the repeats
 
 
 @dataclass(frozen=True)
@@ -57,22 +68,29 @@ class PaddingResult:
     same_tokens: bool  # both modes sampled the same first token for every sequence
     sample: Sample
     notes: list[str] = field(default_factory=list)
+    machine: Machine | None = None  # what else ran on the engine's cores meanwhile (lab.noise)
 
     def point(self, mode: str) -> PaddingPoint:
         return next(p for p in self.points if p.mode == mode)
 
     def to_frame(self) -> pd.DataFrame:
-        return pd.DataFrame([asdict(p) for p in self.points])
+        rows = []
+        for p in self.points:
+            row = {k: v for k, v in asdict(p).items() if k != "prefill"}
+            row.update(prefill_low_s=p.prefill.low, prefill_high_s=p.prefill.high, repeats=p.prefill.n)
+            rows.append(row)
+        return pd.DataFrame(rows)
 
 
 def measure_mode(engine, prompts: list[list[int]], mode: str, repeats: int):
     engine.generate(prompts, max_new_tokens=1, stop_at_eos=False, batching=mode)  # warm-up: a GPU's first call of a new shape is slow (lazy init, kernel choice), so it is not timed
     runs = [
         engine.generate(prompts, max_new_tokens=1, temperature=0.0, stop_at_eos=False, batching=mode)
-        for _ in range(repeats)
+        for _ in range(max(MIN_REPEATS, repeats))
     ]
     pre = runs[-1].trace.prefill
-    prefill_s = median_of([r.trace.prefill.seconds for r in runs])
+    spread = spread_of([r.trace.prefill.seconds for r in runs])
+    prefill_s = spread.median
     point = PaddingPoint(
         mode=mode,
         tokens=pre.tokens,
@@ -82,12 +100,14 @@ def measure_mode(engine, prompts: list[list[int]], mode: str, repeats: int):
         prefill_s=prefill_s,
         ttft_s=median_of([r.metrics.ttft_s for r in runs]),
         us_per_real_token=prefill_s / pre.tokens * 1e6 if pre.tokens else 0.0,
+        prefill=spread,
     )
     return point, runs[-1]
 
 
 def run_padding(engine, settings: PaddingSettings, on_progress: ProgressFn | None = None) -> PaddingResult:
     """Prefill the same mixed-length batch padded and packed; compare slots, waste and time."""
+    watch = MachineWatch()  # what else uses the engine's cores while this measures
     lengths = list(settings.lengths)
     if len(lengths) < 2:
         raise EngineError(f"prep standard: need at least 2 prompts of different lengths, got {len(lengths)}")
@@ -113,12 +133,19 @@ def run_padding(engine, settings: PaddingSettings, on_progress: ProgressFn | Non
         if same
         else "WARNING: padded and packed disagree on tokens",
     ]
+    machine = watch.finish()
+    if clearly_apart(pad.prefill, pack.prefill):
+        faster = "packed" if pack.prefill_s < pad.prefill_s else "padded"
+        notes.append(f"{faster} was faster by more than the repeats vary")
+    else:
+        notes.append(machine.too_noisy("which one was faster"))
     return PaddingResult(
         settings=settings,
         points=points,
         same_tokens=same,
         sample=sample_of(results["padded"], "padded batch"),
         notes=[n for n in notes if n],
+        machine=machine,
     )
 
 
@@ -151,12 +178,14 @@ def padding_figures(result, guess: float | None = None) -> list[go.Figure]:
             marker_color=[MODE_COLOURS[m] for m in df["mode"]],
             text=[f"{v * 1e3:.1f} ms" for v in df.prefill_s],
             textposition="outside",
+            error_y=error_bars([p.prefill for p in result.points], 1e3),
+            name=f"median ({SPREAD_LEGEND})",
         )
     )
     time.update_yaxes(title="prefill pass (ms, median)")
     return [
         finish(slots, "The prep standard: slots the wok heats, padded vs packed"),
-        finish(time, "Prefill time for the same mixed batch"),
+        finish(time, f"Prefill time for the same mixed batch ({SPREAD_LEGEND})"),
     ]
 
 
@@ -178,15 +207,15 @@ def settings_form(ui, info) -> PaddingSettings:
     if len(lengths) < 2:
         ui.warning("Give at least two prompt lengths; using the default batch.")
         lengths = PaddingSettings().lengths
-    repeats = ui.slider("Repeats (median is kept)", 1, 5, 3, key="padding-repeats")
+    repeats = ui.slider("Repeats (the median is drawn, with the range as a bar)", 3, 7, 3, key="padding-repeats")
     return PaddingSettings(lengths=lengths, repeats=repeats)
 
 
 EXPERIMENT = Experiment(
     key="padding",
-    title="🧺 The prep standard: no idle wok",
+    title="The prep standard: no idle wok",
     nav_title="Prep standard: padding waste",
-    icon="🧺",
+    icon=":material/content_cut:",
     kitchen="To toss orders of 8 and 200 ingredients together, padding tops the small orders up with filler "
     "so every row is as long as the longest, and the wok heats the filler too. The supervisor's rule: no "
     "heat on an empty corner of the pan.",
@@ -206,7 +235,7 @@ EXPERIMENT = Experiment(
     figures=padding_figures,
     record=lambda info: PaddingSettings(),
     story=StoryLink(
-        "🧺 Prepping every ingredient first",
+        ":material/content_cut: Prepping every ingredient first",
         "**Padding waste** in prefill: mixed prompt lengths padded to the longest burn compute on nothing; "
         "packing them avoids it.",
         "Lab: prep standard (padding)",

@@ -17,27 +17,26 @@ import plotly.graph_objects as go
 
 WOK, POT, GUESS, GREY = "#e4572e", "#17a2a2", "#7b3fa0", "#8c8c8c"
 MODE_COLOURS = {"static": POT, "growing": "#f0a202", "none": WOK, "padded": WOK, "packed": POT}
-# The legend sits under the x-axis title (plotly's default horizontal legend covered it, in the app
-# and in the PNG export); the bottom margin leaves room for two rows of legend entries.
-LAYOUT = dict(
-    template="plotly_white",
-    height=500,
-    margin=dict(l=60, r=30, t=60, b=140),
-    legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0),
-)
+LAYOUT = dict(template="plotly_white")
 LABEL_POSITIONS = ("bottom right", "top left", "bottom left", "top right")  # neighbours' labels apart
 
 
-def guess_marker(x, y, text: str = "your guess") -> go.Scatter:
+def guess_marker(x, y, text: str = "your guess", textposition: str | None = None) -> go.Scatter:
+    """The learner's guess as a hollow star; its words ("your guess: 3x") go in the legend, where
+    they cannot land on a bar's value or be cut at the plot's edge. (`textposition` is ignored.)"""
     return go.Scatter(
         x=[x],
         y=[y],
-        mode="markers+text",
-        name="your guess",
-        text=[text],
-        textposition="top center",
+        mode="markers",
+        name=text,
         marker=dict(symbol="star-open", size=16, color=GUESS, line=dict(width=2)),
     )
+
+
+def reference_line(fig: go.Figure, y: float, name: str) -> None:
+    """A dotted horizontal line named in the legend (an annotation on the line sat on the data labels)."""
+    fig.add_hline(y=y, line_dash="dot", line_color=GREY)
+    fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=name, line=dict(color=GREY, dash="dot")))
 
 
 def cpu_time_line(x, y, name: str, colour: str) -> go.Scatter:
@@ -45,9 +44,11 @@ def cpu_time_line(x, y, name: str, colour: str) -> go.Scatter:
     return go.Scatter(x=x, y=y, mode="lines", name=name, line=dict(color=colour, dash="dot", width=1))
 
 
-def series(x, y, name: str, colour: str, mode: str = "lines+markers", dash: str | None = None) -> go.Scatter:
-    """One measured curve of a lab chart, in the kitchen's palette (WOK, POT, GREY ...)."""
-    return go.Scatter(x=x, y=y, mode=mode, name=name, line=dict(color=colour, dash=dash))
+def series(x, y, name: str, colour: str, mode: str = "lines+markers", dash: str | None = None,
+           spread: dict | None = None) -> go.Scatter:
+    """One measured curve of a lab chart, in the kitchen's palette (WOK, POT, GREY ...); `spread` is
+    `lab.noise.error_bars(...)`: each point's range over its repeats, drawn as an error bar."""
+    return go.Scatter(x=x, y=y, mode=mode, name=name, line=dict(color=colour, dash=dash), error_y=spread)
 
 
 def mark_x(fig: go.Figure, x: float, text: str, log_x: bool) -> None:
@@ -69,6 +70,109 @@ def mark_x(fig: go.Figure, x: float, text: str, log_x: bool) -> None:
 def finish(fig: go.Figure, title: str) -> go.Figure:
     fig.update_layout(title=title, **LAYOUT)
     label_log_axes(fig)
+    return readable(fig)
+
+
+# -- legible text, kept apart -----------------------------------------------------------------------
+# Chart text is drawn by plotly in px, so the page's presenter mode (a larger root font) cannot
+# reach it: `readable` sizes it. The layout is computed, not left to plotly's defaults, because
+# those put the legend where the x-axis title goes once the text grows: the title (wrapped to the
+# narrowest chart) and any label above the plot get their own rows at the top; the tick labels, the
+# axis title and the legend (one entry per row, so the row count is known) get theirs at the bottom.
+TEXT_PX = 13  # ticks, axis titles, legend, annotations
+PRESENTER_TEXT_PX = 16  # legible from the back row of a classroom
+LINE = 1.4  # a text row's height, in font sizes
+NARROW_PX = 560  # the narrowest a lab chart is drawn (a lab page at 1024 px, the sidebar open)
+PLOT_PX = 340  # the plotting area's own height
+
+
+def wrap(text: str, chars: int) -> list[str]:
+    """Split `text` at spaces into lines of at most `chars` characters (a longer word stays whole)."""
+    lines: list[str] = []
+    for word in text.replace("<br>", " ").split():
+        if lines and len(lines[-1]) + 1 + len(word) <= chars:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines or [""]
+
+
+def _wrap_legend(fig: go.Figure, chars: int) -> int:
+    """Wrap each legend entry to `chars` per line; returns the legend's rows (one entry per row)."""
+    rows, seen = 0, set()
+    for t in fig.data:
+        if t.showlegend is False or not t.name:
+            continue
+        lines = wrap(t.name, chars)
+        t.name = "<br>".join(lines)
+        if t.visible is not False and (t.legendgroup or t.name) not in seen:  # hidden ones take no row
+            seen.add(t.legendgroup or t.name)
+            rows += len(lines)
+    return rows
+
+
+def _wrap_categories(fig: go.Figure, px: int, width_px: int) -> int:
+    """Names on a categorical x-axis ("ITL incl. TTFT") wrapped to the width each one gets, instead
+    of side by side over each other; returns how many extra text rows that adds under the plot."""
+    names: list[str] = []
+    for t in fig.data:
+        xs = getattr(t, "x", None)
+        if xs is None or not len(xs) or not isinstance(xs[0], str) or (t.xaxis or "x") != "x":
+            continue
+        names += [x for x in xs if x not in names]
+    if not names:
+        return 0
+    chars = max(4, int((width_px - 110) / len(names) / (0.6 * px)))
+    lines = [wrap(n, chars) for n in names]
+    fig.layout.xaxis.update(tickmode="array", tickvals=names, ticktext=["<br>".join(ls) for ls in lines],
+                            tickangle=0)
+    return max(len(ls) for ls in lines) - 1
+
+
+def readable(fig: go.Figure, presenter: bool = False, width_px: int = NARROW_PX) -> go.Figure:
+    """Every text of the chart at `TEXT_PX` (`PRESENTER_TEXT_PX` in presenter mode), in rows that
+    cannot overlap: title on top, then labels above the plot; ticks, axis title, legend below.
+
+    Example: a 70-character title in presenter mode wraps to two lines of <= 31 characters, and a
+    chart with three legend entries gets three legend rows under its x-axis title."""
+    px = PRESENTER_TEXT_PX if presenter else TEXT_PX
+    title_px = px + 4
+    row = px * LINE
+    title = wrap(fig.layout.title.text or "", max(20, int(width_px / (0.56 * title_px))))
+    above = any(
+        a.yref == "paper" and a.y is not None and a.y >= 1 for a in fig.layout.annotations or ()
+    )
+    rows = _wrap_legend(fig, max(20, int((width_px - 70) / (0.56 * px))))
+    top = 12 + len(title) * title_px * LINE + (row + 8 if above else 0) + 8
+    for t in fig.data:
+        if not t.name:
+            t.showlegend = False  # an unnamed trace would be listed as "trace 0"
+    extra = _wrap_categories(fig, px, width_px)
+    axis = (2 + extra) * row + 28  # tick labels (wrapped names take more rows) and the x-axis title
+    slider = (3 * row + 36) if fig.layout.sliders else 0  # its current value, rail and step labels
+    bottom = axis + slider + rows * (row + 4) + 8
+    for s in fig.layout.sliders or ():
+        s.update(y=-axis / PLOT_PX, yanchor="top", x=0, xanchor="left", len=1, pad=dict(t=0, b=0),
+                 font=dict(size=px), currentvalue=dict(font=dict(size=px)))
+    fig.update_layout(
+        title=dict(text="<br>".join(title), x=12 / width_px, xanchor="left", xref="container",
+                   y=1 - (10 + (0.75 * title_px if len(title) > 1 else 0)) / (PLOT_PX + top + bottom),
+                   yanchor="top", yref="container",  # plotly lifts a title of several lines by ~3/4 of one
+                   font=dict(size=title_px)),
+        font=dict(size=px),
+        legend=dict(orientation="h", x=0, xanchor="left", xref="container", y=0, yanchor="bottom",
+                    yref="container", entrywidth=1, entrywidthmode="fraction", font=dict(size=px),
+                    bgcolor="rgba(0,0,0,0)"),
+        margin=dict(t=round(top), b=round(bottom), l=20, r=20, autoexpand=True),
+        height=round(PLOT_PX + top + bottom),
+    )
+    fig.update_annotations(font_size=px)
+    # ticklabelstandoff: the two axes' "0" labels at a shared origin would touch at the corner.
+    fig.update_xaxes(automargin=True, tickfont_size=px, title_font_size=px, title_standoff=8, ticklabelstandoff=4)
+    fig.update_yaxes(automargin=True, tickfont_size=px, title_font_size=px, title_standoff=8, ticklabelstandoff=6)
+    for t in fig.data:
+        if "textfont" in t and t.text is not None:
+            t.textfont.size = px
     return fig
 
 

@@ -25,9 +25,9 @@ How to add an experiment (one module, one line here, one copied page file):
 
         EXPERIMENT = Experiment(
             key="portions",                       # the page is pages/lab_portions.py
-            title="🥄 Smaller portions: ...",      # the page's title
+            title="Smaller portions: ...",         # the page's title (the icon goes before it)
             nav_title="Smaller portions: ...",     # the menu's
-            icon="🥄",
+            icon=":material/compress:",            # Streamlit's Material icons: no emoji font needed
             kitchen="... in kitchen words ...",
             engineering="... in engine words ...",
             predict=Prediction("How many times ...?", "x", 0.1, 100.0, 0.5,
@@ -36,7 +36,7 @@ How to add an experiment (one module, one line here, one copied page file):
             run=run_portions,
             figures=portions_figures,
             record=lambda info: PortionSettings(),  # what scripts/lab_record.py records
-            story=StoryLink("🥄 The element of the fable", "**The idea**: ...", "Lab: smaller portions"),
+            story=StoryLink(":material/compress: The element of the fable", "**The idea**: ...", "Lab: smaller portions"),
             # optional: tables=lambda r: {"steps": r.to_frame()}, verdict=..., verdict_on=...
         )
 
@@ -107,7 +107,7 @@ class LabPage:
 
 LAB_PAGES: list[LabPage] = [LabPage(e.page, e.nav_title, e.icon) for e in EXPERIMENTS]
 
-DASHBOARD = LabPage("pages/dashboard.py", "Dashboard: all runs", "📊")
+DASHBOARD = LabPage("pages/dashboard.py", "Dashboard: all runs", ":material/dashboard:")
 
 
 @dataclass(frozen=True)

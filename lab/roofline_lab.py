@@ -31,7 +31,8 @@ import torch
 from bench.roofline import Roofline, best_roof, measure_roofline
 from engine.costs import step_cost
 from lab.experiment import Experiment, Prediction, StoryLink, decode_verdict
-from lab.plot_kit import LABEL_POSITIONS, POT, WOK, finish, guess_marker, mark_x
+from lab.noise import Machine, MachineWatch
+from lab.plot_kit import POT, WOK, finish, guess_marker, mark_x
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.sample import Sample, sample_of
 from lab.workload import batch_prompts, check_fits
@@ -78,6 +79,7 @@ class RooflineResult:
     sample: Sample
     notes: list[str] = field(default_factory=list)
     theory: list[TheoryPoint] = field(default_factory=list)  # each phase's path as its setting grows
+    machine: Machine | None = None  # what else ran on the engine's cores meanwhile (lab.noise)
 
     def to_frame(self) -> pd.DataFrame:
         return pd.DataFrame([asdict(p) for p in self.points])
@@ -163,6 +165,7 @@ def theory_paths(engine, s: RooflineSettings, roof: Roofline) -> list[TheoryPoin
 
 def run_roofline(engine, settings: RooflineSettings, on_progress: ProgressFn | None = None) -> RooflineResult:
     """Measure the roofs, then place prefill and decode steps under them."""
+    watch = MachineWatch()  # what else uses the engine's cores while this measures
     for n in settings.prompt_lens:
         check_fits(engine, n, 1, "roofline")
     check_fits(engine, settings.decode_prompt, settings.new_tokens, "roofline")
@@ -213,14 +216,14 @@ def run_roofline(engine, settings: RooflineSettings, on_progress: ProgressFn | N
         if cross
         else "decode stays left of the ridge up to batch 1024 (analytic): always memory-bound here",
     )
-    return RooflineResult(
+    return watch.stamp(RooflineResult(
         settings=settings,
         roof=roof,
         points=points,
         sample=sample_of(last, points[-1].label),
         notes=notes,
         theory=theory,
-    )
+    ))
 
 
 # -- figures --------------------------------------------------------------------------------------
@@ -282,14 +285,14 @@ def roofline_figure(result, guess: float | None = None) -> go.Figure:
                 marker=dict(color=colour, symbol="circle-open", size=11),
             )
         )
-        fig.add_trace(
+        shares = ", ".join(f"{lab} {p:.0f}%" for lab, p in zip(part.label, part.pct_of_roof, strict=True))
+        fig.add_trace(  # each point's share of its roof is named in the legend: labels on the points collided
             go.Scatter(
                 x=part.intensity,
                 y=part.achieved_flops_per_s / 1e9,
-                mode="markers+text",
-                name=f"{phase} measured",
-                text=[f"{lab}: {p:.0f}%" for lab, p in zip(part.label, part.pct_of_roof, strict=True)],
-                textposition=[LABEL_POSITIONS[i % len(LABEL_POSITIONS)] for i in range(len(part))],
+                mode="markers",
+                name=f"{phase} measured, share of the roof: {shares}",
+                hovertext=[f"{lab}: {p:.0f}% of the roof" for lab, p in zip(part.label, part.pct_of_roof, strict=True)],
                 marker=dict(color=colour, size=10),
             )
         )
@@ -327,9 +330,9 @@ def settings_form(ui, info) -> RooflineSettings:
 
 EXPERIMENT = Experiment(
     key="roofline",
-    title="📈 The roofline: what limits each pot?",
+    title="The roofline: what limits each pot?",
     nav_title="Roofline: what limits each pot",
-    icon="📈",
+    icon=":material/show_chart:",
     kitchen="Two limits rule any kitchen: how fast ingredients come through the pantry door (memory "
     "bandwidth) and how fast the cooks chop (compute). The wok chops a lot per armful fetched; the soup "
     "pot fetches the whole pantry for one spoonful.",
@@ -350,7 +353,7 @@ EXPERIMENT = Experiment(
     figures=lambda r, g: [roofline_figure(r, g)],
     record=lambda info: RooflineSettings(prompt_lens=(16, 64, 256), batches=(1, 4, 16, 64), quick=False),
     story=StoryLink(
-        "📈 Why the fire and the ladle differ",
+        ":material/show_chart: Why the fire and the ladle differ",
         "The **roofline**: a step is limited either by memory bandwidth or by arithmetic, depending on how many "
         "FLOPs it does per byte it reads. Prefill sits right of the ridge, decode far left.",
         "Lab: roofline",

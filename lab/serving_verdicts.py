@@ -46,7 +46,8 @@ def diagnose_rush(static: PolicyNumbers, continuous: PolicyNumbers) -> Verdict:
         if continuous.tpot_p50_s > SERVING_GAIN * static.tpot_p50_s:
             fixes.append(
                 f"Each ladle got {continuous.tpot_p50_s / static.tpot_p50_s:.1f}x slower in the fuller pot "
-                "(TPOT p50): cap max_seqs where the rhythm of the words matters more than guests per second."
+                "(the typical time per token): seat fewer tables at once where the rhythm of the words matters more "
+                "than guests per second."
             )
         if continuous.ttft_p99_s > 5 * continuous.ttft_p50_s:
             fixes.append(
@@ -194,16 +195,18 @@ def diagnose_speculation(rows: list[SpecNumbers]) -> Verdict:
     if app and max(r.speedup for r in app) < SPEC_PAYS:
         weak = min(app, key=lambda r: r.speedup)
         fixes.append(
-            f"The apprentice did not pay ({weak.order}: x{weak.speedup:.2f}): each round costs k x c + 1 = "
-            f"{weak.k} x {weak.cost_ratio:.2f} + 1 = {weak.k * weak.cost_ratio + 1:.2f} chef steps and returns "
-            f"{weak.mean_acceptance_length:.2f} tokens (alpha {weak.acceptance_rate:.2f}). It needs a higher "
-            "alpha (a better-trained apprentice) or a lower c (a cheaper one), or a smaller k."
+            f"The apprentice did not pay ({weak.order}: x{weak.speedup:.2f}): each round costs one chef step plus "
+            f"{weak.k} guesses at {weak.cost_ratio:.2f} of a step each = {weak.k * weak.cost_ratio + 1:.2f} chef steps and returns "
+            f"{weak.mean_acceptance_length:.2f} tokens (the chef kept {weak.acceptance_rate:.0%} of its guesses). "
+            "It needs guesses the chef keeps more often (a better-trained apprentice), a cheaper apprentice, "
+            "or fewer guesses per round."
         )
     sampled = [r for r in single if "T=" in r.order and r.draft == "apprentice"]
     if sampled:
         fixes.append(
-            f"Sampled, the greedy apprentice's guess is accepted only with the chef's probability of it: alpha "
-            f"{sampled[0].acceptance_rate:.2f} here. Draft greedily only for greedy orders."
+            f"Sampled, the apprentice's likeliest guess is kept only as often as the chef would pick it: "
+            f"{sampled[0].acceptance_rate:.0%} here. Let the apprentice guess only for orders that take the "
+            "likeliest word."
         )
     big = [r for r in rows if r.batch > 1]
     lost = [r for r in big if r.speedup < 1 / SPEC_PAYS]

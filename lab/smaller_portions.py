@@ -28,8 +28,9 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from engine.errors import EngineError
-from lab.cpu_time import busy_note, generate_timed
+from lab.cpu_time import generate_timed
 from lab.experiment import Experiment, Prediction, StoryLink, decode_verdict
+from lab.noise import Machine, MachineWatch
 from lab.plot_kit import POT, WOK, finish, guess_marker
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.sample import Sample, sample_of
@@ -67,6 +68,7 @@ class PortionResult:
     sample: Sample  # the int8 decode run, for the inspector (its trace counts int8 bytes, engine/costs.py)
     notes: list[str] = field(default_factory=list)
     device: str = "cpu"
+    machine: Machine | None = None  # what else ran on the engine's cores meanwhile (lab.noise)
 
     def point(self, variant: str) -> PortionPoint:
         return next(p for p in self.points if p.variant == variant)
@@ -115,6 +117,7 @@ def load_variants(engine, variants) -> dict:
 
 def run_portions(engine, settings: PortionSettings, on_progress: ProgressFn | None = None) -> PortionResult:
     """Decode step, prefill and greedy agreement for each weight precision, interleaved."""
+    watch = MachineWatch()  # what else uses the engine's cores while this measures
     s = settings
     check(engine, s)
     variants = list(dict.fromkeys(s.variants))
@@ -143,7 +146,7 @@ def run_portions(engine, settings: PortionSettings, on_progress: ProgressFn | No
         tracker.step(f"{v}: greedy tokens compared with float32")
     points = [point(v, engines[v], steps[v], cpu[v], pre[v], s, greedy[v], greedy["float32"]) for v in variants]
     result = PortionResult(s, points, sample_of(runs["int8"], "int8 weights"), [], str(engine.device))
-    return replace(result, notes=notes(result, engine))
+    return watch.stamp(replace(result, notes=notes(result, engine)))
 
 
 def point(v, eng, steps, cpu, pre, s, tokens, reference) -> PortionPoint:
@@ -167,8 +170,7 @@ def notes(r: PortionResult, engine) -> list[str]:
         b16 = r.point("bfloat16")
         out.insert(2, f"against bfloat16 (the same arithmetic as int8's prefill): decode {b16.decode_step_s * 1e3:.2f}"
                       f" ms ({b16.decode_step_s / i8.decode_step_s:.2f}x int8's), prefill {b16.prefill_s * 1e3:.1f} ms")  # fmt: skip
-    busy = busy_note(sum(p.decode_step_s for p in r.points), sum(p.decode_cpu_step_s for p in r.points), r.device)
-    return out + ([busy] if busy else [])
+    return out
 
 
 # -- figures --------------------------------------------------------------------------------------
@@ -196,7 +198,7 @@ def settings_form(ui, info) -> PortionSettings:
     new_tokens = ui.slider("New tokens per run", 4, 64, 32, key="portions-new")
     longest = min(1024, info.max_context - 1)
     prefill_tokens = ui.slider("Prefill prompt (tokens)", 16, longest, min(256, longest), key="portions-prefill")
-    repeats = ui.slider("Repeats (median is kept)", 1, 5, 3, key="portions-repeats")
+    repeats = ui.slider("Repeats (the median is drawn, with the range as a bar)", 3, 7, 3, key="portions-repeats")
     variants = VARIANTS if bf16 else ("float32", "int8")
     return PortionSettings(variants=variants, new_tokens=new_tokens, prefill_tokens=prefill_tokens, repeats=repeats,
                            prompt_len=min(64, info.max_context // 4), agreement_tokens=min(64, info.max_context // 2))  # fmt: skip
@@ -204,9 +206,9 @@ def settings_form(ui, info) -> PortionSettings:
 
 EXPERIMENT = Experiment(
     key="portions",
-    title="🥄 Smaller portions: int8 weights in the soup pot and the wok",
+    title="Smaller portions: int8 weights in the soup pot and the wok",
     nav_title="Smaller portions: int8 weights",
-    icon="🥄",
+    icon=":material/compress:",
     kitchen="The soup pot waits on the pantry: every spoonful needs the whole pantry carried to the stove. Pack "
     "it in smaller boxes and each trip is shorter, so the ladle comes faster, if the trip was the slow part. "
     "The wok was busy tossing, not waiting for the pantry: smaller boxes do not make it toss faster.",
@@ -230,7 +232,7 @@ EXPERIMENT = Experiment(
         prefill_tokens=min(256, info.max_context - 1),
     ),  # fmt: skip
     story=StoryLink(
-        "🥄 Smaller portions",
+        ":material/compress: Smaller portions",
         "**Quantized weights**: int8 weights are a quarter of float32's bytes. Decode, which is bound by the bytes it "
         "reads, gets faster; prefill, bound by arithmetic, does not.",
         "Lab: smaller portions (int8 weights)",

@@ -29,7 +29,8 @@ import plotly.graph_objects as go
 from engine.errors import EngineError
 from engine.events import Done, Token
 from lab.experiment import Experiment, Prediction, StoryLink
-from lab.plot_kit import GREY, POT, WOK, finish, guess_marker, mark_x
+from lab.noise import MIN_REPEATS, SPREAD_LEGEND, Machine, MachineWatch, Spread, error_bars, spread_of
+from lab.plot_kit import POT, WOK, finish, guess_marker, mark_x, reference_line
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.serve_replay import serving_engine, warm_up
 from lab.serving_verdicts import StallNumbers, diagnose_stall
@@ -56,6 +57,8 @@ class StallRun:
     itl_p50_s: float  # the tables' usual gap (median over repeats)
     itl_max_s: float  # their worst gap (median over repeats of each repeat's worst)
     itl_s: list[float]  # the last repeat's gaps, gap i = between the tables' tokens i+1 and i+2
+    ttft: Spread | None = None  # seconds: the banquet's TTFT over the repeats (median, range)
+    worst: Spread | None = None  # seconds: each repeat's worst gap (median, range)
 
     @property
     def label(self) -> str:
@@ -76,6 +79,7 @@ class StallResult:
     settings: StallSettings
     runs: list[StallRun]
     notes: list[str]
+    machine: Machine | None = None  # what else ran on the engine's cores meanwhile (lab.noise)
 
     @property
     def continuous(self) -> StallRun:
@@ -147,20 +151,22 @@ def serve_once(base, s: StallSettings, policy: str, budget: int) -> tuple[float,
 
 def run_stall(engine, settings: StallSettings, on_progress: ProgressFn | None = None) -> StallResult:
     """The banquet under continuous (one pass), then under chunked prefill for each token budget."""
+    watch = MachineWatch()  # what else uses the engine's cores while this measures
     s = settings
     check(engine, s)
     plan = [("continuous", s.banquet_prompt + s.tables)] + [("chunked", b) for b in sorted(set(s.budgets))]
-    tracker = ProgressTracker([1.0] * len(plan) * s.repeats, on_progress)
+    tracker = ProgressTracker([1.0] * len(plan) * max(MIN_REPEATS, s.repeats), on_progress)
     runs = []
     for policy, budget in plan:
         ttfts, p50s, maxes = [], [], []
-        for _ in range(s.repeats):
+        for _ in range(max(MIN_REPEATS, s.repeats)):
             ttft, gaps = serve_once(engine, s, policy, budget)
             ttfts.append(ttft), p50s.append(median_of(gaps)), maxes.append(max(gaps))
             tracker.step(
                 f"{policy} {budget}: banquet TTFT {ttft * 1e3:.0f} ms, worst gap {max(gaps) * 1e3:.0f} ms"
             )
-        runs.append(StallRun(policy, budget, median_of(ttfts), median_of(p50s), median_of(maxes), gaps))
+        runs.append(StallRun(policy, budget, median_of(ttfts), median_of(p50s), median_of(maxes), gaps,
+                             spread_of(ttfts), spread_of(maxes)))
     cont = runs[0]
     flattest = min(runs[1:], key=lambda r: r.itl_max_s / r.itl_p50_s)
     notes = [
@@ -170,7 +176,7 @@ def run_stall(engine, settings: StallSettings, on_progress: ProgressFn | None = 
         f"chunked with a budget of {flattest.token_budget}: worst gap {flattest.itl_max_s / flattest.itl_p50_s:.1f}x "
         f"the usual, banquet TTFT {flattest.banquet_ttft_s * 1e3:.0f} ms",
     ]
-    return StallResult(s, runs, notes)
+    return watch.stamp(StallResult(s, runs, notes))
 
 
 # -- figures --------------------------------------------------------------------------------------
@@ -198,16 +204,24 @@ def stall_figures(result: StallResult, guess: float | None = None) -> list[go.Fi
     df = result.to_frame()
     trade = go.Figure()
     chunked = df[df.policy == "chunked"]
+    def bars(runs, which):  # each point's range over the repeats, when it was kept
+        spreads = [getattr(r, which) for r in runs]
+        return error_bars(spreads, 1e3) if all(spreads) else None
+
+    chunks = [r for r in result.runs if r.policy == "chunked"]
+    conts = [r for r in result.runs if r.policy == "continuous"]
     trade.add_trace(go.Scatter(
-        x=chunked.banquet_ttft_s * 1e3, y=chunked.itl_max_s * 1e3, mode="lines+markers+text", name="chunked",
-        text=[f"budget {b}" for b in chunked.token_budget], textposition="top right", line=dict(color=POT),
+        x=chunked.banquet_ttft_s * 1e3, y=chunked.itl_max_s * 1e3, mode="lines+markers+text",
+        name=f"chunked, median ({SPREAD_LEGEND})", text=[f"budget {b}" for b in chunked.token_budget],
+        textposition="top right", line=dict(color=POT), error_x=bars(chunks, "ttft"), error_y=bars(chunks, "worst"),
     ))  # fmt: skip
     cont = df[df.policy == "continuous"]
     trade.add_trace(go.Scatter(x=cont.banquet_ttft_s * 1e3, y=cont.itl_max_s * 1e3, mode="markers+text",
                                name="continuous (whole banquet)", text=["continuous"], textposition="bottom right",
-                               marker=dict(color=WOK, size=12)))  # fmt: skip
+                               marker=dict(color=WOK, size=12), error_x=bars(conts, "ttft"),
+                               error_y=bars(conts, "worst")))  # fmt: skip
     usual = df.itl_p50_s.median() * 1e3
-    trade.add_hline(y=usual, line_dash="dot", line_color=GREY, annotation_text=f"usual gap {usual:.1f} ms")
+    reference_line(trade, usual, f"the usual gap, {usual:.1f} ms")
     trade.update_xaxes(
         title="the banquet's TTFT (ms)", range=[0, df.banquet_ttft_s.max() * 1e3 * 1.2]
     )  # labels fit
@@ -233,7 +247,7 @@ def settings_form(ui, info) -> StallSettings:
     budgets = ui.multiselect(
         "Chunk budgets (tokens per step)", choices, default=choices[:5], key="stall-budgets"
     )
-    repeats = ui.slider("Repeats (median is kept)", 1, 5, 3, key="stall-repeats")
+    repeats = ui.slider("Repeats (the median is drawn, with the range as a bar)", 3, 7, 3, key="stall-repeats")
     return StallSettings(
         tables=tables, banquet_prompt=banquet, budgets=tuple(budgets) or (64,), repeats=repeats
     )
@@ -241,9 +255,9 @@ def settings_form(ui, info) -> StallSettings:
 
 EXPERIMENT = Experiment(
     key="stall",
-    title="🥘 Don't stall the pot: a banquet arrives mid-service",
+    title="Don't stall the pot: a banquet arrives mid-service",
     nav_title="Don't stall the pot: chunked prefill",
-    icon="🥘",
+    icon=":material/stockpot:",
     kitchen="Four tables are mid-soup when a banquet ticket lands. Toss the whole banquet before the next "
     "ladle and every table waits through one long pause. Toss it a handful at a time between ladles and "
     "the soup keeps its rhythm, while the banquet's first dish comes a little later.",
@@ -265,7 +279,7 @@ EXPERIMENT = Experiment(
     figures=stall_figures,
     record=lambda info: StallSettings(banquet_prompt=min(384, info.max_context - 8)),
     story=StoryLink(
-        "🥘 A banquet ticket lands while the soup is being served",
+        ":material/stockpot: A banquet ticket lands while the soup is being served",
         "**Interference and chunked prefill**: a long prompt's prefill pass stalls every running decode; "
         "cutting it into chunks that share each step with the decodes keeps ITL flat, at some cost in TTFT.",
         "Lab: don't stall the pot (chunked prefill)",

@@ -14,10 +14,11 @@ compute-bound: step time rises ~linearly with B. Prefill of B x P tokens is comp
 so its time per token is ~constant in B. This is the shape of Sarathi-Serve's figure 2 (per-token
 cost of prefill vs decode over batch size), measured here on this machine.
 
-Measured per batch size: one generation of `new_tokens` tokens from B prompts of `prompt_len`
-(repeated `repeats` times); decode step time = median over all decode steps of all repeats (wall,
-and CPU time via `lab.cpu_time`);
-prefill time per token = median prefill pass / (B x prompt_len).
+Measured per batch size: one generation of `new_tokens` tokens from B prompts of `prompt_len`,
+repeated `repeats` (at least 3) times; decode step time = median over all decode steps of all
+repeats (wall, and CPU time via `lab.cpu_time`), with the range of the repeats' own medians
+(`lab.noise.Spread`) drawn as error bars; prefill time per token = median prefill pass / (B x
+prompt_len). The knee (where a step costs 1.5x batch 1's) is stated only past that range.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from engine.errors import EngineError
-from lab.cpu_time import busy_note, generate_timed
+from lab.cpu_time import generate_timed
 from lab.experiment import Experiment, Prediction, StoryLink, decode_verdict
+from lab.noise import MIN_REPEATS, SPREAD_LEGEND, Machine, MachineWatch, Spread, error_bars, spread_of
 from lab.plot_kit import GREY, POT, WOK, cpu_time_line, finish, guess_marker, series
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.sample import Sample, sample_of
@@ -42,7 +44,7 @@ class TablesSettings:
     batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
     prompt_len: int = 32
     new_tokens: int = 16
-    repeats: int = 1
+    repeats: int = 3
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class TablesPoint:
     prefill_s: float  # median prefill pass for batch x prompt_len tokens
     prefill_us_per_token: float
     decode_intensity: float  # analytic FLOP/byte of a decode step at this batch
+    step: Spread  # seconds: the repeats' median decode steps, wall clock
+    cpu_step: Spread  # seconds: the same in process CPU time
 
 
 @dataclass(frozen=True)
@@ -64,9 +68,15 @@ class TablesResult:
     sample: Sample
     notes: list[str] = field(default_factory=list)
     device: str = "cpu"  # CPU time is the work's own cost only when the work runs on the CPU
+    machine: Machine | None = None  # what else ran on the engine's cores meanwhile (lab.noise)
 
     def to_frame(self) -> pd.DataFrame:
-        return pd.DataFrame([asdict(p) for p in self.points])
+        rows = []
+        for p in self.points:
+            row = {k: v for k, v in asdict(p).items() if k not in ("step", "cpu_step")}
+            row.update(decode_step_low_s=p.step.low, decode_step_high_s=p.step.high, repeats=p.step.n)
+            rows.append(row)
+        return pd.DataFrame(rows)
 
 
 def measure_batch(engine, batch: int, s: TablesSettings) -> tuple[TablesPoint, Sample]:
@@ -74,7 +84,7 @@ def measure_batch(engine, batch: int, s: TablesSettings) -> tuple[TablesPoint, S
     engine.generate(prompts, max_new_tokens=2, stop_at_eos=False)  # warm-up: a GPU's first call of a new shape is slow (lazy init, kernel choice), so it is not timed
     timed = [
         generate_timed(engine, prompts, max_new_tokens=s.new_tokens, temperature=0.0, stop_at_eos=False)
-        for _ in range(max(1, s.repeats))
+        for _ in range(max(MIN_REPEATS, s.repeats))
     ]
     runs = [t.result for t in timed]
     steps = [st for r in runs for st in r.trace.decode_steps]
@@ -93,23 +103,34 @@ def measure_batch(engine, batch: int, s: TablesSettings) -> tuple[TablesPoint, S
         prefill_s=prefill_s,
         prefill_us_per_token=prefill_s / (batch * s.prompt_len) * 1e6,
         decode_intensity=median_of([st.intensity for st in steps]),
+        step=spread_of([median_of([st.seconds for st in r.trace.decode_steps]) for r in runs]),
+        cpu_step=spread_of([median_of(t.decode_cpu_s) for t in timed]),
     )
     return point, sample_of(runs[-1], f"batch {batch}")
 
 
-def knee(points: list[TablesPoint], on_cpu: bool, rise: float = 1.5) -> int | None:
-    """The first batch whose decode step costs `rise` x (50 % more than) batch 1's: the pot turns busy.
+def knee(points: list[TablesPoint], on_cpu: bool, rise: float = 1.5) -> tuple[int | None, bool]:
+    """(the first batch whose decode step costs `rise` x (50 % more than) batch 1's, whether the
+    repeats' spread allows saying so): the pot turns busy there.
 
-    On a CPU the step's CPU time decides (a neighbour's burst cannot fake a knee); elsewhere, wall time.
+    On a CPU the step's CPU time decides (a neighbour's burst moves it less); elsewhere, wall time.
+    A knee stands when even that batch's fastest repeat costs `rise` x batch 1's slowest; "no knee
+    in this range" stands when every batch's slowest repeat stays under `rise` x batch 1's fastest.
+    Example: batch 1 at 2.0-2.2 ms, batch 32 at 3.4-3.6 ms -> (32, True); at 2.9-3.6 ms -> (32, False).
     """
     if not points:
-        return None
-    cost = [p.decode_cpu_step_s if on_cpu else p.decode_step_s for p in points]
-    return next((p.batch for p, c in zip(points, cost, strict=True) if c >= rise * cost[0]), None)
+        return None, False
+    cost = [p.cpu_step if on_cpu else p.step for p in points]
+    first = cost[0]
+    k = next((i for i, c in enumerate(cost) if c.median >= rise * first.median), None)
+    if k is None:
+        return None, all(c.high < rise * first.low for c in cost)
+    return points[k].batch, cost[k].low >= rise * first.high
 
 
 def run_tables(engine, settings: TablesSettings, on_progress: ProgressFn | None = None) -> TablesResult:
     """Decode step time, decode tokens/s and prefill time per token for each batch size."""
+    watch = MachineWatch()  # what else uses the engine's cores while this measures
     batches = sorted(set(settings.batches))
     if settings.new_tokens < 2:
         raise EngineError(
@@ -126,7 +147,8 @@ def run_tables(engine, settings: TablesSettings, on_progress: ProgressFn | None 
         points.append(point)
         tracker.step(f"batch {b}: decode step {point.decode_step_s * 1e3:.1f} ms")
     on_cpu = str(engine.info.device).startswith("cpu")
-    k = knee(points, on_cpu)
+    k, sure = knee(points, on_cpu)
+    machine = watch.finish()
     first, last = points[0], points[-1]
     clock = "CPU time" if on_cpu else "time"
     notes = [
@@ -136,10 +158,13 @@ def run_tables(engine, settings: TablesSettings, on_progress: ProgressFn | None 
         f"grew {last.batch // first.batch}x; decode tokens/s {first.decode_tps:.0f} -> {last.decode_tps:.0f}",
         f"prefill time per token {first.prefill_us_per_token:.0f} -> {last.prefill_us_per_token:.0f} us",
         (
-            f"decode step {clock} first reaches 1.5x batch-1's at batch {k}"
+            machine.too_noisy("where the pot gets busy")
+            if not sure
+            else f"one ladle (decode step, {clock}) first costs 1.5x one table's at batch {k}, by more than "
+            "the repeats vary: from there each extra table adds real work"
             if k
-            else f"decode step {clock} never reached 1.5x batch-1's in this range: "
-            "still memory/overhead-bound"
+            else f"one ladle (decode step, {clock}) stayed under 1.5x one table's over the whole range, by more "
+            "than the repeats vary: the pot's time goes to lifting the ladle (reading the weights), not to the bowls"
         ),
     ]
     if on_cpu:
@@ -149,11 +174,9 @@ def run_tables(engine, settings: TablesSettings, on_progress: ProgressFn | None 
             f"{last.decode_cpu_step_s * 1e3:.2f} ms "
             f"({last.decode_cpu_step_s / first.decode_cpu_step_s:.1f}x)",
         )
-    wall = sum(p.decode_step_s for p in points)
-    busy = busy_note(wall, sum(p.decode_cpu_step_s for p in points), engine.info.device)
-    notes += [busy] if busy else []
     return TablesResult(
-        settings=settings, points=points, sample=sample, notes=notes, device=str(engine.info.device)
+        settings=settings, points=points, sample=sample, notes=notes, device=str(engine.info.device),
+        machine=machine,
     )
 
 
@@ -172,19 +195,21 @@ def tables_figures(result, guess: float | None = None) -> list[go.Figure]:
     )
 
     step = make_subplots(specs=[[{"secondary_y": True}]])
-    step.add_trace(series(df.batch, df.decode_step_s * 1e3, "decode step (ms)", POT))
+    step.add_trace(series(df.batch, df.decode_step_s * 1e3, f"one ladle (decode step), median ({SPREAD_LEGEND})",
+                          POT, spread=error_bars([p.step for p in result.points], 1e3)))
     step.add_trace(
-        series(df.batch, df.decode_tps, "decode tokens/s", GREY, dash="dash"),
+        series(df.batch, df.decode_tps, "bowls per second (tokens/s, right axis)", GREY, dash="dash"),
         secondary_y=True,
     )
     if result.device == "cpu":
-        step.add_trace(cpu_time_line(df.batch, df.decode_cpu_step_s * 1e3, "decode step CPU time (ms)", POT))
+        step.add_trace(cpu_time_line(df.batch, df.decode_cpu_step_s * 1e3, "the pot's own work (CPU time), median", POT))
     if guess is not None:
         step.add_trace(
-            guess_marker(df.batch.iloc[-1], df.decode_step_s.iloc[0] * 1e3 * guess, f"your guess: {guess:g}x")
+            guess_marker(df.batch.iloc[-1], df.decode_step_s.iloc[0] * 1e3 * guess, f"your guess: {guess:g}x",
+                         "top left")
         )
     step.update_xaxes(title="batch size (sequences)", type="log")
-    step.update_yaxes(title="decode step (ms)", rangemode="tozero", secondary_y=False)
+    step.update_yaxes(title="one ladle (ms)", rangemode="tozero", secondary_y=False)
     step.update_yaxes(
         title="tokens / s", rangemode="tozero", secondary_y=True, showgrid=False, tickmode="auto"
     )
@@ -208,9 +233,9 @@ def settings_form(ui, info) -> TablesSettings:
 
 EXPERIMENT = Experiment(
     key="tables",
-    title="🍽️ More tables: one ladle, many bowls",
+    title="More tables: one ladle, many bowls",
     nav_title="More tables: batch size",
-    icon="🍽️",
+    icon=":material/table_restaurant:",
     kitchen="The soup pot's slow part is lifting the ladle: reading the whole pot for every spoonful. "
     "Serving "
     "more tables from the same lift costs little extra, until each bowl needs real work of its own. The wok "
@@ -218,7 +243,7 @@ EXPERIMENT = Experiment(
     engineering="A decode step reads every weight once, whatever the batch, and does 2 FLOPs per weight per "
     "sequence. At small batch it is memory-bound: the step time stays flat while tokens/s grows. Past the "
     "machine's ridge it turns compute-bound and rises. Prefill's time per token is flat from the start "
-    "(the shape of Sarathi-Serve's figure 2, measured live).",
+    "(the shape of figure 2 of the Sarathi-Serve paper, measured live).",
     predict=Prediction(
         question="At the largest batch, how many times longer does one decode step take than at batch 1?",
         unit="x",
@@ -232,7 +257,7 @@ EXPERIMENT = Experiment(
     figures=tables_figures,
     record=lambda info: TablesSettings(batches=(1, 2, 4, 8, 16, 32, 64), prompt_len=32, new_tokens=16),
     story=StoryLink(
-        "🧾 Order tickets on the rail",
+        ":material/receipt_long: Order tickets on the rail",
         "The **batch**: requests served together. More tables barely slow a decode step (the weights are read "
         "once for all of them) until the step turns compute-bound.",
         "Lab: more tables (batch size)",

@@ -31,6 +31,7 @@ import plotly.graph_objects as go
 
 from engine.errors import EngineError
 from lab.experiment import Experiment, Prediction, StoryLink
+from lab.noise import Machine, MachineWatch
 from lab.plot_kit import GREY, POT, WOK, finish, guess_marker
 from lab.progress import ProgressFn, ProgressTracker
 from lab.serving_verdicts import diagnose_two_kitchens
@@ -79,6 +80,7 @@ class TwoKitchensResult:
     two: list[StreamOrder]
     same_tokens: bool  # every order's tokens equal in both kitchens
     notes: list[str] = field(default_factory=list)
+    machine: Machine | None = None  # what else ran on the engine's cores meanwhile (lab.noise)
 
     def handoff_frame(self) -> pd.DataFrame:
         rows = [{k: v for k, v in asdict(r).items() if k not in ("tokens", "text")} for r in self.handoffs]
@@ -135,6 +137,7 @@ def check_settings(engine, s: TwoKitchensSettings) -> None:
 def run_two_kitchens_lab(engine, settings: TwoKitchensSettings, on_progress: ProgressFn | None = None
                          ) -> TwoKitchensResult:  # fmt: skip
     """Handoff runs and the stream through one kitchen and through two (greedy, fixed lengths)."""
+    watch = MachineWatch()  # what else uses the engine's cores while this measures
     s = settings
     check_settings(engine, s)
     model, cfg = engine.info.name, engine.cfg
@@ -174,8 +177,8 @@ def run_two_kitchens_lab(engine, settings: TwoKitchensSettings, on_progress: Pro
                      f"{r.transfer_s / r.predicted_transfer_s:.2f}x the link's {link.latency_s * 1e6:.0f} us + bytes / "
                      f"{link.bytes_per_s / 1e9:.2f} GB/s; round trip exact: {r.round_trip_exact}")  # fmt: skip
     notes.append(f"tokens equal in one kitchen and two: {same}")
-    return TwoKitchensResult(s, model, str(engine.info.device), per_token, formula, link, handoffs, one, two, same,
-                             notes)  # fmt: skip
+    return watch.stamp(TwoKitchensResult(s, model, str(engine.info.device), per_token, formula, link, handoffs, one, two, same,
+                             notes))  # fmt: skip
 
 
 # -- figures --------------------------------------------------------------------------------------
@@ -245,15 +248,14 @@ def what_if_figure(result: TwoKitchensResult) -> go.Figure:
                              visible=gbps == here, text=[f"{v:.3g} ms" for v in ys]))  # fmt: skip
     fig.add_trace(go.Bar(x=x, y=[r.first_decode_s * 1e3 for r in runs], name="first decode (measured)",
                          marker_color=POT))  # fmt: skip
-    steps = [dict(label=f"{g:g} GB/s" + (" (here)" if g == here else ""), method="update",
+    steps = [dict(label=f"{g:g}" + ("*" if g == here else ""), method="update",
                   args=[{"visible": [True, *[j == i for j in range(len(choices))], True]}])
              for i, g in enumerate(choices)]  # fmt: skip
-    fig.update_layout(barmode="stack", sliders=[dict(active=choices.index(here), steps=steps, y=-0.45,
-                                                      currentvalue=dict(prefix="link bandwidth: "))])  # fmt: skip
+    fig.update_layout(barmode="stack", sliders=[dict(active=choices.index(here), steps=steps, currentvalue=dict(
+        prefix="link bandwidth (GB/s, * = this machine's): "))])  # fmt: skip
     fig.update_yaxes(title="TTFT (ms): transfer COMPUTED, not measured")
     fig = finish(fig, "What if the kitchens were further apart?<br><sup>transfer = measured K/V bytes / the "
                       "bandwidth you pick: COMPUTED, not measured</sup>")  # fmt: skip
-    fig.update_layout(margin=dict(b=220))
     return fig
 
 
@@ -287,9 +289,9 @@ def kv_tables(result: TwoKitchensResult) -> dict[str, pd.DataFrame]:
 
 EXPERIMENT = Experiment(
     key="two_kitchens",
-    title="🏠 Two kitchens: prefill and decode apart",
+    title="Two kitchens: prefill and decode apart",
     nav_title="Two kitchens: disaggregation",
-    icon="🏠",
+    icon=":material/home_work:",
     kitchen="In one kitchen every new order's prompt goes in the wok on the same stove as the soup pot, and "
     "the pot waits while the wok tosses. Two kitchens: the wok in one, the pot in the other, and a runner "
     "carries each order's stock (its KV cache) across. The pot never waits for the wok; each order pays for "
@@ -313,7 +315,7 @@ EXPERIMENT = Experiment(
     figures=lambda r, g: [gaps_figure(r, g), ttft_figure(r), link_figure(r), what_if_figure(r)],
     record=lambda info: TwoKitchensSettings(long_prompt=min(384, info.max_context - 32)),
     story=StoryLink(
-        "🏠 The two pots in two kitchens, the dish carried between them",
+        ":material/home_work: The two pots in two kitchens, the dish carried between them",
         "**Prefill/decode disaggregation**: prefill and decode on separate workers, the KV cache transferred "
         "between them; decode is never interrupted by a prefill, and each request pays the transfer.",
         "Lab: two kitchens (disaggregation)",

@@ -9,8 +9,8 @@ What happens, top to bottom:
   1. read the corpus, check its sha256, split it: the first 95 % trains, the last 5 % validates;
   2. train a small byte-level BPE tokenizer on the training split only (or reuse the chef's, for
      the apprentice, so the two can take part in speculative decoding);
-  3. train `transformers.LlamaForCausalLM` with AdamW on random 512-token windows, evaluating the
-     validation loss every `--eval-every` steps and keeping the best weights;
+  3. train `transformers.LlamaForCausalLM` with AdamW on random `--context`-token windows, evaluating
+     the validation loss every `--eval-every` steps and keeping the best weights;
   4. write the HF folder, the training curve (PNG) and a model card (README.md) with the exact
      command, the machine, the time, the size and both validation losses (per token and per char).
 
@@ -18,21 +18,25 @@ Per-character loss lets models with different tokenizers compare: a token covers
 here, so 4.5 nats/token is ~1.5 nats/char. The baseline is a character-unigram model (each char's
 training-split frequency): its cross-entropy on the validation split, in nats/char.
 
+A longer context: `--init FOLDER` continues from a trained chef (its weights and tokenizer) on
+longer windows with a short learning-rate schedule. Each evaluation then also measures the loss on
+windows of the old length, and a checkpoint is kept only if that loss is no worse than the old
+chef's: growing the context must not cost the text it could already write.
+
 Examples (the model cards record the exact command of each shipped run):
     .venv/bin/python scripts/train_chef.py --data ../shared/data/tinyshakespeare.txt \\
         --size chef --out assets/models/chef --steps 2400 --minutes 30
     .venv/bin/python scripts/train_chef.py --data ../shared/data/tinyshakespeare.txt \\
         --size apprentice --tokenizer-from assets/models/chef --out assets/models/apprentice --minutes 7
+    .venv/bin/python scripts/train_chef.py --data ../shared/data/tinyshakespeare.txt \\
+        --init assets/models/chef --context 2560 --batch 2 --lr 6e-4 --warmup 10 --minutes 40 --out /tmp/chef-long
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
-import os
-import platform
 import shlex
 import sys
 import time
@@ -40,10 +44,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-
-CORPUS_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
-EOS = "<|endoftext|>"
-VAL_FRACTION = 0.05
+from chef_card import machine_description, model_card, plot_curve, sample_text
+from chef_corpus import EOS, char_unigram_nats, load_tokenizer, read_corpus, save_tokenizer, train_tokenizer
 
 
 @dataclass(frozen=True)
@@ -65,73 +67,6 @@ SHAPES = {
 }
 
 
-@dataclass(frozen=True)
-class Split:
-    train_text: str
-    val_text: str
-
-
-def read_corpus(path: Path) -> Split:
-    """Read the corpus, refuse a different file than the one the model card describes, split 95/5."""
-    raw = path.read_bytes()
-    digest = hashlib.sha256(raw).hexdigest()
-    if digest != CORPUS_SHA256:
-        sys.exit(f"{path}: sha256 {digest[:12]}… is not the Tiny Shakespeare file ({CORPUS_SHA256[:12]}…)")
-    text = raw.decode("utf-8")
-    cut = int(len(text) * (1 - VAL_FRACTION))
-    return Split(train_text=text[:cut], val_text=text[cut:])
-
-
-def char_unigram_nats(split: Split) -> float:
-    """Cross-entropy (nats/char) of the validation split under the training split's char frequencies.
-
-    Add-one smoothing so a character unseen in training costs a finite amount.
-    Worked example: train "aab", val "ab": p(a)=3/6, p(b)=2/6, p(other)=1/6 -> mean(-ln .5, -ln .33).
-    """
-    from collections import Counter
-
-    counts = Counter(split.train_text)
-    alphabet = set(counts) | set(split.val_text)
-    total = sum(counts.values()) + len(alphabet)
-    nll = sum(-math.log((counts[c] + 1) / total) for c in split.val_text)
-    return nll / len(split.val_text)
-
-
-def train_tokenizer(train_text: str, vocab_size: int):
-    """A byte-level BPE (GPT-2 style) learned on the training split only: any text encodes, no UNK."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=[EOS],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    chunks = [train_text[i : i + 20_000] for i in range(0, len(train_text), 20_000)]
-    tok.train_from_iterator(chunks, trainer=trainer)
-    return tok
-
-
-def save_tokenizer(tok, out: Path, max_len: int) -> None:
-    """Save as a standard HF fast tokenizer (tokenizer.json + tokenizer_config.json)."""
-    from transformers import PreTrainedTokenizerFast
-
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token=EOS, bos_token=EOS, pad_token=EOS, model_max_length=max_len
-    )
-    fast.save_pretrained(str(out))
-
-
-def load_tokenizer(folder: Path):
-    from tokenizers import Tokenizer
-
-    return Tokenizer.from_file(str(folder / "tokenizer.json"))
-
-
 def build_model(shape: Shape, vocab_size: int, eos_id: int, context: int, seed: int):
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -150,42 +85,85 @@ def build_model(shape: Shape, vocab_size: int, eos_id: int, context: int, seed: 
     return LlamaForCausalLM(cfg)
 
 
+def load_init(folder: Path, context: int):
+    """A trained checkpoint to continue from, its context raised to `context` (RoPE needs no table)."""
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM.from_pretrained(str(folder))
+    model.config.max_position_embeddings = context
+    return model
+
+
+def shape_of(model) -> Shape:
+    c = model.config
+    return Shape(c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
+                 c.num_key_value_heads)
+
+
+@dataclass(frozen=True)
+class BandLoss:
+    """Loss of the predictions made at window positions [start, end): how much text came before."""
+
+    start: int
+    end: int
+    tokens: int
+    nats_per_token: float
+
+
 @dataclass(frozen=True)
 class ValLoss:
     nats_per_token: float
     nats_per_char: float
     tokens: int
     chars: int
+    bands: tuple[BandLoss, ...] = ()
+
+
+def position_bands(context: int) -> tuple[tuple[int, int], ...]:
+    """[0, 512), [512, 1024), [1024, 2048), ... up to the context: the old limit, then doublings."""
+    edges = [0, 512]
+    while edges[-1] < context:
+        edges.append(min(context, edges[-1] * 2))
+    return tuple(zip(edges[:-1], edges[1:], strict=True)) if context > 512 else ((0, context),)
 
 
 @torch.no_grad()
-def evaluate(model, val_ids: torch.Tensor, chars_predicted: int, context: int, batch: int = 8) -> ValLoss:
+def evaluate(model, val_ids: torch.Tensor, chars_predicted: int, context: int) -> ValLoss:
     """Total NLL of every validation token but the first, in windows of `context` (no overlap).
 
     Each window predicts `context` tokens from the ones before it; consecutive windows share one
-    token so every token after the first is predicted exactly once.
+    token so every token after the first is predicted exactly once. The per-position losses are also
+    summed in bands (`position_bands`), so a longer-context model shows what the extra context buys.
     """
     model.eval()
     n = val_ids.numel() - 1
-    starts = list(range(0, n, context))
-    total = 0.0
-    for i in range(0, len(starts), batch):
-        for s in starts[i : i + batch]:  # ragged last window: run one at a time, it is cheap
-            window = val_ids[s : s + context + 1]
-            x, y = window[:-1].unsqueeze(0), window[1:].unsqueeze(0)  # (1, T)
-            logits = model(input_ids=x).logits  # (1, T, V)
-            total += torch.nn.functional.cross_entropy(logits[0], y[0], reduction="sum").item()
+    bands = position_bands(context)
+    band_nll = [0.0] * len(bands)
+    band_n = [0] * len(bands)
+    for s in range(0, n, context):
+        window = val_ids[s : s + context + 1]
+        x, y = window[:-1].unsqueeze(0), window[1:].unsqueeze(0)  # (1, T)
+        logits = model(input_ids=x).logits  # (1, T, V)
+        nll = torch.nn.functional.cross_entropy(logits[0], y[0], reduction="none")  # (T,)
+        for i, (lo, hi) in enumerate(bands):
+            part = nll[lo:hi]
+            band_nll[i] += part.sum().item()
+            band_n[i] += part.numel()
     model.train()
-    return ValLoss(total / n, total / chars_predicted, n, chars_predicted)
+    total = sum(band_nll)
+    per_band = tuple(
+        BandLoss(lo, hi, k, v / k) for (lo, hi), v, k in zip(bands, band_nll, band_n, strict=True) if k
+    )
+    return ValLoss(total / n, total / chars_predicted, n, chars_predicted, per_band)
 
 
 def add_residual_dropout(model, p: float) -> None:
     """Dropout on each attention and MLP output before it joins the residual stream (training only).
 
-    Why it exists: the corpus is ~370 k tokens and a long run makes many passes over it. Why it is off
-    by default: at our CPU budget it made no measurable difference (at step 800, 1.607 nats/char with
-    dropout 0.1 and LR 2e-3 vs 1.604 without it at LR 3e-3), so it only adds a knob. Hooks keep the saved
-    checkpoint a plain LlamaForCausalLM: `eval()` turns the dropout off, and hooks are not saved.
+    Why it exists: the corpus is ~370 k tokens and a long run makes many passes over it. Hooks keep
+    the saved checkpoint a plain LlamaForCausalLM: `eval()` turns the dropout off, and hooks are not
+    saved. Measured here at step 800: 1.607 nats/char with dropout 0.1 and LR 2e-3 vs 1.604 without it
+    at LR 3e-3, so it is off by default.
     """
     if p <= 0:
         return
@@ -224,51 +202,20 @@ def run_progress(step: int, steps: int, elapsed_s: float, budget_s: float) -> fl
     return max(step / steps, elapsed_s / budget_s)
 
 
-def sample_text(model, tok, prompt: str, n: int, seed: int, temperature: float = 0.8) -> str:
-    """A seeded sample (temperature 0.8, top-k 40) through HF generate, for the model card."""
-    ids = torch.tensor([tok.encode(prompt).ids])
-    torch.manual_seed(seed)
-    out = model.generate(ids, max_new_tokens=n, do_sample=True, temperature=temperature, top_k=40)
-    return tok.decode(out[0].tolist())
-
-
-def plot_curve(history: list[dict], baseline: float, path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
-    tr = [h for h in history if "train_nats_per_char" in h]
-    va = [h for h in history if "val_nats_per_char" in h]
-    ax.plot([h["step"] for h in tr], [h["train_nats_per_char"] for h in tr], label="train (batch)", alpha=0.6)
-    ax.plot([h["step"] for h in va], [h["val_nats_per_char"] for h in va], "o-", label="validation")
-    ax.axhline(baseline, color="gray", ls="--", label=f"char-unigram baseline {baseline:.2f}")
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("loss, nats per character")
-    ax.set_title(title)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--data", type=Path, required=True, help="path to tinyshakespeare.txt")
     p.add_argument("--out", type=Path, required=True, help="output HF folder")
     p.add_argument("--size", choices=sorted(SHAPES), default="chef")
+    p.add_argument("--init", type=Path, default=None,
+                   help="continue from this trained folder (weights and tokenizer; --size is ignored)")
     p.add_argument("--tokenizer-from", type=Path, default=None, help="reuse this folder's tokenizer.json")
     p.add_argument("--vocab", type=int, default=2048)
     p.add_argument("--context", type=int, default=512)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--steps", type=int, default=1500)
-    p.add_argument(
-        "--minutes",
-        type=float,
-        default=45.0,
-        help="wall-clock budget: the LR decays by it and the run stops at it",
-    )
+    p.add_argument("--minutes", type=float, default=45.0,
+                   help="wall-clock budget: the LR decays by it and the run stops at it")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--weight-decay", type=float, default=0.1)
@@ -277,6 +224,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=1337)
     return p.parse_args(argv)
+
+
+def _val_entry(step: int, t: float, v: ValLoss, short: ValLoss | None) -> dict:
+    entry = {"step": step, "t": t, "val_nats_per_token": v.nats_per_token, "val_nats_per_char": v.nats_per_char,
+             "val_bands": [asdict(b) for b in v.bands]}
+    if short is not None:
+        entry["val_short_nats_per_token"] = short.nats_per_token
+    return entry
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -288,10 +243,8 @@ def main(argv: list[str] | None = None) -> None:
 
     split = read_corpus(args.data)
     baseline = char_unigram_nats(split)
-    if args.tokenizer_from:
-        tok = load_tokenizer(args.tokenizer_from)
-    else:
-        tok = train_tokenizer(split.train_text, args.vocab)
+    tok_from = args.init or args.tokenizer_from
+    tok = load_tokenizer(tok_from) if tok_from else train_tokenizer(split.train_text, args.vocab)
     save_tokenizer(tok, args.out, args.context)
     eos_id = tok.token_to_id(EOS)
     train_ids = torch.tensor(tok.encode(split.train_text).ids, dtype=torch.long)
@@ -303,10 +256,27 @@ def main(argv: list[str] | None = None) -> None:
         flush=True,
     )
 
-    model = build_model(SHAPES[args.size], tok.get_vocab_size(), eos_id, args.context, args.seed)
+    init = json.loads((args.init / "training.json").read_text()) if args.init else None
+    if args.init:
+        model = load_init(args.init, args.context)
+        size = init["report"]["size"]
+    else:
+        model = build_model(SHAPES[args.size], tok.get_vocab_size(), eos_id, args.context, args.seed)
+        size = args.size
+    shape = shape_of(model)
     add_residual_dropout(model, args.dropout)
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"model {args.size}: {n_params:,} params, threads {args.threads}", flush=True)
+    print(f"model {size}: {n_params:,} params, context {args.context}, threads {args.threads}", flush=True)
+    # The old context and the init's loss there: the bar a continued run must not fall below.
+    short_ctx = init["report"]["context"] if init else None
+    init_short = evaluate(model, val_ids, val_chars, short_ctx) if init else None
+    init_long = evaluate(model, val_ids, val_chars, args.context) if init else None
+    history: list[dict] = []
+    if init:
+        history.append(_val_entry(0, 0.0, init_long, init_short))
+        print(f"init: val {init_short.nats_per_token:.3f}/tok at {short_ctx}, "
+              f"{init_long.nats_per_token:.3f}/tok at {args.context}", flush=True)
+
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
@@ -317,9 +287,10 @@ def main(argv: list[str] | None = None) -> None:
     gen = torch.Generator().manual_seed(args.seed)
     chars_per_token = len(split.train_text) / train_ids.numel()
 
-    history: list[dict] = []
     best: ValLoss | None = None
+    best_short: ValLoss | None = None
     best_step = 0
+    best_any: float | None = None
     t0 = time.perf_counter()
     step = 0
     stopped_by_clock = False
@@ -340,34 +311,37 @@ def main(argv: list[str] | None = None) -> None:
         out_of_time = elapsed > budget_s
         if step % args.eval_every == 0 or step == args.steps or out_of_time:
             v = evaluate(model, val_ids, val_chars, args.context)
-            history.append(
-                {
-                    "step": step,
-                    "t": elapsed,
-                    "val_nats_per_token": v.nats_per_token,
-                    "val_nats_per_char": v.nats_per_char,
-                }
-            )
+            short = evaluate(model, val_ids, val_chars, short_ctx) if init else None
+            history.append(_val_entry(step, elapsed, v, short))
+            bands = " ".join(f"[{b.start},{b.end}) {b.nats_per_token:.3f}" for b in v.bands)
             print(
                 f"step {step} {elapsed:.0f}s train {loss.item():.3f}/tok val {v.nats_per_token:.3f}/tok "
-                f"{v.nats_per_char:.3f}/char",
+                f"{v.nats_per_char:.3f}/char" + (f" at {short_ctx}: {short.nats_per_token:.3f}/tok" if short else "")
+                + f" | {bands}",
                 flush=True,
             )
-            if best is None or v.nats_per_token < best.nats_per_token:
-                best, best_step = v, step
+            keeps_old = short is None or short.nats_per_token <= init_short.nats_per_token
+            if not keeps_old and (best_any is None or v.nats_per_token < best_any):
+                best_any = v.nats_per_token  # kept aside, never shipped by this script: for a look only
+                model.save_pretrained(str(args.out / "below-old-bar"), safe_serialization=True)
+            if keeps_old and (best is None or v.nats_per_token < best.nats_per_token):
+                best, best_short, best_step = v, short, step
                 model.save_pretrained(str(args.out), safe_serialization=True)
         if out_of_time:
             stopped_by_clock = True
             break
     train_s = time.perf_counter() - t0
+    if best is None:
+        sys.exit(f"no checkpoint kept: none matched the init's {init_short.nats_per_token:.3f} nats/token "
+                 f"at {short_ctx} tokens")
 
     from transformers import LlamaForCausalLM
 
     model = LlamaForCausalLM.from_pretrained(str(args.out))  # the best checkpoint, as shipped
     sample = sample_text(model, tok, "ROMEO:", 120, args.seed)
     report = {
-        "size": args.size,
-        "shape": asdict(SHAPES[args.size]),
+        "size": size,
+        "shape": asdict(shape),
         "n_params": n_params,
         "vocab_size": tok.get_vocab_size(),
         "context": args.context,
@@ -384,6 +358,7 @@ def main(argv: list[str] | None = None) -> None:
         "val_nats_per_char": best.nats_per_char,
         "val_tokens": best.tokens,
         "val_chars": best.chars,
+        "val_bands": [asdict(b) for b in best.bands],
         "char_unigram_nats_per_char": baseline,
         "train_tokens": int(train_ids.numel()),
         "tokens_seen": step * args.batch * args.context,
@@ -393,69 +368,22 @@ def main(argv: list[str] | None = None) -> None:
         "sample": sample,
         "weights_bytes": (args.out / "model.safetensors").stat().st_size,
     }
-    (args.out / "training.json").write_text(json.dumps({"report": report, "history": history}, indent=1))
-    plot_curve(
-        history, baseline, args.out / "training_curve.png", f"{args.size}: {n_params / 1e6:.2f} M params"
-    )
+    if init:
+        report.update(
+            init=init["report"],
+            init_folder=str(args.init),
+            init_val_short_nats_per_token=init_short.nats_per_token,
+            init_val_long_nats_per_token=init_long.nats_per_token,
+            val_short_nats_per_token=best_short.nats_per_token,
+        )
+    saved = {"report": report, "history": history}
+    if init:
+        saved["init_history"] = init["history"]
+    (args.out / "training.json").write_text(json.dumps(saved, indent=1))
+    title = f"{size}: {n_params / 1e6:.2f} M params, context {args.context}"
+    plot_curve(history, baseline, args.out / "training_curve.png", title, init["history"] if init else ())
     (args.out / "README.md").write_text(model_card(report))
     print(json.dumps(report, indent=1), flush=True)
-
-
-def machine_description() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} logical cores, torch {torch.__version__}, {platform.system()}"
-
-
-def model_card(r: dict) -> str:
-    """The README.md next to the weights: what it is, how it was made, how good it is (measured)."""
-    s = r["shape"]
-    return f"""# {r["size"]} — a small Llama trained on Tiny Shakespeare
-
-Trained by `scripts/train_chef.py` on this project's machine; loaded by the engine through the
-same Hugging Face folder path as any hub checkpoint.
-
-| | |
-|---|---|
-| architecture | LlamaForCausalLM, {s["num_hidden_layers"]} layers, d_model {s["hidden_size"]}, FFN {s["intermediate_size"]}, {s["num_attention_heads"]} heads / {s["num_key_value_heads"]} KV heads, tied embeddings |
-| parameters | {r["n_params"]:,} ({r["weights_bytes"] / 1e6:.1f} MB fp32 safetensors) |
-| tokenizer | byte-level BPE, {r["vocab_size"]:,} tokens, trained on the training split (`tokenizers`) |
-| context | {r["context"]} tokens |
-| data | Tiny Shakespeare (sha256 86c4e6aa…65ed), first 95 % train ({r["train_tokens"]:,} tokens), last 5 % validation |
-| training | {r["steps_run"]} AdamW steps of {r["tokens_seen"] // max(1, r["steps_run"]):,} tokens ({r["tokens_seen"]:,} tokens seen), residual dropout {r["dropout"]}, peak LR {r["lr"]}, best checkpoint at step {r["best_step"]} |
-| training time | {r["train_seconds"] / 60:.1f} min on {r["threads"]} thread(s){" (the wall-clock budget ran out before the planned steps; the LR schedule followed the clock)" if r["stopped_by_clock"] else ""} |
-| machine | {r["machine"]} |
-| seed | {r["seed"]} |
-
-Exact command:
-
-```
-{r["command"]}
-```
-
-## Validation loss (last 5 % of the corpus, {r["val_tokens"]:,} tokens / {r["val_chars"]:,} characters)
-
-| | nats per token | nats per character |
-|---|---|---|
-| this model | {r["val_nats_per_token"]:.3f} | {r["val_nats_per_char"]:.3f} |
-| character-unigram baseline (training-split char frequencies) | — | {r["char_unigram_nats_per_char"]:.3f} |
-
-![training curve](training_curve.png)
-
-## Sample
-
-Prompt `{r["sample_prompt"]}`, seed {r["seed"]}, temperature 0.8, top-k 40, 120 new tokens, unedited:
-
-```
-{r["sample"]}
-```
-"""
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ Nothing is downloaded: the models are built from configs with random weights.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see engine/__init__.py: shared cores, no spinning
 
 REPO = Path(__file__).resolve().parents[1]
+# The shipped chef's context, read from its own config: tests about "too long" orders state it, not a copy.
+CHEF_CONTEXT = json.loads((REPO / "assets" / "models" / "chef" / "config.json").read_text())["max_position_embeddings"]
 
 
 @pytest.fixture(autouse=True)

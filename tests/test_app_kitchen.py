@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from app_kit import open_kitchen
+from conftest import CHEF_CONTEXT
 from streamlit.testing.v1 import AppTest
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -52,7 +53,7 @@ def test_the_kitchen_renders_with_controls_and_both_panels():
     assert any("Max new tokens" in x for x in labels) and any("Temperature" in x for x in labels)
     metrics = [m.label for m in at.metric]
     assert "TTFT" in metrics and any(m.startswith("TPOT") for m in metrics) and "E2E" in metrics
-    assert any("context is 512 tokens" in c.value for c in at.caption)  # the limit's reason is shown
+    assert any(f"context is {CHEF_CONTEXT:,} tokens" in c.value for c in at.caption)  # the limit's reason is shown
 
 
 def test_cook_produces_text_and_measured_ttft_and_tpot():
@@ -95,7 +96,7 @@ def test_with_the_live_view_off_the_page_waits_quietly_and_shows_the_result():
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("", "empty"), ("word " * 700, "context")],
+    [("", "empty"), ("word " * (CHEF_CONTEXT + 200), "context")],
 )
 def test_invalid_prompts_show_the_reason_not_a_traceback(text, expected):
     at = open_kitchen()
@@ -111,11 +112,11 @@ def test_invalid_prompts_show_the_reason_not_a_traceback(text, expected):
 
 def test_a_longer_reply_lowers_the_prompt_length_and_says_why():
     at = open_kitchen()
-    at.slider(key="tpk_prompt_len").set_value(400).run()
+    at.slider(key="tpk_prompt_len").set_value(CHEF_CONTEXT - 100).run()
     at.slider(key="tpk_new").set_value(300).run()
     assert not at.exception
-    assert at.slider(key="tpk_prompt_len").value == 512 - 300
-    assert any("lowered" in w.value and "context is 512" in w.value for w in at.warning)
+    assert at.slider(key="tpk_prompt_len").value == CHEF_CONTEXT - 300
+    assert any("lowered" in w.value and f"context is {CHEF_CONTEXT:,}" in w.value for w in at.warning)
 
 
 def test_a_model_that_cannot_load_shows_one_line(tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import CHEF_CONTEXT
 
 from engine.errors import EngineError
 from serving.catalog import (
@@ -212,7 +213,7 @@ def test_missing_catalog_file(tmp_path):
 
 def test_chef_facts_come_from_its_config():
     facts = describe(load_catalog().get("chef"))
-    assert facts.family == "llama" and facts.trained and facts.max_context == 512
+    assert facts.family == "llama" and facts.trained and facts.max_context == CHEF_CONTEXT
     # The safetensors file holds exactly these fp32 parameters (plus a small JSON header).
     size = (MODELS_ROOT / "chef" / "model.safetensors").stat().st_size
     assert 0 < size - facts.weight_bytes["float32"] < 64_000

@@ -11,6 +11,7 @@ import time
 
 import httpx
 import pytest
+from conftest import CHEF_CONTEXT
 from kitchen_server import kitchen
 
 from serving.caps import Caps
@@ -105,8 +106,8 @@ def test_tables_seeds_and_stop(oai):
         ({"model": "/work/main/assets/models/chef", "prompt": "hi"}, 404, "is not served here"),
         ({"model": "chef", "prompt": "hi", "max_tokens": -5}, 422, "field 'max_tokens' must be an integer >= 1"),
         ({"model": "chef", "prompt": "hi", "max_tokens": 10**6}, 400, "instructor's limit is 200 new tokens"),
-        ({"model": "chef", "prompt": "x " * 600, "max_tokens": 5}, 400, "the model's context is 512"),
-        ({"model": "chef", "prompt": list(range(400)), "max_tokens": 150}, 400, "exceeds the model's context of 512"),
+        ({"model": "chef", "prompt": "x " * (CHEF_CONTEXT + 100), "max_tokens": 5}, 400, "the model's context is"),
+        ({"model": "chef", "prompt": [7] * (CHEF_CONTEXT - 100), "max_tokens": 150}, 400, "exceeds the model's context of"),
         ({"model": "chef"}, 422, "field 'prompt' is required"),
         ({"prompt": "hi", "max_tokens": 0}, 422, "field 'max_tokens' must be an integer >= 1"),
         ({"model": "chef", "prompt": "hi", "temperature": "hot"}, 422, "field 'temperature'"),

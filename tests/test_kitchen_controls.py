@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app_kit import open_kitchen
+from conftest import CHEF_CONTEXT
 from streamlit.testing.v1 import AppTest
 
 from kitchen_viz.orders import control_limits, prompt_ceiling, reply_ceiling, rounded_down
@@ -73,7 +74,7 @@ def test_a_link_with_batch_0_is_raised_to_1_and_says_why():
 def test_a_link_beyond_the_context_is_lowered_with_the_contexts_reason():
     at = open_kitchen(prompt="100000", new="64")
     warnings = [w.value for w in at.warning]
-    assert any(w.startswith("?prompt=100000 lowered to 448: the model's context is 512") for w in warnings), (
+    assert any(w.startswith(f"?prompt=100000 lowered to {CHEF_CONTEXT - 64:,}: the model's context is {CHEF_CONTEXT:,}") for w in warnings), (
         warnings
     )
 

@@ -10,6 +10,7 @@ import time
 
 import httpx
 import pytest
+from conftest import CHEF_CONTEXT
 from kitchen_server import kitchen, serve
 
 from engine.errors import EngineError
@@ -220,8 +221,8 @@ def cancelled_count(url: str) -> float:
         ({"model": "chef", "prompts": ["hi"], "max_new_tokens": True}, 422, "field 'max_new_tokens'"),
         ({"model": "chef", "prompts": ["hi"], "temperature": 3}, 422, "field 'temperature'"),
         ({"model": "chef", "prompts": ["hi"], "seed": 1.5}, 422, "field 'seed'"),
-        ({"model": "chef", "prompts": ["hi", list(range(1, 300))], "max_new_tokens": 250}, 400,
-         "exceeds the model's context of 512"),
+        ({"model": "chef", "prompts": ["hi", [7] * (CHEF_CONTEXT - 200)], "max_new_tokens": 250}, 400,
+         "exceeds the model's context of"),
         ({"model": "chef", "prompts": [[1, 5000]]}, 400, "token id 5000"),
         ({"model": "chef", "prompts": ["hi"], "max_new_tokens": 481}, 400, "instructor's limit is 480 new tokens"),
         ({"model": "chef", "prompts": [list(range(1, 450))] * 5, "max_new_tokens": 4}, 400,
@@ -264,12 +265,12 @@ def test_model_limits_and_check_answer_the_order_form(served, ref):
     assert about["name"] == "chef" and about["policy"] == "chunked" and about["token_budget"] == 64
     assert about["pid"] == client.pid and about["threads"] == 1
     info = about["info"]
-    assert info["name"] == "chef" and info["max_context"] == ref.info.max_context == 512
+    assert info["name"] == "chef" and info["max_context"] == ref.info.max_context == CHEF_CONTEXT
     assert info["kv_bytes_per_token"] == ref.info.kv_bytes_per_token and info["has_tokenizer"] is True
     per, seats, kv_tokens = info["kv_bytes_per_token"], about["seats"], about["kv_tokens"]
 
     lim = httpx.post(url + "/kitchen/limits", json={"prompt_tokens": 100, "max_new_tokens": 64}, headers=AUTH).json()
-    assert lim["max_batch"] == min(seats, kv_tokens // 164) and lim["max_context"] == 512
+    assert lim["max_batch"] == min(seats, kv_tokens // 164) and 164 <= lim["max_context"] <= info["max_context"]
     assert lim["kv_bytes_per_token"] == per and lim["kv_bytes_per_sequence"] == 164 * per
     assert lim["kv_budget_bytes"] == kv_tokens * per
     r = httpx.post(url + "/kitchen/limits", json={"prompt_tokens": 0}, headers=AUTH)
@@ -277,10 +278,10 @@ def test_model_limits_and_check_answer_the_order_form(served, ref):
 
     r = httpx.post(url + "/kitchen/check", json={"prompts": ["ROMEO:", [1, 2, 3]], "max_new_tokens": 8}, headers=AUTH)
     assert r.status_code == 200 and r.json() == {"prompt_ids": [ref.encode("ROMEO:"), [1, 2, 3]]}
-    r = httpx.post(url + "/kitchen/check", json={"prompts": ["ROMEO:"], "max_new_tokens": 800}, headers=AUTH)
+    r = httpx.post(url + "/kitchen/check", json={"prompts": [[7] * CHEF_CONTEXT], "max_new_tokens": 8}, headers=AUTH)
     assert r.status_code == 400
     err = r.json()["error"]
-    assert "exceeds the model's context of 512" in err["message"] and err["param"] == "prompts"
+    assert "exceeds the model's context of" in err["message"] and err["param"] == "prompts"
     r = httpx.post(url + "/kitchen/check", json={"prompts": []}, headers=AUTH)
     assert r.status_code == 422
     until(lambda: client.in_flight == 0, "the order form's questions stayed in flight")  # refused ones too
@@ -293,7 +294,7 @@ def test_server_kitchen_cooks_an_order_as_generate_would(svc, served, ref):
     assert svc.state == "ready" and svc.load_error is None and svc.info.name == "chef"
     assert svc.engine_pid == served[1].pid and svc.info.kv_bytes_per_token == ref.info.kv_bytes_per_token
     lim = svc.limits(100, 64)
-    assert lim.max_context == 512 and lim.kv_bytes_per_sequence == 164 * lim.kv_bytes_per_token
+    assert lim.max_context == svc.limits(1, 1).max_context <= CHEF_CONTEXT and lim.kv_bytes_per_sequence == 164 * lim.kv_bytes_per_token
     o = Order(batch=3, max_new_tokens=10, temperature=0.0, seed=0, prompt_tokens=20)
     ids = svc.check(o.prompts(svc), 10, temperature=0.0, seed=0)
     assert [len(p) for p in ids] == [20, 20, 20] and svc.encode("ROMEO:") == ref.encode("ROMEO:")
@@ -355,8 +356,8 @@ def test_server_kitchen_cancel_and_time_limit_leave_nothing_running(svc, served)
 
 def test_server_kitchen_refusals_are_one_line(svc):
     with pytest.raises(EngineError) as err:
-        svc.check(["x"], 900)
-    assert str(err.value).startswith("HTTP 400: ") and "context of 512" in str(err.value)
+        svc.check([[7] * CHEF_CONTEXT], 8)
+    assert str(err.value).startswith("HTTP 400: ") and "context of" in str(err.value)
     job = svc.submit(cook(Order(batch=1, max_new_tokens=481, temperature=0.0, seed=0, text="hi")), "too long")
     assert job.wait(30) and job.status == "error"
     assert job.error.startswith("HTTP 400: ") and "instructor's limit is 480 new tokens" in job.error

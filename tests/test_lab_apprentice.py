@@ -20,7 +20,9 @@ def test_the_apprentice_chef_measures_both_drafts_on_the_chef():
                     for d in ("ngram", "apprentice")}  # fmt: skip
     for r in res.rows:
         assert r.identical is (True if "T=" not in r.order else None)  # greedy: the plain text, token for token
-        assert r.plain_tps > 0 and r.spec_tps > 0 and r.speedup == pytest.approx(r.spec_tps / r.plain_tps)
+        assert r.plain_tps > 0 and r.spec_tps > 0  # the speedup is the median of the repeats' own ratios:
+        spread = r.speedup_spread  # at least 3 repeats, whatever the settings ask, with their range kept
+        assert spread.n >= 3 and spread.low <= r.speedup == spread.median <= spread.high
         assert r.drafts > 0 and 0 <= r.accepted <= r.drafted <= 3 * r.drafts
         assert r.mean_acceptance_length == pytest.approx(1 + r.accepted / r.drafts)
         assert list(r.accepted_at) == sorted(r.accepted_at, reverse=True) and len(r.accepted_at) == 3
@@ -65,8 +67,9 @@ def test_the_inspector_names_the_draft_that_paid_and_why_the_apprentice_did_not(
                               _spec("apprentice", "fresh, T=0.8", 1, 0.6, alpha=0.2),
                               _spec("ngram", "copy", 8, 0.7)])  # fmt: skip
     assert "ngram on the copy order: x2.80" in v.headline
-    assert any("k x c + 1 = 4 x 0.30 + 1 = 2.20" in f for f in v.fixes)
-    assert any("alpha 0.20" in f for f in v.fixes) and any("batch 8" in f for f in v.fixes)
+    assert any("one chef step plus 4 guesses at 0.30 of a step each = 2.20 chef steps" in f for f in v.fixes)
+    assert any("20% here" in f for f in v.fixes) and any("batch 8" in f for f in v.fixes)
+    assert not any(word in f for f in [v.headline, *v.fixes] for word in ("alpha", "k x c", "max_seqs"))
     assert len(v.evidence) == 4
 
 

@@ -12,7 +12,7 @@ only measure the neighbours.
 
 import numpy as np
 import pytest
-from conftest import travels
+from conftest import CHEF_CONTEXT, travels
 
 from engine import Engine
 from engine.errors import EngineError
@@ -143,10 +143,10 @@ def test_roofline_places_decode_left_of_prefill(chef_one_thread):
 @pytest.mark.parametrize(
     "call, words",
     [
-        (lambda e: run_banquet(e, BanquetSettings(lengths=(16, 600))), "the model's context is 512"),
+        (lambda e: run_banquet(e, BanquetSettings(lengths=(16, CHEF_CONTEXT + 88))), f"the model's context is {CHEF_CONTEXT}"),
         (lambda e: run_tables(e, TablesSettings(new_tokens=1)), "new_tokens must be at least 2"),
         (lambda e: run_kv_cache(e, KvSettings(modes=("static", "cold"))), "unknown cache mode"),
-        (lambda e: run_kv_cache(e, KvSettings(new_tokens=600)), "the model's context is 512"),
+        (lambda e: run_kv_cache(e, KvSettings(new_tokens=CHEF_CONTEXT + 88)), f"the model's context is {CHEF_CONTEXT}"),
         (lambda e: run_padding(e, PaddingSettings(lengths=(8,))), "at least 2 prompts"),
         (lambda e: run_metrics(e, MetricsSettings(new_tokens=2)), "at least 3"),
         (lambda e: run_overhead(e, OverheadSettings(new_tokens=2)), "at least 4"),

@@ -5,6 +5,7 @@ import time
 from dataclasses import dataclass
 
 import torch
+from conftest import CHEF_CONTEXT
 from streamlit.testing.v1 import AppTest
 
 from lab.inflight import InFlight
@@ -99,7 +100,7 @@ def test_refused_settings_show_one_error_line_and_no_results(tmp_path, monkeypat
     finally:
         torch.set_num_threads(threads)
     assert not at.exception, at.exception
-    assert [e.value for e in at.error] == ["prompt 9999 tokens; the model's context is 512"]
+    assert [e.value for e in at.error] == [f"prompt 9999 tokens; the model's context is {CHEF_CONTEXT}"]
     assert not at.get("plotly_chart") and not at.dataframe
 
 

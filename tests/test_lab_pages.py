@@ -5,6 +5,7 @@ offers Run; a run goes through the shared KitchenService and shows charts, a tab
 inspector's verdict; a second visitor sees the stored result at once (after guessing) with Re-run.
 """
 
+import re
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,24 @@ def test_every_experiment_has_its_page_a_copy_of_the_one_page_file():
         experiment("cold_soup")
 
 
+EMOJI = re.compile("[\U0001F000-\U0001FFFF\u2600-\u27BF\u2B00-\u2BFF\uFE0F\u200D]")
+
+
+def test_every_lab_icon_is_a_material_icon_streamlit_knows_and_no_title_needs_an_emoji_font():
+    """A classroom Linux box has no emoji font: an emoji icon is an empty box there. Streamlit's own
+    Material Symbols font ships with the app, and `st.Page` refuses a name it does not know."""
+    from streamlit.material_icon_names import ALL_MATERIAL_ICONS
+
+    for icon in [p.icon for p in LAB_PAGES] + [DASHBOARD.icon]:
+        name = re.fullmatch(r":material/([a-z0-9_]+):", icon)
+        assert name and name.group(1) in ALL_MATERIAL_ICONS, icon
+    for e in EXPERIMENTS:
+        for text in (e.title, e.nav_title, e.story.element, e.story.link_label, e.kitchen, e.engineering):
+            assert not EMOJI.search(text), f"{e.key}: {text!r} needs an emoji font"
+        for name in re.findall(r":material/([a-z0-9_]+):", e.story.element):
+            assert name in ALL_MATERIAL_ICONS, (e.key, name)
+
+
 def test_every_form_gives_its_experiment_settings_without_a_widget_touched():
     from engine import Engine
 
@@ -60,7 +79,8 @@ def test_every_form_gives_its_experiment_settings_without_a_widget_touched():
 def test_page_asks_for_a_prediction_before_offering_run(path):
     at = page(path).run()
     assert not at.exception, at.exception
-    assert at.title[0].value == experiment(path.removeprefix("pages/lab_").removesuffix(".py")).title
+    exp = experiment(path.removeprefix("pages/lab_").removesuffix(".py"))
+    assert at.title[0].value == f"{exp.icon} {exp.title}"
     assert "In the kitchen" in " ".join(m.value for m in at.markdown)
     assert at.number_input(key=PAGES[path]).value is None
     assert run_buttons(at) == []

@@ -2,7 +2,7 @@
 line. Which variant is faster is what the page measures, so no timing is asserted here."""
 
 import pytest
-from conftest import travels
+from conftest import CHEF_CONTEXT, travels
 
 from engine import Engine, EngineError
 from lab.smaller_portions import PortionSettings, run_portions
@@ -35,7 +35,7 @@ def test_every_variant_is_measured_and_compared_with_float32(chef):
         (PortionSettings(variants=("float32", "bfloat16")), "must include float32 and int8"),
         (PortionSettings(variants=("float32", "int4")), "must include float32 and int8"),
         (PortionSettings(new_tokens=1), "new_tokens >= 2"),
-        (PortionSettings(prefill_tokens=600), "the model's context is 512"),
+        (PortionSettings(prefill_tokens=CHEF_CONTEXT + 88), f"the model's context is {CHEF_CONTEXT}"),
     ],
 )
 def test_bad_settings_are_refused_in_one_line(chef, settings, words):

@@ -9,7 +9,7 @@ single-threaded, as in test_lab_compute.py (a loaded 2-core machine).
 """
 
 import pytest
-from conftest import travels
+from conftest import CHEF_CONTEXT, travels
 
 from engine.errors import EngineError
 from lab.dinner_rush import RushSettings, run_dinner_rush, rush_figures, rush_verdict
@@ -102,18 +102,18 @@ def test_leftovers_reuse_exactly_the_shared_prefix_and_count_hits_by_token(chef_
     "call, words",
     [
         (
-            lambda e: run_dinner_rush(e, RushSettings(prompt_max=400, long_answer=200)),
-            "the model's context is 512",
+            lambda e: run_dinner_rush(e, RushSettings(prompt_max=CHEF_CONTEXT - 112, long_answer=200)),
+            f"the model's context is {CHEF_CONTEXT}",
         ),
         (lambda e: run_dinner_rush(e, RushSettings(requests=1)), "requests must be between 2 and 400"),
         (
             lambda e: run_stall(e, StallSettings(tables=8, budgets=(8, 64))),
             "must exceed the 8 decoding tables",
         ),
-        (lambda e: run_stall(e, StallSettings(banquet_prompt=600)), "the model's context is 512"),
+        (lambda e: run_stall(e, StallSettings(banquet_prompt=CHEF_CONTEXT + 88)), f"the model's context is {CHEF_CONTEXT}"),
         (lambda e: run_stall(e, StallSettings(join_after=40)), "the banquet must arrive after 1 to 36"),
         (lambda e: run_leftovers(e, LeftoversSettings(shares=(1.0,))), "between 0 and 1"),
-        (lambda e: run_leftovers(e, LeftoversSettings(prompt_len=520)), "the model's context is 512"),
+        (lambda e: run_leftovers(e, LeftoversSettings(prompt_len=CHEF_CONTEXT + 8)), f"the model's context is {CHEF_CONTEXT}"),
     ],
 )
 def test_bad_serving_settings_are_refused_in_one_line(chef_one_thread, call, words):

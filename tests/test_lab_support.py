@@ -1,6 +1,9 @@
+
 """The lab's plumbing: ETA arithmetic, the result cache, dashboard percentiles, charts and PNG export."""
 
 import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,10 +12,12 @@ import pandas as pd
 import pytest
 
 from bench.roofline import Roofline
+from lab.banquet import BanquetPoint, saturation_point
 from lab.cache import ResultCache, cache_key, latest_roof, model_fingerprint, remember_roof
-from lab.cpu_time import busy_note
 from lab.export import figure_png, write_pngs
+from kitchen_viz.charts import SLOW_TAIL
 from lab.monitoring import requests_per_minute, summary, with_percentiles
+from lab.noise import MachineWatch, clearly_apart, error_bars, spread_of
 from lab.progress import ProgressTracker
 from lab.roofline_lab import RooflineResult, RooflineSettings, place, roofline_figure
 
@@ -107,12 +112,15 @@ def fake_roofline_result() -> RooflineResult:
 def test_roofline_figure_draws_roof_both_phases_and_the_guess():
     result = fake_roofline_result()
     fig = roofline_figure(result, guess=30)
-    names = [t.name for t in fig.data]
-    assert names[0] == "roof (measured)" and "prefill measured" in names and "decode measured" in names
-    star = fig.data[names.index("your guess")]
+    names = [(t.name or "").replace("<br>", " ") for t in fig.data]
+    assert names[0] == "roof (measured)"
+    # Each phase's points, their share of the roof named in the legend (labels on the points collided).
+    assert any(n.startswith("prefill measured") and "prompt 256" in n and "%" in n for n in names), names
+    assert any(n.startswith("decode measured") and "batch 1" in n for n in names), names
+    star = next(t for t, n in zip(fig.data, names, strict=True) if n.startswith("your guess"))
     decode = result.points[1]
     assert star.y[0] == pytest.approx(decode.attainable_flops_per_s / 1e9 * 0.30)
-    assert "your guess" not in [t.name for t in roofline_figure(result, guess=None).data]
+    assert not any((t.name or "").startswith("your guess") for t in roofline_figure(result, guess=None).data)
 
 
 @pytest.mark.skipif(
@@ -134,13 +142,56 @@ def test_latest_roof_is_kept_per_device_and_dtype(tmp_path):
     assert latest_roof("cpu", "bfloat16", cache) is None
 
 
-def test_busy_machine_note_only_when_we_waited_for_a_core():
-    assert busy_note(wall_s=1.0, cpu_s=0.5, device="cpu").startswith(
-        "this machine was busy: our process had the CPU for 50%"
-    )
-    assert busy_note(wall_s=1.0, cpu_s=0.9, device="cpu") is None
-    assert busy_note(wall_s=1.0, cpu_s=1.8, device="cpu") is None  # two threads: CPU time exceeds wall
-    assert busy_note(wall_s=1.0, cpu_s=0.1, device="cuda:0") is None  # GPU work is not CPU time
+def test_percentile_lines_are_the_slow_tail_for_times_and_for_rates():
+    """The dashboard's p99 tokens/s line was the fastest one: for a rate the slow tail is the low end."""
+    frame = pd.DataFrame({"wall_time": pd.date_range("2026-01-01", periods=100, freq="s"),
+                          "ttft_s": np.linspace(0.01, 1.0, 100), "decode_tps": np.linspace(10, 1000, 100)})
+    last = with_percentiles(frame, ["ttft_s", "decode_tps"], window="10min", rates=("decode_tps",)).iloc[-1]
+    assert last.ttft_s_p99 > last.ttft_s_p50 > 0.4  # a time: the slow tail is high
+    assert last.decode_tps_p1 < last.decode_tps_p10 < last.decode_tps_p50  # a rate: the slow tail is low
+    assert last.decode_tps_p1 == pytest.approx(np.quantile(frame.decode_tps, 0.01))
+    assert [name for _, name, _ in SLOW_TAIL["rate"]][1:] == ["p10 (slowest 10 %)", "p1 (slowest 1 %)"]
+
+
+def test_spreads_keep_the_median_and_range_and_only_ranges_apart_count_as_a_difference():
+    s = spread_of([0.070, 0.048, 0.071])
+    assert (s.median, s.low, s.high, s.n) == (0.070, 0.048, 0.071, 3)
+    assert s.scaled(1e3).median == pytest.approx(70.0)
+    rate = s.inverse(256)  # a time's range as a rate's: the slow end is the low rate
+    assert rate.low == pytest.approx(256 / 0.071) and rate.high == pytest.approx(256 / 0.048)
+    assert not clearly_apart(spread_of([1, 2, 3]), spread_of([2.5, 4, 5]))
+    assert clearly_apart(spread_of([1, 2, 3]), spread_of([3.5, 4, 5]))
+    bars = error_bars([spread_of([1, 2, 4])])
+    assert (bars["array"], bars["arrayminus"], bars["symmetric"]) == ([2.0], [1.0], False)
+
+
+def test_a_busy_machine_is_measured_by_the_kitchens_meter_and_named_in_the_result():
+    """Another program on the engine's cores during a measurement: the watch says so, with the load."""
+    watch = MachineWatch()
+    burn = "import time\nend = time.monotonic() + 1.5\nwhile time.monotonic() < end: pass\n"
+    subprocess.run([sys.executable, "-c", burn], check=True)
+    machine = watch.finish()
+    assert machine.busy and "something else used the engine's cores for" in machine.line, machine
+    assert "core-seconds of this measurement's" in machine.line and machine.load >= 0
+    assert machine.summary().startswith("While this was measured, something else used")
+    assert machine.too_noisy("where the wok is full").startswith(
+        f"too noisy to say where the wok is full; the machine was busy (load {machine.load:.1f})")
+
+
+def banquet_point(tokens: int, rates: list[float]) -> BanquetPoint:
+    rate = spread_of(rates)
+    return BanquetPoint(tokens, 0.0, 0.0, rate.median, 0.0, 0.0, 0.0, 0.0, spread_of([0.0]), rate)
+
+
+def test_the_wok_is_called_full_only_where_the_rise_to_it_beats_the_repeats_spread():
+    steady = [banquet_point(16, [2.0, 2.1, 1.9]), banquet_point(64, [5.0, 5.2, 4.8]), banquet_point(256, [5.1, 5.3, 4.9])]
+    assert saturation_point(steady) == 64
+    # The issue's busy machine: 2137 -> 3663 -> ... with repeats spread wider than the rise.
+    noisy = [banquet_point(16, [2.0, 6.0, 4.0]), banquet_point(64, [5.0, 2.0, 6.5]), banquet_point(256, [5.0, 3.0, 6.0])]
+    assert saturation_point(noisy) is None
+    flat = [banquet_point(16, [5.0, 5.1, 4.9]), banquet_point(64, [5.0, 5.2, 4.9])]
+    assert saturation_point(flat) == 16
+    assert saturation_point([banquet_point(16, [5.0, 9.0, 2.0]), banquet_point(64, [5.0, 5.1, 4.9])]) is None
 
 
 def test_model_fingerprint_changes_when_the_weights_change(tmp_path):

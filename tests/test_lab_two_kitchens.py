@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import travels
+from conftest import CHEF_CONTEXT, travels
 
 from engine import Engine, EngineError
 from lab.two_kitchens_lab import TwoKitchensSettings, computed_transfer_s, run_two_kitchens_lab
@@ -35,7 +35,7 @@ def test_the_what_if_is_bytes_over_bandwidth():
     assert computed_transfer_s(2_000_000, 1e9) == pytest.approx(0.002)
 
 
-@pytest.mark.parametrize("bad, limit", [({"orders": 1}, "2..16 orders"), ({"long_prompt": 600}, "context is 512"),
+@pytest.mark.parametrize("bad, limit", [({"orders": 1}, "2..16 orders"), ({"long_prompt": CHEF_CONTEXT + 88}, f"context is {CHEF_CONTEXT}"),
                                         ({"short_prompt": 0}, "short prompt"), ({"threads": 0}, "threads >= 1")])  # fmt: skip
 def test_bad_settings_are_refused_in_one_line(bad, limit):
     with pytest.raises(EngineError, match=limit):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import CHEF_CONTEXT
 
 from engine.errors import EngineError
 from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token
@@ -251,8 +252,8 @@ def test_cancel_ends_the_order_without_done_and_frees_its_tables(kitchen):
     [
         (["hi"], 8, {"cache": "none"}, "setting 'cache' does not apply to an order in a shared kitchen"),
         (["hi"], 8, {"speculate": 2}, "setting 'speculate'"),
-        (["hi", list(range(1, 500))], 20, {}, "exceeds the model's context of 512"),
-        (["hi"], 600, {}, "context of 512"),
+        (["hi", [7] * (CHEF_CONTEXT - 10)], 20, {}, "exceeds the model's context of"),
+        (["hi"], CHEF_CONTEXT + 88, {}, "context of"),
         ([], 8, {}, "no prompts given"),
         (["hi", ""], 8, {}, "prompt 2 is empty"),
         ([[1, 99999]], 4, {}, "token id 99999"),
@@ -295,7 +296,7 @@ def test_shared_check_returns_the_ids_and_limits_follow_the_kitchen(kitchen):
     kv_tokens = kitchen.serving.scheduler.kv_tokens
     assert lim.kv_bytes_per_token == per and lim.kv_bytes_per_sequence == 164 * per
     assert lim.max_batch == min(srv.seats, kv_tokens // 164) == 16  # the seats bind here
-    assert lim.max_context == min(kitchen.cfg.max_context, srv.seat_len) == 512
+    assert lim.max_context == min(kitchen.cfg.max_context, srv.seat_len) <= CHEF_CONTEXT == kitchen.cfg.max_context
     assert lim.kv_budget_bytes == kv_tokens * per
     assert shared_limits(kitchen, 400, 100).max_batch == min(srv.seats, kv_tokens // 500)
     assert shared_limits(kitchen, 0, 0).kv_bytes_per_sequence == per  # never a zero-token seat

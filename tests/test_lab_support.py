@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 
 from bench.roofline import Roofline
+from kitchen_viz.charts import SLOW_TAIL
 from lab.banquet import BanquetPoint, saturation_point
 from lab.cache import ResultCache, cache_key, latest_roof, model_fingerprint, remember_roof
 from lab.export import figure_png, write_pngs
-from kitchen_viz.charts import SLOW_TAIL
 from lab.monitoring import requests_per_minute, summary, with_percentiles
 from lab.noise import MachineWatch, clearly_apart, error_bars, spread_of
 from lab.progress import ProgressTracker

@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from serving.catalog import resolve_source
+
 SCHEMA = 2  # bump when a result dataclass changes shape
 
 
@@ -66,8 +68,6 @@ def model_fingerprint(model: str) -> str:
     ("chef" before and after retraining are different kitchens); presets and hub ids stay as named.
     """
     try:
-        from serving.catalog import resolve_source
-
         source = resolve_source(model) or model
     except Exception:  # noqa: BLE001 -- no catalog or an unlisted name: the name itself is the identity
         source = model

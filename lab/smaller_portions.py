@@ -27,7 +27,9 @@ from dataclasses import asdict, dataclass, field, replace
 import pandas as pd
 import plotly.graph_objects as go
 
+from engine import Engine
 from engine.errors import EngineError
+from engine.limits import available_memory
 from lab.cpu_time import generate_timed
 from lab.experiment import Experiment, Prediction, StoryLink, decode_verdict
 from lab.noise import Machine, MachineWatch
@@ -91,7 +93,6 @@ def check(engine, s: PortionSettings) -> None:
         raise EngineError(f"smaller portions: need new_tokens >= 2 and repeats >= 1 (got {s.new_tokens}, {s.repeats})")
     check_fits(engine, s.prompt_len, max(s.new_tokens, s.agreement_tokens), "smaller portions")
     check_fits(engine, s.prefill_tokens, 1, "smaller portions")
-    from engine.limits import available_memory
 
     need = engine.info.n_params * sum(BYTES_PER_WEIGHT[v] for v in s.variants)
     free = available_memory(engine.device)
@@ -102,7 +103,6 @@ def check(engine, s: PortionSettings) -> None:
 
 def load_variants(engine, variants) -> dict:
     """This model in each precision; the engine the page already has serves its own variant."""
-    from engine import Engine
 
     info, out = engine.info, {}
     mine = "int8" if getattr(info, "quant", None) == "int8" else info.dtype

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+import torch
 
 from engine.errors import EngineError
 from lab.experiment import Experiment, Prediction, StoryLink
@@ -156,7 +157,6 @@ def run_two_kitchens_lab(engine, settings: TwoKitchensSettings, on_progress: Pro
     tracker.step(f"two kitchens: {len(two)} orders")
     per_token = cfg.kv_bytes_per_token(engine.model.dtype.itemsize)
     formula = f"2 x {cfg.n_layers} layers x {cfg.n_kv_heads} KV heads x {cfg.head_dim} x {engine.model.dtype.itemsize} B"
-    import torch
 
     notes = [
         f"one kitchen: the lab's engine with {torch.get_num_threads()} torch threads; two kitchens: "

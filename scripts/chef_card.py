@@ -37,10 +37,10 @@ def machine_description() -> str:
 
 def plot_curve(history: list[dict], baseline: float, path: Path, title: str, init_history=()) -> None:
     """Train and validation loss per step; a continued run draws its first stage before a dashed line."""
-    import matplotlib
+    import matplotlib  # lazy: matplotlib (a dev dependency) only for the curve
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: pyplot only after the Agg backend is chosen
 
     offset = max((h["step"] for h in init_history), default=0)
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)

@@ -57,7 +57,14 @@ def char_unigram_nats(split: Split) -> float:
 
 def train_tokenizer(train_text: str, vocab_size: int):
     """A byte-level BPE (GPT-2 style) learned on the training split only: any text encodes, no UNK."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import (  # lazy: tokenizers' trainer only when a tokenizer is trained
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -76,7 +83,9 @@ def train_tokenizer(train_text: str, vocab_size: int):
 
 def save_tokenizer(tok, out: Path, max_len: int) -> None:
     """Save as a standard HF fast tokenizer (tokenizer.json + tokenizer_config.json)."""
-    from transformers import PreTrainedTokenizerFast
+    from transformers import (
+        PreTrainedTokenizerFast,  # lazy: transformers is heavy; only when the tokenizer is saved
+    )
 
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token=EOS, bos_token=EOS, pad_token=EOS, model_max_length=max_len
@@ -85,6 +94,6 @@ def save_tokenizer(tok, out: Path, max_len: int) -> None:
 
 
 def load_tokenizer(folder: Path):
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer  # lazy: only when a tokenizer is loaded
 
     return Tokenizer.from_file(str(folder / "tokenizer.json"))

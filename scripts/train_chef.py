@@ -68,7 +68,10 @@ SHAPES = {
 
 
 def build_model(shape: Shape, vocab_size: int, eos_id: int, context: int, seed: int):
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import (  # lazy: transformers is heavy; only when a model is built
+        LlamaConfig,
+        LlamaForCausalLM,
+    )
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(
@@ -87,7 +90,9 @@ def build_model(shape: Shape, vocab_size: int, eos_id: int, context: int, seed: 
 
 def load_init(folder: Path, context: int):
     """A trained checkpoint to continue from, its context raised to `context` (RoPE needs no table)."""
-    from transformers import LlamaForCausalLM
+    from transformers import (
+        LlamaForCausalLM,  # lazy: transformers is heavy; only when a run continues a checkpoint
+    )
 
     model = LlamaForCausalLM.from_pretrained(str(folder))
     model.config.max_position_embeddings = context
@@ -335,7 +340,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"no checkpoint kept: none matched the init's {init_short.nats_per_token:.3f} nats/token "
                  f"at {short_ctx} tokens")
 
-    from transformers import LlamaForCausalLM
+    from transformers import LlamaForCausalLM  # lazy: transformers is heavy; only for the final check
 
     model = LlamaForCausalLM.from_pretrained(str(args.out))  # the best checkpoint, as shipped
     sample = sample_text(model, tok, "ROMEO:", 120, args.seed)

@@ -114,10 +114,11 @@ def _close_kitchen(svc: KitchenService | ServerKitchen) -> None:
 
 
 @st.cache_resource(show_spinner=False, max_entries=3, on_release=_close_kitchen)
-def _service(model: str, device: str, dtype: str) -> KitchenService | ServerKitchen:
-    """The session's kitchen (the Kitchen's orders and the Lab's sweeps): on a kitchen host, this
-    process's own (called in process, whatever the launch) or `--backend`'s, so every launch takes
-    one path; in a private engine process only for the UI-overhead bench's `private_kitchen`."""
+def _service(model: str, device: str, dtype: str, backend: str | None) -> KitchenService | ServerKitchen:
+    """The session's kitchen (the Kitchen's orders and the Lab's sweeps), cached per choice and per
+    `backend` (where it cooks): on a kitchen host, this process's own (called in process, whatever
+    the launch) or `--backend`'s, so every launch takes one path; in a private engine process only
+    for the UI-overhead bench's `private_kitchen`."""
     host = kitchen_host_for(model, device, dtype)
     if host is not None:
         return ServerKitchen(host, model, device, dtype, run_log=run_log())
@@ -144,7 +145,7 @@ def service_for(settings: Settings) -> KitchenService | ServerKitchen:
     A kitchen whose model failed to load is dropped from the cache after the page has shown the
     reason, so fixing the problem (say, freeing memory) and reloading tries again.
     """
-    svc = _service(settings.model, settings.device, settings.dtype)
+    svc = _service(settings.model, settings.device, settings.dtype, AppSettings.from_env().backend)
     if svc.state == "error":  # forget only this kitchen, and stop its idle worker
         _service.clear(settings.model, settings.device, settings.dtype)  # type: ignore[attr-defined]
         svc.close()

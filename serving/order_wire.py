@@ -62,8 +62,8 @@ def from_wire(d: dict) -> Any:
             return PrefillStart(**body)
         if kind == "prefill_end":
             return PrefillEnd(**(body | {"step": StepRecord(**body["step"])}))
-        if kind == "token":
-            return Token(**body)
+        if kind == "token":  # JSON has no tuples: (token id, logprob) pairs come back as lists
+            return Token(**(body | {"top_logprobs": tuple(tuple(p) for p in body.get("top_logprobs", ()))}))
         if kind == "step_end":
             tuples = {k: tuple(body.get(k, ())) for k in ("request_ids", "preempted")}
             return StepEnd(**(body | tuples | {"step": StepRecord(**body["step"])}))

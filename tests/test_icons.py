@@ -22,8 +22,9 @@ DRAWN = [
     *[f"kitchen_viz/{name}.py" for name in (
         "kitchen_ui", "order_form", "outcome", "panels", "timeline", "scene", "live_panels", "order_control",
         "orders", "compare", "class_rail", "whole_class", "style", "charts", "story", "lessons", "wok_win",
-        "units", "live_feed",
+        "live_feed",
     )],
+    "lab/units.py",
 ]  # fmt: skip
 
 

@@ -338,7 +338,8 @@ def test_the_wire_dicts_are_plain_json_with_a_type(order_events):
     token = next(e for e in events if isinstance(e, Token))
     d = to_wire(token)
     assert d == {"type": "token", "t": token.t, "seq": token.seq, "step": token.step, "token_id": token.token_id,
-                 "text": token.text, "finished": token.finished, "request_id": 11}  # fmt: skip
+                 "text": token.text, "finished": token.finished, "request_id": 11,
+                 "logprob": None, "top_logprobs": ()}  # fmt: skip  (an order asks for no logprobs)
     done = to_wire(events[-1])
     assert done["type"] == "done" and done["result"]["path"] == "class kitchen"
     assert done["result"]["trace"]["notes"] == events[-1].result.trace.notes

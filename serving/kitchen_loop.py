@@ -60,7 +60,8 @@ def load(conn, s: LoopSettings) -> Engine | None:
             torch.set_num_threads(s.threads)
         dtype, quant = precision_parts(s.dtype)  # `--dtype int8`: int8 matrices, float32 for the rest
         engine = Engine.load(s.model, s.device, dtype, policy=s.policy, token_budget=s.token_budget,
-                             max_seqs=s.max_seqs, prefix_cache=s.prefix_cache, quant=quant)  # fmt: skip
+                             max_seqs=s.max_seqs, max_seq_len=s.max_seq_len, prefix_cache=s.prefix_cache,
+                             quant=quant)  # fmt: skip
         engine.submit([1], 2)  # first-call setup stays out of the first student's TTFT
         while not engine.idle:
             engine.step()

@@ -38,6 +38,7 @@ class LoopSettings:
     threads: int = 0  # 0: torch's default
     prefix_cache: bool = True  # a class's orders often share a system prompt
     cores: tuple[int, ...] = ()  # pin the loop's process to these cores (serving/cores.py); () = any
+    max_seq_len: int | None = None  # a seat's tokens (prompt + reply); None: the engine's default (both capped by the context)
 
 
 @dataclass(frozen=True)

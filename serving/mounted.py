@@ -53,6 +53,9 @@ MAX_KITCHENS = 3  # kitchens opened on demand, besides the class's
 # several passes, and its trace says so (engine/shared_order.py).
 TOKEN_BUDGET = 4096
 PRECISIONS = ("float32", "bfloat16", "float16", "int8")
+# A seat of the app's kitchens holds this many tokens (prompt + reply), capped by the model's context:
+# the chef's whole context (2,560), so the Kitchen's longest prompt is the model's, not the engine's default.
+SEAT_TOKENS = 4096
 
 
 def kitchen_path(model: str, device: str, dtype: str) -> str:
@@ -69,7 +72,7 @@ def loop_settings(source: str, device: str, dtype: str):
     split = split_cores(threads)
     if split is not None and AppSettings.from_env().pin_server:
         pin_this_process(split.server)
-    return LoopSettings(source, device, dtype, token_budget=TOKEN_BUDGET, threads=threads,
+    return LoopSettings(source, device, dtype, token_budget=TOKEN_BUDGET, threads=threads, max_seq_len=SEAT_TOKENS,
                         cores=tuple(sorted(split.engine)) if split is not None else ())  # fmt: skip
 
 

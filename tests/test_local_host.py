@@ -9,10 +9,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from conftest import CHEF_CONTEXT
 
 from engine import Engine
 from engine.errors import EngineError
 from engine.events import Done, PrefillStart, Token
+from engine.serving_core import DEFAULT_SEAT_LEN
 from kitchen_viz.orders import Order, cook
 from lab.on_server import LabRoutes
 from lab.padding import PaddingSettings
@@ -71,7 +73,7 @@ def test_an_order_in_process_equals_generate_and_shows_on_the_board(svc, app, re
     assert svc.info.name == "chef" and svc.engine_pid == app.state.kitchen.client.pid
     assert "this server's own kitchen" in svc.where
     lim = svc.limits(100, 64)
-    assert lim.max_context == 512
+    assert lim.max_context == min(CHEF_CONTEXT, DEFAULT_SEAT_LEN)  # a seat: the engine's default, capped by the context
     o = Order(batch=3, max_new_tokens=10, temperature=0.0, seed=0, prompt_tokens=20)
     ids = svc.check(o.prompts(svc), 10, temperature=0.0, seed=0)
     assert [len(p) for p in ids] == [20, 20, 20] and svc.encode("ROMEO:") == ref.encode("ROMEO:")
@@ -109,8 +111,8 @@ def test_cancel_a_page_gone_and_a_time_limit_stop_the_order_in_process(svc, app,
 
 def test_refusals_in_process_are_the_servers_one_line(svc):
     with pytest.raises(EngineError) as err:
-        svc.check(["x"], 900)
-    assert "context of 512" in str(err.value) and "\n" not in str(err.value)
+        svc.check(["x"], CHEF_CONTEXT + 100)
+    assert f"context of {CHEF_CONTEXT:,}" in str(err.value) and "\n" not in str(err.value)
     job = svc.submit(cook(Order(batch=1, max_new_tokens=481, temperature=0.0, seed=0, text="hi")), "too long")
     assert job.wait(30) and job.status == "error"
     assert "instructor's limit is 480 new tokens" in job.error and "HTTP" not in job.error

@@ -20,7 +20,7 @@ of engine/int8_op.py) and timed in the same rotation, as "float32_compiled" and 
 the report then counts the steps that really ran compiled and compares their greedy tokens with
 the eager ones. Prefill runs eagerly on every engine either way.
 
-Ratios are medians of per-repeat values. Targets (issue 15): int8 TPOT <= 0.6 x our float32 and
+Ratios are medians of per-repeat values. Targets: int8 TPOT <= 0.6 x our float32 and
 <= 0.5 x HF float32 `generate`, on the 135M shape at batch 1; prefill not slower.
 """
 

@@ -18,8 +18,8 @@ TARGETS = {
     "prefill_flops_fraction": (">=", 0.85),
     "ttft_vs_hf": ("<=", 0.9),
     "decode_tps_vs_hf_b32": (">=", 1.5),
-    "decode_tpot_cuda_graph_vs_hf_b1": ("<=", 1 / 5),  # issue 15: "graphs >= 5x HF eager"; cuda only
-    # issue 15's GPU goals (bf16, CUDA graphs, batch 1) as measured / goal, so 1 is the line:
+    "decode_tpot_cuda_graph_vs_hf_b1": ("<=", 1 / 5),  # the goal: "graphs >= 5x HF eager"; cuda only
+    # the GPU goals (bf16, CUDA graphs, batch 1) as measured / goal, so 1 is the line:
     "decode_tpot_cuda_graph_vs_goal_b1": ("<=", 1.0),
     "prefill_flops_fraction_vs_gpu_goal": (">=", 1.0),
 }
@@ -28,7 +28,7 @@ GPU_PREFILL_GOAL = {"preset:llama-3.2-1b": 0.65}  # of the measured GEMM peak, 8
 
 
 def gpu_goal_ratios(model: str, device: str, ratios: dict, b1: dict) -> dict:
-    """Issue 15's goals for the shapes where they mean something on a GPU (empty elsewhere).
+    """The goals for the shapes where they mean something on a GPU (empty elsewhere).
     Example: the 1B shape at 1.5 ms per token with graphs -> decode_tpot_cuda_graph_vs_goal_b1 1.25."""
     if not device.startswith("cuda"):
         return {}

@@ -172,7 +172,7 @@ def run_leftovers(
     notes = [
         f"with {top.shared_tokens} of {top.prompt_len} prompt tokens cached, TTFT {top.warm_ttft_s * 1e3:.1f} ms "
         f"against {top.cold_ttft_s * 1e3:.1f} ms cold: {top.ratio:.2f}x "
-        f"(issue 13's goal at 90 %: <= {LEFTOVERS_GOAL}x)",
+        f"(the goal at 90 %: <= {LEFTOVERS_GOAL}x)",
         f"the stream of {s.orders} orders sharing a {s.stream_share:.0%} house prefix: hit rate {hit_rate:.0%} "
         f"by token; median TTFT {pd.Series([o.ttft_reuse_s for o in stream]).median() * 1e3:.1f} ms with reuse, "
         f"{pd.Series([o.ttft_plain_s for o in stream]).median() * 1e3:.1f} ms without",

@@ -14,7 +14,7 @@ from lab.inspector import Verdict, ms
 
 SERVING_GAIN = 1.2  # one policy "serves more" when it reaches >= 1.2x the other's requests/s
 STALL_SPIKE = 2.0  # the pot "stalls" when a gap between tokens is >= 2x the usual (median) gap
-LEFTOVERS_GOAL = 0.3  # issue 13: an order with 90 % of its prompt cached: TTFT <= 0.3x cold
+LEFTOVERS_GOAL = 0.3  # the goal: an order with 90 % of its prompt cached: TTFT <= 0.3x cold
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """The bench's prefill of B prompts (`--prefill-batch`): the shape a GPU needs to be compute-bound
-(issue 15: Llama-3.2-1B, 8 x 1024). Checked on a tiny model: the pass, its FLOPs and its kernel
+(Llama-3.2-1B, 8 x 1024). Checked on a tiny model: the pass, its FLOPs and its kernel
 ceiling all cover B x P tokens. No timing is asserted."""
 
 from dataclasses import replace

@@ -158,7 +158,7 @@ def test_a_step_faster_than_the_memory_roof_is_called_out():
     assert any("beat the measured memory roof" in e for e in v.evidence)
 
 
-# -- issue 14: advice follows this machine's measurements ---------------------------------------
+# -- advice follows this machine's measurements ---------------------------------------
 
 
 def bandwidth_verdict(**kw):
@@ -214,7 +214,7 @@ def test_a_lesson_about_the_pot_diagnoses_the_pot_even_when_the_wok_took_longer(
     assert v.slow_phase == "decode" and v.headline.startswith("The soup pot (10 steps")
 
 
-# -- issue 13: the serving labs' verdicts, on constructed streams ----------------------------------
+# -- the serving labs' verdicts, on constructed streams ----------------------------------
 
 
 def rush(policy, rps, ttft_p50, ttft_p99, tpot, e2e):

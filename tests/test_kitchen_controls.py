@@ -1,4 +1,4 @@
-"""The order form's limits and messages (issue 14, controls): what a link, a control or a model
+"""The order form's limits and messages: what a link, a control or a model
 switch may do to an order, and what the page says about it.
 
 Pure parts (`orders.reply_ceiling`, `prompt_ceiling`, `rounded_down`) are tested on a limits
@@ -87,7 +87,7 @@ def test_the_order_and_the_model_are_kept_in_the_address():
 def test_the_live_view_choice_survives_a_model_switch():
     """Switching to a model that must load shows the loading page (no toggle drawn), and Streamlit
     drops the state of a widget it did not draw: the learner's choice must come back with the
-    toggle (issue 14: it came back off, every time)."""
+    toggle (it came back off, every time)."""
     at = open_kitchen()
     at.toggle(key="tpk_live").set_value(True).run()
     # A kitchen no other test opens (the apprentice in float16), so it must load here whatever ran before.
@@ -116,7 +116,7 @@ def test_a_refused_prompt_keeps_every_control_in_place():
 
 def test_the_dashboard_takes_percentiles_over_one_kind_of_kitchen():
     """Two models in the log: the dashboard shows the newest run's model, device and precision
-    only, and says so (issue 14: it mixed every model and precision in one percentile)."""
+    only, and says so (it mixed every model and precision in one percentile)."""
     from engine import Engine
     from kitchen_viz.app_state import run_log
     from lab.registry import DASHBOARD

@@ -1,4 +1,4 @@
-"""The Kitchen on a classroom projector (issue 14): at 1024, 1280, 1366 and 1920 px, light and
+"""The Kitchen on a classroom projector: at 1024, 1280, 1366 and 1920 px, light and
 dark, presenter mode off and on, after a real Cook, no panel value or label is drawn over another
 or cut off, and the Cook button and the live-view toggle show their whole label.
 
@@ -109,7 +109,7 @@ def test_panels_and_cook_row_fit_at_projector_widths(server, browser, presenter,
 
 
 def test_the_live_view_stays_on_after_switching_to_a_model_that_must_load(server, browser):  # noqa: F811
-    """Issue 14: after a switch of model (or precision) the live view came back off, every time, and
+    """After a switch of model (or precision) the live view came back off, every time, and
     the next Cook looked hung. Measured in Chromium: the toggle's state returned False after the
     loading page, so the page restores the learner's choice whenever the form was hidden."""
     page = browser.new_page(viewport={"width": 1366, "height": 1200})
@@ -124,7 +124,7 @@ def test_the_live_view_stays_on_after_switching_to_a_model_that_must_load(server
         page.get_by_role("button", name="Cook").wait_for(timeout=COOK_TIMEOUT_MS)
         assert page.get_by_role("switch", name="Live view").is_checked()
         assert "model=apprentice" in page.url
-        page.reload()  # a reload keeps the model (issue 14: it went back to the chef)
+        page.reload()  # a reload keeps the model (it used to go back to the chef)
         page.get_by_role("button", name="Cook").wait_for(timeout=COOK_TIMEOUT_MS)
         model = page.get_by_role("combobox", name="Model (from the catalog)").input_value()
         assert model.lower().startswith("apprentice"), model

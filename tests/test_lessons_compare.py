@@ -1,4 +1,4 @@
-"""Teacher features (issue 14): the suggested-orders lesson plan and comparing two orders."""
+"""Teacher features: the suggested-orders lesson plan and comparing two orders."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The panels and the drawing tell one story (issue 14): TTFT adds up from named parts, E2E is one
+"""The panels and the drawing tell one story: TTFT adds up from named parts, E2E is one
 number in both, the pot counts only its own steps, a one-token order has no TPOT."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The scene's script (assets/art/scene.js, as kitchen_viz/scene.py serves it) is m
 headless Chromium at 1024, 1280, 1366 and 1920 px, presenter mode off and on, and shown the last
 moment of an order: a real chef order (measured here), and the widest labels the controls allow
 (64 tables x 448 tokens, seconds-long times). Every text's box is measured against every other
-and against the ladle, the wok's handle and the lamp (issue 14: the handle covered the counter's
+and against the ladle, the wok's handle and the lamp (the handle covered the counter's
 MB, the ladle the pot's label, the SERVED stamp the ticket's token count).
 """
 
@@ -296,7 +296,7 @@ def test_the_live_panels_wrap_instead_of_overlapping(browser, width):
 
 
 def test_the_quiet_view_says_it_replays_later_instead_of_looking_hung(browser):
-    """With the live view off the page waits without updates: the scene says so (issue 14: it sat
+    """With the live view off the page waits without updates: the scene says so (it sat
     on 'waiting for the first measurements…' for the whole order)."""
     page = open_scene(browser, 1280)
     try:

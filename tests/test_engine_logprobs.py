@@ -27,15 +27,19 @@ def test_logprobs_are_the_same_with_and_without_speculation():
     assert all(t.logprob is None and t.top_logprobs == () for t in served(eng, "ROMEO:", 4))  # not asked, not paid
 
 
+# The chef rarely writes EOS; after a farewell and a blank line some sampled answers end early.
+EARLY = "ROMEO:\nFarewell.\n\n"
+
+
 def test_min_tokens_and_the_fixed_batch_refusal():
     eng = Engine.load("chef", policy="chunked")
     for seed in range(64):  # a sampled answer the chef ends with EOS early (found, not assumed)
-        ended = served(eng, "ROMEO:", 64, temperature=2.0, seed=seed)
+        ended = served(eng, EARLY, 64, temperature=2.0, seed=seed)
         if len(ended) < 60:
             break
     else:
         pytest.fail("no seed in 0..63 ended early at temperature 2")
-    held = served(eng, "ROMEO:", 64, temperature=2.0, seed=seed, min_tokens=len(ended) + 3)
+    held = served(eng, EARLY, 64, temperature=2.0, seed=seed, min_tokens=len(ended) + 3)
     assert len(held) >= len(ended) + 3 and [t.token_id for t in held[: len(ended) - 1]] == [t.token_id for t in ended[:-1]]
     with pytest.raises(EngineError, match="logprobs and min_tokens run on the serving path"):
         eng.generate(["ROMEO:"], 4, logprobs=1)

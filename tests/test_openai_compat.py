@@ -76,10 +76,14 @@ def test_refusals_stay_one_line(served, path, body, words):
     assert words in message and "\n" not in message
 
 
+# The chef rarely writes EOS; after a farewell and a blank line some sampled answers end early.
+EARLY = "ROMEO:\nFarewell.\n\n"
+
+
 def early_stop(url: str) -> tuple[int, int]:
     """(seed, tokens) of a sampled answer that the chef ends with EOS before 64 tokens (found, not assumed)."""
     for base in range(0, 160, 16):
-        r = post(url, "/v1/completions", {"prompt": "ROMEO:", "max_tokens": 64, "temperature": 2.0, "seed": base, "n": 16,
+        r = post(url, "/v1/completions", {"prompt": EARLY, "max_tokens": 64, "temperature": 2.0, "seed": base, "n": 16,
                                           "logprobs": 0})  # fmt: skip
         for c in r.json()["choices"]:
             if c["finish_reason"] == "stop":
@@ -89,7 +93,7 @@ def early_stop(url: str) -> tuple[int, int]:
 
 def test_ignore_eos_and_min_tokens_as_vllm(served):
     seed, n = early_stop(served)
-    body = {"prompt": "ROMEO:", "max_tokens": 64, "temperature": 2.0, "seed": seed, "logprobs": 0}
+    body = {"prompt": EARLY, "max_tokens": 64, "temperature": 2.0, "seed": seed, "logprobs": 0}
     stopped = post(served, "/v1/completions", body).json()["choices"][0]
     assert stopped["finish_reason"] == "stop" and stopped["logprobs"]["tokens"][-1] == ""  # EOS, no text
     on = post(served, "/v1/completions", body | {"ignore_eos": True}).json()["choices"][0]

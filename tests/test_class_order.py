@@ -28,7 +28,7 @@ def test_an_order_measured_at_the_client_and_by_the_kitchen():
         assert out.server_ttft_s is not None and 0 < out.server_ttft_s <= out.ttft_s  # no network in it
         assert {s["phase"] for s in out.server_steps} >= {"decode"} and all(s["batch"] >= 1 for s in out.server_steps)
         with pytest.raises(EngineError, match="HTTP 400: .*context"):
-            order_remote(url, "chef", "to be or not " * 200, 8)
+            order_remote(url, "chef", "to be or not " * 1200, 8)  # more tokens than any seat holds
         with pytest.raises(EngineError, match="HTTP 404: model 'gpt-4' is not served here"):
             order_remote(url, "gpt-4", "hi", 4)
     with pytest.raises(EngineError, match="could not list the models"):

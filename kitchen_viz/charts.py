@@ -26,6 +26,15 @@ from lab.plot_kit import (  # noqa: F401  (re-exported: the shared kit)
 )
 
 CHART_FONT_PX = 16  # the smallest text any Kitchen or Dashboard chart draws
+
+
+def titled(fig: go.Figure, title: str) -> go.Figure:
+    """The title, the template and readable log axes; `legible` then lays the text out. (The lab's
+    `finish` lays its charts out its own way, for its own widths: one layout per chart.)"""
+    fig.update_layout(title=title, **LAYOUT)
+    label_log_axes(fig)
+    return fig
+
 PRESENTER_CHART_FONT_PX = 20  # presenter mode: read from the back of the room
 
 
@@ -106,7 +115,7 @@ def percentile_figure(frame, column: str, title: str, unit_scale: float = 1.0, u
                 fig.add_trace(series(frame.wall_time, frame[col] * unit_scale, name, colour, mode="lines"))
     fig.update_yaxes(title=unit, rangemode="tozero")
     time_axis(fig, frame.wall_time if len(frame) else [])
-    return legible(finish(fig, title), presenter)
+    return legible(titled(fig, title), presenter)
 
 
 def rate_figure(per_minute, title: str = "Requests per minute", presenter: bool = False) -> go.Figure:
@@ -122,7 +131,7 @@ def rate_figure(per_minute, title: str = "Requests per minute", presenter: bool 
         fig.update_xaxes(
             range=[per_minute.index.min() - pad, per_minute.index.max() + pad + pd.Timedelta(minutes=1)]
         )
-    return legible(finish(fig, title), presenter, legend=False)
+    return legible(titled(fig, title), presenter, legend=False)
 
 
 def kv_memory_figure(frame, presenter: bool = False) -> go.Figure:
@@ -149,4 +158,4 @@ def kv_memory_figure(frame, presenter: bool = False) -> go.Figure:
         )
     fig.update_yaxes(title="MB", rangemode="tozero")
     time_axis(fig, frame.wall_time if len(frame) else [])
-    return legible(finish(fig, "KV cache memory per run (the serving counter)"), presenter)
+    return legible(titled(fig, "KV cache memory per run (the serving counter)"), presenter)

@@ -83,6 +83,12 @@ def test_kv_cache_recompute_grows_while_static_stays_flat(chef_one_thread):
     assert max(none.kv_mb) == 0.0  # nothing is kept between steps
     assert growing.kv_mb == sorted(growing.kv_mb) and growing.kv_mb[-1] > growing.kv_mb[0]
     assert static.kv_allocated_mb >= max(static.kv_mb)
+    for run in r.runs:  # every step and growth ratio is a median of three repeats with its range
+        assert len(run.step_range) == 159
+        for sp in [*run.step_range, run.growth, run.cpu_growth]:
+            assert_spread(sp)
+        assert run.step_s == [sp.median for sp in run.step_range]
+    assert sum(n.startswith(("cache=growing: late", "cache=none: late", "too noisy")) for n in r.notes) == 2
 
 
 def test_packed_never_computes_more_slots_than_padded(chef_one_thread):
@@ -222,3 +228,21 @@ def test_portioning_station_withholds_which_part_is_larger_when_the_share_stradd
     said = overhead_findings([overhead_bound, graphs_apart], quiet)
     assert said[0].startswith("the overhead is most of the eager step")
     assert "faster than eager by more than the repeats vary" in said[1]
+
+
+def test_kv_cache_withholds_growth_when_the_repeats_ranges_overlap():
+    from lab.kv_cache import KvRun, growth_finding
+    from lab.noise import Machine, Spread
+
+    busy = Machine(line="something else used the cores", load=4.2, cores=2, wall_s=1.0)
+
+    def run(mode, growth):
+        return KvRun(mode, [0.001], [0.001], [0.0], 0.0, [1], growth.median, growth.median,
+                     [Spread(0.001, 0.001, 0.001, 3)], growth, growth)  # fmt: skip
+
+    static = run("static", Spread(1.0, 0.9, 1.4, 3))
+    said = growth_finding(run("none", Spread(1.3, 1.1, 1.9, 3)), static, busy, on_cpu=True)
+    assert said.startswith("too noisy to say whether cache=none's steps grow more than cache=static's")
+    assert "the machine was busy (load 4.2)" in said
+    said = growth_finding(run("none", Spread(3.0, 2.5, 3.6, 3)), static, busy, on_cpu=False)
+    assert said.startswith("cache=none: late steps slow down more than cache=static's")

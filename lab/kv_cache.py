@@ -12,10 +12,12 @@ cache: traffic grows with position); `none` recomputes K/V for the whole sequenc
 step time grows ~linearly
 with position (and total work quadratically). All three must produce the same tokens.
 
-Measured per mode: one generation of `new_tokens` tokens, greedy; every decode step's wall time,
-its process CPU time (`lab.cpu_time`: immune to waiting for a core on a busy machine) and the KV
-bytes live after it. Growth is judged by the ratio of the median of the last fifth of steps to the
-median of the first fifth, for wall time (`growth_ratio`) and CPU time (`cpu_growth_ratio`).
+Measured per mode: `repeats` (at least three) generations of `new_tokens` tokens, greedy, the modes
+taking turns; every decode step's wall time (the median of the repeats at that position, with their
+range drawn), its process CPU time (`lab.cpu_time`: immune to waiting for a core on a busy machine)
+and the KV bytes live after it. Growth is the ratio of the median of the last fifth of steps to the
+median of the first fifth, per repeat, for wall time (`growth`) and CPU time (`cpu_growth`); a mode's
+steps are said to grow more than another's only where those ranges do not overlap (`lab.noise`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,16 @@ import plotly.graph_objects as go
 from engine.errors import EngineError
 from lab.cpu_time import generate_timed
 from lab.experiment import Experiment, Prediction, StoryLink
-from lab.noise import Machine, MachineWatch
+from lab.noise import (
+    MIN_REPEATS,
+    SPREAD_LEGEND,
+    Machine,
+    MachineWatch,
+    Spread,
+    clearly_apart,
+    error_bars,
+    spread_of,
+)
 from lab.plot_kit import GREY, MODE_COLOURS, POT, cpu_time_line, finish, guess_marker, series
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.sample import Sample, sample_of
@@ -42,18 +53,22 @@ class KvSettings:
     prompt_len: int = 16
     new_tokens: int = 256
     modes: tuple[str, ...] = MODES
+    repeats: int = 3
 
 
 @dataclass(frozen=True)
 class KvRun:
     mode: str
-    step_s: list[float]  # decode steps' wall time, in order (step 1 = the second output token)
-    cpu_s: list[float]  # the same steps' process CPU time
+    step_s: list[float]  # decode steps' wall time, in order (step 1 = the second output token); medians
+    cpu_s: list[float]  # the same steps' process CPU time; medians of the repeats
     kv_mb: list[float]  # live KV cache after each decode step, MB
     kv_allocated_mb: float
     tokens: list[int]  # generated ids (to check that all modes agree)
-    growth_ratio: float  # late-steps median / early-steps median, wall time
+    growth_ratio: float  # late-steps median / early-steps median, wall time (median of the repeats)
     cpu_growth_ratio: float  # the same for CPU time
+    step_range: list[Spread]  # each step's wall time over the repeats (seconds)
+    growth: Spread  # growth_ratio of each repeat
+    cpu_growth: Spread
 
 
 @dataclass(frozen=True)
@@ -96,24 +111,49 @@ def growth_ratio(step_s: list[float]) -> float:
     return median_of(step_s[-fifth:]) / early if early > 0 else 1.0
 
 
-def measure_mode(engine, ids: list[int], mode: str, new_tokens: int) -> tuple[KvRun, Sample]:
-    timed = generate_timed(
+def measure_once(engine, ids: list[int], mode: str, new_tokens: int):
+    return generate_timed(
         engine, [ids], max_new_tokens=new_tokens, temperature=0.0, stop_at_eos=False, cache=mode
     )
-    res = timed.result
+
+
+def kv_run(mode: str, repeats: list) -> tuple[KvRun, Sample, bool]:
+    """One mode's repeats as one run: per-step medians and ranges; whether every repeat agreed."""
+    res = repeats[-1].result
     steps = res.trace.decode_steps
-    step_s = [s.seconds for s in steps]
+    walls = [[st.seconds for st in t.result.trace.decode_steps] for t in repeats]  # (repeats, steps)
+    cpus = [t.decode_cpu_s for t in repeats]
+    step_range = [spread_of(col) for col in zip(*walls, strict=True)]
+    growth = spread_of([growth_ratio(w) for w in walls])
+    cpu_growth = spread_of([growth_ratio(c) for c in cpus])
     run = KvRun(
         mode=mode,
-        step_s=step_s,
-        cpu_s=timed.decode_cpu_s,
+        step_s=[sp.median for sp in step_range],
+        cpu_s=[median_of(col) for col in zip(*cpus, strict=True)],
         kv_mb=[s.kv_bytes / 1e6 for s in steps],
         kv_allocated_mb=res.metrics.kv_cache_allocated_bytes / 1e6,
         tokens=list(res.tokens[0]),
-        growth_ratio=growth_ratio(step_s),
-        cpu_growth_ratio=growth_ratio(timed.decode_cpu_s),
+        growth_ratio=growth.median,
+        cpu_growth_ratio=cpu_growth.median,
+        step_range=step_range,
+        growth=growth,
+        cpu_growth=cpu_growth,
     )
-    return run, sample_of(res, f"cache={mode}")
+    agreed = all(list(t.result.tokens[0]) == run.tokens for t in repeats)
+    return run, sample_of(res, f"cache={mode}"), agreed
+
+
+def growth_finding(run: KvRun, flat: KvRun, machine: Machine, on_cpu: bool) -> str:
+    """Whether `run`'s late steps slow down more than `flat`'s, said only beyond the repeats' spread.
+
+    On a CPU it is judged on CPU time, which waiting for a core does not stretch.
+    """
+    a, b = (run.cpu_growth, flat.cpu_growth) if on_cpu else (run.growth, flat.growth)
+    if clearly_apart(a, b):
+        word = "more" if a.median > b.median else "less"
+        return (f"cache={run.mode}: late steps slow down {word} than cache={flat.mode}'s "
+                f"({a.median:.2f}x against {b.median:.2f}x), by more than the repeats vary")  # fmt: skip
+    return machine.too_noisy(f"whether cache={run.mode}'s steps grow more than cache={flat.mode}'s")
 
 
 def calibrated_units(engine, ids: list[int], s: KvSettings) -> list[float]:
@@ -127,7 +167,9 @@ def calibrated_units(engine, ids: list[int], s: KvSettings) -> list[float]:
     step_s = median_of([st.seconds for st in decode])
     mid = prompt_ids(engine, s.prompt_len + s.new_tokens // 2)
     recompute_s = engine.generate([mid], max_new_tokens=1, stop_at_eos=False).trace.prefill.seconds
-    return [s.new_tokens * (recompute_s if m == "none" else step_s) for m in s.modes]
+    modes = list(dict.fromkeys(s.modes))  # one unit per (repeat, mode), the order they run in
+    return [s.new_tokens * (recompute_s if m == "none" else step_s)
+            for _ in range(max(MIN_REPEATS, s.repeats)) for m in modes]  # fmt: skip
 
 
 def run_kv_cache(engine, settings: KvSettings, on_progress: ProgressFn | None = None) -> KvResult:
@@ -142,12 +184,19 @@ def run_kv_cache(engine, settings: KvSettings, on_progress: ProgressFn | None = 
     ids = prompt_ids(engine, settings.prompt_len)
     n = settings.new_tokens
     tracker = ProgressTracker(calibrated_units(engine, ids, settings), on_progress)
-    runs, samples = [], {}
-    for mode in settings.modes:
-        run, samples[mode] = measure_mode(engine, ids, mode, n)
+    modes = list(dict.fromkeys(settings.modes))
+    timed = {m: [] for m in modes}
+    for r in range(max(MIN_REPEATS, settings.repeats)):  # the modes take turns: a busy moment hits all
+        for mode in modes:
+            timed[mode].append(measure_once(engine, ids, mode, n))
+            last = timed[mode][-1].result.trace.decode_steps[-1].seconds
+            tracker.step(f"cache={mode}, repeat {r + 1}: last step {last * 1e3:.1f} ms")
+    runs, samples, agreed = [], {}, True
+    for mode in modes:
+        run, samples[mode], ok = kv_run(mode, timed[mode])
         runs.append(run)
-        tracker.step(f"cache={mode}: last step {run.step_s[-1] * 1e3:.1f} ms")
-    same = all(r.tokens == runs[0].tokens for r in runs)
+        agreed = agreed and ok
+    same = agreed and all(r.tokens == runs[0].tokens for r in runs)
     notes = [
         f"cache={r.mode}: the last fifth of steps takes {r.growth_ratio:.2f}x the first fifth's wall time "
         f"({r.cpu_growth_ratio:.2f}x CPU time); "
@@ -157,15 +206,12 @@ def run_kv_cache(engine, settings: KvSettings, on_progress: ProgressFn | None = 
     notes.append(
         "all modes generated the same tokens" if same else "WARNING: the modes generated different tokens"
     )
-    sample = samples.get("static") or samples[settings.modes[0]]
-    return watch.stamp(KvResult(
-        settings=settings,
-        runs=runs,
-        same_tokens=same,
-        sample=sample,
-        notes=notes,
-        device=str(engine.info.device),
-    ))
+    machine, device = watch.finish(), str(engine.info.device)
+    flat = next((r for r in runs if r.mode == "static"), None)
+    notes += [growth_finding(r, flat, machine, device == "cpu") for r in runs if flat and r is not flat]
+    sample = samples.get("static") or samples[modes[0]]
+    return KvResult(settings=settings, runs=runs, same_tokens=same, sample=sample, notes=notes, device=device,
+                    machine=machine)  # fmt: skip
 
 
 # -- figures --------------------------------------------------------------------------------------
@@ -176,7 +222,8 @@ def kv_figures(result, guess: float | None = None) -> list[go.Figure]:
     lat, mem = go.Figure(), go.Figure()
     for mode, part in df.groupby("mode", sort=False):
         colour = MODE_COLOURS.get(mode, GREY)
-        lat.add_trace(series(part.position, part.step_ms, f"cache={mode} (wall)", colour, mode="lines"))
+        lat.add_trace(series(part.position, part.step_ms, f"cache={mode} (wall, median)", colour, mode="lines",
+                             spread=error_bars(result.run(mode).step_range, 1e3)))  # fmt: skip
         if result.device == "cpu":  # on a GPU the host's CPU time is not the step's work
             lat.add_trace(cpu_time_line(part.position, part.cpu_ms, f"cache={mode} (CPU time)", colour))
         mem.add_trace(
@@ -205,7 +252,7 @@ def kv_figures(result, guess: float | None = None) -> list[go.Figure]:
             )
         )
     lat.update_xaxes(title="sequence position (tokens so far)")
-    lat.update_yaxes(title="decode step (ms)", rangemode="tozero")
+    lat.update_yaxes(title=f"decode step (ms; {SPREAD_LEGEND})", rangemode="tozero")
     mem.update_xaxes(title="sequence position (tokens so far)")
     mem.update_yaxes(title="KV cache live (MB)", rangemode="tozero")
     return [

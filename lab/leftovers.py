@@ -15,7 +15,9 @@ prompt tokens looked up (`ServingState.prefix_queries`, `prefix_hits`); each req
 Measured, two ways:
 1. One order, cold and warm (`bench.prefix_reuse.time_reuse`, the benchmark's own measurement):
    for each share of the prompt that is the house prefix, the TTFT of an order on an engine without
-   reuse against the same order after a first order with that prefix has finished; medians.
+   reuse against the same order after a first order with that prefix has finished; the median of
+   at least three repeats with their range (drawn as error bars), and "faster" is said only where the
+   two ranges do not overlap (`lab.noise.clearly_apart`).
 2. A seeded Poisson stream of orders sharing one house prefix, replayed with and without reuse
    (`lab.serve_replay`): each order's TTFT and cached tokens, the hit rate so far, and the KV
    tokens the kitchen holds after every pass (with reuse: running orders + leftovers).
@@ -34,7 +36,7 @@ from bench.prefix_reuse import ReuseTiming, time_reuse
 from bench.serve_bench import Request
 from engine.errors import EngineError
 from lab.experiment import Experiment, Prediction, StoryLink
-from lab.noise import Machine, MachineWatch
+from lab.noise import MIN_REPEATS, SPREAD_LEGEND, Machine, MachineWatch, Spread, clearly_apart, error_bars
 from lab.plot_kit import GREY, POT, WOK, finish, guess_marker
 from lab.progress import ProgressFn, ProgressTracker
 from lab.serve_replay import Served, replay, serving_engine, warm_up
@@ -52,6 +54,25 @@ class LeftoversSettings:
     answer: int = 8  # tokens each order is served
     max_seqs: int = 4  # seats: few, so leftovers are evicted when the line is long
     seed: int = 0
+
+
+def cold_spread(t: ReuseTiming) -> Spread:
+    """The cold TTFT's median and range over the repeats (seconds)."""
+    return Spread(t.cold_ttft_s, *t.cold_range_s, t.repeats)
+
+
+def warm_spread(t: ReuseTiming) -> Spread:
+    return Spread(t.warm_ttft_s, *t.warm_range_s, t.repeats)
+
+
+def reuse_finding(t: ReuseTiming, machine: Machine) -> str:
+    """What one share's repeats allow to be said: faster only when cold and warm ranges do not overlap."""
+    share = f"with {t.shared_tokens / t.prompt_len:.0%} cached"
+    cold, warm = cold_spread(t), warm_spread(t)
+    if clearly_apart(cold, warm):
+        word = "faster" if warm.median < cold.median else "slower"
+        return f"{share}, the order's first token came {word} than cold by more than the repeats vary"
+    return machine.too_noisy(f"whether the order is faster {share}")
 
 
 @dataclass(frozen=True)
@@ -84,7 +105,9 @@ class LeftoversResult:
         return pd.DataFrame(
             [{"shared_share": t.shared_tokens / t.prompt_len, "prompt_tokens": t.prompt_len,
               "shared_tokens": t.shared_tokens, "cold_ttft_s": t.cold_ttft_s, "warm_ttft_s": t.warm_ttft_s,
-              "warm_over_cold": t.ratio, "cached_tokens": t.warm_cached_tokens} for t in self.timings]
+              "warm_over_cold": t.ratio, "cached_tokens": t.warm_cached_tokens, "repeats": t.repeats,
+              "cold_low_s": t.cold_range_s[0], "cold_high_s": t.cold_range_s[1],
+              "warm_low_s": t.warm_range_s[0], "warm_high_s": t.warm_range_s[1]} for t in self.timings]
         )  # fmt: skip
 
     def stream_frame(self) -> pd.DataFrame:
@@ -148,7 +171,7 @@ def run_leftovers(
     tracker = ProgressTracker([1.0] * len(shares) + [2.0, 2.0], on_progress)
     timings = []
     for share in shares:
-        timings.append(time_reuse(engine, s.prompt_len, share, s.repeats, s.seed))
+        timings.append(time_reuse(engine, s.prompt_len, share, max(MIN_REPEATS, s.repeats), s.seed))
         t = timings[-1]
         tracker.step(
             f"{share:.0%} cached: TTFT {t.warm_ttft_s * 1e3:.1f} vs {t.cold_ttft_s * 1e3:.1f} ms cold"
@@ -179,7 +202,9 @@ def run_leftovers(
         f"after the stream: {end.kv_tokens_used * kv_bpt / 1e6:.2f} MB of KV held by leftovers with reuse, "
         f"{plain.final.kv_tokens_used * kv_bpt / 1e6:.2f} MB without",
     ]
-    return watch.stamp(LeftoversResult(s, timings, stream, held, hit_rate, end.kv_tokens_used, kv_bpt, notes))
+    machine = watch.finish()
+    notes[1:1] = [reuse_finding(t, machine) for t in timings]
+    return LeftoversResult(s, timings, stream, held, hit_rate, end.kv_tokens_used, kv_bpt, notes, machine)
 
 
 # -- figures --------------------------------------------------------------------------------------
@@ -189,13 +214,15 @@ def leftovers_figures(result: LeftoversResult, guess: float | None = None) -> li
     df = result.to_frame()
     shares = [f"{x:.0%} cached" for x in df.shared_share]
     cold_warm = go.Figure()
-    cold_warm.add_trace(go.Bar(x=shares, y=df.cold_ttft_s * 1e3, name="cold (no reuse)", marker_color=WOK))
+    cold_warm.add_trace(go.Bar(x=shares, y=df.cold_ttft_s * 1e3, name="cold (no reuse)", marker_color=WOK,
+                               error_y=error_bars([cold_spread(t) for t in result.timings], 1e3)))  # fmt: skip
     cold_warm.add_trace(go.Bar(x=shares, y=df.warm_ttft_s * 1e3, name="prefix reused", marker_color=POT,
+                               error_y=error_bars([warm_spread(t) for t in result.timings], 1e3),
                                text=[f"{r:.2f}x cold" for r in df.warm_over_cold], textposition="outside"))  # fmt: skip
     if guess is not None:
         cold_warm.add_trace(guess_marker(shares[-1], df.cold_ttft_s.iloc[-1] * 1e3 * guess / 100,
                                          f"your guess: {guess:g}% of cold"))  # fmt: skip
-    cold_warm.update_yaxes(title="TTFT of the order (ms, median)", rangemode="tozero")
+    cold_warm.update_yaxes(title=f"TTFT of the order (ms, median; {SPREAD_LEGEND})", rangemode="tozero")
     cold_warm.update_xaxes(title=f"share of the {int(df.prompt_tokens.iloc[0])}-token prompt already cached")
     finish(
         cold_warm,

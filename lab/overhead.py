@@ -18,7 +18,9 @@ What is measured, and how (on CPU there is no separate "kernel time", so we say 
              the decode wall time of the same profiled run: the share
              of a step spent inside the math kernels, Python and module glue excluded. Decode-only
              op time = op time of an N-token run minus that of a 1-token run of the same prompt.
-             Median over `repeats`.
+             Median over `repeats` (at least three); each repeat's step and share are kept, so
+             the chart draws the step's range and the page states "the overhead is the larger part"
+             only where the share's range lies wholly on one side of a half.
   Breakdown per step: math = share x step; glue = forward - math (Python, modules, allocation,
   dispatch); outside = step - forward (sampling, cache bookkeeping, events).
 Caveat: the profiler's op time includes sampling's few ops (argmax), which run outside forward;
@@ -38,7 +40,16 @@ from torch.profiler import ProfilerActivity, profile
 from engine.errors import EngineError
 from lab.cpu_time import generate_timed
 from lab.experiment import Experiment, Prediction, StoryLink
-from lab.noise import Machine, MachineWatch
+from lab.noise import (
+    MIN_REPEATS,
+    SPREAD_LEGEND,
+    Machine,
+    MachineWatch,
+    Spread,
+    clearly_apart,
+    error_bars,
+    spread_of,
+)
 from lab.plot_kit import GREY, POT, finish, guess_marker
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.sample import Sample, sample_of
@@ -63,6 +74,8 @@ class OverheadPoint:
     outside_ms: float  # step - forward
     math_share: float  # math / step
     decode_tps: float
+    step: Spread  # seconds: each repeat's median decode step, wall
+    share: Spread  # each repeat's math share of the decode phase (profiled)
 
 
 @dataclass(frozen=True)
@@ -75,7 +88,13 @@ class OverheadResult:
     machine: Machine | None = None  # what else ran on the engine's cores meanwhile (lab.noise)
 
     def to_frame(self) -> pd.DataFrame:
-        return pd.DataFrame([asdict(p) for p in self.points])
+        rows = []
+        for p in self.points:
+            row = {k: v for k, v in asdict(p).items() if k not in ("step", "share")}
+            row.update(step_low_ms=p.step.low * 1e3, step_high_ms=p.step.high * 1e3, repeats=p.step.n,
+                       math_share_low=p.share.low, math_share_high=p.share.high)  # fmt: skip
+            rows.append(row)
+        return pd.DataFrame(rows)
 
 
 def op_self_seconds(prof, on_gpu: bool) -> float:
@@ -127,7 +146,7 @@ def measure_variant(engine, prompts, s: OverheadSettings, variant: str, cuda_gra
     # Warm this variant up first: a CUDA graph is captured on its first use, which is not a step.
     engine.generate(prompts, max_new_tokens=4, stop_at_eos=False, cuda_graph=cuda_graph)
     steps_s, cpus_s, forwards_s, shares, last = [], [], [], [], None
-    for _ in range(max(1, s.repeats)):
+    for _ in range(max(MIN_REPEATS, s.repeats)):
         timed = generate_timed(
             engine,
             prompts,
@@ -154,6 +173,8 @@ def measure_variant(engine, prompts, s: OverheadSettings, variant: str, cuda_gra
         outside_ms=(step_s - forward_s) * 1e3,
         math_share=math_s / step_s if step_s > 0 else 0.0,
         decode_tps=s.batch / step_s if step_s > 0 else 0.0,
+        step=spread_of(steps_s),
+        share=spread_of(shares),
     )
     return point, sample_of(last, f"{variant}, batch {s.batch}")
 
@@ -187,7 +208,30 @@ def run_overhead(engine, settings: OverheadSettings, on_progress: ProgressFn | N
         )
     else:
         notes.append(f"CUDA graphs need a GPU; this run is on {device}, so only the eager step is measured")
-    return watch.stamp(OverheadResult(settings=settings, device=device, points=points, sample=sample, notes=notes))
+    machine = watch.finish()
+    notes += overhead_findings(points, machine)
+    return OverheadResult(settings=settings, device=device, points=points, sample=sample, notes=notes,
+                          machine=machine)  # fmt: skip
+
+
+def overhead_findings(points: list[OverheadPoint], machine: Machine) -> list[str]:
+    """What the repeats allow to be said: which part is larger, and whether CUDA graphs helped."""
+    eager, out = points[0], []
+    if eager.share.low > 0.5:
+        out.append(f"the math is most of the eager step ({eager.share.low:.0%} to {eager.share.high:.0%} "
+                   "over the repeats)")  # fmt: skip
+    elif eager.share.high < 0.5:
+        out.append(f"the overhead is most of the eager step: the math is {eager.share.low:.0%} to "
+                   f"{eager.share.high:.0%} of it over the repeats")  # fmt: skip
+    else:
+        out.append(machine.too_noisy("whether math or overhead is the larger part of the step"))
+    for g in points[1:]:
+        if clearly_apart(eager.step, g.step):
+            word = "faster" if g.step.median < eager.step.median else "slower"
+            out.append(f"{g.variant}: the step is {word} than eager by more than the repeats vary")
+        else:
+            out.append(machine.too_noisy(f"whether {g.variant} change the step"))
+    return out
 
 
 # -- figures --------------------------------------------------------------------------------------
@@ -212,6 +256,11 @@ def overhead_figure(result, guess: float | None = None) -> go.Figure:
                 textposition="inside",
             )
         )
+    fig.add_trace(
+        go.Scatter(x=df.variant, y=df.step_ms, mode="markers", name=f"whole step ({SPREAD_LEGEND})",
+                   marker=dict(color="black", symbol="line-ew-open", size=18),
+                   error_y=error_bars([p.step for p in result.points], 1e3))
+    )  # fmt: skip
     if guess is not None:
         fig.add_trace(
             guess_marker(df.variant.iloc[0], df.step_ms.iloc[0] * guess / 100, f"your guess: math {guess:g}%")

@@ -16,8 +16,10 @@ a CPU with fast bf16 units (AMX) makes both faster than float32 for that reason,
 Measured per variant (the same model loaded again in each precision, in this engine's process):
 the median decode step of `new_tokens` tokens after a `prompt_len` prompt, and the median prefill
 pass of one `prefill_tokens` prompt, every variant once per repeat in a rotated order so a noisy
-moment hits all alike, after one untimed warm-up of every shape; then each variant's greedy tokens
-against float32's over `agreement_tokens` tokens.
+moment hits all alike, after one untimed warm-up of every shape; at least three repeats, each
+point the median of the repeats with their range drawn, and "faster" said only where the ranges do
+not overlap (`lab.noise`); then each variant's greedy tokens against float32's over
+`agreement_tokens` tokens.
 """
 
 from __future__ import annotations
@@ -32,7 +34,16 @@ from engine.errors import EngineError
 from engine.limits import available_memory
 from lab.cpu_time import generate_timed
 from lab.experiment import Experiment, Prediction, StoryLink, decode_verdict
-from lab.noise import Machine, MachineWatch
+from lab.noise import (
+    MIN_REPEATS,
+    SPREAD_LEGEND,
+    Machine,
+    MachineWatch,
+    Spread,
+    clearly_apart,
+    error_bars,
+    spread_of,
+)
 from lab.plot_kit import POT, WOK, finish, guess_marker
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.sample import Sample, sample_of
@@ -61,6 +72,8 @@ class PortionPoint:
     prefill_s: float  # median prefill pass of `prefill_tokens`
     prefill_us_per_token: float
     greedy_prefix: int  # greedy tokens equal to float32's before the first difference
+    decode: Spread  # seconds: each repeat's median decode step
+    prefill: Spread  # seconds: each repeat's prefill pass
 
 
 @dataclass(frozen=True)
@@ -81,7 +94,13 @@ class PortionResult:
         return self.point("float32").decode_step_s / self.point("int8").decode_step_s
 
     def to_frame(self) -> pd.DataFrame:
-        return pd.DataFrame([asdict(p) for p in self.points])
+        rows = []
+        for p in self.points:
+            row = {k: v for k, v in asdict(p).items() if k not in ("decode", "prefill")}
+            row.update(decode_low_s=p.decode.low, decode_high_s=p.decode.high, prefill_low_s=p.prefill.low,
+                       prefill_high_s=p.prefill.high, repeats=p.decode.n)  # fmt: skip
+            rows.append(row)
+        return pd.DataFrame(rows)
 
 
 def check(engine, s: PortionSettings) -> None:
@@ -121,7 +140,8 @@ def run_portions(engine, settings: PortionSettings, on_progress: ProgressFn | No
     s = settings
     check(engine, s)
     variants = list(dict.fromkeys(s.variants))
-    tracker = ProgressTracker([1] * (len(variants) * (s.repeats + 2)), on_progress)
+    repeats = max(MIN_REPEATS, s.repeats)
+    tracker = ProgressTracker([1] * (len(variants) * (repeats + 2)), on_progress)
     engines = load_variants(engine, variants)
     short, long = [prompt_ids(engine, s.prompt_len)], [prompt_ids(engine, s.prefill_tokens)]
     steps = {v: [] for v in variants}
@@ -132,12 +152,12 @@ def run_portions(engine, settings: PortionSettings, on_progress: ProgressFn | No
         engines[v].generate(short, max_new_tokens=2, stop_at_eos=False)
         engines[v].generate(long, max_new_tokens=1, stop_at_eos=False)
         tracker.step(f"{v}: loaded and warmed up")
-    for r in range(s.repeats):
+    for r in range(repeats):
         for v in variants[r % len(variants) :] + variants[: r % len(variants)]:
             timed = generate_timed(engines[v], short, max_new_tokens=s.new_tokens, temperature=0.0, stop_at_eos=False)
             runs[v] = timed.result
-            steps[v] += [st.seconds for st in timed.result.trace.decode_steps]
-            cpu[v] += timed.decode_cpu_s
+            steps[v].append(median_of([st.seconds for st in timed.result.trace.decode_steps]))
+            cpu[v].append(median_of(timed.decode_cpu_s))
             pre[v].append(engines[v].generate(long, max_new_tokens=1, stop_at_eos=False).trace.prefill.seconds)
             tracker.step(f"{v}: decode step {median_of(steps[v]) * 1e3:.2f} ms")
     greedy = {v: engines[v].generate(short, max_new_tokens=s.agreement_tokens, stop_at_eos=False).tokens[0]
@@ -145,27 +165,40 @@ def run_portions(engine, settings: PortionSettings, on_progress: ProgressFn | No
     for v in variants:
         tracker.step(f"{v}: greedy tokens compared with float32")
     points = [point(v, engines[v], steps[v], cpu[v], pre[v], s, greedy[v], greedy["float32"]) for v in variants]
-    result = PortionResult(s, points, sample_of(runs["int8"], "int8 weights"), [], str(engine.device))
-    return watch.stamp(replace(result, notes=notes(result, engine)))
+    result = PortionResult(s, points, sample_of(runs["int8"], "int8 weights"), [], str(engine.device),
+                           watch.finish())  # fmt: skip
+    return replace(result, notes=notes(result, engine))
 
 
 def point(v, eng, steps, cpu, pre, s, tokens, reference) -> PortionPoint:
     prefix = next((i for i, (a, b) in enumerate(zip(tokens, reference, strict=False)) if a != b), len(tokens))
-    prefill_s = median_of(pre)
-    return PortionPoint(v, eng.info.weight_bytes / 1e6, median_of(steps), median_of(cpu), prefill_s,
-                        prefill_s / s.prefill_tokens * 1e6, prefix)  # fmt: skip
+    decode, prefill = spread_of(steps), spread_of(pre)
+    return PortionPoint(v, eng.info.weight_bytes / 1e6, decode.median, median_of(cpu), prefill.median,
+                        prefill.median / s.prefill_tokens * 1e6, prefix, decode, prefill)  # fmt: skip
+
+
+def faster_finding(what: str, ref: Spread, other: Spread, machine: Machine | None) -> str:
+    """int8 against float32 on one measure, said only where the repeats' ranges do not overlap."""
+    if clearly_apart(ref, other):
+        word = "faster" if other.median < ref.median else "slower"
+        return f"{what}: int8 is {word} than float32 by more than the repeats vary"
+    if machine is None:
+        return f"{what}: too noisy to say whether int8 is faster than float32"
+    return machine.too_noisy(f"whether int8's {what} is faster than float32's")
 
 
 def notes(r: PortionResult, engine) -> list[str]:
     f32, i8 = r.point("float32"), r.point("int8")
     out = [
-        f"decode step: float32 {f32.decode_step_s * 1e3:.2f} ms, int8 {i8.decode_step_s * 1e3:.2f} ms "
-        f"({r.decode_speedup:.2f}x faster) for {f32.weight_mb / i8.weight_mb:.1f}x fewer weight bytes",
+        f"median decode step: float32 {f32.decode_step_s * 1e3:.2f} ms, int8 {i8.decode_step_s * 1e3:.2f} ms "
+        f"(float32 / int8 = {r.decode_speedup:.2f}x) for {f32.weight_mb / i8.weight_mb:.1f}x fewer weight bytes",
         f"prefill of {r.settings.prefill_tokens} tokens: float32 {f32.prefill_s * 1e3:.1f} ms, "
         f"int8 {i8.prefill_s * 1e3:.1f} ms ({f32.prefill_s / i8.prefill_s:.2f}x)",
         f"greedy tokens equal to float32's before the first difference: int8 {i8.greedy_prefix} of "
         f"{r.settings.agreement_tokens}" + ("" if engine.info.trained else " (random weights: near-ties flip early)"),
     ]
+    out += [faster_finding("decode step", f32.decode, i8.decode, r.machine),
+            faster_finding("prefill", f32.prefill, i8.prefill, r.machine)]  # fmt: skip
     if "bfloat16" in r.settings.variants:
         b16 = r.point("bfloat16")
         out.insert(2, f"against bfloat16 (the same arithmetic as int8's prefill): decode {b16.decode_step_s * 1e3:.2f}"
@@ -179,13 +212,14 @@ def notes(r: PortionResult, engine) -> list[str]:
 def portions_figures(result, guess: float | None = None) -> list[go.Figure]:
     df = result.to_frame()
     decode = go.Figure(go.Bar(x=df.variant, y=df.decode_step_s * 1e3, marker_color=POT, name="decode step (ms)",
-                              text=[f"{v:.2f} ms" for v in df.decode_step_s * 1e3], textposition="outside"))  # fmt: skip
+                              error_y=error_bars([p.decode for p in result.points], 1e3), text=[f"{v:.2f} ms" for v in df.decode_step_s * 1e3], textposition="outside"))  # fmt: skip
     if guess is not None:
         decode.add_trace(guess_marker("int8", result.point("float32").decode_step_s * 1e3 / guess, f"your guess: {guess:g}x"))
-    decode.update_yaxes(title="decode step, batch 1 (ms)", rangemode="tozero")
+    decode.update_yaxes(title=f"decode step, batch 1 (ms; {SPREAD_LEGEND})", rangemode="tozero")
     prefill = go.Figure(go.Bar(x=df.variant, y=df.prefill_s * 1e3, marker_color=WOK, name="prefill (ms)",
-                               text=[f"{v:.1f} ms" for v in df.prefill_s * 1e3], textposition="outside"))  # fmt: skip
-    prefill.update_yaxes(title=f"prefill of {result.settings.prefill_tokens} tokens (ms)", rangemode="tozero")
+                               error_y=error_bars([p.prefill for p in result.points], 1e3), text=[f"{v:.1f} ms" for v in df.prefill_s * 1e3], textposition="outside"))  # fmt: skip
+    prefill.update_yaxes(title=f"prefill of {result.settings.prefill_tokens} tokens (ms; {SPREAD_LEGEND})",
+                         rangemode="tozero")
     return [finish(decode, "Smaller portions: the soup pot ladles faster when it carries fewer bytes"),
             finish(prefill, "The wok: fewer bytes do not make it toss faster")]  # fmt: skip
 

@@ -83,6 +83,12 @@ def test_kv_cache_recompute_grows_while_static_stays_flat(chef_one_thread):
     assert max(none.kv_mb) == 0.0  # nothing is kept between steps
     assert growing.kv_mb == sorted(growing.kv_mb) and growing.kv_mb[-1] > growing.kv_mb[0]
     assert static.kv_allocated_mb >= max(static.kv_mb)
+    for run in r.runs:  # every step and growth ratio is a median of three repeats with its range
+        assert len(run.step_range) == 159
+        for sp in [*run.step_range, run.growth, run.cpu_growth]:
+            assert_spread(sp)
+        assert run.step_s == [sp.median for sp in run.step_range]
+    assert sum(n.startswith(("cache=growing: late", "cache=none: late", "too noisy")) for n in r.notes) == 2
 
 
 def test_packed_never_computes_more_slots_than_padded(chef_one_thread):
@@ -120,6 +126,10 @@ def test_overhead_parts_add_up_to_the_step(chef_one_thread):
     assert 0 < eager.math_ms <= eager.forward_ms <= eager.step_ms
     assert eager.math_ms + eager.glue_ms + eager.outside_ms == pytest.approx(eager.step_ms)
     assert any("CUDA graphs need a GPU" in n for n in r.notes)
+    assert eager.step.n == eager.share.n == 3  # repeats=1 asked, three measured: a median needs three
+    assert eager.step.low <= eager.step.median <= eager.step.high
+    assert eager.share.low <= eager.share.median <= eager.share.high
+    assert eager.step.median * 1e3 == pytest.approx(eager.step_ms)
 
 
 def test_roofline_places_decode_left_of_prefill(chef_one_thread):
@@ -166,3 +176,73 @@ def test_models_without_a_tokenizer_get_fixed_token_ids(tiny_llama):
     assert len(ids) == 50 and all(0 <= i < eng.info.vocab_size for i in ids) and ids == prompt_ids(eng, 50)
     r = run_padding(eng, PaddingSettings(lengths=(5, 30), repeats=1))
     assert r.point("packed").slots == 35 < r.point("padded").slots == 60
+
+
+def assert_spread(s, repeats=3):
+    assert s.n >= repeats and s.low <= s.median <= s.high
+
+
+def test_leftovers_draws_each_share_as_a_median_of_three_with_its_range(chef_one_thread):
+    from bench.prefix_reuse import time_reuse
+    from lab.leftovers import cold_spread, reuse_finding, warm_spread
+    from lab.noise import MachineWatch
+
+    t = time_reuse(chef_one_thread, prompt_len=64, shared=0.9, repeats=3)
+    assert_spread(cold_spread(t))
+    assert_spread(warm_spread(t))
+    assert cold_spread(t).n == warm_spread(t).n == 3
+    finding = reuse_finding(t, MachineWatch().finish())
+    assert "by more than the repeats vary" in finding or finding.startswith("too noisy to say")
+
+
+def test_leftovers_withholds_faster_when_cold_and_warm_ranges_overlap():
+    from bench.prefix_reuse import ReuseTiming
+    from lab.leftovers import reuse_finding
+    from lab.noise import Machine
+
+    busy = Machine(line="something else used the cores", load=3.5, cores=2, wall_s=1.0)
+    overlap = ReuseTiming(100, 90, 0.020, 0.012, 90, 3, (0.010, 0.030), (0.008, 0.025))
+    assert reuse_finding(overlap, busy).startswith("too noisy to say whether the order is faster")
+    assert "the machine was busy (load 3.5)" in reuse_finding(overlap, busy)
+    apart = ReuseTiming(100, 90, 0.020, 0.004, 90, 3, (0.018, 0.022), (0.003, 0.005))
+    assert "faster than cold by more than the repeats vary" in reuse_finding(apart, busy)
+
+
+def test_portioning_station_withholds_which_part_is_larger_when_the_share_straddles_a_half():
+    from lab.noise import Machine, Spread
+    from lab.overhead import OverheadPoint, overhead_findings
+
+    quiet = Machine(line=None, load=0.4, cores=2, wall_s=1.0)
+
+    def point(variant, step, share):
+        return OverheadPoint(variant, step.median * 1e3, 1.0, 0.5, 0.3, 0.2, share.median, 1 / step.median,
+                             step, share)  # fmt: skip
+
+    straddles = point("eager", Spread(0.002, 0.0018, 0.0025, 3), Spread(0.48, 0.35, 0.62, 3))
+    graphs_overlap = point("CUDA graphs", Spread(0.0019, 0.0017, 0.0021, 3), Spread(0.6, 0.55, 0.7, 3))
+    said = overhead_findings([straddles, graphs_overlap], quiet)
+    assert said[0].startswith("too noisy to say whether math or overhead is the larger part")
+    assert said[1].startswith("too noisy to say whether CUDA graphs change the step")
+    overhead_bound = point("eager", Spread(0.002, 0.0019, 0.0021, 3), Spread(0.3, 0.25, 0.35, 3))
+    graphs_apart = point("CUDA graphs", Spread(0.0008, 0.0007, 0.0009, 3), Spread(0.7, 0.65, 0.75, 3))
+    said = overhead_findings([overhead_bound, graphs_apart], quiet)
+    assert said[0].startswith("the overhead is most of the eager step")
+    assert "faster than eager by more than the repeats vary" in said[1]
+
+
+def test_kv_cache_withholds_growth_when_the_repeats_ranges_overlap():
+    from lab.kv_cache import KvRun, growth_finding
+    from lab.noise import Machine, Spread
+
+    busy = Machine(line="something else used the cores", load=4.2, cores=2, wall_s=1.0)
+
+    def run(mode, growth):
+        return KvRun(mode, [0.001], [0.001], [0.0], 0.0, [1], growth.median, growth.median,
+                     [Spread(0.001, 0.001, 0.001, 3)], growth, growth)  # fmt: skip
+
+    static = run("static", Spread(1.0, 0.9, 1.4, 3))
+    said = growth_finding(run("none", Spread(1.3, 1.1, 1.9, 3)), static, busy, on_cpu=True)
+    assert said.startswith("too noisy to say whether cache=none's steps grow more than cache=static's")
+    assert "the machine was busy (load 4.2)" in said
+    said = growth_finding(run("none", Spread(3.0, 2.5, 3.6, 3)), static, busy, on_cpu=False)
+    assert said.startswith("cache=none: late steps slow down more than cache=static's")

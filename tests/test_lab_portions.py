@@ -27,6 +27,25 @@ def test_every_variant_is_measured_and_compared_with_float32(chef):
     assert r.decode_speedup == f32.decode_step_s / i8.decode_step_s
     assert r.sample.label == "int8 weights" and len(r.notes) >= 4  # the inspector judges the int8 run
     assert list(r.to_frame().variant) == ["float32", "bfloat16", "int8"]
+    for p in r.points:  # repeats=1 asked, three measured: every bar is a median of three with its range
+        for s in (p.decode, p.prefill):
+            assert s.n == 3 and s.low <= s.median <= s.high
+        assert (p.decode.median, p.prefill.median) == (p.decode_step_s, p.prefill_s)
+    said = [n for n in r.notes if n.startswith(("decode step:", "prefill:")) or n.startswith("too noisy")]
+    assert len(said) == 2  # one finding or one "too noisy" line each for decode and prefill
+
+
+def test_faster_is_withheld_when_float32_and_int8_ranges_overlap():
+    from lab.noise import Machine, Spread
+    from lab.smaller_portions import faster_finding
+
+    busy = Machine(line="something else used the cores", load=2.7, cores=2, wall_s=1.0)
+    f32, overlap, apart = Spread(0.010, 0.008, 0.014, 3), Spread(0.007, 0.005, 0.009, 3), Spread(0.003, 0.002, 0.004, 3)
+    said = faster_finding("decode step", f32, overlap, busy)
+    assert said.startswith("too noisy to say whether int8's decode step is faster")
+    assert "the machine was busy (load 2.7)" in said
+    assert faster_finding("decode step", f32, apart, busy) == (
+        "decode step: int8 is faster than float32 by more than the repeats vary")
 
 
 @pytest.mark.parametrize(

@@ -78,8 +78,8 @@ def chart_problems(charts: list[dict], least_px: float = 16) -> list[str]:
     return found
 
 
-def open_page(browser, url: str, width: int = 1280, height: int = 900):
-    page = browser.new_page(viewport={"width": width, "height": height})
+def open_page(browser, url: str, width: int = 1280, height: int = 900, dark: bool = False):
+    page = browser.new_page(viewport={"width": width, "height": height}, color_scheme="dark" if dark else "light")
     page.goto(url)
     return page
 
@@ -165,10 +165,12 @@ def test_presenter_mode_at_1024_is_legible_from_the_back_row(server, browser):  
         page.close()
 
 
-@pytest.mark.parametrize("presenter", [False, True], ids=["plain", "presenter"])
-def test_no_chart_text_overlaps_or_is_cut_on_the_kitchen_and_the_dashboard(server, browser, presenter):  # noqa: F811
+# Text sizes and positions do not depend on the theme, so each theme is checked once: light with
+# presenter mode off, dark with it on.
+@pytest.mark.parametrize("presenter, dark", [(False, False), (True, True)], ids=["plain-light", "presenter-dark"])
+def test_no_chart_text_overlaps_or_is_cut_on_the_kitchen_and_the_dashboard(server, browser, presenter, dark):  # noqa: F811
     flag = "&presenter=1" if presenter else ""
-    page = open_page(browser, server + f"/?prompt=32&batch=2&new=8&temp=0&live=0{flag}")
+    page = open_page(browser, server + f"/?prompt=32&batch=2&new=8&temp=0&live=0{flag}", dark=dark)
     try:
         cook_and_wait_for_the_last_frame(page)
         found = []

@@ -222,11 +222,11 @@ def leftovers_figures(result: LeftoversResult, guess: float | None = None) -> li
     if guess is not None:
         cold_warm.add_trace(guess_marker(shares[-1], df.cold_ttft_s.iloc[-1] * 1e3 * guess / 100,
                                          f"your guess: {guess:g}% of cold"))  # fmt: skip
-    cold_warm.update_yaxes(title=f"TTFT of the order (ms, median; {SPREAD_LEGEND})", rangemode="tozero")
+    cold_warm.update_yaxes(title="TTFT of the order (ms, median)", rangemode="tozero")
     cold_warm.update_xaxes(title=f"share of the {int(df.prompt_tokens.iloc[0])}-token prompt already cached")
     finish(
         cold_warm,
-        f"Leftovers: one order's TTFT, cold vs its prefix cached (goal at 90 %: <= {LEFTOVERS_GOAL}x)",
+        f"Leftovers: one order's TTFT, cold vs its prefix cached (goal at 90 %: <= {LEFTOVERS_GOAL}x; {SPREAD_LEGEND})",
     )
 
     stream = result.stream_frame()

@@ -38,7 +38,7 @@ from engine.cli import OneLineParser
 from engine.engine import Engine, ServingConfig
 from engine.errors import EngineError
 from engine.events import Done
-from engine.results import RequestResult
+from engine.results import RequestOutput
 from engine.scheduler import POLICIES
 
 
@@ -111,7 +111,7 @@ class PolicyReport:
     steps: int
 
 
-def replay(engine: Engine, requests: list[Request]) -> tuple[list[RequestResult], float, int]:
+def replay(engine: Engine, requests: list[Request]) -> tuple[list[RequestOutput], float, int]:
     """Submit each request when its time comes, step whenever there is work. Returns the results,
     the span from the first arrival to the last finish, and the number of steps."""
     results, steps, i = [], 0, 0
@@ -131,11 +131,11 @@ def replay(engine: Engine, requests: list[Request]) -> tuple[list[RequestResult]
     return _by_id(results), last - (t0 + requests[0].arrival_s), steps
 
 
-def _by_id(results: list[RequestResult]) -> list[RequestResult]:
+def _by_id(results: list[RequestOutput]) -> list[RequestOutput]:
     return sorted(results, key=lambda r: r.request_id)
 
 
-def report(results: list[RequestResult], span_s: float, steps: int, slo_ttft: float, slo_tpot: float) -> PolicyReport:
+def report(results: list[RequestOutput], span_s: float, steps: int, slo_ttft: float, slo_tpot: float) -> PolicyReport:
     ms = [r.metrics for r in results]
     met = [m for m in ms if m.ttft_s <= slo_ttft and (m.tpot_s is None or m.tpot_s <= slo_tpot)]
     return PolicyReport(

@@ -41,7 +41,7 @@ from engine.engine import Engine, ServingConfig, ServingLimits  # noqa: E402
 from engine.errors import EngineError  # noqa: E402
 from engine.loader import ModelInfo  # noqa: E402
 from engine.model import decode_one_token, prefill  # noqa: E402
-from engine.results import GenerationResult, RequestMetrics, RequestResult  # noqa: E402
+from engine.results import GenerationResult, RequestMetrics, RequestOutput  # noqa: E402
 from engine.trace import Metrics, StepRecord, Trace  # noqa: E402
 
 __all__ = [
@@ -52,7 +52,7 @@ __all__ = [
     "Metrics",
     "ModelInfo",
     "RequestMetrics",
-    "RequestResult",
+    "RequestOutput",
     "ServingConfig",
     "ServingLimits",
     "StepRecord",

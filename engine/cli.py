@@ -98,8 +98,9 @@ def run_generate(args) -> int:
         print(f"[{i}] {text!r}  ids={ids}")
     m = res.metrics
     print(
-        f"TTFT {m.ttft_s * 1e3:.1f} ms | TPOT {m.tpot_s * 1e3:.2f} ms | E2E {m.e2e_s * 1e3:.1f} ms | "
-        f"prefill {m.prefill_tps:,.0f} tok/s | decode {m.decode_tps:,.1f} tok/s | KV {m.kv_cache_bytes:,} B"
+        f"TTFT {m.ttft_s * 1e3:.1f} ms | TPOT {_num(m.tpot_s, 1e3, '.2f')} ms | E2E {m.e2e_s * 1e3:.1f} ms | "
+        f"prefill {_num(m.prefill_tps, 1, ',.0f')} tok/s | decode {_num(m.decode_tps, 1, ',.1f')} tok/s | "
+        f"KV {m.kv_cache_bytes:,} B"
     )
     return 0
 
@@ -124,7 +125,7 @@ def run_speculative(eng, prompt, args) -> int:
         return 0
     m = res.metrics
     print(f"[0] {res.text!r}  ids={res.tokens}")
-    print(f"TTFT {m.ttft_s * 1e3:.1f} ms | TPOT {(m.tpot_s or 0) * 1e3:.2f} ms | drafts {spec.drafts}, "
+    print(f"TTFT {m.ttft_s * 1e3:.1f} ms | TPOT {_num(m.tpot_s, 1e3, '.2f')} ms | drafts {spec.drafts}, "
           f"accepted {spec.accepted}/{spec.drafted} | mean acceptance length {spec.mean_acceptance_length:.2f}")  # fmt: skip
     return 0
 
@@ -157,3 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `... --json | head`: the reader left; not an error of ours
         sys.stderr.close()
         return 0
+
+
+def _num(value: float | None, scale: float, spec: str) -> str:
+    """A measured number, or a dash where it was not measured (a one-token answer has no TPOT)."""
+    return "—" if value is None else format(value * scale, spec)

@@ -37,7 +37,7 @@ from engine.logprobs import row_extras, token_logprobs
 from engine.model import Transformer
 from engine.order_run import SeatOrderRun, runs_on_seats
 from engine.quant import parse_quant
-from engine.results import GenerationResult, RequestResult, request_metrics
+from engine.results import GenerationResult, RequestOutput, request_metrics
 from engine.runner import PassOutput
 from engine.sampling import SamplingParams, sample
 from engine.scheduler import SchedulerConfig
@@ -332,7 +332,7 @@ class Engine:
         seq.finish_t = t_abs
         del self.serving.seqs[seq.request_id]
         self.serving.extras.discard(seq.request_id)
-        result = RequestResult(
+        result = RequestOutput(
             request_id=seq.request_id, prompt_ids=seq.prompt, tokens=seq.output, text=self.decode(seq.output),
             finish_reason=seq.finish_reason,
             speculation=seq.spec if seq.speculate else None,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.results import GenerationResult, RequestResult
+from engine.results import GenerationResult, RequestOutput
 from engine.trace import StepRecord
 
 
@@ -71,7 +71,7 @@ class StepEnd:
 @dataclass(frozen=True)
 class Done:
     t: float
-    result: GenerationResult | RequestResult
+    result: GenerationResult | RequestOutput
     request_id: int = 0
 
 

@@ -1,4 +1,4 @@
-"""What a finished request hands back: a fixed batch's `GenerationResult`, a served request's `RequestResult`.
+"""What a finished request hands back: a fixed batch's `GenerationResult`, a served request's `RequestOutput`.
 
 Both carry metrics with vLLM's definitions (engine/trace.py has the worked example):
   queue   arrival -> first scheduled into a step
@@ -58,7 +58,7 @@ class RequestMetrics:
 
 
 @dataclass(frozen=True)
-class RequestResult:
+class RequestOutput:
     """One request served by the scheduler (`Engine.submit` ... its `Done`)."""
 
     request_id: int

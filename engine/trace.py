@@ -77,14 +77,14 @@ def measured_step(cfg: ModelConfig, dtype_bytes: int, *, phase: Phase, index: in
 @dataclass(frozen=True)
 class Metrics:
     ttft_s: float
-    tpot_s: float  # 0.0 when only one token was generated
+    tpot_s: float | None  # None when only one token was generated (no gap to average)
     itl_s: list[float]
     e2e_s: float
     prefill_s: float  # the prefill forward pass alone (TTFT minus tokenization/sampling)
     prefill_tokens: int
     output_tokens: int  # summed over the batch
-    prefill_tps: float  # prompt tokens per second of prefill
-    decode_tps: float  # generated tokens per second over the decode phase (all sequences)
+    prefill_tps: float | None  # prompt tokens per second of prefill (None: no prefill time measured)
+    decode_tps: float | None  # generated tokens per second over the decode phase, all sequences (None: no decode)
     kv_cache_bytes: int  # peak live KV bytes
     kv_cache_allocated_bytes: int  # bytes preallocated (static cache) or peak held (growing)
 
@@ -127,14 +127,14 @@ def compute_metrics(trace: Trace, output_tokens: list[int], kv_allocated: int) -
     decode_tokens = sum(output_tokens) - len(output_tokens)  # first tokens come from prefill
     return Metrics(
         ttft_s=ttft,
-        tpot_s=(e2e - ttft) / (n - 1) if n > 1 else 0.0,
+        tpot_s=(e2e - ttft) / (n - 1) if n > 1 else None,
         itl_s=itl,
         e2e_s=e2e,
         prefill_s=pre.seconds,
         prefill_tokens=pre.tokens,
         output_tokens=sum(output_tokens),
-        prefill_tps=pre.tokens / pre.seconds if pre.seconds > 0 else 0.0,
-        decode_tps=decode_tokens / decode_s if decode_s > 0 and decode_tokens > 0 else 0.0,
+        prefill_tps=pre.tokens / pre.seconds if pre.seconds > 0 else None,
+        decode_tps=decode_tokens / decode_s if decode_s > 0 and decode_tokens > 0 else None,
         kv_cache_bytes=max((s.kv_bytes for s in trace.steps), default=0),
         kv_cache_allocated_bytes=kv_allocated,
     )

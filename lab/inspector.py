@@ -50,7 +50,7 @@ from statistics import median
 from typing import TYPE_CHECKING, Literal
 
 from engine.trace import Metrics, StepRecord, Trace
-from lab.units import fmt_s, reused_words
+from lab.units import fmt_s, fmt_tps, reused_words
 
 if TYPE_CHECKING:  # the roofline module is optional at import time; we only read its fields
     from bench.roofline import Roofline
@@ -253,8 +253,8 @@ def diagnose(
     evidence = [
         f"TTFT {fmt_s(metrics.ttft_s)} of E2E {fmt_s(e2e)} ({ttft_share:.0%}); decode {fmt_s(decode_s)} "
         f"({1 - ttft_share:.0%}); a phase is the bottleneck from {BOTTLENECK_SHARE:.0%} of E2E",
-        f"the wok cooked {metrics.prefill_tokens:,} tokens at {metrics.prefill_tps:,.0f} tok/s; "
-        f"the pot: TPOT {fmt_s(metrics.tpot_s)} (mean), {metrics.decode_tps:,.0f} tok/s over all tables",
+        f"the wok cooked {metrics.prefill_tokens:,} tokens at {fmt_tps(metrics.prefill_tps)}; "
+        f"the pot: TPOT {fmt_s(metrics.tpot_s)} (mean), {fmt_tps(metrics.decode_tps)} over all tables",
     ]
     leftovers = reused_words(reused, prompt_tokens) if prompt_tokens else ""
     if leftovers:

@@ -63,16 +63,21 @@ def row_from_result(*, model: str, device: str, result: GenerationResult, queue_
         "output_tokens": m.output_tokens,
         "queue_wait_s": float(queue_wait_s),
         "ttft_s": m.ttft_s,
-        "tpot_s": m.tpot_s,
-        "itl_median_s": median(m.itl_s) if m.itl_s else 0.0,
+        "tpot_s": _measured(m.tpot_s),
+        "itl_median_s": median(m.itl_s) if m.itl_s else float("nan"),
         "e2e_s": m.e2e_s,
         "latency_s": float(queue_wait_s) + m.e2e_s,
         "prefill_s": m.prefill_s,
-        "prefill_tps": m.prefill_tps,
-        "decode_tps": m.decode_tps,
+        "prefill_tps": _measured(m.prefill_tps),
+        "decode_tps": _measured(m.decode_tps),
         "kv_cache_mb": m.kv_cache_bytes / 1e6,
         "kv_allocated_mb": m.kv_cache_allocated_bytes / 1e6,
     }
+
+
+def _measured(value: float | None) -> float:
+    """A frame column holds floats: a figure that was not measured is NaN there (pandas skips it)."""
+    return float("nan") if value is None else float(value)
 
 
 def tpot_by_dtype(frame: pd.DataFrame, model: str, device: str, batch: int) -> dict[str, float]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from bench.serve_bench import Request
 from engine.engine import Engine, ServingConfig, ServingState
 from engine.events import Done, StepEnd
-from engine.results import RequestResult
+from engine.results import RequestOutput
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class Served:
     """What one replay measured. Lists follow the request list's order."""
 
     arrivals_s: list[float]  # planned arrival, seconds after the start
-    results: list[RequestResult]
+    results: list[RequestOutput]
     steps: list[StepSpan]
     states: list[ServingState]  # the kitchen's gauges right after each request finished
     final: ServingState  # the gauges once every request has finished
@@ -76,7 +76,7 @@ def replay(engine: Engine, requests: list[Request]) -> Served:
     """Submit each request when its time comes (EOS ignored: exact output lengths), step while there is work."""
     ids: list[int] = []  # the engine's id of each request, in list order
     where: dict[int, int] = {}  # engine id -> position in the list
-    done: dict[int, tuple[RequestResult, ServingState]] = {}
+    done: dict[int, tuple[RequestOutput, ServingState]] = {}
     steps: list[StepSpan] = []
     t0 = time.perf_counter()
     while len(ids) < len(requests) or not engine.idle:

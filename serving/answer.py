@@ -2,7 +2,7 @@
 
 The events come from the kitchen (serving/kitchen_http.py `Kitchen._events`): (choice index,
 kind, value) for every table of the order, kind "token" (engine_client.Tok), "done"
-(RequestResult), "error" (the engine process died) or "timeout" (the instructor's limit). Stop
+(RequestOutput), "error" (the engine process died) or "timeout" (the instructor's limit). Stop
 strings are the server's: the engine streams tokens, a `Choice` holds back the text where a stop
 string may start and cuts the answer where one is found (only once the request has its
 `min_tokens`, as vLLM), and the rest of that table is cancelled. Logprobs are the engine's own,

@@ -27,7 +27,7 @@ import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
-from engine.results import RequestResult
+from engine.results import RequestOutput
 from serving.kitchen_loop import StepInfo
 
 STEPS_KEPT = 4096  # recent steps (at 3 ms a step: a dozen seconds of decode; at 100 ms: minutes)
@@ -75,7 +75,7 @@ class ClassBoard:
             self._numbers += 1
             self._tickets[key] = Ticket(self._numbers, key, time.time(), prompt_tokens)
 
-    def step(self, info: StepInfo | None, tokens: list, done: list[tuple[str, RequestResult]]) -> None:
+    def step(self, info: StepInfo | None, tokens: list, done: list[tuple[str, RequestOutput]]) -> None:
         now = time.time()
         with self._lock:
             for key, *_ in tokens:

@@ -5,7 +5,7 @@ asyncio queue (thread-safely, through the event loop), so an HTTP handler just a
 
     client = EngineClient(LoopSettings("chef"))          # starts the child, waits for "ready"
     handle = await client.submit("ROMEO:", 16, {"temperature": 0.0})   # raises Refused (one line)
-    async for kind, value in handle:                       # ("token", Tok) ... ("done", RequestResult)
+    async for kind, value in handle:                       # ("token", Tok) ... ("done", RequestOutput)
         ...
     client.cancel(handle.key)                              # a client that went away
 
@@ -82,7 +82,7 @@ class Refused(EngineError):
 
 
 class Handle:
-    """One request's events: iterate with `async for`; the last is ("done", RequestResult) or
+    """One request's events: iterate with `async for`; the last is ("done", RequestOutput) or
     ("error", line)."""
 
     def __init__(self, key: str, loop: asyncio.AbstractEventLoop):

@@ -202,7 +202,7 @@ class Steps:
     - tokens: `[(key, token_id, text, index, finished, ttft_s, logprobs)]`, ttft_s on a request's
       first token (its arrival in the loop -> the end of the step that made it), else None;
       logprobs None, or `(token text, logprob, ((rival text, logprob), ...))` for a request that asked;
-    - done: `[(key, RequestResult)]`;
+    - done: `[(key, RequestOutput)]`;
     - orders: `[(key, [event dicts], end)]`, the Kitchen's orders' own engine events
       (serving/order_wire.py), end None while one cooks, then "done" or "cancelled".
     StepInfo is None for a step that only applied cancellations."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from engine.results import RequestResult
+from engine.results import RequestOutput
 from serving.kitchen_loop import QueueState, StepInfo
 
 PREFIX = "twopot:"
@@ -90,7 +90,7 @@ class KitchenMetrics:
         self.step_tokens.labels(self.model, info.phase, "prefill").inc(info.prefill_tokens)
         self.step_tokens.labels(self.model, info.phase, "decode").inc(info.decode_tokens)
 
-    def observe_done(self, result: RequestResult) -> None:
+    def observe_done(self, result: RequestOutput) -> None:
         self.success.labels(self.model, result.finish_reason).inc()
         m = result.metrics
         if m is None:  # cancelled before its first token

@@ -216,7 +216,7 @@ def test_single_token_prompts_and_single_new_token(eng, batching):
     res = eng.generate([[42], [7, 8, 9]], max_new_tokens=1, batching=batching)
     assert [len(t) for t in res.tokens] == [1, 1]
     assert [s.phase for s in res.trace.steps] == ["prefill"]
-    assert res.metrics.tpot_s == 0.0 and res.metrics.itl_s == [] and res.metrics.e2e_s == res.metrics.ttft_s
+    assert res.metrics.tpot_s is None and res.metrics.decode_tps is None and res.metrics.itl_s == [] and res.metrics.e2e_s == res.metrics.ttft_s
     longer = eng.generate([[42], [7, 8, 9]], max_new_tokens=4, batching=batching)
     assert [t[:1] for t in longer.tokens] == res.tokens
     assert longer.tokens[0] == eng.generate([[42]], max_new_tokens=4).tokens[0]

@@ -2,8 +2,9 @@
 
 Run it with `two-pot-kitchen` (or `streamlit run app.py`). Every page reads the sidebar's shared
 controls through `kitchen_viz.app_state.current_settings()`; the pages themselves live in `pages/`.
-The Kitchen is the home page; the Story tells the fable; the Lab section comes from
-`lab.registry`, so a new experiment page needs no edit here.
+The Kitchen is the home page; the Story tells the fable; the Lab section is built from
+`lab.registry` (one page per experiment, kitchen_viz/lab_page_kit.py), so a new experiment needs
+no page file and no edit here.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from kitchen_viz.app_state import (
     device_choices,
     safe_model_choices,
 )
+from kitchen_viz.lab_page_kit import lab_page
 from kitchen_viz.style import page_css, presenter_css
-from lab.registry import DASHBOARD, LAB_PAGES
+from lab.registry import DASHBOARD, EXPERIMENTS
 from serving.app_settings import AppSettings
 
 # Presenter mode opens with the sidebar closed: at 1024 px the kitchen's drawing needs the width.
@@ -34,8 +36,8 @@ st.set_page_config(page_title="Two-Pot Kitchen", page_icon=icons.KITCHEN, layout
 
 
 def navigation_ui():
-    """Kitchen (home), Story, then the lab pages that exist on disk, in the registry's order."""
-    lab = [p for p in [*LAB_PAGES, DASHBOARD] if (app_state.REPO / p.path).is_file()]
+    """Kitchen (home), Story, the class kitchen, then the lab: the registry's experiments in its
+    order, and the dashboard."""
     sections = {
         "Kitchen": [
             st.Page("pages/kitchen.py", title="Kitchen", icon=icons.KITCHEN, default=True),
@@ -51,8 +53,9 @@ def navigation_ui():
         st.Page("pages/class_order.py", title="Order from a class kitchen", icon=icons.CLASS_ORDER),
         st.Page("pages/the_pass.py", title="The pass (instructor)", icon=icons.THE_PASS),
     ]
-    if lab:
-        sections["Lab"] = [st.Page(p.path, title=p.title, icon=icons.DASHBOARD if p.path.endswith("dashboard.py") else icons.nav_icon(p.icon)) for p in lab]
+    sections["Lab"] = [lab_page(e) for e in EXPERIMENTS] + [
+        st.Page(DASHBOARD.path, title=DASHBOARD.title, icon=icons.DASHBOARD)
+    ]
     return st.navigation(sections)
 
 

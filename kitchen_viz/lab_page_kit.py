@@ -16,7 +16,8 @@ Results are cached on disk per (experiment, model, device, dtype, settings) by t
 measurement survives the learner closing the tab mid-run, and the next visitor sees it at once.
 
 What it renders is a `lab.experiment.Experiment` (framing, form, compute, figures, verdict, all in
-the experiment's own module in lab/); every page file calls `render_page(__file__)`.
+the experiment's own module in lab/). The app builds one page per registered experiment
+(`lab_page`), so an experiment is one module and one registry line, with no page file of its own.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ from __future__ import annotations
 import time
 from dataclasses import asdict
 from datetime import datetime, timezone
-from pathlib import Path
+from functools import partial
 
 import streamlit as st
 
-from kitchen_viz.app_state import current_settings, service_for
+from kitchen_viz.app_state import REPO, current_settings, service_for
+from kitchen_viz.icons import nav_icon
 from lab.cache import (
     CachedResult,
     ResultCache,
@@ -42,7 +44,7 @@ from lab.export import figure_png, slug
 from lab.inflight import InFlight
 from lab.plot_kit import readable
 from lab.progress import Progress
-from lab.registry import LabRun, experiment
+from lab.registry import EXPERIMENTS, LabRun, experiment
 
 ENGINEERS = "Engineer's details"  # where the terms of art live: a teacher's main text is the kitchen's
 
@@ -207,9 +209,20 @@ def show_results(
     show_verdict(exp, result, settings, cache)
 
 
-def render_page(page_file: str) -> None:
-    """What every `pages/lab_<key>.py` runs: the experiment its own file name names."""
-    render_experiment(experiment(Path(page_file).stem.removeprefix("lab_")))
+def lab_page(exp: Experiment) -> st.Page:
+    """The navigation's page for one experiment, at `/lab_<key>`. A page link needs the same object
+    shape (Streamlit matches pages by their url path), so every link is built here too."""
+    return st.Page(partial(render_experiment, exp), title=exp.nav_title, icon=nav_icon(exp.icon),
+                   url_path=exp.url_path)  # fmt: skip
+
+
+def page_target(link: str) -> str | st.Page | None:
+    """What `st.page_link` takes for a link: a page file as it is, a lab page's address
+    (`lab_padding`) as its page; None when neither exists in this build."""
+    if link.startswith("lab_"):
+        key = link.removeprefix("lab_")
+        return lab_page(experiment(key)) if any(e.key == key for e in EXPERIMENTS) else None
+    return link if (REPO / link).is_file() else None
 
 
 def render_experiment(exp: Experiment) -> None:

@@ -15,8 +15,9 @@ import os
 import streamlit as st
 
 from kitchen_viz import live_feed
-from kitchen_viz.app_state import REPO, current_settings, run_log
+from kitchen_viz.app_state import current_settings, run_log
 from kitchen_viz.compare import draw_compare, keep, kept_order
+from kitchen_viz.lab_page_kit import page_target
 from kitchen_viz.order_control import draw_shared_stove, is_cancelled, plain_line
 from kitchen_viz.timeline import LiveRun
 from kitchen_viz.whole_class import draw_whole_class
@@ -24,7 +25,7 @@ from lab.cache import latest_roof
 from lab.inspector import diagnose
 from lab.runlog import tpot_by_dtype
 
-ROOFLINE_PAGE = "pages/lab_roofline.py"
+ROOFLINE_PAGE = "lab_roofline"  # the roofline experiment's page (kitchen_viz/lab_page_kit.py)
 
 
 def finish_cook(job, run: LiveRun | None) -> None:
@@ -136,5 +137,5 @@ def draw_diagnosis(result, device: str, dtype: str) -> None:
             st.markdown(f"- {line}")
         for line in verdict.fixes:
             st.markdown(f"- **Try:** {line}")
-        if roof is None and (REPO / ROOFLINE_PAGE).is_file():
-            st.page_link(ROOFLINE_PAGE, label="Measure this machine's roofline in the Lab", icon=":material/speed:")
+        if roof is None and (roofline := page_target(ROOFLINE_PAGE)) is not None:
+            st.page_link(roofline, label="Measure this machine's roofline in the Lab", icon=":material/speed:")

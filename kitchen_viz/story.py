@@ -1,8 +1,8 @@
 """The two-pot story, in our own words, and the map from each kitchen element to the engineering.
 
 Kept as data (not prose inside the page) so the page stays a thin renderer and a test can check
-that every element links to a page that exists. Each `Mapping.link` is a page path: the kitchen
-(where the control lives) or one of the lab experiments, whose element of the story and its meaning
+that every element links to a page that exists. Each `Mapping.link` is a page file (the kitchen,
+where the control lives) or a lab page's address (`lab_padding`), whose element and meaning
 live in the experiment itself (`Experiment.story`, listed by `lab.registry`).
 """
 
@@ -89,7 +89,7 @@ MAPPINGS = KITCHEN_MAPPINGS + [
     Mapping(
         without_emoji(e.story.element),
         e.story.meaning,
-        e.page,
+        e.url_path,
         without_emoji(e.story.link_label),
     )
     for e in EXPERIMENTS

@@ -73,7 +73,7 @@ class Experiment:
     judged. `record(info) -> settings`: the settings `scripts/lab_record.py` records with.
     """
 
-    key: str  # page file pages/lab_<key>.py, cache and widget prefix, recorded file names
+    key: str  # the page's address lab_<key>, cache and widget prefix, recorded file names
     title: str  # the page's title
     nav_title: str  # the menu's shorter title
     icon: str
@@ -90,9 +90,10 @@ class Experiment:
     verdict_on: Callable[[Any], str] = field(default=lambda r: r.sample.label)
 
     @property
-    def page(self) -> str:
-        """The page's path, as `st.Page` and `st.page_link` expect it."""
-        return f"pages/lab_{self.key}.py"
+    def url_path(self) -> str:
+        """The page's address in the app (`/lab_padding`): the app builds each lab page from the
+        registry (kitchen_viz/lab_page_kit.py `lab_page`), so no page file exists per experiment."""
+        return f"lab_{self.key}"
 
 
 class DefaultsUI:

@@ -1,7 +1,7 @@
 """The lab's experiments, in the order the menu shows them: the one list everything else iterates.
 
-Who reads `EXPERIMENTS`: `app.py` builds the Lab menu from `LAB_PAGES` (plus `DASHBOARD`); every
-page file `pages/lab_<key>.py` renders `experiment(key)` through `kitchen_viz.lab_page_kit`; the
+Who reads `EXPERIMENTS`: `app.py` builds the Lab menu from it (one page per experiment at
+`/lab_<key>`, drawn by `kitchen_viz.lab_page_kit`, plus `DASHBOARD`); the
 Story's map links each experiment from its `story` element; `scripts/lab_record.py` records each
 one; the tests render and check each one. No other list of experiments exists.
 
@@ -9,7 +9,7 @@ The order follows the two-pot story: the wok first (prefill), then the pot (deco
 that explains both, the serving counter (KV cache), the portioning station (per-step overhead), the
 prep standard (padding), how the numbers are defined, then the serving night: many tables at once.
 
-How to add an experiment (one module, one line here, one copied page file):
+How to add an experiment (one module and one line here):
 
 1. Write `lab/<name>.py`, read top-down: module docstring (what is measured, why, in kitchen and
    engine words), a frozen settings dataclass with defaults that finish in well under a minute
@@ -44,10 +44,7 @@ How to add an experiment (one module, one line here, one copied page file):
    `result.sample` (one kept fixed-batch run, `lab.sample.Sample`); a serving experiment without
    one passes its own verdict from `lab/inspector.py` and `verdict_on` naming what it judged.
 2. Import its `EXPERIMENT` below and add it to `EXPERIMENTS` where it belongs in the story.
-3. Copy any `pages/lab_*.py` to `pages/lab_<key>.py` unchanged: every page file is the same three
-   lines and finds its experiment from its own file name (`st.page_link` and `st.Page` need a
-   file per page; tests/test_lab_pages.py checks each is an exact copy).
-4. Tests: the page tests and the recording pick it up by themselves; add its compute function's
+3. Tests: the page tests and the recording pick it up by themselves; add its compute function's
    test on the chef (tests/test_lab_compute.py or a test file of its own) and its verdicts'
    tests (tests/test_inspector.py).
 """
@@ -105,9 +102,7 @@ class LabPage:
     icon: str
 
 
-LAB_PAGES: list[LabPage] = [LabPage(e.page, e.nav_title, e.icon) for e in EXPERIMENTS]
-
-DASHBOARD = LabPage("pages/dashboard.py", "Dashboard: all runs", ":material/dashboard:")
+DASHBOARD = LabPage("pages/dashboard.py", "Dashboard: all runs", ":material/dashboard:")  # a page file of its own
 
 
 @dataclass(frozen=True)

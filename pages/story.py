@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from kitchen_viz.app_state import REPO
+from kitchen_viz.lab_page_kit import page_target
 from kitchen_viz.story import MAPPINGS, STORY
 
 
@@ -26,8 +26,9 @@ def draw_mapping() -> None:
             left, right = st.columns([2, 5])
             left.markdown(f"**{m.kitchen}**")
             right.markdown(m.engineering)
-            if (REPO / m.link).is_file():
-                right.page_link(m.link, label=m.link_label, icon=":material/arrow_forward:")
+            target = page_target(m.link)
+            if target is not None:
+                right.page_link(target, label=m.link_label, icon=":material/arrow_forward:")
             else:
                 right.caption(f"({m.link_label}: not in this build)")
 

@@ -27,3 +27,11 @@ def open_kitchen(state: dict | None = None, **query) -> AppTest:
         at.run()
     assert not at.exception, at.exception
     return at
+
+
+def lab_page_test(key: str, timeout: float = 300) -> AppTest:
+    """One lab experiment's page, drawn as the app's navigation draws it (from the registry: no
+    page file exists per experiment)."""
+    script = f"from kitchen_viz.lab_page_kit import render_experiment\nfrom lab.registry import experiment\n" \
+             f"render_experiment(experiment({key!r}))\n"  # fmt: skip
+    return AppTest.from_string(script, default_timeout=timeout)

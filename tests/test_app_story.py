@@ -26,9 +26,9 @@ def test_story_page_renders_the_fable_and_the_mapping():
 
 
 def test_every_mapping_links_to_a_page_that_exists_or_is_listed_by_the_lab():
-    from lab.registry import DASHBOARD, LAB_PAGES
+    from lab.registry import DASHBOARD, EXPERIMENTS
 
-    known = {KITCHEN} | {p.path for p in [*LAB_PAGES, DASHBOARD]}
+    known = {KITCHEN} | {e.url_path for e in EXPERIMENTS} | {DASHBOARD.path}
     assert {m.link for m in MAPPINGS} <= known
     assert (ROOT / KITCHEN).is_file()
     kinds = " ".join(m.engineering for m in MAPPINGS)
@@ -58,10 +58,10 @@ def test_every_lab_experiment_is_linked_from_its_element_of_the_story():
 
     linked = {m.link: m for m in MAPPINGS}
     for exp in EXPERIMENTS:
-        assert exp.page in linked, exp.key
+        assert exp.url_path in linked, exp.key
         assert (
-            linked[exp.page].kitchen == without_emoji(exp.story.element)
-            and linked[exp.page].link_label == without_emoji(exp.story.link_label)
+            linked[exp.url_path].kitchen == without_emoji(exp.story.element)
+            and linked[exp.url_path].link_label == without_emoji(exp.story.link_label)
         )
     told = " ".join(text for _, text in STORY).lower()
     for element in ("dinner rush", "banquet ticket landed while the soup was being served", "house stock"):

@@ -82,12 +82,10 @@ def test_the_inspector_says_so_when_no_draft_paid():
 
 def test_the_page_runs_through_the_kitchen_and_shows_charts_tables_and_verdict(tmp_path, monkeypatch):
     """The page with its defaults on the chef, through the app's engine process."""
-    from pathlib import Path
-
-    from streamlit.testing.v1 import AppTest
+    from app_kit import lab_page_test
 
     monkeypatch.setenv("TWO_POT_LAB_CACHE", str(tmp_path / "lab-cache"))
-    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "pages" / "lab_apprentice.py"), default_timeout=300)
+    at = lab_page_test("apprentice")
     at.run()
     at.number_input(key="apprentice-guess").set_value(1.5).run()
     next(b for b in at.button if b.label == "Run").click().run()

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from app_kit import lab_page_test
 from streamlit.testing.v1 import AppTest
 
 from lab.experiment import default_settings
-from lab.registry import DASHBOARD, EXPERIMENTS, LAB_PAGES, experiment
+from lab.registry import DASHBOARD, EXPERIMENTS, experiment
 
 REPO = Path(__file__).resolve().parents[1]
-STUB = (REPO / "pages" / "lab_banquet.py").read_text()
-PAGES = {e.page: f"{e.key}-guess" for e in EXPERIMENTS}  # page -> its prediction's widget key
+PAGES = {e.key: f"{e.key}-guess" for e in EXPERIMENTS}  # experiment -> its prediction's widget key
 
 
 @pytest.fixture(autouse=True)
@@ -30,19 +30,19 @@ def quiet_lab(tmp_path, monkeypatch):
     torch.set_num_threads(threads)
 
 
-def page(path: str) -> AppTest:
-    return AppTest.from_file(str(REPO / path), default_timeout=180)
+def page(key: str) -> AppTest:
+    """One experiment's page as the app builds it from the registry (kitchen_viz/lab_page_kit.py)."""
+    return lab_page_test(key, 180)
 
 
 def run_buttons(at: AppTest) -> list:
     return [b for b in at.button if b.label in ("Run", "Re-run")]
 
 
-def test_every_experiment_has_its_page_a_copy_of_the_one_page_file():
-    assert [p.path for p in LAB_PAGES] == list(PAGES)
+def test_every_experiment_gets_its_page_from_the_registry_with_no_page_file():
     assert len({e.key for e in EXPERIMENTS}) == len(EXPERIMENTS) >= 7
-    for e in EXPERIMENTS:
-        assert (REPO / e.page).read_text() == STUB, f"{e.page} must be a copy of pages/lab_banquet.py"
+    assert [e.url_path for e in EXPERIMENTS] == [f"lab_{k}" for k in PAGES]
+    assert not list((REPO / "pages").glob("lab_*.py"))  # one module and one registry line, nothing else
     assert (REPO / DASHBOARD.path).is_file()
     with pytest.raises(KeyError, match="no lab experiment 'cold_soup' \\(known: banquet, tables"):
         experiment("cold_soup")
@@ -56,7 +56,7 @@ def test_every_lab_icon_is_a_material_icon_streamlit_knows_and_no_title_needs_an
     Material Symbols font ships with the app, and `st.Page` refuses a name it does not know."""
     from streamlit.material_icon_names import ALL_MATERIAL_ICONS
 
-    for icon in [p.icon for p in LAB_PAGES] + [DASHBOARD.icon]:
+    for icon in [e.icon for e in EXPERIMENTS] + [DASHBOARD.icon]:
         name = re.fullmatch(r":material/([a-z0-9_]+):", icon)
         assert name and name.group(1) in ALL_MATERIAL_ICONS, icon
     for e in EXPERIMENTS:
@@ -75,22 +75,22 @@ def test_every_form_gives_its_experiment_settings_without_a_widget_touched():
         assert type(settings) is type(e.record(info)), e.key
 
 
-@pytest.mark.parametrize("path", list(PAGES))
-def test_page_asks_for_a_prediction_before_offering_run(path):
-    at = page(path).run()
+@pytest.mark.parametrize("key", list(PAGES))
+def test_page_asks_for_a_prediction_before_offering_run(key):
+    at = page(key).run()
     assert not at.exception, at.exception
-    exp = experiment(path.removeprefix("pages/lab_").removesuffix(".py"))
+    exp = experiment(key)
     assert at.title[0].value == f"{exp.icon} {exp.title}"
     assert "In the kitchen" in " ".join(m.value for m in at.markdown)
-    assert at.number_input(key=PAGES[path]).value is None
+    assert at.number_input(key=PAGES[key]).value is None
     assert run_buttons(at) == []
-    at.number_input(key=PAGES[path]).set_value(2.0).run()
+    at.number_input(key=PAGES[key]).set_value(2.0).run()
     assert not at.exception, at.exception
     assert [b.label for b in run_buttons(at)] == ["Run"]
 
 
 def test_run_shows_charts_table_verdict_and_is_stored_for_the_next_visitor():
-    at = page("pages/lab_padding.py").run()
+    at = page("padding").run()
     at.number_input(key="padding-guess").set_value(40.0).run()
     run_buttons(at)[0].click().run()
     assert not at.exception, at.exception
@@ -101,7 +101,7 @@ def test_run_shows_charts_table_verdict_and_is_stored_for_the_next_visitor():
     assert len(at.dataframe) == 1 and set(at.dataframe[0].value["mode"]) == {"padded", "packed"}
     assert at.info and "the wok is the bottleneck" in at.info[0].value
 
-    again = page("pages/lab_padding.py").run()
+    again = page("padding").run()
     assert not again.get("plotly_chart")  # hidden until this visitor guesses too
     again.number_input(key="padding-guess").set_value(10.0).run()
     assert [b.label for b in run_buttons(again)] == ["Re-run"]
@@ -113,7 +113,7 @@ def test_run_shows_charts_table_verdict_and_is_stored_for_the_next_visitor():
 def test_serving_pages_run_on_the_kitchen_and_show_every_chart_table_and_their_verdict(key):
     """The serving labs' defaults run through the app's kitchen in seconds; every part is drawn."""
     exp = experiment(key)
-    at = page(exp.page).run()
+    at = page(exp.key).run()
     at.number_input(key=f"{key}-guess").set_value(3.0).run()
     run_buttons(at)[0].click().run()
     assert not at.exception, at.exception

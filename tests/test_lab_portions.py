@@ -65,12 +65,10 @@ def test_bad_settings_are_refused_in_one_line(chef, settings, words):
 
 def test_the_page_runs_through_the_kitchen_and_draws_both_charts(tmp_path, monkeypatch):
     """The page with its defaults on the chef, through the app's engine process."""
-    from pathlib import Path
-
-    from streamlit.testing.v1 import AppTest
+    from app_kit import lab_page_test
 
     monkeypatch.setenv("TWO_POT_LAB_CACHE", str(tmp_path / "lab-cache"))
-    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "pages" / "lab_portions.py"), default_timeout=300)
+    at = lab_page_test("portions")
     at.run()
     at.number_input(key="portions-guess").set_value(2.0).run()
     next(b for b in at.button if b.label == "Run").click().run()

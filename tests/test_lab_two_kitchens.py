@@ -54,13 +54,10 @@ def test_the_inspector_sees_the_steadier_pot_and_a_transfer_off_its_prediction()
 
 def test_the_page_runs_through_the_kitchen_and_shows_charts_tables_and_verdict(tmp_path, monkeypatch):
     """The page with its defaults on the chef, through the app's engine process (which starts the two kitchens)."""
-    from pathlib import Path
-
-    from streamlit.testing.v1 import AppTest
+    from app_kit import lab_page_test
 
     monkeypatch.setenv("TWO_POT_LAB_CACHE", str(tmp_path / "lab-cache"))
-    path = Path(__file__).resolve().parents[1] / "pages" / "lab_two_kitchens.py"
-    at = AppTest.from_file(str(path), default_timeout=300)
+    at = lab_page_test("two_kitchens")
     at.run()
     at.number_input(key="two_kitchens-guess").set_value(5.0).run()
     next(b for b in at.button if b.label == "Run").click().run()

@@ -17,14 +17,48 @@ from dataclasses import dataclass, field
 
 from engine.errors import EngineError
 
-# model_type -> family. Mistral is a Llama with (optionally) sliding-window attention.
-FAMILIES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "gpt2": "gpt2"}
 ACTIVATIONS = {"silu", "gelu", "gelu_new", "gelu_pytorch_tanh"}
 
 
 @dataclass(frozen=True)
+class Family:
+    """How one HF `model_type` with Llama's config spelling maps onto our one Transformer: its
+    layer's options and the names of the tensors that differ from Llama's.
+
+    A family that differs from Llama by its norm or its MLP is one entry here (and its parity test
+    against `transformers`). Example: StarCoder2 is a Llama with LayerNorm (with bias), an ungated
+    `c_fc -> gelu -> c_proj` MLP and a bias on every projection (`use_bias`).
+    """
+
+    name: str  # what `ModelConfig.family` and the model card say
+    norm: str = "rms"  # "rms" or "layer" (LayerNorm with bias)
+    eps_key: str = "rms_norm_eps"  # config.json's name for the norm's epsilon
+    mlp_gated: bool = True  # SwiGLU (gate * up) or plain up -> act -> down
+    up: tuple[str, ...] = ("gate_proj", "up_proj")  # the MLP's input matrices, fused in this order
+    down: str = "down_proj"
+    qkv_bias: str | bool = "attention_bias"  # True, or the config key that says so
+    out_bias: str | bool = False  # a bias on the attention output and the MLP (True or a config key)
+    window: bool = False  # honours `sliding_window` (Mistral): the context stops at the window
+    tied: bool = False  # whether the LM head shares the embedding when config.json does not say
+
+    def flag(self, value: str | bool, raw: dict) -> bool:
+        return bool(raw.get(value, False)) if isinstance(value, str) else value
+
+
+# model_type -> family (GPT-2's own config spelling and Conv1D weights are read by `_gpt2_config`).
+FAMILIES = {
+    "llama": Family("llama", window=True),
+    "mistral": Family("llama", window=True),  # a Llama with (optionally) sliding-window attention
+    "qwen2": Family("qwen2", qkv_bias=True),
+    "starcoder2": Family("starcoder2", norm="layer", eps_key="norm_epsilon", mlp_gated=False, up=("c_fc",),
+                         down="c_proj", qkv_bias="use_bias", out_bias="use_bias", window=True, tied=True),  # fmt: skip
+    "gpt2": Family("gpt2"),
+}
+
+
+@dataclass(frozen=True)
 class ModelConfig:
-    family: str  # "llama" | "qwen2" | "gpt2"
+    family: str  # a `Family.name`: "llama", "qwen2", "starcoder2", "gpt2"
     vocab_size: int
     d_model: int
     n_layers: int
@@ -90,6 +124,11 @@ class ModelConfig:
         return total
 
 
+def family_of(cfg: ModelConfig) -> Family:
+    """The family entry a parsed config came from (the loader reads its tensor names)."""
+    return next(f for f in FAMILIES.values() if f.name == cfg.family)
+
+
 def _eos_ids(raw: dict) -> tuple[int, ...]:
     eos = raw.get("eos_token_id")
     if eos is None:
@@ -133,9 +172,9 @@ def _parse(raw: dict) -> ModelConfig:
     if family is None:
         arch = ", ".join(raw.get("architectures") or []) or "unknown architecture"
         raise EngineError(
-            f"unsupported architecture '{model_type}' ({arch}); supported: llama, mistral, qwen2, gpt2"
+            f"unsupported architecture '{model_type}' ({arch}); supported: {', '.join(FAMILIES)}"
         )
-    if family == "gpt2":
+    if family.name == "gpt2":
         return _gpt2_config(raw)
     d, heads = int(raw["hidden_size"]), int(raw["num_attention_heads"])
     act = raw.get("hidden_act", "silu")
@@ -144,12 +183,12 @@ def _parse(raw: dict) -> ModelConfig:
     if raw.get("mlp_bias"):
         raise EngineError("unsupported option 'mlp_bias' (MLP projections with bias)")
     max_ctx = int(raw.get("max_position_embeddings", 2048))
-    window = raw.get("sliding_window") if raw.get("use_sliding_window", family == "llama") else None
+    window = raw.get("sliding_window") if raw.get("use_sliding_window", family.window) else None
     if window:
         # Attention is exact as long as no query looks further back than the window.
         max_ctx = min(max_ctx, int(window))
     return ModelConfig(
-        family=family,
+        family=family.name,
         vocab_size=int(raw["vocab_size"]),
         d_model=d,
         n_layers=int(raw["num_hidden_layers"]),
@@ -158,15 +197,15 @@ def _parse(raw: dict) -> ModelConfig:
         head_dim=int(raw.get("head_dim") or d // heads),
         ffn_dim=int(raw["intermediate_size"]),
         max_context=max_ctx,
-        norm="rms",
-        norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+        norm=family.norm,
+        norm_eps=float(raw.get(family.eps_key, 1e-6)),
         positions="rope",
         rope_theta=float(_rope_params(raw)["rope_theta"]),
         rope_scaling=_check_rope_scaling(raw),
-        tied=bool(raw.get("tie_word_embeddings", False)),
-        qkv_bias=family == "qwen2" or bool(raw.get("attention_bias", False)),
-        out_bias=False,
-        mlp_gated=True,
+        tied=bool(raw.get("tie_word_embeddings", family.tied)),
+        qkv_bias=family.flag(family.qkv_bias, raw),
+        out_bias=family.flag(family.out_bias, raw),
+        mlp_gated=family.mlp_gated,
         act=act,
         eos_ids=_eos_ids(raw),
         bos_id=raw.get("bos_token_id"),

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from engine.config import ModelConfig, config_from_hf
+from engine.config import ModelConfig, config_from_hf, family_of
 from engine.errors import EngineError
 from engine.model import Transformer
 from engine.presets import build_preset
@@ -43,34 +43,31 @@ class WeightSpec:
 
 
 def llama_weight_map(cfg: ModelConfig) -> list[WeightSpec]:
-    """Llama / SmolLM2 / Mistral / Qwen2 names. HF nn.Linear stores (out, in)."""
+    """Llama-spelled checkpoints (Llama / SmolLM2 / Mistral, Qwen2, StarCoder2): the family entry
+    (engine/config.py `FAMILIES`) names what differs. HF nn.Linear stores (out, in)."""
+    fam = family_of(cfg)
     d, q, kv, f = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim
+    norm_parts = ("weight", "bias") if cfg.norm == "layer" else ("weight",)
     specs = []
     for i in range(cfg.n_layers):
         hf, ours = f"model.layers.{i}.", f"layers.{i}."
-        a = hf + "self_attn."
+        a, m = hf + "self_attn.", hf + "mlp."
+        for norm, name in (("attn_norm", "input_layernorm"), ("mlp_norm", "post_attention_layernorm")):
+            specs += [WeightSpec(f"{ours}{norm}.{p}", [(f"{hf}{name}.{p}", (d,))], False) for p in norm_parts]
+        qkv = [(a + "q_proj", q), (a + "k_proj", kv), (a + "v_proj", kv)]
         specs += [
-            WeightSpec(ours + "attn_norm.weight", [(hf + "input_layernorm.weight", (d,))], False),
-            WeightSpec(
-                ours + "attn.wqkv_t",
-                [
-                    (a + "q_proj.weight", (q, d)),
-                    (a + "k_proj.weight", (kv, d)),
-                    (a + "v_proj.weight", (kv, d)),
-                ],
-            ),  # fmt: skip
+            WeightSpec(ours + "attn.wqkv_t", [(n + ".weight", (rows, d)) for n, rows in qkv]),
             WeightSpec(ours + "attn.wo_t", [(a + "o_proj.weight", (d, q))]),
-            WeightSpec(ours + "mlp_norm.weight", [(hf + "post_attention_layernorm.weight", (d,))], False),
-            WeightSpec(
-                ours + "mlp.w_up_t",
-                [(hf + "mlp.gate_proj.weight", (f, d)), (hf + "mlp.up_proj.weight", (f, d))],
-            ),  # fmt: skip
-            WeightSpec(ours + "mlp.w_down_t", [(hf + "mlp.down_proj.weight", (d, f))]),
+            WeightSpec(ours + "mlp.w_up_t", [(f"{m}{n}.weight", (f, d)) for n in fam.up]),  # gate, up fused
+            WeightSpec(ours + "mlp.w_down_t", [(f"{m}{fam.down}.weight", (d, f))]),
         ]
         if cfg.qkv_bias:
-            biases = [(a + "q_proj.bias", (q,)), (a + "k_proj.bias", (kv,)), (a + "v_proj.bias", (kv,))]
-            specs.append(WeightSpec(ours + "attn.bqkv", biases, False))
-    specs.append(WeightSpec("final_norm.weight", [("model.norm.weight", (d,))], False))
+            specs.append(WeightSpec(ours + "attn.bqkv", [(n + ".bias", (rows,)) for n, rows in qkv], False))
+        if cfg.out_bias:
+            specs += [WeightSpec(ours + "attn.bo", [(a + "o_proj.bias", (d,))], False),
+                      WeightSpec(ours + "mlp.b_up", [(f"{m}{n}.bias", (f,)) for n in fam.up], False),
+                      WeightSpec(ours + "mlp.b_down", [(f"{m}{fam.down}.bias", (d,))], False)]  # fmt: skip
+    specs += [WeightSpec(f"final_norm.{p}", [(f"model.norm.{p}", (d,))], False) for p in norm_parts]
     embed = ("model.embed_tokens.weight", (cfg.vocab_size, d))
     if cfg.tied:
         specs.append(WeightSpec("lm_head_t", [embed]))

@@ -11,7 +11,7 @@ from engine import Engine, decode_one_token, prefill
 from engine.batching import build_batch
 from engine.cache import StaticKVCache
 
-FAMILIES = ["tiny_llama", "tiny_llama_tied", "tiny_qwen2", "tiny_gpt2"]
+FAMILIES = ["tiny_llama", "tiny_llama_tied", "tiny_qwen2", "tiny_starcoder2", "tiny_gpt2"]
 PROMPT = [11, 57, 3, 200, 42, 9, 101, 7]
 
 
@@ -23,7 +23,7 @@ def tiny(request):
 def test_loaded_family_and_tying(tiny):
     eng = Engine.load(str(tiny.path))
     assert eng.info.family == tiny.family
-    assert eng.model.cfg.tied == (tiny.path.name.startswith(("tiny_llama_tied", "tiny_qwen2", "tiny_gpt2")))
+    assert eng.model.cfg.tied == (tiny.path.name.startswith(("tiny_llama_tied", "tiny_qwen2", "tiny_starcoder2", "tiny_gpt2")))
     hf_params = sum(p.numel() for p in tiny.hf().parameters())  # HF counts tied weights once too
     assert eng.info.n_params == hf_params
 
@@ -167,3 +167,13 @@ def test_batched_decode_does_one_gemm_per_weight(tiny):
     names = [e.name for e in prof.events()]
     assert names.count("aten::mm") == 4 * cfg.n_layers + 1
     assert names.count("aten::bmm") == 2 * cfg.n_layers
+
+
+def test_a_family_that_differs_by_its_norm_and_mlp_is_one_family_entry(tiny_starcoder2):
+    """StarCoder2 is one `Family` entry (engine/config.py): LayerNorm with bias, an ungated MLP with
+    biases. The tests above hold it to HF's logits and greedy tokens like every other family."""
+    from engine.config import FAMILIES
+
+    cfg = Engine.load(str(tiny_starcoder2.path)).model.cfg
+    assert FAMILIES["starcoder2"].name == cfg.family == "starcoder2"
+    assert (cfg.norm, cfg.mlp_gated, cfg.qkv_bias, cfg.out_bias, cfg.positions) == ("layer", False, True, True, "rope")

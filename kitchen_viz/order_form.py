@@ -237,8 +237,8 @@ def order_ui(svc: KitchenService, seed: int) -> Order | None:
             key=K_LIVE,
             help="On: the panels and the kitchen update 4× a second while the engine cooks, then the "
             "kitchen replays the order in slow motion. The engine runs in its own process and the kitchen "
-            "follows its own stream of updates, so watching costs the pot little (measured on a 2-core CPU under "
-            "`two-pot-kitchen`: TPOT +0.6 % on average against the quiet view; the budget is 3 %). Off: the page waits quietly and "
+            "follows its own stream of updates, so watching costs the pot little (the budget is 3 % of TPOT; "
+            "docs/benchmarks/ui-overhead.md has what it measured). Off: the page waits quietly and "
             "replays the order when it is done.",
         )
         reuse = st.toggle(

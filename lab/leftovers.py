@@ -76,7 +76,9 @@ def reuse_finding(t: ReuseTiming, machine: Machine) -> str:
 
 
 @dataclass(frozen=True)
-class StreamOrder:
+class LeftoversOrder:
+    """One order of the leftovers stream: its TTFT cooked cold and with the prefix reused."""
+
     order: int
     arrival_s: float
     cached_tokens: int  # prompt tokens this order reused (with reuse)
@@ -89,7 +91,7 @@ class StreamOrder:
 class LeftoversResult:
     settings: LeftoversSettings
     timings: list[ReuseTiming]  # one per share, smallest share first
-    stream: list[StreamOrder]
+    stream: list[LeftoversOrder]
     held: dict[str, list[tuple[float, int]]]  # "with reuse"/"without reuse": (seconds, KV tokens) per pass
     hit_rate: float  # the whole stream's: prompt tokens found cached / looked up (vLLM's definition)
     kv_held_end: int  # KV tokens the reuse engine still holds after the stream: the leftovers alone
@@ -182,7 +184,7 @@ def run_leftovers(
     warm, q0, h0 = serve_stream(engine, s, requests, reuse=True)
     tracker.step("the stream with reuse")
     stream = [
-        StreamOrder(i + 1, a, rw.metrics.cached_tokens, rp.metrics.ttft_s, rw.metrics.ttft_s,
+        LeftoversOrder(i + 1, a, rw.metrics.cached_tokens, rp.metrics.ttft_s, rw.metrics.ttft_s,
                     (sw.prefix_hits - h0) / max(1, sw.prefix_queries - q0))
         for i, (a, rp, rw, sw) in enumerate(zip(warm.arrivals_s, plain.results, warm.results, warm.states,
                                                 strict=True))

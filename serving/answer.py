@@ -17,7 +17,7 @@ from collections.abc import Callable
 from starlette.responses import JSONResponse
 
 from serving.engine_client import Handle
-from serving.openai_api import ApiError, Order, chunk, logprobs_body, sse, timings, usage, whole
+from serving.openai_api import ApiError, CompletionRequest, chunk, logprobs_body, sse, timings, usage, whole
 
 
 class Choice:
@@ -75,7 +75,7 @@ def _reason(engine_reason: str) -> str:
 class Answer:
     """The response to one order of `handles` (one per table); `cancel(key)` stops a table early."""
 
-    def __init__(self, order: Order, rid: str, handles: list[Handle], cancel: Callable[[str], None]):
+    def __init__(self, order: CompletionRequest, rid: str, handles: list[Handle], cancel: Callable[[str], None]):
         self.order, self.rid, self.handles, self.cancel = order, rid, handles, cancel
         self.choices = [Choice(order.stop, order.min_tokens) for _ in handles]
 

@@ -25,7 +25,7 @@ from serving.answer import Answer
 from serving.caps import Caps
 from serving.engine_client import EngineClient, Handle, Refused
 from serving.metrics import CONTENT_TYPE, KitchenMetrics
-from serving.openai_api import ApiError, Order, jinja_template, parse_order, plain_template
+from serving.openai_api import ApiError, CompletionRequest, jinja_template, parse_order, plain_template
 
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: a 128k-token prompt as text or ids fits; a runaway upload does not
 DEFAULT_CHAT_TOKENS = 256
@@ -141,7 +141,7 @@ class Kitchen:
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise ApiError(400, f"the body is not valid JSON: {err}") from None
 
-    async def _submit(self, order: Order, max_new: int) -> list[Handle]:
+    async def _submit(self, order: CompletionRequest, max_new: int) -> list[Handle]:
         handles = []
         seed = order.seed if order.seed is not None else secrets.randbelow(2**31)
         try:

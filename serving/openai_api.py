@@ -41,7 +41,7 @@ class ApiError(Exception):
 
 
 @dataclass(frozen=True)
-class Order:
+class CompletionRequest:
     """A parsed /v1/completions or /v1/chat/completions request."""
 
     chat: bool
@@ -76,7 +76,7 @@ def _field(body: dict, name: str, types, default=None, *, check=None, rule: str 
     return value
 
 
-def parse_order(body, chat: bool, template) -> Order:
+def parse_order(body, chat: bool, template) -> CompletionRequest:
     """`template(messages) -> str` renders chat messages (see `plain_template`)."""
     if not isinstance(body, dict):
         raise ApiError(422, "the body must be a JSON object")
@@ -93,7 +93,7 @@ def parse_order(body, chat: bool, template) -> Order:
     min_tokens = _field(body, "min_tokens", int, 0, check=lambda v: v >= 0, rule="an integer >= 0")
     if max_tokens is not None and min_tokens > max_tokens:
         raise ApiError(422, f"field 'min_tokens' ({min_tokens}) must not exceed max_tokens ({max_tokens})", "min_tokens")
-    return Order(
+    return CompletionRequest(
         chat=chat, model=model, prompt=prompt, max_tokens=max_tokens,
         temperature=float(_field(body, "temperature", (int, float), 1.0, check=lambda v: 0 <= v <= 2, rule="between 0 and 2")),
         top_p=float(_field(body, "top_p", (int, float), 1.0, check=lambda v: 0 < v <= 1, rule="in (0, 1]")),
@@ -196,7 +196,7 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) ->
             "prompt_tokens_details": {"cached_tokens": cached_tokens}}  # fmt: skip
 
 
-def chunk(order: Order, rid: str, index: int, text: str, finish: str | None, extra: dict, first: bool = False,
+def chunk(order: CompletionRequest, rid: str, index: int, text: str, finish: str | None, extra: dict, first: bool = False,
           logprobs: dict | None = None) -> dict:  # fmt: skip
     """One streamed piece of choice `index` (a chat choice's first piece also names the role)."""
     head = {"id": rid, "created": int(time.time()), "model": order.model}
@@ -208,7 +208,7 @@ def chunk(order: Order, rid: str, index: int, text: str, finish: str | None, ext
     return head | {"object": "text_completion", "choices": [choice]} | extra
 
 
-def whole(order: Order, rid: str, texts: list[str], finishes: list[str], use: dict, extra: dict,
+def whole(order: CompletionRequest, rid: str, texts: list[str], finishes: list[str], use: dict, extra: dict,
           logprobs: list[dict | None] | None = None) -> dict:  # fmt: skip
     """The non-streamed response."""
     head = {"id": rid, "created": int(time.time()), "model": order.model, "usage": use}

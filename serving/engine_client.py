@@ -23,7 +23,6 @@ import collections
 import itertools
 import json
 import os
-import pickle
 import socket
 import subprocess
 import sys
@@ -185,7 +184,7 @@ class EngineClient:
     def close(self) -> None:
         self._closing = True
         try:
-            self._conn.send(msgs.Stop())
+            self._conn.send_bytes(msgs.encode(msgs.Stop()))
         except (OSError, ValueError):
             pass
         try:
@@ -235,8 +234,12 @@ class EngineClient:
         """A Lab sweep in the loop, between orders: `run(engine, settings, emit)` (serving/loop_messages.py
         `RunSweep`). Its handle holds ("progress", record) ..., then ("done", result) or ("error", line)."""
         loop = asyncio.get_running_loop()
-        msg = msgs.RunSweep(f"s{next(self._keys)}", run.__module__, run.__qualname__, pickle.dumps(settings),
+        msg = msgs.RunSweep(f"s{next(self._keys)}", run.__module__, run.__qualname__, settings,
                             tuple(sys.path))  # fmt: skip
+        try:
+            msgs.encode(msg)
+        except TypeError as err:  # a setting that is not one of this project's values
+            raise EngineError(f"the sweep's settings cannot travel to the engine process: {err}") from None
         handle = Handle(msg.key, loop)
         if not self._ready.is_set() and not await loop.run_in_executor(None, self._ready.wait, READY_TIMEOUT_S):
             raise EngineError(f"the engine for {self.settings.model} is not ready after {READY_TIMEOUT_S:.0f} s")
@@ -258,7 +261,7 @@ class EngineClient:
 
     def _send(self, msg) -> None:
         try:
-            self._conn.send(msg)
+            self._conn.send_bytes(msgs.encode(msg))
         except (OSError, ValueError):
             pass  # the reader sees the death and fails every request in flight
 
@@ -274,7 +277,7 @@ class EngineClient:
         handlers = self.handlers()
         while True:
             try:
-                msg = self._conn.recv()
+                msg = msgs.decode(self._conn.recv_bytes())
             except (EOFError, OSError):
                 if self._closing:
                     return

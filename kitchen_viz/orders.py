@@ -14,9 +14,6 @@ The engine computes those numbers (`Engine.limits`) and refuses anything beyond 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-from engine.events import Done
 
 MAX_TABLES = 64  # the batch slider's ceiling even when memory would allow more
 DEFAULT_PROMPT = "ROMEO:\nO, she doth teach the torches to burn bright!\n"
@@ -185,26 +182,10 @@ def generated_prompts(filler_ids: list[int], n_tokens: int, batch: int) -> list[
 
 @dataclass(frozen=True)
 class Cook:
-    """The worker's job for one order: stream the engine's events out, return its result.
-
-    A kitchen server (serving/kitchen_client.py) cannot run a function; it reads `order` and sends
-    the order itself, so one `svc.submit(cook(order), ...)` serves both kinds of kitchen."""
+    """The job for one order: the kitchen (serving/kitchen_client.py) reads `order` and sends the
+    order itself to its host; code never travels."""
 
     order: Order
-
-    def __call__(self, engine, emit) -> Any:
-        order, result = self.order, None
-        stream = engine.stream(
-            order.prompts(engine),
-            max_new_tokens=order.max_new_tokens,
-            temperature=order.temperature,
-            seed=order.seed,
-        )
-        for event in stream:
-            emit(event)
-            if isinstance(event, Done):
-                result = event.result
-        return result
 
 
 def cook(order: Order) -> Cook:

@@ -24,8 +24,9 @@ from serving import job as job_mod
 from serving.caps import Caps
 from serving.class_board import ClassBoard
 from serving.engine_client import EngineClient, LoopSettings
-from serving.host import LocalHost, NotReady
+from serving.host import NotReady
 from serving.kitchen_client import ServerKitchen
+from serving.kitchen_orders import LocalHost
 from serving.metrics import KitchenMetrics
 from serving.mounted import AppKitchens, KitchenRooms
 from serving.server import ServerConfig, close_app, create_app, served_name

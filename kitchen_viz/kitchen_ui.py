@@ -55,7 +55,7 @@ QUIET_WAIT_S = 600  # the longest a page waits, without refreshing, for an order
 
 
 def draw_loading(svc: ServerKitchen) -> None:
-    """While the worker reads the weights: say what is loading, then rerun once it is ready."""
+    """While the kitchen host loads the weights: say what is loading, then rerun once it is ready."""
     st.session_state[K_FORM_HIDDEN] = True  # the order form (and its live toggle) is not drawn now
 
     @st.fragment(run_every=0.5)

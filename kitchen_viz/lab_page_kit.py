@@ -93,7 +93,7 @@ def inflight() -> InFlight:
 
 
 def follow_job(job) -> None:
-    """Block this page's script (not the worker) until the job ends, drawing progress and ETA."""
+    """Block this page's script (not the kitchen) until the job ends, drawing progress and ETA."""
     bar = st.progress(0.0, text="sending the order to the kitchen")
     while not job.finished:
         if job.status in ("queued", "loading"):

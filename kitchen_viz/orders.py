@@ -1,8 +1,8 @@
-"""What a learner orders, the limits on it, and the work the kitchen's worker runs for it.
+"""What a learner orders, the limits on it, and the job that carries it to the kitchen.
 
 Why here and not in the page: the limits ("why can't I pick batch 64?") are arithmetic on the
-model's context and the KV budget, and the order's work function runs on the worker thread, so
-both must be testable without a browser.
+model's context and the KV budget, and the order's prompts are built by the kitchen (its host
+owns the tokenizer), so both must be testable without a browser.
 
 Worked example, the chef (context 512) with max_new_tokens 64: a prompt may be at most
 512 - 64 = 448 tokens; with a 2 MB KV budget, 12,288 KV bytes per token and prompt 100,
@@ -150,7 +150,7 @@ class Order:
     reuse_prefix: bool = False  # start from leftovers a cached prefix holds (the Leftovers lesson); off: cook every token
 
     def prompts(self, engine) -> list:
-        """The batch's prompts, built on the worker (it owns the tokenizer)."""
+        """The batch's prompts: `engine` is anything with the engine's `info` and `encode` (the kitchen, an Engine)."""
         if self.text is not None:
             return [self.text] * self.batch
         if engine.info.has_tokenizer:

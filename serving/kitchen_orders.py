@@ -336,6 +336,8 @@ class LocalStream:
                     return
                 yield checked(msg)
         finally:
+            if self._closed:  # closed while it was being placed: its `close()` found nothing to cancel yet
+                self._cancel()
             asyncio.run_coroutine_threadsafe(messages.aclose(), self._host._loop)
 
     def close(self) -> None:

@@ -108,6 +108,24 @@ def test_caps_come_from_the_instructors_toml_and_bad_files_are_one_line(tmp_path
         assert expected in one_line(str(err.value))
 
 
+def test_the_app_kitchens_obey_the_instructors_caps_file(tmp_path):
+    """`two-pot-kitchen --caps caps.toml` exports the file; each kitchen of the app reads it as it
+    opens, and refuses an order over a cap before it cooks, in one line naming the cap."""
+    caps = tmp_path / "caps.toml"
+    caps.write_text("[caps]\nmax_new_tokens = 8\nmax_order_tokens = 64\n")
+    use_caps_file(caps)
+    with own_kitchen("chef") as (svc, kitchens):
+        job = svc.submit(cook(Order(batch=1, max_new_tokens=9, temperature=0.0, seed=0, text="ROMEO:")), "9 new")
+        assert job.wait(WAIT_S) and job.status == "error" and job.events == []
+        assert "the instructor's limit is 8 new tokens per order (max_new_tokens)" in one_line(job.error)
+        big = Order(batch=5, max_new_tokens=4, temperature=0.0, seed=0, prompt_tokens=16)  # 80 prompt tokens
+        job = svc.submit(cook(big), "80 prompt tokens")
+        assert job.wait(WAIT_S) and job.status == "error"
+        assert "limit is 64 tokens per order (max_order_tokens)" in one_line(job.error)
+        assert_kitchen_still_cooks(svc)
+        assert nothing_in_flight(loop_of(kitchens))
+
+
 def test_an_order_past_its_time_is_cancelled_in_one_line_and_the_kitchen_cooks_on(chef):
     caps = Caps(max_order_seconds=0.5)
     job = chef.submit(cook(LONG), "too long", time_limit_s=caps.max_order_seconds, time_limit_line=caps.time_line())

@@ -25,7 +25,6 @@ from serving.catalog import load_catalog
 from serving.host import HttpHost, KitchenHost
 from serving.kitchen_client import ServerKitchen
 from serving.mounted import PREFIX, own_kitchens
-from serving.service import KitchenService, engine_threads
 
 REPO = Path(__file__).resolve().parent.parent
 CHEF_FOLDER = REPO / "assets" / "models" / "chef"
@@ -108,45 +107,38 @@ def run_log():
     return RunLog()
 
 
-def _close_kitchen(svc: KitchenService | ServerKitchen) -> None:
-    """A kitchen dropped from the cache stops its worker and its engine process (memory back)."""
+def _close_kitchen(svc: ServerKitchen) -> None:
+    """A kitchen dropped from the cache cancels its orders and lets go of its host."""
     svc.close()
 
 
 @st.cache_resource(show_spinner=False, max_entries=3, on_release=_close_kitchen)
-def _service(model: str, device: str, dtype: str, backend: str | None) -> KitchenService | ServerKitchen:
+def _service(model: str, device: str, dtype: str, backend: str | None) -> ServerKitchen:
     """The session's kitchen (the Kitchen's orders and the Lab's sweeps), cached per choice and per
-    `backend` (where it cooks): on a kitchen host, this process's own (called in process, whatever
-    the launch) or `--backend`'s, so every launch takes one path; in a private engine process only
-    for the UI-overhead bench's `private_kitchen`."""
-    host = kitchen_host_for(model, device, dtype)
-    if host is not None:
-        return ServerKitchen(host, model, device, dtype, run_log=run_log())
-    pin = AppSettings.from_env().pin_server  # set by the launcher (two-pot-kitchen)
-    return KitchenService(model, device, dtype, run_log=run_log(), threads=engine_threads(), pin_server=pin)
+    `backend` (where it cooks): this process's own kitchen host, called in process whatever the
+    launch, or `--backend`'s over HTTP, so every launch takes one path."""
+    return ServerKitchen(kitchen_host_for(model, device, dtype), model, device, dtype, run_log=run_log())
 
 
-def kitchen_host_for(model: str, device: str, dtype: str) -> KitchenHost | None:
+def kitchen_host_for(model: str, device: str, dtype: str) -> KitchenHost:
     """The kitchen host that cooks this choice: the launcher's `--backend` over HTTP (a Two-Pot
     kitchen server serves its one model), else this process's own kitchens, called in process
     (serving/mounted.py: mounted by serve.py, or opened here under plain `streamlit run app.py`),
-    each with the Lab's sweeps; None only with `private_kitchen` (the benchmarks compare the two)."""
+    each with the Lab's sweeps."""
     s = AppSettings.from_env()
     if s.backend:
         return HttpHost(s.backend, s.backend_key)
-    if s.private_kitchen:
-        return None
     return own_kitchens((LabRoutes,)).host(model, device, dtype)
 
 
-def service_for(settings: Settings) -> KitchenService | ServerKitchen:
+def service_for(settings: Settings) -> ServerKitchen:
     """The one shared kitchen for this model/device/dtype; it starts loading at once.
 
     A kitchen whose model failed to load is dropped from the cache after the page has shown the
     reason, so fixing the problem (say, freeing memory) and reloading tries again.
     """
     svc = _service(settings.model, settings.device, settings.dtype, AppSettings.from_env().backend)
-    if svc.state == "error":  # forget only this kitchen, and stop its idle worker
+    if svc.state == "error":  # forget only this kitchen
         _service.clear(settings.model, settings.device, settings.dtype)  # type: ignore[attr-defined]
         svc.close()
     return svc

@@ -16,7 +16,7 @@ measurements, the live panels' numbers included, one of two ways:
 Either way, once the order is done the page reruns once and draws the ordinary panels.
 
 Session state this page keeps (per browser session):
-    tpk_job     the Job on the shared kitchen's queue (serving.service)
+    tpk_job     the Job on the shared kitchen (serving/job.py)
     tpk_run     the LiveRun folded from that job's events (kitchen_viz.timeline)
     tpk_feed    (job, URL path) of the job's feed, while the live view follows it
     tpk_feed_failed  why the scene could not read its feed (the session then uses ticks)
@@ -46,15 +46,16 @@ from kitchen_viz.outcome import draw_failed_order, draw_outcome
 from kitchen_viz.panels import draw_panels, draw_timeline, panel_values
 from kitchen_viz.scene import ART, draw_scene
 from kitchen_viz.timeline import LiveRun
-from serving.service import SETTLE_S, KitchenService
+from serving.job import SETTLE_S
+from serving.kitchen_client import ServerKitchen
 
 TICK_S = 0.25  # how often the live view looks for new events while an order cooks
 K_FEED, K_FEED_FAILED = "tpk_feed", "tpk_feed_failed"
 QUIET_WAIT_S = 600  # the longest a page waits, without refreshing, for an order it is not watching
 
 
-def draw_loading(svc: KitchenService) -> None:
-    """While the worker reads the weights: say what is loading, then rerun once it is ready."""
+def draw_loading(svc: ServerKitchen) -> None:
+    """While the kitchen host loads the weights: say what is loading, then rerun once it is ready."""
     st.session_state[K_FORM_HIDDEN] = True  # the order form (and its live toggle) is not drawn now
 
     @st.fragment(run_every=0.5)
@@ -83,7 +84,7 @@ def freeze_server_heap() -> None:
     gc.freeze()
 
 
-def start_cook(svc: KitchenService, order: Order) -> None:
+def start_cook(svc: ServerKitchen, order: Order) -> None:
     """Queue the order on the shared kitchen and start a fresh timeline for it.
 
     The timeline starts with the order's tables (their prompts' token counts, as the engine
@@ -135,7 +136,7 @@ def release_cook() -> None:
         st.rerun()
 
 
-def draw_live(svc: KitchenService, presenter: bool, wok_capacity: int) -> None:
+def draw_live(svc: ServerKitchen, presenter: bool, wok_capacity: int) -> None:
     """Panels, scene and outcome, in one fragment that follows an order while it is in the kitchen.
 
     Everything that changes while cooking lives inside this one fragment (the diagnosis too), so
@@ -189,7 +190,7 @@ def draw_live(svc: KitchenService, presenter: bool, wok_capacity: int) -> None:
 
 
 def follow_feed(
-    svc: KitchenService, job, run: LiveRun | None, presenter: bool, wok_capacity: int
+    svc: ServerKitchen, job, run: LiveRun | None, presenter: bool, wok_capacity: int
 ) -> str | None:
     """The URL path of the job's feed, opened once per job; None where the server has no feed
     route or this session's scene could not read one (the fragment's ticks then follow the order)."""
@@ -203,7 +204,7 @@ def follow_feed(
     return url
 
 
-def draw_queue_place(svc: KitchenService, job) -> None:
+def draw_queue_place(svc: ServerKitchen, job) -> None:
     if job.status in ("queued", "loading"):
         st.info(live_feed.wait_line(svc, job))
 

@@ -5,14 +5,14 @@ Every lab page tells the same five-beat lesson, so it is written once here:
   2. predict first: the learner answers a numeric question *before* any result is shown
      (results, even cached ones, stay hidden until they answer), and the guess is drawn on the
      chart next to the measurement;
-  3. run: the work goes to the session's kitchen (`svc.submit(LabRun(...))`: the app's worker, or a
-     kitchen server that runs it in its own engine process), so the engine is never touched from
-     the page thread; a progress bar with an ETA follows the job's events;
+  3. run: the work goes to the session's kitchen (`svc.submit(LabRun(...))`: its kitchen host runs
+     it in the engine's own process, between orders), so the engine is never touched from the
+     page thread; a progress bar with an ETA follows the job's events;
   4. results: plotly charts (each with a PNG download), the table with a CSV download, and the
      experiment's findings in words;
   5. the inspector's verdict on one real run of the sweep.
 
-Results are cached on disk per (experiment, model, device, dtype, settings) by the *worker*, so a
+Results are cached on disk per (experiment, model, device, dtype, settings) as they arrive, so a
 measurement survives the learner closing the tab mid-run, and the next visitor sees it at once.
 
 What it renders is a `lab.experiment.Experiment` (framing, form, compute, figures, verdict, all in
@@ -95,7 +95,7 @@ def inflight() -> InFlight:
 
 
 def follow_job(job) -> None:
-    """Block this page's script (not the worker) until the job ends, drawing progress and ETA."""
+    """Block this page's script (not the kitchen) until the job ends, drawing progress and ETA."""
     bar = st.progress(0.0, text="sending the order to the kitchen")
     while not job.finished:
         if job.status in ("queued", "loading"):

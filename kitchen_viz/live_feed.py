@@ -34,7 +34,6 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
@@ -44,6 +43,8 @@ from kitchen_viz.class_rail import rail_html
 from kitchen_viz.live_panels import live_panel_data
 from kitchen_viz.panels import PanelValues, panel_values
 from kitchen_viz.timeline import LiveRun
+from serving.job import Job
+from serving.kitchen_client import ServerKitchen
 
 CLASS_RAIL_TITLE = "<div class='tpk-class-rail-title'>The class kitchen's rail: every order in the pot now</div>"
 FEED_PATH = "/two-pot/feed/"  # + token; under Streamlit's server.baseUrlPath
@@ -61,8 +62,8 @@ _MOUNTED = threading.Event()
 class Feed:
     """One order's feed: its job, a timeline of its own (the page keeps another), the scene's settings."""
 
-    svc: Any  # the session's kitchen (serving/kitchen_client.py `ServerKitchen`): for the place in line
-    job: Any  # service.Job: the worker appends its events
+    svc: ServerKitchen  # the session's kitchen: for the place in line
+    job: Job  # its kitchen appends the events
     run: LiveRun
     presenter: bool
     wok_capacity: int
@@ -88,7 +89,7 @@ def wait_line(svc, job) -> str:
 
 
 def waited_s(job) -> float | None:
-    """How long the order waited in line, once the worker has picked it up (None before)."""
+    """How long the order waited in line, once its kitchen has started it (None before)."""
     return job.queue_wait_s if job is not None and job.started_at else None
 
 

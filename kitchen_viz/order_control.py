@@ -8,7 +8,8 @@ what happens to an order once it is in the kitchen, which the serving side enfor
             `refuse_over_caps` refuses an order over a cap in one line naming it, and the order's
             time cap becomes the job's time limit (cancelled past it, in one line);
   Cancel    `draw_cancel` shows the button while this session's order waits or cooks; the job
-            leaves the queue, or its engine work stops (serving/engine_process.py);
+            leaves the stove's line, or its tables leave the batch at the next step
+            (serving/kitchen_client.py);
   page gone Streamlit has no "session ended" callback, so `watch_session` hands the job a probe,
             "is this browser session still connected?" (Streamlit's runtime, thread-safe), which
             the kitchen's watcher asks every second: a page closed or reloaded for ABANDON_S
@@ -46,7 +47,7 @@ def refuse_over_caps(caps: Caps, prompt_ids: list[list[int]], max_new_tokens: in
 
 
 def time_limit(caps: Caps) -> dict:
-    """`KitchenService.submit`'s keyword arguments for the order's time cap."""
+    """`ServerKitchen.submit`'s keyword arguments for the order's time cap."""
     return {"time_limit_s": caps.max_order_seconds, "time_limit_line": caps.time_line()}
 
 

@@ -28,7 +28,7 @@ from kitchen_viz.orders import (
     tighter,
 )
 from kitchen_viz.wok_win import Rates, rates_from, wok_win_order
-from serving.service import KitchenService
+from serving.kitchen_client import ServerKitchen
 
 LESSONS_PAGE = "pages/lessons.py"
 K_MODE, K_TEXT, K_PLEN, K_BATCH, K_NEW, K_TEMP = (
@@ -151,7 +151,7 @@ def count_control(label: str, low: int, high: int, key: str, help: str) -> int:
     return st.number_input(label, min_value=low, max_value=high, step=1, key=key, help=help)
 
 
-def order_ui(svc: KitchenService, seed: int) -> Order | None:
+def order_ui(svc: ServerKitchen, seed: int) -> Order | None:
     """The order form: three columns of controls, then the Cook row. Returns an Order when Cook
     was pressed (`start_cook` has the engine check it).
 
@@ -277,7 +277,7 @@ def measured_rates() -> Rates | None:
     return rates_from(result.metrics, "your last order")
 
 
-def wok_win_button(svc: KitchenService, caps, disabled: bool) -> None:
+def wok_win_button(svc: ServerKitchen, caps, disabled: bool) -> None:
     """One click: an order sized so the wok wins on this machine (kitchen_viz/wok_win.py), set in the
     controls and cooked at once."""
     ctx = svc.info.max_context
@@ -304,7 +304,7 @@ def wok_win_button(svc: KitchenService, caps, disabled: bool) -> None:
 
 
 def prompt_ui(
-    svc: KitchenService, max_new: int, order_tokens: int | None = None
+    svc: ServerKitchen, max_new: int, order_tokens: int | None = None
 ) -> tuple[str | None, int | None]:
     """A written prompt (text, None) or a generated one of N tokens (None, N)."""
     mode = st.radio("Prompt", MODES, key=K_MODE, horizontal=True, label_visibility="collapsed")

@@ -1,8 +1,8 @@
-"""What a learner orders, the limits on it, and the work the kitchen's worker runs for it.
+"""What a learner orders, the limits on it, and the job that carries it to the kitchen.
 
 Why here and not in the page: the limits ("why can't I pick batch 64?") are arithmetic on the
-model's context and the KV budget, and the order's work function runs on the worker thread, so
-both must be testable without a browser.
+model's context and the KV budget, and the order's prompts are built by the kitchen (its host
+owns the tokenizer), so both must be testable without a browser.
 
 Worked example, the chef (context 512) with max_new_tokens 64: a prompt may be at most
 512 - 64 = 448 tokens; with a 2 MB KV budget, 12,288 KV bytes per token and prompt 100,
@@ -14,9 +14,6 @@ The engine computes those numbers (`Engine.limits`) and refuses anything beyond 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-from engine.events import Done
 
 MAX_TABLES = 64  # the batch slider's ceiling even when memory would allow more
 DEFAULT_PROMPT = "ROMEO:\nO, she doth teach the torches to burn bright!\n"
@@ -153,7 +150,7 @@ class Order:
     reuse_prefix: bool = False  # start from leftovers a cached prefix holds (the Leftovers lesson); off: cook every token
 
     def prompts(self, engine) -> list:
-        """The batch's prompts, built on the worker (it owns the tokenizer)."""
+        """The batch's prompts: `engine` is anything with the engine's `info` and `encode` (the kitchen, an Engine)."""
         if self.text is not None:
             return [self.text] * self.batch
         if engine.info.has_tokenizer:
@@ -185,26 +182,10 @@ def generated_prompts(filler_ids: list[int], n_tokens: int, batch: int) -> list[
 
 @dataclass(frozen=True)
 class Cook:
-    """The worker's job for one order: stream the engine's events out, return its result.
-
-    A kitchen server (serving/kitchen_client.py) cannot run a function; it reads `order` and sends
-    the order itself, so one `svc.submit(cook(order), ...)` serves both kinds of kitchen."""
+    """The job for one order: the kitchen (serving/kitchen_client.py) reads `order` and sends the
+    order itself to its host; code never travels."""
 
     order: Order
-
-    def __call__(self, engine, emit) -> Any:
-        order, result = self.order, None
-        stream = engine.stream(
-            order.prompts(engine),
-            max_new_tokens=order.max_new_tokens,
-            temperature=order.temperature,
-            seed=order.seed,
-        )
-        for event in stream:
-            emit(event)
-            if isinstance(event, Done):
-                result = event.result
-        return result
 
 
 def cook(order: Order) -> Cook:

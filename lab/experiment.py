@@ -130,15 +130,3 @@ class DefaultsUI:
 def default_settings(exp: Experiment, info) -> Any:
     """The settings a visitor gets without touching a widget."""
     return exp.form(DefaultsUI(), info)
-
-
-def run_in_engine(engine, run: Callable, settings, *, emit: Callable) -> Any:
-    """The sweep itself, run inside the engine's own process (`EngineProxy.run`).
-
-    Why there and not in the web server: the kitchen's engine lives in a child process, and a
-    sweep measures more than the trace: process CPU time per step (`lab.cpu_time`) and the
-    profiler's op times (`lab.overhead`) only see the engine's work when read in its process.
-    `run` is the experiment's top-level function (pickled by name); its progress records come
-    back through `emit` as they happen.
-    """
-    return run(engine, settings, emit)

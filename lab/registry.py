@@ -58,7 +58,7 @@ from typing import Any
 from lab.apprentice import EXPERIMENT as APPRENTICE
 from lab.banquet import EXPERIMENT as BANQUET
 from lab.dinner_rush import EXPERIMENT as DINNER_RUSH
-from lab.experiment import Experiment, run_in_engine
+from lab.experiment import Experiment
 from lab.kv_cache import EXPERIMENT as KV_CACHE
 from lab.leftovers import EXPERIMENT as LEFTOVERS
 from lab.metrics_defs import EXPERIMENT as METRICS
@@ -111,7 +111,7 @@ class LabRun:
 
     It lives beside the registry because its key names an experiment there. A kitchen host
     receives its `key`, `settings` (and, in process, `run`) and runs the experiment in its kitchen
-    loop between orders (lab/on_server.py); a private kitchen (serving/service.py) calls it.
+    loop between orders (lab/on_server.py).
     `keep(result)` runs wherever the result arrives, as soon as it does (the app stores it there, so
     a measurement survives the learner closing the tab mid-run); the job's result is what it returns.
     """
@@ -120,8 +120,3 @@ class LabRun:
     settings: Any
     keep: Callable[[Any], Any] | None = None
     run: Callable | None = None  # the experiment's run function (default: the registry's, by key)
-
-    def __call__(self, engine, emit: Callable) -> Any:
-        run = self.run or experiment(self.key).run
-        result = engine.run(run_in_engine, run, self.settings, emit=emit)
-        return self.keep(result) if self.keep is not None else result

@@ -17,7 +17,6 @@ st.caption(
 )
 
 svc = service_for(settings)
-svc.revive_if_dead()  # a child gone between orders: show "loading" while a fresh one starts
 if svc.state == "loading":
     draw_failed_order()
     draw_loading(svc)

@@ -1,33 +1,30 @@
-"""Does watching the kitchen slow the soup pot? TPOT with the live kitchen vs the same request with no UI.
+"""Does watching the kitchen slow the soup pot? TPOT with the live view on vs off, on the one kitchen host.
 
-The instrument must not disturb the measurement. This runs one order two ways, alternating:
+The instrument must not disturb the measurement. This runs one order two ways through the same
+`two-pot-kitchen` server, the same kitchen host and the same engine (its kitchen-loop process),
+alternating:
 
-  no UI      the kitchen's own work function (`kitchen_viz.orders.cook`) on an engine set up the way
-             the app sets up its own (`serving.engine_process.EngineProcess`: a child process,
-             the same threads, on the same cores), with nobody watching (the app server is up but
-             idle, no page is cooking);
-  live UI    the same order cooked through `two-pot-kitchen` while headless Chromium watches
-             the live scene; TPOT is read from the page's TPOT panel (two decimals in ms).
+  no UI      the quiet view (`?live=0`): nothing is drawn while the order cooks;
+  live UI    the live view (`?live=1`) while headless Chromium watches the scene.
 
-Where things run (2 cores: the engine child on core 1, the server on core 0): this process and
+Both TPOTs are read from the page's TPOT panel once the order is done (the engine's own
+`metrics.tpot_s`, two decimals in ms). With --quiet-view both sides are the quiet page: an A/A
+check of the instrument itself (two identical rounds can differ by more than the 3 % budget, so
+the A/A spread is the noise floor any overhead is read against).
+
+Where things run (2 cores: the engine's loop on core 1, the server on core 0): this process and
 Playwright's driver run on the server's cores; Chromium runs on every core like a real browser, or
 on the server's cores with --pin-browser (report both). --perf traces the engine's core during
 every Cook and says who else ran there, how often and for how long. Both sides use the same model,
 dtype, threads and order (greedy, seed 0: the same tokens), alternating ABBA across rounds.
 
---baseline same-process: two identical engine children can differ by more than the 3 % budget
-(an A/A check), so here both sides go through the SAME app server and engine child: the quiet
-view (`?live=0`: nothing drawn while it cooks) against the live view (`?live=1`). Both TPOTs are
-read from the page's TPOT panel once the order is done (the engine's own `metrics.tpot_s`). With
---quiet-view as well, both sides are the quiet page: an A/A check of the instrument itself.
-
 It prints medians over the rounds, the overhead (live / no-UI - 1) and how noisy the machine was
 (the spread of each side across rounds, and the load average). Usage:
 
-    .venv/bin/python scripts/ui_overhead_bench.py --rounds 7 --new 128 --prompt 32 --batch 1
+    .venv/bin/python scripts/ui_overhead_bench.py --rounds 15
+    .venv/bin/python scripts/ui_overhead_bench.py --rounds 15 --quiet-view   # A/A
     .venv/bin/python scripts/ui_overhead_bench.py --rounds 7 --pin-browser
     .venv/bin/python scripts/ui_overhead_bench.py --rounds 5 --perf
-    .venv/bin/python scripts/ui_overhead_bench.py --rounds 9 --baseline same-process
 """
 
 from __future__ import annotations
@@ -48,14 +45,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kitchen_viz.launch import free_port, spawn, stop, wait_healthy  # noqa: E402
-from kitchen_viz.orders import Order, cook  # noqa: E402
 from serving.cores import (  # noqa: E402
     ALL_CORES,
     engine_threads,  # noqa: E402
     pin_this_process,
     split_cores,
 )
-from serving.engine_process import EngineProcess  # noqa: E402
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update"]  # fmt: skip
@@ -65,11 +60,6 @@ def parse_ms(text: str) -> float:
     """'14.12 ms' -> 0.01412, '1.20 s' -> 1.2 (seconds)."""
     number = float(re.sub(r"[^\d.]", "", text))
     return number / 1e3 if text.strip().endswith("ms") else number
-
-
-def tpot_without_ui(engine, order: Order) -> float:
-    result = cook(order)(engine, lambda event: None)
-    return result.metrics.tpot_s
 
 
 # The order is done once the diagnosis (or an exception) is on the page. Checked 4x a second on
@@ -268,32 +258,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--baseline",
-        choices=("separate-process", "same-process"),
-        default="separate-process",
-        help="no-UI side: the kitchen's cook() on a second engine process (default), or the quiet "
-        "page (?live=0) through the same app server and engine child as the live side",
+        choices=("same-process",),
+        default="same-process",
+        help="the no-UI side: the quiet page (?live=0) through the same server and kitchen host as the live side",
     )
     args = ap.parse_args(argv)
-    same = args.baseline == "same-process"
     from playwright.sync_api import sync_playwright  # lazy: a dev dependency, only the browser run needs it
 
-    order = Order(
-        batch=args.batch, max_new_tokens=args.new, temperature=0.0, seed=0, prompt_tokens=args.prompt
-    )
     base = f"?prompt={args.prompt}&new={args.new}&batch={args.batch}&temp=0"
     query = base + ("&live=0" if args.quiet_view else "&live=1")
-    quiet_query = base + "&live=0"  # same-process: the no-UI side
+    quiet_query = base + "&live=0"  # the no-UI side
     threads = args.threads or engine_threads()
-    os.environ["TWO_POT_THREADS"] = str(threads)  # the app's kitchen reads it: the same count on both sides
-    # pinned like the app's engine; same-process needs no second engine, only the app's core split
-    reference = None if same else EngineProcess(args.model, "cpu", "float32", threads=threads)
-    engine = reference.proxy if reference else None
-    split = reference.cores if reference else split_cores(threads)
+    os.environ["TWO_POT_THREADS"] = str(threads)  # the app's kitchen reads it
+    split = split_cores(threads)  # the app's kitchen loop is pinned to split.engine (serving/mounted.py)
 
     def no_ui_side() -> float | None:
-        if same:
-            return tpot_with_live_kitchen(page, url, quiet_query, probe=probe, side="no_ui")
-        return tpot_without_ui(engine, order)
+        return tpot_with_live_kitchen(page, url, quiet_query, probe=probe, side="no_ui")
 
     load_before = os.getloadavg()
     started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
@@ -354,20 +334,14 @@ def main(argv: list[str] | None = None) -> int:
             browser.close()
     finally:
         stop(proc)
-        if reference is not None:
-            reference.close()
     a, b = statistics.median(no_ui), statistics.median(live)
     report = {
         "model": args.model,
         "order": {"prompt_tokens": args.prompt, "max_new_tokens": args.new, "batch": args.batch},
         "rounds": args.rounds,
         "baseline": args.baseline,
-        "no_ui_side": "quiet page ?live=0, same server and engine child"
-        if same
-        else "cook() on a second engine process",
-        "tpot_source": "page's TPOT panel (engine's measured metrics.tpot_s)"
-        if same
-        else "no UI: cook() result metrics.tpot_s; live: page's TPOT panel",
+        "no_ui_side": "quiet page ?live=0, same server and kitchen host",
+        "tpot_source": "page's TPOT panel (engine's measured metrics.tpot_s)",
         "engine_threads": threads,
         "engine_cores": sorted(split.engine) if split else None,
         "harness_cores": sorted(harness),

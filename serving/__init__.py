@@ -5,17 +5,14 @@ Cook and every Lab sweep, whatever the launch), the one stove per machine, the i
     caps            the instructor's caps per order (tokens, new tokens, seconds)
     job             Job: one order or sweep as the pages see it
     stove           one stove per device: kitchens of different models never cook at once
-    service         KitchenService: a private engine process (only the UI-overhead bench's comparison)
-    engine_process  EngineProcess: starts that child and guards each job (hung, dead, cancelled)
-    child / proxy   the child's side (load the model, answer on two pipes) and the engine's API it answers
-    watchdog        Silence: when a silent private child counts as hung
-    cores           which cores the engine keeps, how many threads it runs
+    cores           which cores the engine's loop keeps, how many threads it runs
 
 The kitchen host (`two-pot-kitchen serve`, and the app's own: one continuous batch for everyone):
     server (the app and the command), kitchen_http (the routes), answer (OpenAI's response shapes),
     admission (the queue bound), auth (the key), engine_client, kitchen_loop and loop_messages (its
-    engine process, its watchdog and their typed protocol), openai_api, metrics, class_board; kitchen_orders and order_wire (the Kitchen's
-    orders of B tables, every engine event); lab_wire (a Lab run's settings and result as JSON;
+    engine process, its watchdog and their typed protocol, JSON on the pipe), openai_api, metrics,
+    class_board; kitchen_orders and order_wire (the Kitchen's orders of B tables, every engine
+    event, and `LocalHost`: those routes' code called in process); lab_wire (a Lab run's settings and result as JSON;
     the Lab's routes are lab/on_server.py, passed in as an extension); mounted (the hosts inside
     the app's own server); app_settings (what the launcher hands the app). Its clients reach it
     through host (`KitchenHost`: `LocalHost` in process, `HttpHost` over HTTP): kitchen_client (the

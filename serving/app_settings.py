@@ -31,7 +31,6 @@ ENV = {
     "class_key": "TWO_POT_CLASS_KEY",
     "presenter": "TWO_POT_PRESENTER",  # presenter mode on for every session
     "pin_server": "TWO_POT_PIN_SERVER",  # the app's threads off the engine's cores
-    "private_kitchen": "TWO_POT_PRIVATE_KITCHEN",  # a measurement hook: the Kitchen in a private engine process
 }
 
 FILE_KEYS = ("backend", "backend_key", "class_model", "class_key", "presenter")  # what a settings file may set
@@ -46,7 +45,6 @@ class AppSettings:
     class_key: str | None = None
     presenter: bool = False
     pin_server: bool = False
-    private_kitchen: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AppSettings:

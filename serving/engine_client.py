@@ -23,7 +23,6 @@ import collections
 import itertools
 import json
 import os
-import pickle
 import socket
 import subprocess
 import sys
@@ -184,10 +183,7 @@ class EngineClient:
 
     def close(self) -> None:
         self._closing = True
-        try:
-            self._conn.send(msgs.Stop())
-        except (OSError, ValueError):
-            pass
+        self._send(msgs.Stop())
         try:
             self._proc.wait(10)
         except subprocess.TimeoutExpired:
@@ -235,16 +231,19 @@ class EngineClient:
         """A Lab sweep in the loop, between orders: `run(engine, settings, emit)` (serving/loop_messages.py
         `RunSweep`). Its handle holds ("progress", record) ..., then ("done", result) or ("error", line)."""
         loop = asyncio.get_running_loop()
-        msg = msgs.RunSweep(f"s{next(self._keys)}", run.__module__, run.__qualname__, pickle.dumps(settings),
+        msg = msgs.RunSweep(f"s{next(self._keys)}", run.__module__, run.__qualname__, settings,
                             tuple(sys.path))  # fmt: skip
+        try:
+            raw = msgs.encode(msg)
+        except TypeError as err:  # a setting that is not one of this project's values
+            raise EngineError(f"the sweep's settings cannot travel to the engine process: {err}") from None
         handle = Handle(msg.key, loop)
         if not self._ready.is_set() and not await loop.run_in_executor(None, self._ready.wait, READY_TIMEOUT_S):
             raise EngineError(f"the engine for {self.settings.model} is not ready after {READY_TIMEOUT_S:.0f} s")
         with self._lock:
-            if not self._handles:
-                self._heard = time.monotonic()
+            self._heard = self._heard if self._handles else time.monotonic()
             self._handles[msg.key] = handle
-            self._send(msg)
+            self._send(raw)
         return handle
 
     def cancel(self, key: str) -> None:
@@ -257,8 +256,9 @@ class EngineClient:
         return len(self._handles)
 
     def _send(self, msg) -> None:
+        """`msg`: a message, or its bytes already encoded."""
         try:
-            self._conn.send(msg)
+            self._conn.send_bytes(msg if isinstance(msg, bytes) else msgs.encode(msg))
         except (OSError, ValueError):
             pass  # the reader sees the death and fails every request in flight
 
@@ -274,7 +274,7 @@ class EngineClient:
         handlers = self.handlers()
         while True:
             try:
-                msg = self._conn.recv()
+                msg = msgs.decode(self._conn.recv_bytes())
             except (EOFError, OSError):
                 if self._closing:
                     return

@@ -4,11 +4,12 @@ A kitchen host is a class kitchen server's app (serving/server.py `create_app`):
 kitchen-loop process, the class board, the instructor's caps, the Lab's sweeps. The Kitchen page's
 client (serving/kitchen_client.py `ServerKitchen`) speaks to it through `KitchenHost`:
 
-- `LocalHost`: the host lives in this very process (`two-pot-kitchen` mounts its kitchens inside
-  the app's server, serving/mounted.py). Its routes' own code is called directly
-  (serving/kitchen_orders.py, lab/on_server.py), on an event loop of its own: no HTTP request from
-  a process to itself, no JSON between two threads.
-- `HttpHost`: the host is another process or machine (`--backend URL`, `two-pot-kitchen serve`).
+- `LocalHost` (serving/kitchen_orders.py, beside the routes whose code it calls): the host lives in
+  this very process (`two-pot-kitchen` mounts its kitchens inside the app's server,
+  serving/mounted.py, and plain `streamlit run app.py` opens the same ones). The routes' own code
+  is called directly, on an event loop of its own: no HTTP request from a process to itself, no
+  JSON between two threads.
+- `HttpHost` (here): the host is another process or machine (`--backend URL`, `two-pot-kitchen serve`).
 
 Both give the same answers and the same message streams, and fail the same way:
 
@@ -27,19 +28,14 @@ raises `StreamClosed`.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from concurrent.futures import CancelledError
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import httpx
 
 from engine.errors import EngineError
-from serving.kitchen_orders import KitchenOrders
 from serving.lab_wire import decode, encode
-from serving.openai_api import ApiError
 from serving.remote_order import board as remote_board
 
 NOT_TWO_POT = ("it has no /kitchen/model, so it is not a Two-Pot kitchen server and the Kitchen cannot draw "
@@ -85,114 +81,6 @@ def checked(msg: Any) -> dict:
     if "error" in msg:
         raise EngineError(msg["error"].get("message", "the kitchen server sent an error"))
     return msg
-
-
-# -- in this process ---------------------------------------------------------------------------------------------
-
-
-class LocalHost:
-    """A host in this process. `find()` returns its app (serving/server.py `create_app`), raising
-    `NotReady` while it loads and `EngineError` when it cannot start (serving/mounted.py)."""
-
-    def __init__(self, find: Callable[[], Any], label: str = "this server's own kitchen"):
-        self._find, self.label = find, label
-        self._loop = asyncio.new_event_loop()  # the engine client's handles wake on it
-        threading.Thread(target=self._loop.run_forever, daemon=True, name="local-host").start()
-
-    def _desk(self) -> KitchenOrders:
-        return KitchenOrders(self._find().state.kitchen)
-
-    def _call(self, coro: Awaitable, timeout_s: float | None = 60.0) -> Any:
-        try:
-            return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
-        except ApiError as err:
-            raise EngineError(err.message) from None
-
-    def about(self) -> dict:
-        return self._desk().about()
-
-    def limits(self, prompt_tokens: int, max_new_tokens: int) -> dict:
-        return self._call(self._desk().limits_of({"prompt_tokens": prompt_tokens, "max_new_tokens": max_new_tokens}))
-
-    def check(self, body: dict) -> list[list[int]]:
-        return self._call(self._desk().check_of(body))["prompt_ids"]
-
-    def order(self, body: dict) -> LocalStream:
-        async def start() -> tuple[AsyncIterator, Callable[[], None]]:
-            desk = self._desk()
-            placed = await desk.place(body)
-            return desk.messages(placed), lambda: desk.cancel(placed)
-
-        return LocalStream(self, start)
-
-    def lab(self, key: str, settings: Any, run: Callable | None = None) -> LocalStream:
-        """`run`: the experiment's run function, when it is not the registry's (a page's own; in process only)."""
-
-        async def start() -> tuple[AsyncIterator, Callable[[], None]]:
-            lab = next((x for x in self._find().state.extensions if hasattr(x, "start")), None)
-            if lab is None:
-                raise EngineError(f"{self.label} runs no Lab sweeps")
-            handle = await lab.start(key, settings, run)
-            return lab.messages(handle), lambda: lab.cancel(handle)
-
-        return LocalStream(self, start)
-
-    def board(self, order_id: str | None, since: int = -1) -> dict | None:
-        try:
-            board = self._find().state.kitchen.client.board
-        except EngineError:
-            return None
-        return board.snapshot(order_id, since) if board is not None else None
-
-    def close(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-
-
-_END = object()
-
-
-async def _next(messages: AsyncIterator) -> Any:
-    try:
-        return await messages.__anext__()
-    except StopAsyncIteration:
-        return _END
-
-
-class LocalStream:
-    """A host's async messages, read from a plain thread; `close()` wakes that reader at once."""
-
-    def __init__(self, host: LocalHost, start: Callable[[], Awaitable[tuple[AsyncIterator, Callable[[], None]]]]):
-        self._host, self._start = host, start
-        self._lock = threading.Lock()
-        self._closed = False
-        self._pending = None  # the future of the message being waited for
-        self._cancel: Callable[[], None] | None = None
-
-    def __iter__(self) -> Iterator[dict]:
-        messages, self._cancel = self._host._call(self._start(), None)
-        try:
-            while True:
-                with self._lock:
-                    if self._closed:
-                        raise StreamClosed("the stream was closed")
-                    self._pending = asyncio.run_coroutine_threadsafe(_next(messages), self._host._loop)
-                try:
-                    msg = self._pending.result()
-                except CancelledError:
-                    raise StreamClosed("the stream was closed") from None
-                if msg is _END:
-                    return
-                yield checked(msg)
-        finally:
-            asyncio.run_coroutine_threadsafe(messages.aclose(), self._host._loop)
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            if self._pending is not None:
-                self._pending.cancel()  # the message's task is cancelled: the messages' `finally` cancels
-        if self._cancel is not None:
-            self._cancel()
 
 
 # -- over HTTP ---------------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""`Job`: one unit of work for a kitchen's worker (serving/service.py), as the pages see it.
+"""`Job`: one order or Lab run on the Kitchen's kitchen (serving/kitchen_client.py), as the pages see it.
 
-Only the worker writes to a job (status, events, result, error, times); pages read it, and may
+Only the kitchen writes to a job (status, events, result, error, times); pages read it, and may
 `cancel()` it or `watch()` it (cancel it once its page is gone). `events` only ever grows, so a
 reader can remember how many it has seen and take the new tail.
 """
@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from serving.engine_process import CancelToken
 from serving.stove import Ticket
 
 log = logging.getLogger(__name__)
@@ -29,12 +28,38 @@ ABANDON_S = 3.0  # a page gone this long (not a brief reconnect) has its order c
 PAGE_GONE = "cancelled: the page that ordered it was closed or reloaded"
 
 JobStatus = Literal["queued", "loading", "running", "done", "error", "cancelled"]
-Work = Callable[[Any, Callable[[Any], None]], Any]
+Work = Any  # what a job carries: a Kitchen order (kitchen_viz/orders.py `Cook`) or a Lab run (lab/registry.py `LabRun`)
+
+
+class CancelToken:
+    """Ends one job early: `cancel(reason)` from any thread; the first reason wins."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self._lock = threading.Lock()
+
+    def cancel(self, reason: str) -> bool:
+        """True if this call cancelled it (it was neither cancelled nor finished)."""
+        with self._lock:
+            if self.reason is not None:
+                return False
+            self.reason = reason
+            return True
+
+    @property
+    def cancelled(self) -> bool:
+        return self.reason is not None
+
+    def close(self) -> None:
+        """The job is over: a later `cancel` is a no-op."""
+        with self._lock:
+            if self.reason is None:
+                self.reason = "finished"
 
 
 @dataclass(eq=False)
 class Job:
-    """One unit of work waiting for, running on, or finished by the worker."""
+    """One order or Lab run waiting for, cooking on, or finished by its kitchen."""
 
     label: str
     work: Work
@@ -42,7 +67,7 @@ class Job:
     events: list = field(default_factory=list)
     result: Any = None
     error: str | None = None  # a failed or cancelled job's one line
-    settle_s: float = 0.0  # set by release(): how long the worker waits after the release
+    settle_s: float = 0.0  # set by release(): how long the kitchen waits after the release
     time_limit_s: float | None = None  # cooking time allowed (the instructor's cap), None = no limit
     time_limit_line: str = ""  # what the job is cancelled with past that time
     shared_stove: str | None = None  # why its timings may be slow: something else used the stove
@@ -53,7 +78,7 @@ class Job:
     response: Any = field(default=None, repr=False)  # on a kitchen server: the open stream (Cancel closes it)
     board: dict | None = field(default=None, repr=False)  # on a class kitchen: its board, read while cooking
     cancel_token: CancelToken = field(default_factory=CancelToken, repr=False)
-    _service: Any = field(default=None, repr=False)  # the KitchenService that runs it
+    _service: Any = field(default=None, repr=False)  # the kitchen that runs it (serving/kitchen_client.py)
     _ticket: Ticket | None = field(default=None, repr=False)  # its place in the stove's line
     _alive: Callable[[], bool] | None = field(default=None, repr=False)
     _gone_since: float | None = field(default=None, repr=False)
@@ -83,13 +108,13 @@ class Job:
         return end - self.submitted_at
 
     def place_in_line(self) -> int:
-        """0 once the worker has it (or it is finished); 1 = next up; 2 = one job ahead; ..."""
+        """0 once it cooks (or it is finished); 1 = next in the stove's line; 2 = one job ahead; ..."""
         if self._service is None or self.status in ("running", "done", "error", "cancelled"):
             return 0
         return self._service._place_of(self)
 
     def stove_line(self) -> str | None:
-        """While the worker holds the job but another kitchen cooks: the stove's line, naming the
+        """While the job waits because another kitchen (or a Lab sweep) cooks: the stove's line, naming the
         order that cooks ("Waiting for the stove (cpu): apprentice: cook 1 table(s) ... is cooking")."""
         if self._service is None or self._ticket is None or self.finished:
             return None
@@ -111,7 +136,7 @@ class Job:
 
     def release(self, settle_s: float = 0.0) -> None:
         """Let a job submitted with `hold=True` start, `settle_s` seconds from now at the earliest
-        (see `KitchenService.submit` and serving.service.SETTLE_S)."""
+        (see `ServerKitchen.submit` and SETTLE_S)."""
         self.settle_s = settle_s
         self._go.set()
 

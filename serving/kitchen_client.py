@@ -1,22 +1,23 @@
 """The Kitchen page's kitchen on a kitchen host: the app as a client of the class kitchen.
 
 `two-pot-kitchen` serves its kitchens inside the app's own server (serving/mounted.py) and the
-Kitchen orders from them in process (serving/host.py `LocalHost`); with `--backend URL` it orders
+Kitchen orders from them in process (serving/kitchen_orders.py `LocalHost`); with `--backend URL` it orders
 from a `two-pot-kitchen serve` across the room over HTTP (`HttpHost`). One client, one code path
 for local and remote, and no HTTP request from the app to itself. Every browser session's order goes to the server at once and joins the
 same continuous batch as the class's requests, so a learner who presses Cook while the class is
 cooking sees the rush inside their own order (serving/kitchen_orders.py streams its events).
 
-`ServerKitchen` has the surface the pages use on a `KitchenService` (state, info, limits, check,
-submit, cancel, the place in line), so the page code is the same for both:
+`ServerKitchen` is the one kitchen the pages use (state, info, limits, check, submit, cancel, the
+place in line), whatever the launch:
 
     svc = ServerKitchen("http://GPU-BOX:8000", model="chef")   # a URL, or any serving.host.KitchenHost
     svc.wait_ready(60)
     job = svc.submit(cook(order), order.label)      # kitchen_viz/orders.py: the order travels, not code
     job.wait(60); job.result                        # the GenerationResult the server's engine built
 
-What differs, on purpose: orders are not served one after another by a worker here (the server's
-scheduler decides who cooks in each step), and a server whose engine dies restarts it itself.
+Orders of one kitchen are not served one after another: the host's scheduler seats them in one
+batch. Only another kitchen's order or a Lab sweep on the same machine makes one wait (the stove,
+serving/stove.py), and the host restarts an engine that died or went silent (serving/engine_client.py).
 """
 
 from __future__ import annotations
@@ -135,10 +136,6 @@ class ServerKitchen:
     def wait_ready(self, timeout: float | None = None) -> bool:
         return self._ready.wait(timeout)
 
-    def revive_if_dead(self) -> bool:
-        """Never needed here: the server starts a new engine itself if its engine process dies."""
-        return False
-
     # -- the order form's questions --------------------------------------------------------------------------
     def limits(self, prompt_len: int, max_new_tokens: int):
         return Limits(**self._ready_host().limits(prompt_len, max_new_tokens))
@@ -158,7 +155,8 @@ class ServerKitchen:
     def submit(self, work, label: str, hold: bool = False, time_limit_s: float | None = None,
                time_limit_line: str = "") -> Job:  # fmt: skip
         """Send the order `work` carries (kitchen_viz/orders.py `Cook`) to the server; returns its job at once.
-        `hold`, `time_limit_s` and `time_limit_line` mean what they mean for `KitchenService.submit`."""
+        `hold`: the job waits for its page's `job.release(settle_s)` (at most HOLD_S) before it cooks;
+        past `time_limit_s` it is cancelled with `time_limit_line`."""
         order = getattr(work, "order", None)
         if order is None and not hasattr(work, "settings"):
             raise EngineError("a kitchen server cooks the Kitchen's orders (kitchen_viz/orders.py `Cook`) and the "
@@ -190,8 +188,9 @@ class ServerKitchen:
             return sum(not j.finished for j in self._jobs)
 
     def _place_of(self, job: Job) -> int:
-        """Nobody waits in a line of ours: the server's scheduler seats each order at its next step."""
-        return 0
+        """Its place in the machine's stove line (serving/stove.py), while another kitchen or a Lab
+        sweep cooks; 0 otherwise: this kitchen's orders cook together, seated by the host's scheduler."""
+        return self.stove.place_of(job._ticket) if job._ticket is not None else 0
 
     def close(self) -> None:
         """Cancel this kitchen's orders and let go of its host (the host's own kitchen keeps cooking)."""
@@ -217,7 +216,7 @@ class ServerKitchen:
     def _cook_on_stove(self, job: Job, order, token) -> None:
         if not token.cancelled:
             self._ready.wait(CONNECT_TIMEOUT_S)
-            job.started_at, job.status = time.perf_counter(), "running"  # the end of its wait, as in KitchenService
+            job.started_at, job.status = time.perf_counter(), "running"  # the end of its wait
             time.sleep(job.settle_s)
         if token.cancelled:
             return self._finish(job, error=token.reason, status="cancelled")
@@ -258,7 +257,13 @@ class ServerKitchen:
     def _meter(self) -> StoveMeter | None:
         """What else used the engine's cores while an order cooks: measurable when the engine runs
         on this machine's CPU (a host in this process), on the cores its loop was pinned to."""
-        if isinstance(self.host, HttpHost) or self.device != "cpu" or not self.engine_pid:
+        if isinstance(self.host, HttpHost) or self.device != "cpu":
+            return None
+        try:  # the engine's process now: the host replaces one that died or hung
+            self.engine_pid = self.host.about().get("pid") or self.engine_pid
+        except EngineError:
+            return None
+        if not self.engine_pid:
             return None
         split = split_cores(self.threads)
         return StoveMeter(split.engine if split is not None else ALL_CORES, self.engine_pid)

@@ -4,8 +4,8 @@ The kitchen host (serving/server.py) never touches torch: it starts this loop as
 and talks to it over one pipe (serving/engine_client.py). The loop owns the Engine (an Engine is
 not thread-safe), so every submit and cancel is a message it applies between two steps, and every
 step's events go back as one message. Orders from different students join the same running batch
-at the next step. The messages are serving/loop_messages.py's dataclasses; `Loop.handlers` is the
-one table that dispatches them.
+at the next step. The messages are serving/loop_messages.py's dataclasses, one JSON object each
+on the pipe (its `encode` / `decode`); `Loop.handlers` is the one table that dispatches them.
 
 Run as `python -c ENTRY_CODE FD SETTINGS_JSON` (LoopSettings as JSON; serving/engine_client.py
 does this). The code pins the process to its cores before it imports torch, so every thread torch
@@ -17,7 +17,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import pickle
 import sys
 import time
 from dataclasses import asdict
@@ -66,17 +65,17 @@ def load(conn, s: LoopSettings) -> Engine | None:
         while not engine.idle:
             engine.step()
     except Exception as err:  # noqa: BLE001 -- the parent gets one line, whatever went wrong
-        conn.send(msgs.LoadError(" ".join(f"could not load {s.model}: {err}".split())))
+        conn.send_bytes(msgs.encode(msgs.LoadError(" ".join(f"could not load {s.model}: {err}".split()))))
         return None
     codec = engine.codec
     special = (lambda i: codec.decode([i]) if i is not None else "") if codec is not None else (lambda i: "")
     lim = engine.serving_limits()
-    conn.send(msgs.Ready(ReadyInfo(
+    conn.send_bytes(msgs.encode(msgs.Ready(ReadyInfo(
         engine.info.name, str(engine.device), engine.info.precision, s.policy, engine.cfg.max_context,
         engine.cfg.vocab_size, lim.seats, lim.kv_tokens, getattr(codec, "chat_template", None),
         special(engine.cfg.bos_id), special(next(iter(engine.cfg.eos_ids), None)), time.perf_counter() - t0,
         asdict(engine.info), s.token_budget,
-    )))  # fmt: skip
+    ))))  # fmt: skip
     return engine
 
 
@@ -107,6 +106,12 @@ class Loop:
         self.handlers = {msgs.Submit: self.submit, msgs.PlaceOrder: self.place_order, msgs.Ask: self.ask,
                          msgs.RunSweep: self.sweeps.append, msgs.Cancel: self.cancel}  # fmt: skip
 
+    def send_msg(self, msg) -> None:
+        self.conn.send_bytes(msgs.encode(msg))
+
+    def recv_msg(self):
+        return msgs.decode(self.conn.recv_bytes())
+
     def run(self) -> None:
         """Apply everything that arrived, then step; a sweep once nothing cooks; until Stop or the
         parent goes away."""
@@ -117,7 +122,7 @@ class Loop:
                 continue
             while self.backlog or conn.poll(0):
                 try:
-                    msg = self.backlog.pop(0) if self.backlog else conn.recv()
+                    msg = self.backlog.pop(0) if self.backlog else self.recv_msg()
                 except (EOFError, OSError):
                     return
                 if isinstance(msg, msgs.Stop):
@@ -133,22 +138,22 @@ class Loop:
         try:
             rid = self.engine.submit(m.prompt, m.max_new_tokens, **m.settings)
         except EngineError as err:
-            self.conn.send(msgs.Refusal(m.key, str(err)))
+            self.send_msg(msgs.Refusal(m.key, str(err)))
             return
         self.key_of[rid], self.id_of[m.key], self.arrived[m.key] = m.key, rid, time.perf_counter()
-        self.conn.send(msgs.Accepted(m.key, len(self.engine.serving.seqs[rid].prompt)))
+        self.send_msg(msgs.Accepted(m.key, len(self.engine.serving.seqs[rid].prompt)))
 
     def place_order(self, m: msgs.PlaceOrder) -> None:
         try:
             order = SharedOrder(self.engine, m.prompts, m.max_new_tokens, **m.settings)
         except Exception as err:  # noqa: BLE001 -- a refusal (or a bug) is one line, the kitchen goes on
-            self.conn.send(msgs.Refusal(m.key, one_line(err)))
+            self.send_msg(msgs.Refusal(m.key, one_line(err)))
             return
         self.orders[m.key] = order
         for table, rid in enumerate(order.rids):
             self.key_of[rid] = f"{m.key}/{table}"
             self.arrived[self.key_of[rid]] = time.perf_counter()
-        self.conn.send(msgs.OrderAccepted(m.key, [len(p) for p in order.prompts]))
+        self.send_msg(msgs.OrderAccepted(m.key, [len(p) for p in order.prompts]))
 
     def ask(self, m: msgs.Ask) -> None:
         try:
@@ -157,15 +162,15 @@ class Loop:
             else:
                 prompts, max_new, settings = m.args
                 value = shared_check(self.engine, prompts, max_new, **settings)
-            self.conn.send(msgs.Answer(m.key, True, value))
+            self.send_msg(msgs.Answer(m.key, True, value))
         except Exception as err:  # noqa: BLE001 -- a refusal (or a bug) is one line, the kitchen goes on
-            self.conn.send(msgs.Answer(m.key, False, one_line(err)))
+            self.send_msg(msgs.Answer(m.key, False, one_line(err)))
 
     def cancel(self, m: msgs.Cancel) -> None:
         waiting = next((w for w in self.sweeps if w.key == m.key), None)
         if waiting is not None:
             self.sweeps.remove(waiting)
-            self.conn.send(msgs.SweepDone(m.key, False, "the sweep was cancelled before it started"))
+            self.send_msg(msgs.SweepDone(m.key, False, "the sweep was cancelled before it started"))
         elif m.key in self.orders:
             self.orders[m.key].cancel()
         elif m.key in self.id_of:
@@ -177,24 +182,23 @@ class Loop:
         try:
             sys.path += [p for p in m.path if p not in sys.path]
             run = getattr(importlib.import_module(m.module), m.name)
-            settings = pickle.loads(m.settings)
             if self.sweep_engine is None:
                 info = self.engine.info
                 dtype, quant = precision_parts(info.precision)
                 self.sweep_engine = Engine.load(self.engine_source, str(self.engine.device), dtype, quant=quant)
                 self.sweep_engine.generate([[1]], max_new_tokens=2, temperature=0.0)  # first-call setup
-            result = run(self.sweep_engine, settings, lambda record: self.sweep_progress(m.key, record))
-            self.conn.send(msgs.SweepDone(m.key, True, result))
+            result = run(self.sweep_engine, m.settings, lambda record: self.sweep_progress(m.key, record))
+            self.send_msg(msgs.SweepDone(m.key, True, result))
         except SweepCancelled:
-            self.conn.send(msgs.SweepDone(m.key, False, "the sweep was cancelled"))
+            self.send_msg(msgs.SweepDone(m.key, False, "the sweep was cancelled"))
         except Exception as err:  # noqa: BLE001 -- a refusal (or a bug) is one line, the kitchen goes on
-            self.conn.send(msgs.SweepDone(m.key, False, one_line(err)))
+            self.send_msg(msgs.SweepDone(m.key, False, one_line(err)))
 
     def sweep_progress(self, key: str, record) -> None:
         """A finished point goes up; a Cancel of this sweep (or Stop) ends it here, between points."""
-        self.conn.send(msgs.SweepProgress(key, record))
+        self.send_msg(msgs.SweepProgress(key, record))
         while self.conn.poll(0):
-            msg = self.conn.recv()
+            msg = self.recv_msg()
             if isinstance(msg, msgs.Cancel) and msg.key == key:
                 raise SweepCancelled
             self.backlog.append(msg)
@@ -205,8 +209,6 @@ class Loop:
     def step(self) -> None:
         engine = self.engine
         events = engine.step()
-        if self.hang_s:  # a test's slow engine: alive, silent past the watchdog's limit
-            time.sleep(self.hang_s)
         now = time.perf_counter()
         tokens, done, info, order_news = [], [], None, []
         for key, order in list(self.orders.items()):
@@ -243,8 +245,10 @@ class Loop:
         # browser's: docs/benchmarks/ui-overhead.md).
         only_orders = len(self.key_of) == sum(len(o.rids) for o in self.orders.values())
         if self.held and (not only_orders or done or engine.idle or now - self.sent_at >= BATCH_S):
-            self.conn.send(msgs.Steps(self.held))
+            self.send_msg(msgs.Steps(self.held))
             self.held, self.sent_at = [], now
+        if self.hang_s:  # a test's slow engine: its step told, then alive and silent past the watchdog's limit
+            time.sleep(self.hang_s)
 
 
 if __name__ == "__main__":

@@ -26,17 +26,21 @@ client that hangs up cancels the order's tables at the next step; an order past 
 time limit is cancelled and its stream ends with an error event.
 
 The routes are a thin layer over `about`, `limits_of`, `check_of`, `place` and `messages`, which
-know nothing of HTTP: the app's own process calls those directly (serving/host.py `LocalHost`),
-so a Kitchen in the same process as its kitchen never sends an HTTP request to itself.
+know nothing of HTTP: the app's own process calls those directly through `LocalHost` below (one
+of serving/host.py's two `KitchenHost`s), so a Kitchen in the same process as its kitchen never
+sends an HTTP request to itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import secrets
+import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -44,6 +48,7 @@ from starlette.routing import Route
 
 from engine.errors import EngineError
 from serving.engine_client import PolledHandle, Refused
+from serving.host import StreamClosed, checked
 from serving.openai_api import ApiError, _field, sse
 
 MAX_TABLES = 64  # the Kitchen's batch slider stops here too
@@ -51,6 +56,7 @@ MAX_TABLES = 64  # the Kitchen's batch slider stops here too
 # step): the page reads it four times a second, and every time shown was measured by the engine,
 # so the wait changes no number.
 COALESCE_S = 0.05
+WAKE_S = 0.5  # how often a thread waiting on the in-process host checks that the host is still open
 
 
 @dataclass
@@ -215,3 +221,129 @@ async def sse_stream(request: Request, messages: AsyncIterator, on_hang_up: Call
     finally:
         watcher.cancel()
         await messages.aclose()
+
+
+# -- the host in this process: these routes' code, called directly ------------------------------------------
+
+
+class LocalHost:
+    """A host in this process. `find()` returns its app (serving/server.py `create_app`), raising
+    `NotReady` while it loads and `EngineError` when it cannot start (serving/mounted.py)."""
+
+    def __init__(self, find: Callable[[], Any], label: str = "this server's own kitchen"):
+        self._find, self.label = find, label
+        self._closed = False
+        self._loop = asyncio.new_event_loop()  # the engine client's handles wake on it
+        threading.Thread(target=self._loop.run_forever, daemon=True, name="local-host").start()
+
+    def _desk(self) -> KitchenOrders:
+        return KitchenOrders(self._find().state.kitchen)
+
+    def _call(self, coro: Awaitable, timeout_s: float | None = 60.0) -> Any:
+        if self._closed:
+            coro.close()
+            raise EngineError(f"{self.label} is closed")
+        return self._wait(asyncio.run_coroutine_threadsafe(coro, self._loop), timeout_s)
+
+    def _wait(self, future: Future, timeout_s: float | None) -> Any:
+        """The future's result; never waits on a host that closed meanwhile (its loop runs no more)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            try:
+                return future.result(WAKE_S)
+            except TimeoutError:
+                if self._closed or (deadline is not None and time.monotonic() > deadline):
+                    future.cancel()
+                    raise EngineError(f"{self.label} did not answer in time" if not self._closed else
+                                      f"{self.label} is closed") from None  # fmt: skip
+            except ApiError as err:
+                raise EngineError(err.message) from None
+
+    def about(self) -> dict:
+        return self._desk().about()
+
+    def limits(self, prompt_tokens: int, max_new_tokens: int) -> dict:
+        return self._call(self._desk().limits_of({"prompt_tokens": prompt_tokens, "max_new_tokens": max_new_tokens}))
+
+    def check(self, body: dict) -> list[list[int]]:
+        return self._call(self._desk().check_of(body))["prompt_ids"]
+
+    def order(self, body: dict) -> LocalStream:
+        async def start() -> tuple[AsyncIterator, Callable[[], None]]:
+            desk = self._desk()
+            placed = await desk.place(body)
+            return desk.messages(placed), lambda: desk.cancel(placed)
+
+        return LocalStream(self, start)
+
+    def lab(self, key: str, settings: Any, run: Callable | None = None) -> LocalStream:
+        """`run`: the experiment's run function, when it is not the registry's (a page's own; in process only)."""
+
+        async def start() -> tuple[AsyncIterator, Callable[[], None]]:
+            lab = next((x for x in self._find().state.extensions if hasattr(x, "start")), None)
+            if lab is None:
+                raise EngineError(f"{self.label} runs no Lab sweeps")
+            handle = await lab.start(key, settings, run)
+            return lab.messages(handle), lambda: lab.cancel(handle)
+
+        return LocalStream(self, start)
+
+    def board(self, order_id: str | None, since: int = -1) -> dict | None:
+        try:
+            board = self._find().state.kitchen.client.board
+        except EngineError:
+            return None
+        return board.snapshot(order_id, since) if board is not None else None
+
+    def close(self) -> None:
+        self._closed = True  # a caller waiting on the loop wakes within WAKE_S (`_wait`)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+_END = object()
+
+
+async def _next(messages: AsyncIterator) -> Any:
+    try:
+        return await messages.__anext__()
+    except StopAsyncIteration:
+        return _END
+
+
+class LocalStream:
+    """A host's async messages, read from a plain thread; `close()` wakes that reader at once."""
+
+    def __init__(self, host: LocalHost, start: Callable[[], Awaitable[tuple[AsyncIterator, Callable[[], None]]]]):
+        self._host, self._start = host, start
+        self._lock = threading.Lock()
+        self._closed = False
+        self._pending = None  # the future of the message being waited for
+        self._cancel: Callable[[], None] | None = None
+
+    def __iter__(self) -> Iterator[dict]:
+        messages, self._cancel = self._host._call(self._start(), None)
+        try:
+            while True:
+                with self._lock:
+                    if self._closed:
+                        raise StreamClosed("the stream was closed")
+                    self._pending = asyncio.run_coroutine_threadsafe(_next(messages), self._host._loop)
+                try:
+                    msg = self._host._wait(self._pending, None)
+                except CancelledError:
+                    raise StreamClosed("the stream was closed") from None
+                if msg is _END:
+                    return
+                yield checked(msg)
+        finally:
+            if self._closed:  # closed while it was being placed: its `close()` found nothing to cancel yet
+                self._cancel()
+            asyncio.run_coroutine_threadsafe(messages.aclose(), self._host._loop)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._pending is not None:
+                self._pending.cancel()  # the message's task is cancelled: the messages' `finally` cancels
+        if self._cancel is not None:
+            self._cancel()

@@ -9,14 +9,23 @@ host's name for a request or an order (a string); the engine's request ids never
                    (one per Submit or PlaceOrder), Answer (one per Ask), Steps (after steps),
                    SweepProgress ... SweepDone (one per RunSweep)
 
-This module imports nothing of the project, and every message is a plain dataclass of plain
-values (the pipe pickles them between a parent and its own child).
+On the pipe every message is one JSON object, `{"type": class name, ...its fields}`, made and
+read by `encode` / `decode` below (the only serialisation between the two processes; never
+pickle). Plain fields are JSON as they are; what a field carries beyond that (a Lab sweep's
+settings and records, an order form's answer, a finished request's result) goes through
+serving/lab_wire.py's marked JSON, and a step's order events are already serving/order_wire.py's
+dicts.
+
+    encode(Cancel("o3")) -> b'{"type": "Cancel", "key": "o3"}';  decode(that) == Cancel("o3")
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass, fields
 from typing import Any
+
+from serving import lab_wire
 
 # Test hooks, read from the environment: a test's slow engine (the loop pauses this many seconds
 # after every step) and the watchdog's floor in seconds (serving/engine_client.py).
@@ -123,13 +132,14 @@ class Ask:
 class RunSweep:
     """A Lab sweep, run between orders: `module.name(engine, settings, emit)` on an engine of the
     sweep's own in the loop's process (loaded with the engine's defaults: the lessons measure
-    those, not the class's scheduling). The function travels by name and the settings as pickled
-    bytes, read once `path` (the host's import path) is on the loop's."""
+    those, not the class's scheduling). The function travels by name and the settings as a
+    dataclass of this project's (serving/lab_wire.py), read once `path` (the host's import path)
+    is on the loop's."""
 
     key: str
     module: str
     name: str
-    settings: bytes
+    settings: Any
     path: tuple[str, ...] = ()
 
 
@@ -212,3 +222,47 @@ class Steps:
 
 TO_LOOP = (Submit, PlaceOrder, Ask, RunSweep, Cancel, Stop)
 TO_HOST = (Ready, LoadError, Accepted, OrderAccepted, Refusal, Answer, SweepProgress, SweepDone, Steps)
+
+BY_NAME = {cls.__name__: cls for cls in TO_LOOP + TO_HOST}
+
+
+# -- the wire: one JSON object per message ---------------------------------------------------------------------
+
+
+def encode(msg: Any) -> bytes:
+    """One message as the bytes that cross the pipe."""
+    cls = type(msg)
+    if cls is Ready:
+        body = {"info": asdict(msg.info)}
+    elif cls is Steps:
+        body = {"steps": [_step_out(*step) for step in msg.steps]}
+    else:
+        body = {f.name: lab_wire.encode(getattr(msg, f.name)) for f in fields(msg)}
+    return json.dumps({"type": cls.__name__, **body}).encode()
+
+
+def decode(raw: bytes) -> Any:
+    """The message `encode` made. Raises ValueError naming what is wrong."""
+    d = json.loads(raw)
+    cls = BY_NAME.get(d.pop("type", None) if isinstance(d, dict) else None)
+    if cls is None:
+        raise ValueError(f"not a kitchen-loop message: {raw[:80]!r}")
+    if cls is Ready:
+        return Ready(ReadyInfo(**d["info"]))
+    if cls is Steps:
+        return Steps([_step_in(*step) for step in d["steps"]])
+    return cls(**{k: lab_wire.decode(v) for k, v in d.items()})
+
+
+def _step_out(info: StepInfo | None, tokens: list, done: list, state: QueueState, orders: list) -> list:
+    # Every step of a streaming request crosses here: shallow `vars`, results through lab_wire.
+    return [None if info is None else vars(info), tokens, [[key, lab_wire.encode(res)] for key, res in done],
+            vars(state), orders]  # fmt: skip
+
+
+def _step_in(info: dict | None, tokens: list, done: list, state: dict, orders: list) -> tuple:
+    """JSON has no tuples: a step's keys, each token and its logprobs come back as the tuples sent."""
+    step = None if info is None else StepInfo(**(info | {"keys": tuple(info["keys"])}))
+    toks = [(*t[:6], None if t[6] is None else (t[6][0], t[6][1], tuple(tuple(r) for r in t[6][2]))) for t in tokens]
+    ends = [(key, lab_wire.decode(res)) for key, res in done]
+    return step, toks, ends, QueueState(**state), [(key, events, end) for key, events, end in orders]

@@ -16,7 +16,7 @@ A kitchen loads in a background thread, so the app opens at once; until its mode
 request to it gets a 503 with one line saying so.
 
 The Kitchen page runs in this same process, so it does not order over HTTP: `served_here()` hands
-it these kitchens and `AppKitchens.host(...)` a `serving.host.LocalHost` on the chosen one (the
+it these kitchens and `AppKitchens.host(...)` a `serving.kitchen_orders.LocalHost` on the chosen one (the
 routes above stay for the class's students and any other client).
 """
 
@@ -39,8 +39,9 @@ from serving.catalog import load_catalog
 from serving.class_board import ClassBoard
 from serving.cores import engine_threads, pin_this_process, split_cores
 from serving.engine_client import EngineClient
-from serving.host import LocalHost, NotReady
+from serving.host import NotReady
 from serving.kitchen_loop import LoopSettings
+from serving.kitchen_orders import LocalHost
 from serving.metrics import KitchenMetrics
 from serving.server import ServerConfig, close_app, create_app, served_name
 

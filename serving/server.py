@@ -89,7 +89,7 @@ def create_app(client: EngineClient, config: ServerConfig, metrics: KitchenMetri
     ]
     app = Starlette(routes=routes, exception_handlers={ApiError: api_error, Exception: unexpected})
     app.state.extensions = extras
-    app.state.kitchen = kitchen  # for a client in this process (serving/host.py `LocalHost`)
+    app.state.kitchen = kitchen  # for a client in this process (serving/kitchen_orders.py `LocalHost`)
     app.add_middleware(KeyCheck, key=config.api_key)
     return app
 

@@ -1,9 +1,9 @@
 """In a real browser: Cancel stops the order, and closing the page frees the kitchen.
 
 Streamlit has no "session ended" callback; the kitchen asks the server's runtime whether the
-page's session is still connected (kitchen_viz/order_control.py, serving/service.py). Here the app
-is served by the launcher with a slow engine (TWO_POT_TEST_HANG_S: the child pauses after each
-event it streams, so a 480-token order takes minutes), a page Cooks such an order and is closed,
+page's session is still connected (kitchen_viz/order_control.py, serving/job.py). Here the app
+is served by the launcher with a slow engine (TWO_POT_TEST_HANG_S: the engine's kitchen loop pauses
+after each step, so a 480-token order takes minutes), a page Cooks such an order and is closed,
 and a second page's small order must then cook long before the first one could have finished.
 """
 
@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from serving.watchdog import TEST_HANG_ENV
+from serving.loop_messages import TEST_HANG_ENV
 from tests.browser_kit import app, chromium, needs_chromium
 
-HANG_S = 0.25  # per streamed event: a 480-token order needs 120 s or more
+HANG_S = 0.25  # per step: a 480-token order needs 120 s or more
 LONG_ORDER = "?prompt=8&new=480&batch=1&live=1"
 SMALL_ORDER = "?prompt=8&new=8&batch=1&live=1"
 TIMEOUT_MS = 240_000
@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.browser, needs_chromium]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    # The hang is inherited by the server, then by its engine's child: a long order stays long.
+    # The hang is inherited by the server, then by its engine's kitchen loop: a long order stays long.
     with app(tmp_path_factory.mktemp("server"), {TEST_HANG_ENV: str(HANG_S)}) as url:
         yield url
 

@@ -10,7 +10,6 @@ from browser_kit import app, chromium, needs_chromium
 
 from engine.errors import EngineError
 from kitchen_viz.launch import main
-from serving.app_settings import ENV
 from serving.remote_order import board, models, order_remote
 
 
@@ -133,16 +132,16 @@ def test_the_launcher_warns_about_an_open_kitchen_without_a_key(monkeypatch, cap
     assert "choose one" in capsys.readouterr().err
 
 
-def test_the_kitchen_finds_its_kitchen_host_and_the_lab_keeps_its_own_engine(monkeypatch):
+def test_the_kitchen_finds_its_kitchen_host_whatever_the_launch(monkeypatch):
     """Where the Kitchen cooks: under the launcher in this process's own kitchens (the class kitchen
     for its own choice, a room of its own otherwise), called in process; without a launcher (plain
     `streamlit run app.py`) in the same rooms opened in process; `--backend` over HTTP."""
     from kitchen_viz import app_state
     from serving import mounted
-    from serving.host import HttpHost, LocalHost, NotReady
+    from serving.host import HttpHost, NotReady
+    from serving.kitchen_orders import LocalHost
 
     monkeypatch.delenv("TWO_POT_BACKEND", raising=False)
-    monkeypatch.delenv(ENV["private_kitchen"], raising=False)
     monkeypatch.setenv(mounted.ENV_MODEL, "chef")
     monkeypatch.setattr(mounted, "_SERVED", [])
     opened = app_state.kitchen_host_for("chef", "cpu", "float32")  # nothing mounted: rooms opened here
@@ -157,8 +156,6 @@ def test_the_kitchen_finds_its_kitchen_host_and_the_lab_keeps_its_own_engine(mon
         host.about()
     with pytest.raises(EngineError, match="no model 'nope'"):
         app_state.kitchen_host_for("nope", "cpu", "float32").about()
-    monkeypatch.setenv(ENV["private_kitchen"], "1")
-    assert app_state.kitchen_host_for("chef", "cpu", "float32") is None
     monkeypatch.setenv("TWO_POT_BACKEND", "http://10.0.0.5:8000")
     monkeypatch.setenv("TWO_POT_BACKEND_KEY", "s")
     backend = app_state.kitchen_host_for("chef", "cpu", "float32")

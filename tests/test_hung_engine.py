@@ -1,82 +1,90 @@
-"""A hung engine child (alive, silent) is stopped after its silence limit, in one line, and replaced.
-
-Every child here is a real engine process (the embedded chef or apprentice) that is made to hang
-for real: either a top-level function that sleeps inside the child, or the child's test hook
-(`TWO_POT_TEST_HANG_S`) that makes it go silent right after an order's first event.
+"""A hung engine (alive, silent) is stopped after its silence limit, in one line, and replaced; a
+dead one is replaced too. On the Kitchen's own kitchen host, as the app runs it (tests/own_kitchen.py):
+the engine's kitchen loop is made to hang for real by its test hook (`TWO_POT_TEST_HANG_S`: a pause
+after every step, once that step's events are sent) or killed for real. The watchdog's rule itself
+is tested on the loop's client (tests/test_loop_watchdog.py).
 """
 
 from __future__ import annotations
 
+import os
 import re
-import threading
+import signal
 import time
 from pathlib import Path
 
 import pytest
+from own_kitchen import loop_of, own_kitchen
 from streamlit.testing.v1 import AppTest
 
 from engine.errors import EngineError
 from engine.events import PrefillStart
 from kitchen_viz.orders import Order, cook
-from serving.engine_process import EngineProcess
-from serving.service import KitchenService
-from serving.watchdog import SILENCE_ENV, TEST_HANG_ENV, Silence, pass_tokens
+from serving.loop_messages import SILENCE_ENV, TEST_HANG_ENV
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 WAIT_S = 120
+ORDER = Order(batch=1, max_new_tokens=4, temperature=0.0, seed=0, text="ROMEO:")
+LONG = Order(batch=2, max_new_tokens=400, temperature=0.0, seed=0, prompt_tokens=16)
 
 
-def sleep_in_child(engine, seconds: float, *, emit):
-    emit("sleeping")
-    time.sleep(seconds)
-    return "woke"
-
-
-def test_the_silence_limit_is_a_floor_or_a_multiple_of_the_measured_token_time():
-    quick = Silence()
-    assert quick.limit_s("stream", ([[1] * 32],), {"max_new_tokens": 128}, token_s=0.0033) == 60.0
-    # a big prompt pass on a slow model: 100 x 0.05 s x (8 x 500 tokens) = 20,000 s
-    assert quick.limit_s("stream", ([[1] * 500] * 8,), {}, token_s=0.05) == pytest.approx(20_000)
-    assert quick.limit_s("run", (sleep_in_child, 3), {}, token_s=1.0) == 600.0
-    assert pass_tokens("generate", (["ROMEO:", "JULIET:"],), {"max_new_tokens": 10}) == 6 + 7 + 2 * 10
-    assert pass_tokens("generate", (["ROMEO:"],), {}) == 6 + 64  # Engine.generate's default
-
-
-def test_a_silent_child_is_stopped_after_its_limit_and_restart_brings_it_back():
-    p = EngineProcess("chef", "cpu", "float32", threads=1, silence=Silence(floor_s=2, run_s=2))
-    try:
-        seen = []
-        t0 = time.perf_counter()
-        with pytest.raises(EngineError, match="sent nothing for 2 s") as err:
-            p.proxy.run(sleep_in_child, 60, emit=seen.append)
-        assert time.perf_counter() - t0 < 20 and seen == ["sleeping"]
-        assert "\n" not in str(err.value) and "hung" in str(err.value) and not p.alive
-        p.restart()
-        assert p.alive and p.proxy.generate(["ROMEO:"], max_new_tokens=2).tokens
-    finally:
-        p.close()
+def wait_for(predicate, seconds: float = WAIT_S) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def test_an_order_whose_engine_hangs_mid_stream_fails_in_one_line_and_the_kitchen_recovers(monkeypatch):
     monkeypatch.setenv(SILENCE_ENV, "2")
-    monkeypatch.setenv(TEST_HANG_ENV, "60")  # the first child goes silent after each order's first event
-    svc = KitchenService("chef", "cpu", "float32", threads=1)
-    try:
-        assert svc.wait_ready(WAIT_S) and svc.state == "ready"
-        first_pid = svc.engine_pid
-        monkeypatch.delenv(TEST_HANG_ENV)  # the replacement child behaves
-        order = Order(batch=1, max_new_tokens=4, temperature=0.0, seed=0, text="ROMEO:")
-        job = svc.submit(cook(order), "hangs")
+    monkeypatch.setenv(TEST_HANG_ENV, "60")  # the first loop goes silent after each step's events
+    with own_kitchen("chef") as (svc, kitchens):
+        client = loop_of(kitchens)
+        first_pid = client.pid
+        monkeypatch.delenv(TEST_HANG_ENV)  # the replacement loop behaves
+        job = svc.submit(cook(ORDER), "hangs")
         assert job.wait(WAIT_S) and job.status == "error"
         assert isinstance(job.events[0], PrefillStart)  # it did start: alive, then silent
-        limit = limit_named(job.error)  # 2 s, or more if 100 one-token times of this prompt add up to more
+        limit = limit_named(job.error)  # 2 s, or 20 x its longest step if that is longer
         assert limit >= 2 and job.finished_at - job.started_at >= limit - 0.5 and "\n" not in job.error
-        after = svc.submit(cook(order), "after the hang")
+        assert "hung" in job.error and "restarts it" in job.error
+        after = svc.submit(cook(ORDER), "after the hang")
         assert after.wait(WAIT_S) and after.status == "done", after.error
-        assert svc.engine_pid != first_pid and len(after.result.tokens[0]) == 4
-    finally:
-        svc.close()
+        assert client.pid != first_pid and len(after.result.tokens[0]) == 4
+
+
+def test_a_quick_question_to_a_hung_engine_fails_in_one_line_and_the_fresh_one_answers(monkeypatch):
+    """The order form's questions are answered between two steps: one asked of a loop stuck in a
+    step waits at most the silence limit, then fails in one line, and the next one is answered."""
+    monkeypatch.setenv(SILENCE_ENV, "5")  # time to ask while the loop is stuck, before it is stopped
+    monkeypatch.setenv(TEST_HANG_ENV, "60")
+    with own_kitchen("chef") as (svc, kitchens):
+        monkeypatch.delenv(TEST_HANG_ENV)
+        job = svc.submit(cook(LONG), "keeps the loop in a step")
+        assert wait_for(lambda: job.events), job.error
+        t0 = time.perf_counter()
+        with pytest.raises(EngineError, match="hung") as err:
+            svc.limits(1, 8)
+        assert time.perf_counter() - t0 < 30 and "\n" not in str(err.value) and limit_named(str(err.value)) >= 5
+        assert job.wait(WAIT_S) and job.status == "error"  # the order in the stopped loop ended in one line too
+        assert svc.limits(1, 8).max_batch >= 1 and loop_of(kitchens).restarts == 1
+
+
+def test_the_kitchen_restarts_an_engine_that_died_mid_order():
+    with own_kitchen("chef") as (svc, kitchens):
+        client = loop_of(kitchens)
+        first_pid = client.pid
+        job = svc.submit(cook(LONG), "cooking when the engine dies")
+        assert wait_for(lambda: job.events), job.error
+        os.kill(first_pid, signal.SIGKILL)
+        assert job.wait(WAIT_S) and job.status == "error"
+        assert "engine process for chef stopped" in job.error and "\n" not in job.error
+        after = svc.submit(cook(ORDER), "after the crash")
+        assert after.wait(WAIT_S) and after.status == "done", after.error
+        assert client.pid != first_pid and len(after.result.tokens[0]) == 4
 
 
 def test_the_page_shows_one_line_naming_the_limit_and_the_next_cook_works(monkeypatch):
@@ -119,42 +127,3 @@ def wait_for_cook_button(at: AppTest) -> None:
         time.sleep(0.3)
         at.run()
     assert any("Cook" in b.label for b in at.button)
-
-
-def wedge_the_gil(engine, *, emit):
-    """Hold the child's GIL inside one C call that never returns: a regex that backtracks forever.
-    Nothing in the child can run Python now, so its quick-question thread cannot answer either."""
-    import re as regex
-
-    emit("wedging")
-    return regex.match(r"(a+)+$", "a" * 64 + "b")
-
-
-def test_a_quick_question_to_a_wedged_child_times_out_in_one_line_and_restart_answers():
-    p = EngineProcess("chef", "cpu", "float32", threads=1, silence=Silence(floor_s=60, quick_s=2))
-    job_errors: list[EngineError] = []
-    started = threading.Event()
-
-    def cook_the_wedge() -> None:
-        try:
-            p.proxy.run(wedge_the_gil, emit=lambda _: started.set())
-        except EngineError as err:
-            job_errors.append(err)
-
-    worker = threading.Thread(target=cook_the_wedge)
-    try:
-        worker.start()
-        assert started.wait(WAIT_S), "the wedging job never started"
-        time.sleep(0.5)  # the child is inside the regex now
-        t0 = time.perf_counter()
-        with pytest.raises(
-            EngineError, match=r"sent no answer to `encode` for 2 s \(the limit for a quick"
-        ) as err:
-            p.proxy.encode("ROMEO:")
-        assert time.perf_counter() - t0 < 20 and "\n" not in str(err.value) and not p.alive
-        worker.join(WAIT_S)
-        assert not worker.is_alive() and job_errors, "the job in the killed child ended in one line too"
-        p.restart()
-        assert p.proxy.encode("ROMEO:") and p.proxy.generate(["ROMEO:"], max_new_tokens=2).tokens
-    finally:
-        p.close()

@@ -20,7 +20,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from kitchen_viz import kitchen_ui
-from serving.service import SETTLE_S
+from serving.job import SETTLE_S
 
 
 @pytest.fixture

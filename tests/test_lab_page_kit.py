@@ -13,7 +13,7 @@ from lab.inflight import InFlight
 
 @dataclass
 class FakeJob:
-    """Stands in for a service Job here: only `finished` is read by InFlight."""
+    """Stands in for a kitchen's Job here: only `finished` is read by InFlight."""
 
     finished: bool = False
 
@@ -50,43 +50,16 @@ def test_concurrent_visitors_start_one_run():
     assert len(submitted) == 1
 
 
-@dataclass(frozen=True)
-class RefuseKnobs:
-    prompt_len: int = 9999
-
-
-def refuse_run(engine, settings, on_progress):
-    """An experiment that refuses its settings, as a real one does for bad input. Top-level (not a
-    closure): the lab runs sweeps in the engine's own process, which receives them pickled by name."""
-    from engine.errors import EngineError
-
-    raise EngineError(
-        f"prompt {settings.prompt_len} tokens; the model's context is {engine.info.max_context}"
-    )
-
-
 def refusing_page():
-    """A lab page whose experiment refuses its settings."""
-    from test_lab_page_kit import RefuseKnobs, refuse_run
+    """A lab page whose settings its experiment refuses, as it does for bad input: the prep
+    standard (lab/padding.py) with one prompt longer than the model's context."""
+    from dataclasses import replace
 
-    from kitchen_viz.lab_page_kit import Experiment, Prediction, render_experiment
-    from lab.experiment import StoryLink
+    from kitchen_viz.lab_page_kit import render_experiment
+    from lab.padding import PaddingSettings
+    from lab.registry import experiment
 
-    exp = Experiment(
-        key="refuse",
-        title="Refusal",
-        nav_title="Refusal",
-        icon="x",
-        kitchen="k",
-        engineering="e",
-        predict=Prediction("Guess?", "x", 0.0, 10.0, 1.0, answer=lambda r: 0.0),
-        form=lambda ui, info: RefuseKnobs(),
-        run=refuse_run,
-        figures=lambda r, g: [],
-        record=lambda info: RefuseKnobs(),
-        story=StoryLink("k", "e", "l"),
-    )
-    render_experiment(exp)
+    render_experiment(replace(experiment("padding"), form=lambda ui, info: PaddingSettings(lengths=(8, 9999), repeats=1)))
 
 
 def test_refused_settings_show_one_error_line_and_no_results(tmp_path, monkeypatch):
@@ -95,36 +68,11 @@ def test_refused_settings_show_one_error_line_and_no_results(tmp_path, monkeypat
     torch.set_num_threads(1)
     try:
         at = AppTest.from_function(refusing_page, default_timeout=120).run()
-        at.number_input(key="refuse-guess").set_value(1.0).run()
-        at.button(key="refuse-run").click().run()
+        at.number_input(key="padding-guess").set_value(1.0).run()
+        at.button(key="padding-run").click().run()
     finally:
         torch.set_num_threads(threads)
     assert not at.exception, at.exception
-    assert [e.value for e in at.error] == [f"prompt 9999 tokens; the model's context is {CHEF_CONTEXT}"]
+    line = f"prep standard: prompt 9999 + 1 new tokens = 10000 tokens; the model's context is {CHEF_CONTEXT}"
+    assert [e.value for e in at.error] == [line]
     assert not at.get("plotly_chart") and not at.dataframe
-
-
-def where_it_ran(engine, settings, on_progress):
-    """A stand-in sweep: reports the process it ran in and what it could see of the engine."""
-    import os
-
-    on_progress(("ran in", os.getpid()))
-    return settings, type(engine).__name__
-
-
-def test_a_lab_sweep_runs_inside_the_engines_own_process():
-    """CPU time and the profiler only see the engine's work in its process, so the sweep runs there."""
-    from lab.experiment import run_in_engine
-    from serving.service import KitchenService
-
-    svc = KitchenService("chef", "cpu", "float32", threads=1)
-    try:
-        assert svc.wait_ready(120) and svc.state == "ready", svc.load_error
-        job = svc.submit(
-            lambda eng, emit: eng.run(run_in_engine, where_it_ran, {"n": 3}, emit=emit), "lab"
-        )
-        assert job.wait(120) and job.status == "done", job.error
-        assert job.result == ({"n": 3}, "Engine")  # the real Engine, not the proxy
-        assert job.events == [("ran in", svc.engine_pid)]
-    finally:
-        svc.close()

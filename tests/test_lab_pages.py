@@ -1,7 +1,7 @@
 """AppTest renders every lab page and the dashboard on the real chef, through the app's kitchen.
 
 Checked: each page frames the experiment, asks for a prediction before anything else, and only then
-offers Run; a run goes through the shared KitchenService and shows charts, a table and the
+offers Run; a run goes through the session's kitchen (its kitchen host) and shows charts, a table and the
 inspector's verdict; a second visitor sees the stored result at once (after guessing) with Re-run.
 """
 

@@ -14,6 +14,7 @@ import threading
 import time
 
 import pytest
+from own_kitchen import own_kitchen
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
@@ -21,7 +22,7 @@ from engine.events import StepEnd
 from kitchen_viz import live_feed
 from kitchen_viz.orders import Order, cook
 from kitchen_viz.timeline import LiveRun
-from serving.service import KitchenService
+from serving.stove import Ticket
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 WAIT_S = 120
@@ -29,10 +30,9 @@ WAIT_S = 120
 
 @pytest.fixture(scope="module")
 def kitchen():
-    svc = KitchenService("chef", "cpu", "float32")
-    assert svc.wait_ready(WAIT_S), "the chef did not load in time"
-    yield svc
-    svc.close()
+    """The Kitchen's kitchen as the app runs it (tests/own_kitchen.py)."""
+    with own_kitchen("chef") as (svc, _):
+        yield svc
 
 
 @pytest.fixture(scope="module")
@@ -101,16 +101,22 @@ def test_the_stream_of_an_unknown_order_is_a_404_with_one_line(client):
 
 
 def test_a_waiting_order_is_told_its_place_in_line(kitchen, client):
-    gate = threading.Event()
-    ahead = kitchen.submit(lambda engine, emit: gate.wait(WAIT_S), "ahead")
+    """Another kitchen cooks on this machine's stove: the order waits in its line and says who cooks."""
+    other = Ticket("apprentice: cook 8 table(s)", kitchen="another kitchen")
+    assert kitchen.stove.take(other)
     try:
         job, url = fed_order(kitchen, new_tokens=4)
+        deadline = time.monotonic() + 10
+        while job.place_in_line() != 1 and time.monotonic() < deadline:  # its kitchen takes a ticket
+            time.sleep(0.02)
+        assert job.place_in_line() == 1
         data = client.get(url).json()
         assert data["status"] == "queued" and not data["done"] and data["steps"] == []
-        assert "number 1 in line (2 orders in the kitchen)" in data["panels"]["wait"]
+        wait = data["panels"]["wait"]
+        assert "Waiting for the stove (cpu): apprentice: cook 8 table(s) is cooking" in wait, wait
     finally:
-        gate.set()
-    assert job.wait(WAIT_S) and ahead.wait(WAIT_S)
+        kitchen.stove.give_back(other)
+    assert job.wait(WAIT_S) and job.status == "done", job.error
     assert client.get(url).json()["done"]
 
 
@@ -187,7 +193,7 @@ def test_the_scene_gets_the_class_rail_while_a_class_kitchen_order_cooks():
     assert "you · #4" in rail and "#5" in rail and "you · #5" not in rail and "waiting for a seat" in rail
     job.status = "done"
     assert live_feed.live_scene_data(svc, job, run, presenter=False, wok_capacity=4096, panels=None)["class_rail"] is None
-    job.status, job.board = "running", None  # a private engine, or a server that keeps no board
+    job.status, job.board = "running", None  # a server that keeps no board
     assert live_feed.live_scene_data(svc, job, run, presenter=False, wok_capacity=4096, panels=None)["class_rail"] is None
     # Before its first read the board is pending: one placeholder card keeps the rail's place, so the
     # first read (while the engine cooks) changes the cards without moving the kitchen below them.

@@ -24,8 +24,9 @@ from serving import job as job_mod
 from serving.caps import Caps
 from serving.class_board import ClassBoard
 from serving.engine_client import EngineClient, LoopSettings
-from serving.host import LocalHost, NotReady
+from serving.host import NotReady
 from serving.kitchen_client import ServerKitchen
+from serving.kitchen_orders import LocalHost
 from serving.metrics import KitchenMetrics
 from serving.mounted import AppKitchens, KitchenRooms
 from serving.server import ServerConfig, close_app, create_app, served_name
@@ -137,10 +138,14 @@ def test_a_host_that_is_loading_or_cannot_open_says_so_in_one_line():
         raise NotReady("the kitchen is loading chef on cpu (float32); try again in a few seconds")
 
     k = ServerKitchen(LocalHost(loading), "apprentice")
+    chef = ServerKitchen(LocalHost(loading), "chef")
     try:
         assert not k.wait_ready(0.5) and k.state == "loading"  # it keeps asking while the host loads
+        assert "MB of chef on cpu (float32)" in chef.loading_message  # the page says what it loads
+        assert chef.weights_mb and 1 < chef.weights_mb < 40  # known from the catalog before loading
     finally:
         k.close()
+        chef.close()
     failed = ServerKitchen(LocalHost(lambda: (_ for _ in ()).throw(EngineError("the kitchen could not start: x"))),
                            "chef")  # fmt: skip
     try:

@@ -1,11 +1,15 @@
 """What ends an order early, and the one stove: caps, time limit, Cancel, a closed page, the stove line.
 
-Everything runs the real engine (the embedded chef and apprentice) in real child processes. The
-"work" functions that are not generations wait on an event, to hold a kitchen busy at a known moment.
+Everything runs the real engine (the embedded chef) on the Kitchen's own kitchen host, as the app
+runs it (tests/own_kitchen.py: a `ServerKitchen` over `LocalHost`, the engine in its kitchen-loop
+process). Where a test needs the machine busy at a known moment, it holds the stove with a ticket
+of another kitchen, as another model's order would.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -13,16 +17,17 @@ import threading
 import time
 
 import pytest
+from own_kitchen import loop_of, nothing_in_flight, own_kitchen
 
 from engine.errors import EngineError
 from engine.events import PrefillStart, Token
 from kitchen_viz.orders import Order, cook
 from serving import job as job_mod
 from serving.caps import CapExceeded, Caps, load_caps, use_caps_file
-from serving.cores import ALL_CORES
-from serving.service import PAGE_GONE, KitchenService
-from serving.stove import Stove, StoveMeter
-from serving.watchdog import TEST_HANG_ENV
+from serving.cores import ALL_CORES, split_cores
+from serving.job import PAGE_GONE
+from serving.loop_messages import SILENCE_ENV, TEST_HANG_ENV
+from serving.stove import Stove, StoveMeter, Ticket
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 WAIT_S = 120
@@ -31,21 +36,14 @@ LONGER = Order(batch=64, max_new_tokens=500, temperature=0.0, seed=0, prompt_tok
 
 
 @pytest.fixture(scope="module")
-def chef():
-    svc = KitchenService("chef", "cpu", "float32", threads=1, stove=Stove("cpu-chef-tests"))
-    assert svc.wait_ready(WAIT_S) and svc.state == "ready", svc.load_error
-    yield svc
-    svc.close()
+def kitchen():
+    with own_kitchen("chef") as (svc, kitchens):
+        yield svc, kitchens
 
 
-def hold_until(gate: threading.Event, started: threading.Event | None = None):
-    def work(engine, emit):
-        if started is not None:
-            started.set()
-        gate.wait(WAIT_S)
-        return engine.generate(["ROMEO:"], max_new_tokens=2)
-
-    return work
+@pytest.fixture()
+def chef(kitchen):
+    return kitchen[0]
 
 
 def wait_for(predicate, seconds: float = WAIT_S) -> bool:
@@ -62,7 +60,7 @@ def one_line(text: str | None) -> str:
     return text
 
 
-def assert_kitchen_still_cooks(svc: KitchenService) -> None:
+def assert_kitchen_still_cooks(svc) -> None:
     order = Order(batch=1, max_new_tokens=3, temperature=0.0, seed=0, text="ROMEO:")
     job = svc.submit(cook(order), "after")
     assert job.wait(WAIT_S) and job.status == "done", job.error
@@ -110,6 +108,24 @@ def test_caps_come_from_the_instructors_toml_and_bad_files_are_one_line(tmp_path
         assert expected in one_line(str(err.value))
 
 
+def test_the_app_kitchens_obey_the_instructors_caps_file(tmp_path):
+    """`two-pot-kitchen --caps caps.toml` exports the file; each kitchen of the app reads it as it
+    opens, and refuses an order over a cap before it cooks, in one line naming the cap."""
+    caps = tmp_path / "caps.toml"
+    caps.write_text("[caps]\nmax_new_tokens = 8\nmax_order_tokens = 64\n")
+    use_caps_file(caps)
+    with own_kitchen("chef") as (svc, kitchens):
+        job = svc.submit(cook(Order(batch=1, max_new_tokens=9, temperature=0.0, seed=0, text="ROMEO:")), "9 new")
+        assert job.wait(WAIT_S) and job.status == "error" and job.events == []
+        assert "the instructor's limit is 8 new tokens per order (max_new_tokens)" in one_line(job.error)
+        big = Order(batch=5, max_new_tokens=4, temperature=0.0, seed=0, prompt_tokens=16)  # 80 prompt tokens
+        job = svc.submit(cook(big), "80 prompt tokens")
+        assert job.wait(WAIT_S) and job.status == "error"
+        assert "limit is 64 tokens per order (max_order_tokens)" in one_line(job.error)
+        assert_kitchen_still_cooks(svc)
+        assert nothing_in_flight(loop_of(kitchens))
+
+
 def test_an_order_past_its_time_is_cancelled_in_one_line_and_the_kitchen_cooks_on(chef):
     caps = Caps(max_order_seconds=0.5)
     job = chef.submit(cook(LONG), "too long", time_limit_s=caps.max_order_seconds, time_limit_line=caps.time_line())
@@ -140,46 +156,64 @@ def test_cancel_stops_a_cooking_order_and_the_engine_takes_the_next(chef):
 
 
 def test_a_queued_order_leaves_the_line_at_once(chef):
-    gate = threading.Event()
-    first = chef.submit(hold_until(gate), "holds the kitchen")
-    second = chef.submit(cook(LONG), "waits")
-    third = chef.submit(cook(Order(1, 2, 0.0, 0, text="ROMEO:")), "waits behind it")
+    """Another kitchen holds the machine's stove: the orders wait in its line, in order, and a
+    cancelled one leaves it at once, having cooked nothing."""
+    other = Ticket("apprentice: a long order", kitchen="another kitchen")
+    assert chef.stove.take(other)
     try:
-        assert wait_for(lambda: first.status == "running")
-        assert second.place_in_line() == 1 and third.place_in_line() == 2 and chef.queue_length() == 3
+        second = chef.submit(cook(LONG), "waits")
+        third = chef.submit(cook(Order(1, 2, 0.0, 0, text="ROMEO:")), "waits behind it")
+        assert wait_for(lambda: third.place_in_line() == 2, 30)
+        assert second.place_in_line() == 1 and second.status == "queued" and chef.queue_length() == 2
+        assert "apprentice: a long order is cooking" in second.stove_line()
+        t0 = time.perf_counter()
         assert second.cancel()
+        assert second.wait(5) and time.perf_counter() - t0 < 2
         assert second.status == "cancelled" and second.events == [] and second.result is None
         assert one_line(second.error) == "cancelled: you pressed Cancel"
-        assert third.place_in_line() == 1 and chef.queue_length() == 2
+        assert wait_for(lambda: third.place_in_line() == 1, 5) and chef.queue_length() == 1
     finally:
-        gate.set()
+        chef.stove.give_back(other)
     assert third.wait(WAIT_S) and third.status == "done", third.error
-    assert first.wait(WAIT_S) and first.status == "done"
+
+
+def test_quick_questions_are_answered_while_an_order_cooks(chef):
+    """The order form asks between two steps of the loop, not after the order."""
+    job = chef.submit(cook(LONGER), "long")
+    try:
+        assert wait_for(lambda: any(isinstance(e, Token) for e in job.events)), job.error
+        t0 = time.perf_counter()
+        assert chef.limits(10, 20).max_batch >= 1 and chef.encode("ROMEO:")
+        assert time.perf_counter() - t0 < 5 and not job.finished
+    finally:
+        job.cancel()
+    assert job.wait(30)
 
 
 def test_a_cancelled_order_whose_engine_cannot_stop_in_time_has_its_engine_replaced(monkeypatch):
-    """The child reads "cancel" only between events; one busy inside a long pass (here: a test hang
-    after the first event) is killed after the grace, and the kitchen loads a fresh one."""
+    """The loop reads "cancel" only between steps; one stuck inside a step (here: a test hang after
+    every step) is silent with the cancel in flight, so the watchdog stops it after its silence limit
+    and the host loads a fresh one. The page's order ends at once either way."""
+    monkeypatch.setenv(SILENCE_ENV, "2")
     monkeypatch.setenv(TEST_HANG_ENV, "60")
-    svc = KitchenService("chef", "cpu", "float32", threads=1, stove=Stove("cpu-hang-test"))
-    try:
-        assert svc.wait_ready(WAIT_S) and svc.state == "ready"
-        first_pid = svc.engine_pid
-        monkeypatch.delenv(TEST_HANG_ENV)  # the replacement child behaves
+    with own_kitchen("chef") as (svc, kitchens):
+        client = loop_of(kitchens)
+        first_pid = client.pid
+        monkeypatch.delenv(TEST_HANG_ENV)  # the replacement loop behaves
         job = svc.submit(cook(LONG), "stuck")
         assert wait_for(lambda: job.events), job.error
         assert isinstance(job.events[0], PrefillStart)
         t0 = time.perf_counter()
         job.cancel()
         assert job.wait(30) and job.status == "cancelled" and job.error == "cancelled: you pressed Cancel"
-        assert job.finished_at - t0 < 10  # the grace (2 s) and the kill, not the 60 s hang
+        assert job.finished_at - t0 < 2  # the page is told at once, not after the 60 s hang
+        assert wait_for(lambda: client.restarts == 1, 30)  # stopped at its 2 s limit, not after the hang
         assert_kitchen_still_cooks(svc)
-        assert svc.engine_pid != first_pid
-    finally:
-        svc.close()
+        assert client.pid != first_pid and client.restarts == 1
 
 
-def test_an_order_whose_page_is_gone_is_cancelled(chef, monkeypatch):
+def test_an_order_whose_page_is_gone_is_cancelled(kitchen, monkeypatch):
+    chef, kitchens = kitchen
     monkeypatch.setattr(job_mod, "ABANDON_S", 1.0)  # the page-gone rule lives with the job
     page_open = threading.Event()
     page_open.set()
@@ -192,42 +226,26 @@ def test_an_order_whose_page_is_gone_is_cancelled(chef, monkeypatch):
     t0 = time.perf_counter()
     assert job.wait(15) and job.status == "cancelled" and job.error == PAGE_GONE
     assert job.finished_at - t0 < 1.0 + 2 * job_mod.WATCH_S + 3
-    assert wait_for(lambda: not chef.busy, 10)  # the kitchen is free again
+    assert wait_for(lambda: nothing_in_flight(loop_of(kitchens)), 10)  # the kitchen is free again
+
+
+def test_an_engine_killed_between_orders_is_replaced_before_the_form_asks_it_anything(kitchen):
+    """Killed while idle (the OS, out of memory): the host starts a fresh loop and the next question
+    waits for it instead of failing."""
+    chef, kitchens = kitchen
+    client = loop_of(kitchens)
+    old, restarts = client.pid, client.restarts
+    os.kill(old, signal.SIGKILL)
+    assert wait_for(lambda: client.restarts == restarts + 1, 30)
+    assert chef.limits(1, 8).max_batch >= 1 and client.pid != old
+    assert_kitchen_still_cooks(chef)
 
 
 # -- one stove per machine ---------------------------------------------------------------------------
 
 
-def test_two_models_never_cook_at_once_and_the_second_is_told_why_it_waits():
-    stove = Stove("cpu-two-models")
-    chef = KitchenService("chef", "cpu", "float32", threads=1, stove=stove)
-    apprentice = KitchenService("apprentice", "cpu", "float32", threads=1, stove=stove)
-    try:
-        assert chef.wait_ready(WAIT_S) and apprentice.wait_ready(WAIT_S)
-        gate, started = threading.Event(), threading.Event()
-        chef_job = chef.submit(hold_until(gate, started), "the chef's long order")
-        assert started.wait(WAIT_S)
-        small = Order(batch=1, max_new_tokens=4, temperature=0.0, seed=0, text="ROMEO:")
-        app_job = apprentice.submit(cook(small), "a tiny order")
-        assert wait_for(lambda: app_job.stove_line() is not None, 30)
-        line = app_job.stove_line()
-        assert "Waiting for the stove (cpu" in line and "chef: the chef's long order is cooking" in line
-        time.sleep(0.5)
-        assert app_job.status == "queued" and app_job.events == [] and not app_job.finished
-        gate.set()
-        assert chef_job.wait(WAIT_S) and chef_job.status == "done", chef_job.error
-        assert app_job.wait(WAIT_S) and app_job.status == "done", app_job.error
-        assert app_job.started_at >= chef_job.finished_at  # one after the other, never together
-        assert app_job.queue_wait_s > 0.5 and app_job.stove_line() is None
-    finally:
-        chef.close()
-        apprentice.close()
-
-
 def test_the_stove_line_is_first_come_first_served_and_a_waiting_order_can_leave_it():
     stove = Stove("cpu-line")
-    from serving.stove import Ticket
-
     holder, a, b = Ticket("chef: one"), Ticket("apprentice: two"), Ticket("chef: three")
     assert stove.take(holder)
     order, cancelled_b = [], threading.Event()
@@ -271,7 +289,8 @@ def test_the_meter_sees_another_process_on_the_engines_cores():
 def test_an_order_cooked_beside_another_program_on_its_cores_says_so(chef):
     """The stove holds back the kitchens of this server, not a program outside it: the order measures
     what else ran on its engine's cores and carries the line its panels show."""
-    core = max(chef._engine_cores())
+    split = split_cores(chef.threads)
+    core = max(split.engine if split is not None else ALL_CORES)  # where the kitchen's loop runs
     burn = textwrap.dedent(f"""
         import os, time
         os.sched_setaffinity(0, {{{core}}})

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention import additive_bias
+from engine.attention import SeatKV, additive_bias
 from engine.cache import StaticKVCache
 from engine.kv_pool import SeatBatch, SeatPool
 from engine.model import Transformer, decode_one_token
@@ -162,13 +162,13 @@ class _BucketStep:
         self.valid = torch.zeros(b, width, dtype=torch.bool, device=dev)  # (b, W)
         self.bias = torch.zeros(b, 1, 1, width, dtype=model.dtype, device=dev)  # (b, 1, 1, W)
         self.b, self.width, self.pool = b, width, pool
-        sb = SeatBatch(self.index, 0, width, self.bias, [], b)
+        kv = SeatKV(SeatBatch(self.index, 0, width, self.bias, [], b), pool)
         rows = torch.arange(b, device=dev)
 
         def step() -> torch.Tensor:
             if decode is not None:  # compiled: the warm-ups before the capture compile it
-                return decode(self.tokens, self.positions, sb, pool).view(b, -1)  # (b, V)
-            return model.forward_seats(self.tokens, self.positions, sb, pool, rows)
+                return decode(self.tokens, self.positions, kv.sb, pool).view(b, -1)  # (b, V)
+            return model(self.tokens, self.positions, kv, rows)
 
         self.step, self.graph, self.failure = step, None, None
         # Recording runs the step for real (warm-ups): aim every row at its seat's last slot, which no

@@ -4,8 +4,8 @@
 projects the heads back. `kv` is a KV view (the `KVView` protocol): it writes this pass's K/V
 where they belong, reads what the queries may see, and runs the attention core:
   SeatKV    one serving pass over many sequences' KV seats (engine/kv_pool.py, engine/runner.py)
-  BatchKV   a fixed batch: padded or packed prefill, or one decode token, with a KVCache
-            (engine/cache.py) or none (attend only within this pass)
+  BatchKV   a fixed batch: padded or packed prefill, or one decode token, over seats 0..B-1
+            or none (attend only within this pass); the lab's kitchens drive it (lab/kitchens.py)
 The cores are plain functions the views share: `decode_attention` (one new token per sequence),
 `packed_attention` (sequences concatenated in one row) and SDPA.
 """
@@ -20,7 +20,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.cache import KVCache
 from engine.config import ModelConfig
 from engine.kv_pool import SeatBatch, SeatPool
 from engine.layers import Rope, add_buffer, add_weight, apply_rope
@@ -145,40 +144,44 @@ class SeatKV:
 
 @dataclass(frozen=True)
 class BatchKV:
-    """A fixed batch's pass: every row writes the same cache *slots* `input_pos` (T,).
+    """A fixed batch's pass over seats 0..B-1 of a SeatPool: every row writes the same cache
+    *slots* `input_pos` (T,), as a batch laid out by engine/batching.py (padded or packed).
 
-      cache      a KVCache, or None: attend only within this pass (K/V kept nowhere)
-      mask       (B, 1, T, S) bool, True = may attend; S = how many cache slots to read. None = a
-                 fresh causal pass over these T tokens alone (K/V still written to the cache).
-                 A one-token pass takes it as an additive float bias instead (`BatchKV.decode`)
+      pool       where K/V are kept (row b in seat b), or None: attend only within this pass
+      mask       (B, 1, T, S) bool, True = may attend; S = how many slots to read. None = a fresh
+                 causal pass over these T tokens alone (K/V still written to the seats). A
+                 one-token pass takes it as an additive float bias instead (`BatchKV.decode`)
       packed     lengths of sequences concatenated in a (1, N) row: attention runs per sequence
-                 and K/V are scattered into cache rows, so no GEMM does padding work
+                 and each sequence's K/V land in its own seat, so no GEMM does padding work
     """
 
-    cache: KVCache | None = None
+    pool: SeatPool | None = None
     input_pos: torch.Tensor | None = None
     mask: torch.Tensor | None = None
     packed: list[int] | None = None
 
     @classmethod
-    def decode(cls, cache: KVCache, input_pos: torch.Tensor, mask: torch.Tensor, dtype) -> BatchKV:
+    def decode(cls, pool: SeatPool, input_pos: torch.Tensor, mask: torch.Tensor, dtype) -> BatchKV:
         """One token per row: the bool mask (B, 1, 1, S) becomes the step's additive bias once,
         shared by all layers."""
-        return cls(cache, input_pos, additive_bias(mask, dtype))
+        return cls(pool, input_pos, additive_bias(mask, dtype))
 
     def attend(self, layer: int, q, k, v) -> torch.Tensor:
-        cache, mask = self.cache, self.mask
-        if self.packed is not None:
-            out = packed_attention(q, k, v, self.packed)  # (1, H, N, D)
-            if cache is not None:
-                cache.write_packed(layer, self.packed, k, v)
-            return _heads_to_width(out)  # (1, N, H*D)
-        if cache is not None and mask is None:
-            cache.update(layer, self.input_pos, k, v)  # fresh causal pass: write, attend within it
-        elif cache is not None:
-            k, v = cache.update(layer, self.input_pos, k, v)
-            slots = mask.shape[-1]  # the mask says how much of the cache this pass reads
-            k, v = k[:, :, :slots], v[:, :, :slots]  # (B, Hkv, S, D)
+        pool, mask = self.pool, self.mask
+        if self.packed is not None:  # q (1, H, N, D), k and v (1, Hkv, N, D)
+            if pool is not None:
+                start = 0
+                for seat, n in enumerate(self.packed):
+                    pool.write_span(layer, seat, 0, k[0, :, start : start + n], v[0, :, start : start + n])
+                    start += n
+            return _heads_to_width(packed_attention(q, k, v, self.packed))  # (1, N, H*D)
+        if pool is not None:
+            B = k.shape[0]
+            # index_copy_ with a tensor of slots: no host sync, so it can live inside a CUDA graph.
+            pool.k_layer[layer][:B].index_copy_(2, self.input_pos, k)  # (B, Hkv, S, D) <- (B, Hkv, T, D)
+            pool.v_layer[layer][:B].index_copy_(2, self.input_pos, v)
+            if mask is not None:  # the mask says how many slots this pass reads
+                k, v = pool.read_rows(layer, 0, B, mask.shape[-1])  # (B, Hkv, S, D)
         if q.shape[2] == 1 and mask is not None:  # decode: `mask` is the step's additive bias
             return decode_attention(q, k, v, mask)  # (B, 1, H*D)
         return _heads_to_width(causal(q, k, v, mask))  # (B, T, H*D)

@@ -20,8 +20,8 @@ flow explicit:
   positions    (B, T) per-row position of each token (RoPE angle or GPT-2 wpe row); with left
                padding a row's first real token is position 0 even if it sits in slot 5
   kv           where K/V are written and read (engine/attention.py): `SeatKV` the serving seats,
-               `BatchKV` a fixed batch with a KVCache or none; None = a fresh causal pass over these
-               tokens alone
+               `BatchKV` a fixed batch over seats 0..B-1 or none; None = a fresh causal pass over
+               these tokens alone
   logits_rows  flat row indices (into B*T) that need logits; prefill asks only for each sequence's
                last position, because the LM head is the biggest GEMM per token
 """
@@ -32,8 +32,8 @@ import torch
 from torch import nn
 
 from engine.attention import FRESH, Attention, BatchKV, KVView
-from engine.cache import KVCache
 from engine.config import ModelConfig, rope_inv_freq
+from engine.kv_pool import SeatPool
 from engine.layers import Norm, Rope, activation, add_buffer, add_weight
 from engine.quant import matmul
 
@@ -143,15 +143,20 @@ class Transformer(nn.Module):
         return matmul(self.final_norm(x), self.lm_head_t)  # (..., V)
 
 
-def prefill(model: Transformer, batch, cache: KVCache | None) -> torch.Tensor:
+def prefill(model: Transformer, batch, pool: SeatPool | None) -> torch.Tensor:
     """The wok: all prompt tokens of all sequences in one pass. Returns (B, V) last-token logits.
 
-    `batch` is an engine.batching.PrefillBatch (padded or packed)."""
-    kv = BatchKV(cache, batch.input_pos, batch.mask, batch.packed)
+    `batch` is an engine.batching.PrefillBatch (padded or packed); sequence b's K/V go to seat b
+    of `pool` (None: kept nowhere). Slots a packed row leaves empty are zeroed first: decode
+    reads them behind its mask, and an unwritten CPU page may hold NaN."""
+    if pool is not None and batch.packed is not None:
+        B = len(batch.packed)
+        pool.prepare_read(list(range(B)), [0] * B, pool.seat_len)
+    kv = BatchKV(pool, batch.input_pos, batch.mask, batch.packed)
     return model(batch.tokens, batch.positions, kv, batch.logits_rows)
 
 
-def decode_one_token(model: Transformer, tokens, positions, input_pos, mask, cache: KVCache) -> torch.Tensor:
+def decode_one_token(model: Transformer, tokens, positions, input_pos, mask, pool: SeatPool) -> torch.Tensor:
     """The soup pot: one token per sequence (B, 1) at cache slot input_pos (1,), reading the cache
     slots `mask` (B, 1, 1, S) allows. Returns (B, V)."""
-    return model(tokens, positions, BatchKV.decode(cache, input_pos, mask, model.dtype))[:, -1]
+    return model(tokens, positions, BatchKV.decode(pool, input_pos, mask, model.dtype))[:, -1]

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 import torch
 
 from engine.compiled import CompiledDecode
+from engine.cuda_graph import buckets
 from engine.events import Done, Event, PrefillEnd, PrefillStart, StepEnd, Token
 from engine.kv_pool import SeatPool
 from engine.limits import RequestSettings
@@ -60,7 +61,9 @@ class SeatOrderRun(OrderRun):
         """Seats, a static scheduler holding the whole order, and one sequence per table (id = table)."""
         req, prompts = self.req, self.prompts
         seat_len = max(map(len, prompts)) + req.max_new_tokens - 1  # the last token is never fed back
-        pool = SeatPool(self.cfg, len(prompts), seat_len, self.model.dtype, self.device)
+        # cuda_graph: as many seats as the graph bucket that holds the whole order, for its padding rows
+        seats = buckets(len(prompts))[-1] if req.cuda_graph else len(prompts)
+        pool = SeatPool(self.cfg, seats, seat_len, self.model.dtype, self.device)
         # The whole order is admitted in one pass: its memory, prefill working memory included,
         # was checked before the run (engine/limits.py), so the scheduler needs no second budget.
         config = SchedulerConfig("static", len(prompts), max(1, sum(map(len, prompts))),

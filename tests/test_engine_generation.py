@@ -174,6 +174,10 @@ def test_graph_mode_bookkeeping_matches_eager_decode(eng, monkeypatch):
     (g,) = made
     assert sorted(g.steps) == [2] and not g.failed  # both rows decoded together: the bucket of 2 stepped
     assert all(s.batch == 2 for s in graphed.trace.decode_steps)
+    three = prompts + [[9, 8, 7]]  # three tables replay the bucket of 4: the order has seats for its padding row
+    made.clear()
+    res = list(SeatOrderRun(eng.model, eng.codec, eng.info, three, settings, 0).events())[-1].result
+    assert res.tokens == eng.generate(three, max_new_tokens=7).tokens and 4 in made[0].steps
 
 
 @pytest.mark.gpu

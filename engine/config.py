@@ -17,8 +17,27 @@ from dataclasses import dataclass, field
 
 from engine.errors import EngineError
 
-# model_type -> family. Mistral is a Llama with (optionally) sliding-window attention.
-FAMILIES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "gpt2": "gpt2"}
+
+@dataclass(frozen=True)
+class Family:
+    """How one HF model_type differs from Llama's shape. A Llama-named family that differs only by
+    a norm or a bias is one entry here (plus its parity test): the weights, the forward and the
+    loader follow these fields."""
+
+    name: str  # the family the engine reports (and GPT-2's own weight names)
+    norm: str = "rms"  # "rms" or "layer"
+    norm_affine: bool = True  # False: a LayerNorm with no weight or bias (OLMo); the engine uses 1 and 0
+    norm_eps: float | None = None  # a fixed eps; None: the config's rms_norm_eps
+    qkv_bias: bool = False
+
+
+FAMILIES = {  # model_type -> its family. Mistral is a Llama with (optionally) sliding-window attention.
+    "llama": Family("llama"),
+    "mistral": Family("llama"),
+    "qwen2": Family("qwen2", qkv_bias=True),
+    "olmo": Family("olmo", norm="layer", norm_affine=False, norm_eps=1e-5),
+    "gpt2": Family("gpt2", norm="layer"),
+}
 ACTIVATIONS = {"silu", "gelu", "gelu_new", "gelu_pytorch_tanh"}
 
 
@@ -33,7 +52,8 @@ class ModelConfig:
     head_dim: int
     ffn_dim: int
     max_context: int
-    norm: str = "rms"  # "rms" (Llama, Qwen2) or "layer" (GPT-2, with bias)
+    norm: str = "rms"  # "rms" (Llama, Qwen2) or "layer" (GPT-2, with bias; OLMo, without parameters)
+    norm_affine: bool = True  # the checkpoint holds the norms' weights (and a LayerNorm's bias)
     norm_eps: float = 1e-5
     positions: str = "rope"  # "rope" or "learned" (GPT-2's wpe table)
     rope_theta: float = 10000.0
@@ -76,7 +96,7 @@ class ModelConfig:
         = 134,515,008.
         """
         d = self.d_model
-        norm_params = d if self.norm == "rms" else 2 * d
+        norm_params = 0 if not self.norm_affine else d if self.norm == "rms" else 2 * d
         per_layer = self.layer_matmul_params() + 2 * norm_params
         if self.qkv_bias:
             per_layer += self.q_dim + 2 * self.kv_dim
@@ -129,12 +149,15 @@ def config_from_hf(raw: dict) -> ModelConfig:
 
 def _parse(raw: dict) -> ModelConfig:
     model_type = raw.get("model_type")
-    family = FAMILIES.get(str(model_type))
-    if family is None:
+    fam = FAMILIES.get(str(model_type))
+    if fam is None:
         arch = ", ".join(raw.get("architectures") or []) or "unknown architecture"
         raise EngineError(
-            f"unsupported architecture '{model_type}' ({arch}); supported: llama, mistral, qwen2, gpt2"
+            f"unsupported architecture '{model_type}' ({arch}); supported: {', '.join(FAMILIES)}"
         )
+    if raw.get("clip_qkv") is not None:
+        raise EngineError("unsupported option 'clip_qkv' (q/k/v clipped to a range)")
+    family = fam.name
     if family == "gpt2":
         return _gpt2_config(raw)
     d, heads = int(raw["hidden_size"]), int(raw["num_attention_heads"])
@@ -158,13 +181,14 @@ def _parse(raw: dict) -> ModelConfig:
         head_dim=int(raw.get("head_dim") or d // heads),
         ffn_dim=int(raw["intermediate_size"]),
         max_context=max_ctx,
-        norm="rms",
-        norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+        norm=fam.norm,
+        norm_affine=fam.norm_affine,
+        norm_eps=fam.norm_eps if fam.norm_eps is not None else float(raw.get("rms_norm_eps", 1e-6)),
         positions="rope",
         rope_theta=float(_rope_params(raw)["rope_theta"]),
         rope_scaling=_check_rope_scaling(raw),
         tied=bool(raw.get("tie_word_embeddings", False)),
-        qkv_bias=family == "qwen2" or bool(raw.get("attention_bias", False)),
+        qkv_bias=fam.qkv_bias or bool(raw.get("attention_bias", False)),
         out_bias=False,
         mlp_gated=True,
         act=act,

@@ -71,6 +71,8 @@ def llama_weight_map(cfg: ModelConfig) -> list[WeightSpec]:
             biases = [(a + "q_proj.bias", (q,)), (a + "k_proj.bias", (kv,)), (a + "v_proj.bias", (kv,))]
             specs.append(WeightSpec(ours + "attn.bqkv", biases, False))
     specs.append(WeightSpec("final_norm.weight", [("model.norm.weight", (d,))], False))
+    if not cfg.norm_affine:  # no norm parameters in the checkpoint: load_weights sets them to 1 and 0
+        specs = [s for s in specs if not s.target.endswith("norm.weight")]
     embed = ("model.embed_tokens.weight", (cfg.vocab_size, d))
     if cfg.tied:
         specs.append(WeightSpec("lm_head_t", [embed]))
@@ -160,6 +162,10 @@ def load_weights(folder: Path, cfg: ModelConfig, device, dtype) -> Transformer:
             buffers[spec.target].copy_(full.t() if spec.transpose else full)  # casts dtype, moves device
     finally:
         handles.clear()
+    if not cfg.norm_affine:  # a LayerNorm without parameters is one with weight 1 and bias 0
+        for name, buf in buffers.items():
+            if name.endswith(("norm.weight", "norm.bias")):
+                buf.fill_(1.0 if name.endswith("weight") else 0.0)
     return model
 
 

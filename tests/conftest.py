@@ -50,7 +50,7 @@ class TinyModel:
 
 
 def make_tiny_model(path: Path, family: str, *, tied: bool = False, seed: int = 0, **overrides) -> TinyModel:
-    """Build and save a tiny random `family` model ("llama" | "qwen2" | "gpt2") into `path`."""
+    """Build and save a tiny random `family` model ("llama" | "qwen2" | "olmo" | "gpt2") into `path`."""
     import torch
     import transformers as tf
 
@@ -64,6 +64,8 @@ def make_tiny_model(path: Path, family: str, *, tied: bool = False, seed: int = 
                      num_key_value_heads=2, max_position_embeddings=128)  # fmt: skip
         if family == "qwen2":
             model = tf.Qwen2ForCausalLM(tf.Qwen2Config(**shape | common | overrides))
+        elif family == "olmo":  # a Llama whose norms are LayerNorms without parameters
+            model = tf.OlmoForCausalLM(tf.OlmoConfig(**shape | common | overrides))
         else:
             model = tf.LlamaForCausalLM(tf.LlamaConfig(**shape | common | overrides))
     model.eval().save_pretrained(str(path))
@@ -98,6 +100,11 @@ def tiny_llama_tied(tmp_path_factory) -> TinyModel:
 @pytest.fixture(scope="session")
 def tiny_qwen2(tmp_path_factory) -> TinyModel:
     return make_tiny_model(tmp_path_factory.mktemp("tiny_qwen2"), "qwen2", tied=True, seed=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_olmo(tmp_path_factory) -> TinyModel:
+    return make_tiny_model(tmp_path_factory.mktemp("tiny_olmo"), "olmo", seed=4)
 
 
 @pytest.fixture(scope="session")

@@ -89,6 +89,10 @@ def test_bad_model_sources(tmp_path):
     bert.mkdir()
     (bert / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertModel"]}))
     refuse(lambda: Engine.load(str(bert)), "unsupported architecture 'bert'", "BertModel")
+    clipped = tmp_path / "clipped"
+    clipped.mkdir()
+    (clipped / "config.json").write_text(json.dumps({"model_type": "olmo", "clip_qkv": 8.0}))
+    refuse(lambda: Engine.load(str(clipped)), "unsupported option 'clip_qkv'")
     refuse(lambda: Engine.load("preset:gpt-5"), "unknown preset 'gpt-5'", "preset:smollm2-135m")
 
 

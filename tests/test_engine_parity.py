@@ -11,7 +11,7 @@ from engine import Engine, decode_one_token, prefill
 from engine.batching import build_batch
 from engine.kv_pool import SeatPool
 
-FAMILIES = ["tiny_llama", "tiny_llama_tied", "tiny_qwen2", "tiny_gpt2"]
+FAMILIES = ["tiny_llama", "tiny_llama_tied", "tiny_qwen2", "tiny_olmo", "tiny_gpt2"]  # olmo: a Llama with parameter-free LayerNorms
 PROMPT = [11, 57, 3, 200, 42, 9, 101, 7]
 
 

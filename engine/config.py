@@ -136,7 +136,7 @@ def _check_rope_scaling(raw: dict) -> dict | None:
 
 
 def config_from_hf(raw: dict) -> ModelConfig:
-    """Parse an HF config.json dict for the Llama family (Llama, SmolLM2, Mistral), Qwen2 or GPT-2."""
+    """Parse an HF config.json dict of a family in FAMILIES (Llama, SmolLM2, Mistral, Qwen2, OLMo, GPT-2)."""
     try:
         return _parse(raw)
     except KeyError as err:

@@ -130,3 +130,17 @@ def test_equal_prompts_take_one_batched_prefill_pass(tiny_qwen2, monkeypatch):
     layouts.clear()
     eng.generate(MIXED, batching="packed", **kw)  # mixed lengths: one span per prompt
     assert layouts[0] is False
+
+
+def test_the_labs_kitchens_refuse_in_one_line(tiny_llama):
+    """The lab's kitchens share the engine's checks, and a CUDA graph is the seats' alone."""
+    from lab import kitchens
+
+    eng = Engine.load(str(tiny_llama.path))
+    for settings, words in [({"cache": "growing", "cuda_graph": True}, "cuda_graph=True replays the seats"),
+                            ({"cache": "cold"}, "cache"), ({"batching": "zigzag"}, "batching")]:  # fmt: skip
+        with pytest.raises(EngineError, match=words) as err:
+            kitchens.generate(eng, MIXED, max_new_tokens=2, **settings)
+        assert "\n" not in str(err.value)
+    res = kitchens.generate(eng, MIXED, max_new_tokens=3, cache="growing")
+    assert res.path == "fixed batch" and res.tokens == eng.generate(MIXED, max_new_tokens=3).tokens

@@ -21,10 +21,13 @@ import statistics
 import time
 from dataclasses import dataclass
 
+import torch
+
+from engine.batching import build_batch
 from engine.engine import Engine
 from engine.events import Token
-from engine.fixed_batch import FixedBatchRun
-from engine.limits import RequestSettings
+from engine.kv_pool import SeatPool
+from engine.model import decode_one_token, prefill
 
 
 @dataclass(frozen=True)
@@ -52,10 +55,20 @@ class DecodeStepTiming:
 
 
 def _generate_fixed(engine: Engine, prompts: list[list[int]], n: int) -> None:
-    """The order through the fixed-batch path (generate() itself now cooks such an order on seats)."""
-    req = RequestSettings(max_new_tokens=n, stop_at_eos=False)
-    for _ in FixedBatchRun(engine.model, engine.codec, engine.info, prompts, req, 0).events():
-        pass
+    """The order as one fixed batch, greedy: the wok, then n - 1 decode steps of the same forward
+    over seats 0..B-1 with one common slot per step (generate() itself cooks the order on seats)."""
+    dev, B = engine.device, len(prompts)
+    pre = build_batch(prompts, "padded", dev, max(map(len, prompts)) + n)
+    pool = SeatPool(engine.cfg, B, pre.valid.shape[1], engine.model.dtype, dev)
+    with torch.inference_mode():
+        tok = prefill(engine.model, pre, pool).argmax(-1)[:, None]  # (B, 1)
+        valid = pre.valid.clone()  # (B, S) slots holding real keys
+        for slot in range(pre.slots_used, pre.slots_used + n - 1):
+            valid[:, slot] = True
+            mask = valid[:, None, None, : slot + 1]  # (B, 1, 1, S)
+            positions = torch.full((B, 1), slot, device=dev)  # (B, 1): equal lengths, no padding
+            logits = decode_one_token(engine.model, tok, positions, torch.tensor([slot], device=dev), mask, pool)
+            tok = logits.argmax(-1)[:, None]  # (B, 1)
 
 
 def _generate_seats(engine: Engine, prompts: list[list[int]], n: int) -> None:

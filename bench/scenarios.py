@@ -15,7 +15,7 @@ from bench.plan import Plan
 from bench.roofline import synchronize
 from engine import decode_one_token, prefill
 from engine.batching import build_batch
-from engine.cache import StaticKVCache
+from engine.kv_pool import SeatPool
 
 
 def measure_prefill(c: Contestants, plan: Plan, dev: torch.device, progress) -> dict:
@@ -132,7 +132,7 @@ def profile_decode(eng, batch: int, prompt_len: int, steps: int, dev: torch.devi
     prompts = random_prompts(cfg.vocab_size, batch, prompt_len, seed=3)
     slots = prompt_len + steps + 1
     pre = build_batch(prompts, "padded", dev, slots)
-    cache = StaticKVCache(cfg.n_layers, batch, cfg.n_kv_heads, cfg.head_dim, slots, eng.model.dtype, dev)
+    cache = SeatPool(cfg, batch, slots, eng.model.dtype, dev)
     tok = prefill(eng.model, pre, cache).argmax(-1)[:, None]  # (B, 1)
     valid = pre.valid.clone()  # (B, slots): which cache slots hold real tokens
 

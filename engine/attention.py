@@ -1,24 +1,35 @@
-"""Attention: grouped-query attention over this pass's tokens, the KV cache, or the serving seats.
+"""Attention: grouped-query attention with ONE forward; where K/V live is an argument.
 
-Three ways in, one projection in and out (`Attention.qkv`, `Attention._project`):
-  forward        a fixed batch's pass (engine/fixed_batch.py): padded, packed or one decode token
-  forward_seats  one serving pass over many sequences' seats (engine/runner.py)
-  decode_attention  the one-new-token case, shared with the lessons' cache kitchens
+`Attention.forward(x, rope, kv)` projects q, k, v, hands them to `kv.attend(layer, q, k, v)`, and
+projects the heads back. `kv` is a KV view (the `KVView` protocol): it writes this pass's K/V
+where they belong, reads what the queries may see, and runs the attention core:
+  SeatKV    one serving pass over many sequences' KV seats (engine/kv_pool.py, engine/runner.py)
+  BatchKV   a fixed batch: padded or packed prefill, or one decode token, over seats 0..B-1
+            or none (attend only within this pass); the lab's kitchens drive it (lab/kitchens.py)
+The cores are plain functions the views share: `decode_attention` (one new token per sequence),
+`packed_attention` (sequences concatenated in one row) and SDPA.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.cache import KVCache
 from engine.config import ModelConfig
 from engine.kv_pool import SeatBatch, SeatPool
 from engine.layers import Rope, add_buffer, add_weight, apply_rope
 from engine.quant import matmul
+
+
+class KVView(Protocol):
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """q (B, H, T, D), this pass's k and v (B, Hkv, T, D) -> attention output (B, T, H*D)."""
+        ...
 
 
 def decode_attention(q, k, v, bias: torch.Tensor) -> torch.Tensor:
@@ -66,53 +77,58 @@ class Attention(nn.Module):
         v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim)  # (B, T, Hkv, D)
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
 
-    def forward(self, x, rope: Rope | None, input_pos, mask, cache: KVCache | None, packed):
-        cfg = self.cfg
-        B, T, _ = x.shape
+    def forward(self, x, rope: Rope | None, kv: KVView) -> torch.Tensor:
+        """x (B, T, d) -> (B, T, d). `kv` says where this pass's K/V are written and read."""
         q, k, v = self.qkv(x, rope)
-        if packed is not None:
-            out = self._packed_attention(q, k, v, packed)
-            if cache is not None:
-                cache.write_packed(self.layer, packed, k, v)
-        else:
-            if cache is not None and mask is None:
-                cache.update(self.layer, input_pos, k, v)  # fresh causal pass: write, attend within it
-            elif cache is not None:
-                k, v = cache.update(self.layer, input_pos, k, v)
-                slots = mask.shape[-1]  # the mask says how much of the cache this pass reads
-                k, v = k[:, :, :slots], v[:, :, :slots]  # (B, Hkv, S, D)
-            if T == 1 and mask is not None:  # decode: `mask` is the step's additive bias
-                return self._project(decode_attention(q, k, v, mask))  # (B, 1, H*D)
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, is_causal=mask is None and T > 1, enable_gqa=cfg.group > 1
-            )  # (B, H, T, D)
-        return self._project(out.transpose(1, 2).reshape(B, T, cfg.q_dim))  # (B, T, H*D)
+        out = matmul(kv.attend(self.layer, q, k, v), self.wo_t)  # (B, T, H*D) @ (H*D, d)
+        return out + self.bo if self.bo is not None else out
 
-    def forward_seats(self, x, rope: Rope | None, sb: SeatBatch, pool: SeatPool) -> torch.Tensor:
-        """One serving pass over many sequences' tokens: decode rows first, then prefill spans.
 
-        Every token's K/V go to its own sequence's seat at its own position. Decode rows attend
-        together (one view of their seats); each span attends to its seat's cache up to itself.
-        x is (1, N, d), so the GEMMs around this see all N tokens at once (one read of the weights
-        per step), or (B, 1, d) when every row decodes: then this is the decode path exactly.
-        """
-        cfg, layer, nd = self.cfg, self.layer, sb.n_decode
-        q, k, v = self.qkv(x, rope)  # (1, H, N, D) and (1, Hkv, N, D), or (B, H, T, D) and (B, Hkv, T, D)
-        if sb.uniform:  # B whole prompts of one length: one batched causal pass, like the fixed batch's wok
+def _heads_to_width(out: torch.Tensor) -> torch.Tensor:
+    """(B, H, T, D) -> (B, T, H*D): the heads side by side, as the out projection reads them."""
+    B, H, T, D = out.shape
+    return out.transpose(1, 2).reshape(B, T, H * D)  # (B, T, H*D)
+
+
+def causal(q, k, v, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """SDPA over q (B, H, T, D) and k, v (B, Hkv, S, D): `mask` (B, 1, T, S) bool, or None = causal
+    within these T tokens. -> (B, H, T, D)."""
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=mask is None and q.shape[2] > 1, enable_gqa=q.shape[1] != k.shape[1]
+    )
+
+
+@dataclass(frozen=True)
+class SeatKV:
+    """One serving pass over many sequences' KV seats: decode rows first, then prefill spans.
+
+    Every token's K/V go to its own sequence's seat at its own position. Decode rows attend
+    together (one view of their seats); each span attends to its seat's cache up to itself.
+    The pass is (1, N, d), so the GEMMs around attention see all N tokens at once (one read of the
+    weights per step); or (B, 1, d) when every row decodes; or (B, T, d) for B whole prompts of one
+    length (`sb.uniform`).
+    """
+
+    sb: SeatBatch
+    pool: SeatPool
+
+    def attend(self, layer: int, q, k, v) -> torch.Tensor:
+        sb, pool, nd = self.sb, self.pool, self.sb.n_decode
+        if sb.uniform:  # B whole prompts of one length: one batched causal pass
             pool.write_block(layer, k, v)
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=q.shape[2] > 1, enable_gqa=cfg.group > 1)
-            return self._project(out.transpose(1, 2).reshape(x.shape[0], x.shape[1], cfg.q_dim))  # (B, T, d)
-        if not sb.spans:
+            return _heads_to_width(causal(q, k, v))  # (B, T, H*D)
+        if not sb.spans:  # q (B, H, 1, D), k and v (B, Hkv, 1, D)
             pool.write_rows(layer, sb.decode_index, k[:, :, 0], v[:, :, 0])
             keys, values = pool.read_rows(layer, sb.decode_first, nd, sb.decode_width)  # (B, Hkv, W, D)
-            return self._project(decode_attention(q, keys, values, sb.decode_bias))  # (B, 1, d)
+            return decode_attention(q, keys, values, sb.decode_bias)  # (B, 1, H*D)
+        H, D = q.shape[1], q.shape[3]  # q (1, H, N, D), k and v (1, Hkv, N, D)
         outs = []
         if nd:
             kd, vd = k[0, :, :nd].transpose(0, 1), v[0, :, :nd].transpose(0, 1)  # (Bd, Hkv, D)
             pool.write_rows(layer, sb.decode_index, kd, vd)
             keys, values = pool.read_rows(layer, sb.decode_first, nd, sb.decode_width)  # (Bd, Hkv, W, D)
             qd = q[0, :, :nd].transpose(0, 1).unsqueeze(2)  # (Bd, H, 1, D)
-            outs.append(decode_attention(qd, keys, values, sb.decode_bias).view(1, nd, cfg.q_dim))
+            outs.append(decode_attention(qd, keys, values, sb.decode_bias).view(1, nd, H * D))  # (1, Bd, H*D)
         offset = nd
         for sp in sb.spans:
             s = slice(offset, offset + sp.length)
@@ -121,44 +137,80 @@ class Attention(nn.Module):
                 keys, values = k[:, :, s], v[:, :, s]  # (1, Hkv, T, D)
             else:
                 keys, values = pool.read_rows(layer, sp.seat, 1, sp.start + sp.length)  # (1, Hkv, S, D)
-            out = F.scaled_dot_product_attention(
-                q[:, :, s], keys, values, attn_mask=sp.mask,
-                is_causal=sp.mask is None and sp.length > 1, enable_gqa=cfg.group > 1,
-            )  # fmt: skip  # (1, H, T, D)
-            outs.append(out.transpose(1, 2).reshape(1, sp.length, cfg.q_dim))
+            outs.append(_heads_to_width(causal(q[:, :, s], keys, values, sp.mask)))  # (1, T, H*D)
             offset += sp.length
-        return self._project(outs[0] if len(outs) == 1 else torch.cat(outs, dim=1))  # (1, N, d)
-
-    def _project(self, out: torch.Tensor) -> torch.Tensor:
-        """Heads back to the model width: (B, T, H*D) @ (H*D, d)."""
-        out = matmul(out, self.wo_t)
-        return out + self.bo if self.bo is not None else out
-
-    def _packed_attention(self, q, k, v, lengths: list[int]) -> torch.Tensor:
-        """Causal attention within each packed sequence, q (1, H, N, D), k and v (1, Hkv, N, D).
-
-        Two ways, measured (docs/benchmarks/varlen-cpu.md): one SDPA call per sequence (each does
-        exactly its own n x n work; fastest on a quiet CPU), or ONE call over all N tokens with a
-        block-diagonal causal mask (`document_mask`), for devices where each call costs a launch
-        (CUDA), used only while N^2 is no more than the pairs a padded batch would score.
-        """
-        n_total, longest = sum(lengths), max(lengths)
-        if q.device.type in ONE_CALL_DEVICES and len(lengths) > 1 and n_total**2 <= len(lengths) * longest**2:
-            mask = document_mask(tuple(lengths), q.device)  # (N, N) bool, built once per batch shape
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.cfg.group > 1)
-        outs, start = [], 0
-        for n in lengths:
-            s = slice(start, start + n)
-            outs.append(
-                F.scaled_dot_product_attention(
-                    q[:, :, s], k[:, :, s], v[:, :, s], is_causal=n > 1, enable_gqa=self.cfg.group > 1
-                )
-            )
-            start += n
-        return torch.cat(outs, dim=2)  # (1, H, N, D)
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)  # (1, N, H*D)
 
 
-ONE_CALL_DEVICES = ("cuda",)  # where packed attention runs as one masked call (see _packed_attention)
+@dataclass(frozen=True)
+class BatchKV:
+    """A fixed batch's pass over seats 0..B-1 of a SeatPool: every row writes the same cache
+    *slots* `input_pos` (T,), as a batch laid out by engine/batching.py (padded or packed).
+
+      pool       where K/V are kept (row b in seat b), or None: attend only within this pass
+      mask       (B, 1, T, S) bool, True = may attend; S = how many slots to read. None = a fresh
+                 causal pass over these T tokens alone (K/V still written to the seats). A
+                 one-token pass takes it as an additive float bias instead (`BatchKV.decode`)
+      packed     lengths of sequences concatenated in a (1, N) row: attention runs per sequence
+                 and each sequence's K/V land in its own seat, so no GEMM does padding work
+    """
+
+    pool: SeatPool | None = None
+    input_pos: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+    packed: list[int] | None = None
+
+    @classmethod
+    def decode(cls, pool: SeatPool, input_pos: torch.Tensor, mask: torch.Tensor, dtype) -> BatchKV:
+        """One token per row: the bool mask (B, 1, 1, S) becomes the step's additive bias once,
+        shared by all layers."""
+        return cls(pool, input_pos, additive_bias(mask, dtype))
+
+    def attend(self, layer: int, q, k, v) -> torch.Tensor:
+        pool, mask = self.pool, self.mask
+        if self.packed is not None:  # q (1, H, N, D), k and v (1, Hkv, N, D)
+            if pool is not None:
+                start = 0
+                for seat, n in enumerate(self.packed):
+                    pool.write_span(layer, seat, 0, k[0, :, start : start + n], v[0, :, start : start + n])
+                    start += n
+            return _heads_to_width(packed_attention(q, k, v, self.packed))  # (1, N, H*D)
+        if pool is not None:
+            B = k.shape[0]
+            # index_copy_ with a tensor of slots: no host sync, so it can live inside a CUDA graph.
+            pool.k_layer[layer][:B].index_copy_(2, self.input_pos, k)  # (B, Hkv, S, D) <- (B, Hkv, T, D)
+            pool.v_layer[layer][:B].index_copy_(2, self.input_pos, v)
+            if mask is not None:  # the mask says how many slots this pass reads
+                k, v = pool.read_rows(layer, 0, B, mask.shape[-1])  # (B, Hkv, S, D)
+        if q.shape[2] == 1 and mask is not None:  # decode: `mask` is the step's additive bias
+            return decode_attention(q, k, v, mask)  # (B, 1, H*D)
+        return _heads_to_width(causal(q, k, v, mask))  # (B, T, H*D)
+
+
+FRESH = BatchKV()  # no cache: a causal pass over these tokens alone
+
+
+def packed_attention(q, k, v, lengths: list[int]) -> torch.Tensor:
+    """Causal attention within each packed sequence, q (1, H, N, D), k and v (1, Hkv, N, D).
+
+    Two ways, measured (docs/benchmarks/varlen-cpu.md): one SDPA call per sequence (each does
+    exactly its own n x n work; fastest on a quiet CPU), or ONE call over all N tokens with a
+    block-diagonal causal mask (`document_mask`), for devices where each call costs a launch
+    (CUDA), used only while N^2 is no more than the pairs a padded batch would score.
+    """
+    n_total, longest = sum(lengths), max(lengths)
+    if q.device.type in ONE_CALL_DEVICES and len(lengths) > 1 and n_total**2 <= len(lengths) * longest**2:
+        mask = document_mask(tuple(lengths), q.device)  # (N, N) bool, built once per batch shape
+        return causal(q, k, v, mask)
+    outs, start = [], 0
+    for n in lengths:
+        s = slice(start, start + n)
+        outs.append(causal(q[:, :, s], k[:, :, s], v[:, :, s]))  # (1, H, n, D)
+        start += n
+    return torch.cat(outs, dim=2)  # (1, H, N, D)
+
+
+ONE_CALL_DEVICES = ("cuda",)  # where packed attention runs as one masked call (see packed_attention)
 
 
 @functools.lru_cache(maxsize=8)

@@ -47,8 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--quant", default=None, help="int8: int8 matmul weights (engine/quant.py); default none")
     gen.add_argument("--compile", action="store_true",
                      help="decode steps through torch.compile (engine/compiled.py; needs a C++ compiler)")  # fmt: skip
-    gen.add_argument("--cache", default="static", help="static | growing | none")
-    gen.add_argument("--batching", default="padded", help="padded | packed")
+    gen.add_argument("--cache", default="static", help="static (growing and none are the lab's kitchens)")
+    gen.add_argument("--batching", default="packed",
+                     help="packed | padded (padded with mixed lengths is the lab's kitchen)")  # fmt: skip
     gen.add_argument("--kv-budget-bytes", type=int, default=None)
     gen.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens")
     gen.add_argument("--cuda-graph", action="store_true", help="replay decode as a CUDA graph")

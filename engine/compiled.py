@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch.fx.experimental import _config as fx_config
 
+from engine.attention import SeatKV
 from engine.errors import EngineError
 from engine.int8_op import Int8Parts
 from engine.kv_pool import SeatBatch, SeatPool
@@ -139,7 +140,7 @@ def decode_layer(
 
     x (B, 1, d); cos, sin (B, 1, 1, D) or None (learned positions); bias (B, 1, 1, W) additive;
     index (B * Hkv,) flat rows of the new K/V (SeatPool.row_index_list); k_seats, v_seats the
-    layer's seats 0..B-1, (B, Hkv, T, D), contiguous. Same ops as Block.forward_seats.
+    layer's seats 0..B-1, (B, Hkv, T, D), contiguous. Same ops as Block.forward over SeatKV.
     """
     B, H, Hkv, D = x.shape[0], shape.n_heads, shape.n_kv_heads, shape.head_dim
     qkv = _plus(matmul(_norm(x, w.attn_norm, shape), w.wqkv), w.bqkv)  # (B, 1, q + 2kv)
@@ -225,7 +226,7 @@ class CompiledDecode:
     def __call__(
         self, tokens: torch.Tensor, positions: torch.Tensor, sb: SeatBatch, pool: SeatPool
     ) -> torch.Tensor:
-        """Logits (B, 1, V) of a pure-decode step, tokens and positions (B, 1): Transformer.forward_seats's."""
+        """Logits (B, 1, V) of a pure-decode step, tokens and positions (B, 1): Transformer.forward over SeatKV."""
         # On CPU a step that reads its seats to the last slot (W == T: an order's very last step)
         # would need graphs of its own (the compiler guards on W < T): one step, so it runs eagerly.
         # A CUDA graph bucket reads whole seats at every step (engine/cuda_graph.py): W == T there.
@@ -241,7 +242,7 @@ class CompiledDecode:
                               stacklevel=2)  # fmt: skip
         # Eager, from the embeddings: a failure part-way rewrites the same K/V slots with eager values.
         self.eager_steps += 1
-        return self.model.forward_seats(tokens, positions, sb, pool, None)
+        return self.model(tokens, positions, SeatKV(sb, pool))
 
     def _compiled(self, tokens, positions, sb: SeatBatch, pool: SeatPool) -> torch.Tensor:
         model = self.model

@@ -26,13 +26,16 @@ class Family:
     layer's options and the names of the tensors that differ from Llama's.
 
     A family that differs from Llama by its norm or its MLP is one entry here (and its parity test
-    against `transformers`). Example: StarCoder2 is a Llama with LayerNorm (with bias), an ungated
-    `c_fc -> gelu -> c_proj` MLP and a bias on every projection (`use_bias`).
+    against `transformers`). Examples: StarCoder2 is a Llama with LayerNorm (with bias), an ungated
+    `c_fc -> gelu -> c_proj` MLP and a bias on every projection (`use_bias`); OLMo is a Llama whose
+    norms are LayerNorms without parameters.
     """
 
     name: str  # what `ModelConfig.family` and the model card say
     norm: str = "rms"  # "rms" or "layer" (LayerNorm with bias)
+    norm_affine: bool = True  # False: a LayerNorm with no weight or bias (OLMo); the engine uses 1 and 0
     eps_key: str = "rms_norm_eps"  # config.json's name for the norm's epsilon
+    norm_eps: float | None = None  # a fixed epsilon the config does not carry (OLMo's 1e-5)
     mlp_gated: bool = True  # SwiGLU (gate * up) or plain up -> act -> down
     up: tuple[str, ...] = ("gate_proj", "up_proj")  # the MLP's input matrices, fused in this order
     down: str = "down_proj"
@@ -50,9 +53,10 @@ FAMILIES = {
     "llama": Family("llama", window=True),
     "mistral": Family("llama", window=True),  # a Llama with (optionally) sliding-window attention
     "qwen2": Family("qwen2", qkv_bias=True),
+    "olmo": Family("olmo", norm="layer", norm_affine=False, norm_eps=1e-5),  # norms without parameters
     "starcoder2": Family("starcoder2", norm="layer", eps_key="norm_epsilon", mlp_gated=False, up=("c_fc",),
                          down="c_proj", qkv_bias="use_bias", out_bias="use_bias", window=True, tied=True),  # fmt: skip
-    "gpt2": Family("gpt2"),
+    "gpt2": Family("gpt2", norm="layer"),
 }
 
 
@@ -67,7 +71,8 @@ class ModelConfig:
     head_dim: int
     ffn_dim: int
     max_context: int
-    norm: str = "rms"  # "rms" (Llama, Qwen2) or "layer" (GPT-2, with bias)
+    norm: str = "rms"  # "rms" (Llama, Qwen2) or "layer" (GPT-2, with bias; OLMo, without parameters)
+    norm_affine: bool = True  # the checkpoint holds the norms' weights (and a LayerNorm's bias)
     norm_eps: float = 1e-5
     positions: str = "rope"  # "rope" or "learned" (GPT-2's wpe table)
     rope_theta: float = 10000.0
@@ -110,7 +115,7 @@ class ModelConfig:
         = 134,515,008.
         """
         d = self.d_model
-        norm_params = d if self.norm == "rms" else 2 * d
+        norm_params = 0 if not self.norm_affine else d if self.norm == "rms" else 2 * d
         per_layer = self.layer_matmul_params() + 2 * norm_params
         if self.qkv_bias:
             per_layer += self.q_dim + 2 * self.kv_dim
@@ -155,7 +160,7 @@ def _check_rope_scaling(raw: dict) -> dict | None:
 
 
 def config_from_hf(raw: dict) -> ModelConfig:
-    """Parse an HF config.json dict for the Llama family (Llama, SmolLM2, Mistral), Qwen2 or GPT-2."""
+    """Parse an HF config.json dict of a family in FAMILIES (Llama, SmolLM2, Mistral, Qwen2, OLMo, GPT-2)."""
     try:
         return _parse(raw)
     except KeyError as err:
@@ -174,6 +179,8 @@ def _parse(raw: dict) -> ModelConfig:
         raise EngineError(
             f"unsupported architecture '{model_type}' ({arch}); supported: {', '.join(FAMILIES)}"
         )
+    if raw.get("clip_qkv") is not None:
+        raise EngineError("unsupported option 'clip_qkv' (q/k/v clipped to a range)")
     if family.name == "gpt2":
         return _gpt2_config(raw)
     d, heads = int(raw["hidden_size"]), int(raw["num_attention_heads"])
@@ -198,7 +205,8 @@ def _parse(raw: dict) -> ModelConfig:
         ffn_dim=int(raw["intermediate_size"]),
         max_context=max_ctx,
         norm=family.norm,
-        norm_eps=float(raw.get(family.eps_key, 1e-6)),
+        norm_affine=family.norm_affine,
+        norm_eps=family.norm_eps if family.norm_eps is not None else float(raw.get(family.eps_key, 1e-6)),
         positions="rope",
         rope_theta=float(_rope_params(raw)["rope_theta"]),
         rope_scaling=_check_rope_scaling(raw),

@@ -7,25 +7,23 @@ launch; the lab compares `cuda_graph=False` vs `True` to show how much of a step
 
 The price of a graph is fixed shapes and fixed addresses:
 * inputs are copied into static buffers (tokens, positions, the cache slot) before each replay;
-* attention reads the WHOLE cache allocation, with the `valid` mask hiding unfilled slots (the
-  eager path reads only the filled prefix; here the width cannot change between replays);
-* finished sequences are not dropped (that would change the batch shape): they keep decoding and
-  their tokens are ignored.
+* attention reads every seat's WHOLE length, with the bias hiding unfilled slots (the eager
+  path reads only the filled prefix; here the width cannot change between replays);
+* a step of B rows replays the graph of the smallest bucket b >= B (1, 2, 4, ...), padded up.
 
 A capture can fail (one did on an H200: `cudaErrorStreamCaptureInvalidated` after other models had
 run in the same process). Then that graph's step runs eagerly from the same static buffers, the
-failure is kept as one line in `failure` (the fixed path writes it into the trace's notes), and
-nothing is cached that a later request could trip on: the next request records its own graph.
+failure is kept as one line (an order writes it into its trace's notes), and that bucket's steps
+run eagerly: no step replays a broken graph, and the next order records its own graphs.
 """
 
 from __future__ import annotations
 
 import torch
 
-from engine.attention import additive_bias
-from engine.cache import StaticKVCache
+from engine.attention import SeatKV, additive_bias
 from engine.kv_pool import SeatBatch, SeatPool
-from engine.model import Transformer, decode_one_token
+from engine.model import Transformer
 
 
 def record(step, dev) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
@@ -61,42 +59,6 @@ def try_record(step, dev) -> tuple[torch.cuda.CUDAGraph | None, torch.Tensor | N
             except Exception:  # an error that was already reported above; the eager step will tell
                 pass
         return None, None, reason
-
-
-class GraphedDecode:
-    """Capture `decode_one_token` for a fixed batch and cache; call it like the eager function."""
-
-    def __init__(
-        self,
-        model: Transformer,
-        cache: StaticKVCache,
-        valid: torch.Tensor,
-        first_slot: int,
-        capture: bool = True,
-    ):
-        """`capture=False` replays the same static-buffer step eagerly (lets CPU tests check the logic)."""
-        B, dev = valid.shape[0], valid.device
-        self.tokens = torch.zeros(B, 1, dtype=torch.long, device=dev)  # (B, 1)
-        self.positions = torch.zeros(B, 1, dtype=torch.long, device=dev)  # (B, 1)
-        # Warm-up runs really execute: point them at the slot the first real step overwrites anyway.
-        self.input_pos = torch.full((1,), first_slot, dtype=torch.long, device=dev)  # (1,)
-        mask = valid[:, None, None, :]  # (B, 1, 1, S): a view, so flipping `valid` updates it
-
-        def step() -> torch.Tensor:
-            return decode_one_token(model, self.tokens, self.positions, self.input_pos, mask, cache)
-
-        self.step, self.graph, self.failure = step, None, None
-        if capture:  # logits (B, V): a static output buffer; on failure the step runs eagerly
-            self.graph, self.logits, self.failure = try_record(step, dev)
-
-    def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, slot: int) -> torch.Tensor:
-        self.tokens.copy_(tokens)
-        self.positions.copy_(positions)
-        self.input_pos.fill_(slot)
-        if self.graph is None:
-            return self.step()
-        self.graph.replay()
-        return self.logits
 
 
 def buckets(max_seqs: int) -> list[int]:
@@ -162,13 +124,13 @@ class _BucketStep:
         self.valid = torch.zeros(b, width, dtype=torch.bool, device=dev)  # (b, W)
         self.bias = torch.zeros(b, 1, 1, width, dtype=model.dtype, device=dev)  # (b, 1, 1, W)
         self.b, self.width, self.pool = b, width, pool
-        sb = SeatBatch(self.index, 0, width, self.bias, [], b)
+        kv = SeatKV(SeatBatch(self.index, 0, width, self.bias, [], b), pool)
         rows = torch.arange(b, device=dev)
 
         def step() -> torch.Tensor:
             if decode is not None:  # compiled: the warm-ups before the capture compile it
-                return decode(self.tokens, self.positions, sb, pool).view(b, -1)  # (b, V)
-            return model.forward_seats(self.tokens, self.positions, sb, pool, rows)
+                return decode(self.tokens, self.positions, kv.sb, pool).view(b, -1)  # (b, V)
+            return model(self.tokens, self.positions, kv, rows)
 
         self.step, self.graph, self.failure = step, None, None
         # Recording runs the step for real (warm-ups): aim every row at its seat's last slot, which no

@@ -6,8 +6,8 @@ Two ways in (docs/engine-api.md has the contract):
             scheduler iteration (engine/scheduler.py picks who cooks, engine/runner.py runs the one
             forward pass over the KV seats of engine/kv_pool.py) and returns its events. Requests
             join and leave the running batch at any step; `cancel()` frees a seat at the next one.
-  an order  `generate()` / `stream()`: one order's prompts cooked as one fixed batch, with the
-            lessons' knobs (cache modes, padding, CUDA graphs): engine/fixed_batch.py.
+  an order  `generate()` / `stream()`: one order's prompts cooked together over their own KV
+            seats through the same scheduler, runner and forward (engine/order_run.py).
 
     eng = Engine.load("chef", policy="chunked", token_budget=256)
     a = eng.submit("ROMEO:", max_new_tokens=16)
@@ -30,12 +30,11 @@ from engine.compiled import COMPILE_MAX_BATCH, CompiledDecode, check_max_batch
 from engine.config import ModelConfig
 from engine.errors import EngineError
 from engine.events import Done, Event, StepEnd, Token
-from engine.fixed_batch import FixedBatchRun
 from engine.limits import Limits, RequestSettings, available_memory, check_request, kv_limits
 from engine.loader import ModelInfo, load_model
 from engine.logprobs import row_extras, token_logprobs
 from engine.model import Transformer
-from engine.order_run import SeatOrderRun, runs_on_seats
+from engine.order_run import SeatOrderRun
 from engine.quant import parse_quant
 from engine.results import GenerationResult, RequestOutput, request_metrics
 from engine.runner import PassOutput
@@ -47,7 +46,7 @@ from engine.speculative import verify
 from engine.text import IncrementalDecoder, TextCodec, encode_prompts
 from engine.trace import measured_step
 
-ORDER_ONLY = ("cache", "batching", "cuda_graph")  # settings of a fixed-batch order, not a served request
+ORDER_ONLY = ("cache", "batching", "cuda_graph")  # settings of one order (generate/stream), not a served request
 
 
 class Engine:
@@ -112,7 +111,8 @@ class Engine:
         )
 
     def check(self, prompts, max_new_tokens: int = 64, **settings) -> list[list[int]]:
-        """Validate a fixed-batch order without running it; returns the prompts as token ids."""
+        """Validate an order without running it; returns the prompts as token ids. The lessons'
+        other kitchens (lab/kitchens.py) share these checks, so `cache` and `batching` may name them."""
         req = RequestSettings(max_new_tokens=max_new_tokens, **settings)
         ids = encode_prompts(prompts, self.codec)
         check_request(self.cfg, ids, req, self.limits(max(map(len, ids), default=1), max_new_tokens))
@@ -126,7 +126,7 @@ class Engine:
             raise EngineError("logprobs and min_tokens run on the serving path: submit() each prompt with them")
         return ids
 
-    # --- one order as one fixed batch ---------------------------------------------------------------
+    # --- one order, cooked over its own seats -------------------------------------------------------
     def generate(self, prompts, max_new_tokens: int = 64, **settings) -> GenerationResult:
         for ev in self.stream(prompts, max_new_tokens=max_new_tokens, **settings):
             if isinstance(ev, Done):
@@ -136,10 +136,12 @@ class Engine:
     def stream(self, prompts, max_new_tokens: int = 64, **settings) -> Iterator[Event]:
         req = RequestSettings(max_new_tokens=max_new_tokens, **settings)
         ids = self.check(prompts, max_new_tokens, **settings)
-        run = SeatOrderRun if runs_on_seats(req, ids) else FixedBatchRun  # engine/order_run.py says which
-        if run is SeatOrderRun:
-            return SeatOrderRun(self.model, self.codec, self.info, ids, req, self._new_id(), self.compiled).events()
-        return run(self.model, self.codec, self.info, ids, req, self._new_id()).events()
+        if req.cache != "static":
+            raise EngineError(f"cache='{req.cache}' is a lesson's kitchen (the lab runs it); the engine keeps K/V in its seats: cache='static'")
+        if req.batching == "padded" and len({len(p) for p in ids}) > 1:
+            raise EngineError("batching='padded' with prompts of different lengths is a lesson's kitchen (the lab runs it); "
+                              "the engine's seats never pad: batching='packed'")  # fmt: skip
+        return SeatOrderRun(self.model, self.codec, self.info, ids, req, self._new_id(), self.compiled).events()
 
     # --- serving: many requests, one step at a time ------------------------------------------------
     @property
@@ -173,7 +175,7 @@ class Engine:
         """
         bad = next((k for k in settings if k in ORDER_ONLY), None)
         if bad is not None:
-            raise EngineError(f"setting '{bad}' applies to one fixed-batch order (generate/stream), not to submit")
+            raise EngineError(f"setting '{bad}' applies to one order (generate/stream), not to submit")
         req = RequestSettings(max_new_tokens=max_new_tokens, **settings)
         if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
             raise EngineError("submit takes one prompt (text or a list of token ids); submit each prompt of a batch")

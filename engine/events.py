@@ -6,7 +6,7 @@ Every event carries `t` = seconds since the request started (measured, never est
 
 Every event carries `request_id`.
 
-Order for one fixed-batch order (`stream`; `seq` is the table's index in the order):
+Order for one order (`stream`; `seq` is the table's index in the order):
     PrefillStart, PrefillEnd, Token x batch (first tokens), StepEnd(prefill),
     then per decode step: Token x running sequences, StepEnd(decode), ... and finally Done.
 
@@ -61,7 +61,7 @@ class Token:
 class StepEnd:
     t: float
     step: StepRecord
-    request_id: int = 0  # the order's id for a fixed batch; -1 for a scheduler step
+    request_id: int = 0  # the order's id; -1 for a scheduler step
     request_ids: tuple[int, ...] = ()  # scheduler step: the requests it held
     prefill_tokens: int = 0
     decode_tokens: int = 0

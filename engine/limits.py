@@ -39,7 +39,7 @@ class RequestSettings:
     top_p: float = 1.0
     seed: int = 0
     cache: str = "static"
-    batching: str = "padded"
+    batching: str = "packed"
     stop_at_eos: bool = True
     cuda_graph: bool = False
     speculate: int = 0  # draft tokens per decode step (serving path only; engine/speculative.py)

@@ -47,7 +47,8 @@ def llama_weight_map(cfg: ModelConfig) -> list[WeightSpec]:
     (engine/config.py `FAMILIES`) names what differs. HF nn.Linear stores (out, in)."""
     fam = family_of(cfg)
     d, q, kv, f = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim
-    norm_parts = ("weight", "bias") if cfg.norm == "layer" else ("weight",)
+    # A norm's tensors; none for a LayerNorm without parameters (load_weights sets them to 1 and 0).
+    norm_parts = () if not cfg.norm_affine else ("weight", "bias") if cfg.norm == "layer" else ("weight",)
     specs = []
     for i in range(cfg.n_layers):
         hf, ours = f"model.layers.{i}.", f"layers.{i}."
@@ -157,6 +158,10 @@ def load_weights(folder: Path, cfg: ModelConfig, device, dtype) -> Transformer:
             buffers[spec.target].copy_(full.t() if spec.transpose else full)  # casts dtype, moves device
     finally:
         handles.clear()
+    if not cfg.norm_affine:  # a LayerNorm without parameters is one with weight 1 and bias 0
+        for name, buf in buffers.items():
+            if name.endswith(("norm.weight", "norm.bias")):
+                buf.fill_(1.0 if name.endswith("weight") else 0.0)
     return model
 
 

@@ -1,9 +1,9 @@
 """What every way of cooking one order shares: the order itself, its clock, and its result.
 
 An order is B prompts cooked together and followed as one (`Engine.generate` / `Engine.stream`).
-Two kitchens cook it -- over KV seats on the serving core (engine/order_run.py) or as one fixed
-batch with the lessons' other caches and layouts (engine/fixed_batch.py) -- and both hand back
-the same events and the same `GenerationResult`, built here.
+The engine cooks it over KV seats (engine/order_run.py); the lab's other kitchens (a growing
+cache, no cache, a padded batch: lab/kitchens.py) subclass `OrderRun` too, so every kitchen hands
+back the same events and the same `GenerationResult`, built here.
 
 Honest timing: the clock pauses while the consumer handles an event (a UI may take milliseconds
 to draw), so TTFT, TPOT and ITL measure the engine, not the page. On CUDA every measured point

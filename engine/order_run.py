@@ -8,20 +8,20 @@ seat at once. This is the core the class server runs (engine/engine.py `step()`)
 inside one order, so what the Kitchen measures is what the server does.
 
 What stays the order's, so `generate()` / `stream()` keep their results:
-  * one sampling generator for the order, drawn over the running tables in table order each step
-    (the same draws as the fixed-batch path, engine/fixed_batch.py);
+  * one sampling generator for the order, drawn over the running tables in table order each step;
   * events and the `Trace` of the order's own passes: PrefillStart, PrefillEnd, Token per table,
     StepEnd per pass, Done with a `GenerationResult`;
   * a clock that pauses while the consumer handles an event (a page drawing is not TTFT).
 
-Which orders run here (`runs_on_seats`): the static cache without CUDA graphs, with prompts of one
-length or packed. The fixed-batch path keeps the lessons' other kitchens: the growing cache and
-no cache at all, a padded batch of mixed lengths (padding waste is what that lesson measures), and
-the recorded single-batch CUDA graph.
+Every order the engine cooks runs here: prompts of any lengths (the seats never pad: a pass lays
+them out flat), and `cuda_graph=True` replays the runner's decode graphs of engine/cuda_graph.py
+(a failed capture is one line in the trace's notes; that step runs eagerly). The lessons' other
+kitchens -- a growing cache, no cache, a padded batch of mixed lengths -- are the lab's
+(lab/kitchens.py), built on the same forward.
 
 Worked example: 2 tables, prompts of 5 tokens, 3 new tokens each. Seats of 5 + 3 - 1 = 7 slots
 (the last token is never fed back). Pass 1 (prefill): 10 tokens, 2 first tokens. Passes 2 and 3
-(decode): 2 tokens each. 3 passes, 6 tokens out, and the same tokens as the fixed path.
+(decode): 2 tokens each. 3 passes, 6 tokens out.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from collections.abc import Iterator
 import torch
 
 from engine.compiled import CompiledDecode
+from engine.cuda_graph import buckets
 from engine.events import Done, Event, PrefillEnd, PrefillStart, StepEnd, Token
 from engine.kv_pool import SeatPool
 from engine.limits import RequestSettings
@@ -43,12 +44,6 @@ from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import Sequence
 from engine.text import IncrementalDecoder, TextCodec
 from engine.trace import Trace, measured_step
-
-
-def runs_on_seats(req: RequestSettings, prompts: list[list[int]]) -> bool:
-    """True when the serving core cooks this order exactly as asked (see the module docstring)."""
-    one_length = len({len(p) for p in prompts}) == 1
-    return req.cache == "static" and not req.cuda_graph and (one_length or req.batching == "packed")
 
 
 class SeatOrderRun(OrderRun):
@@ -66,7 +61,9 @@ class SeatOrderRun(OrderRun):
         """Seats, a static scheduler holding the whole order, and one sequence per table (id = table)."""
         req, prompts = self.req, self.prompts
         seat_len = max(map(len, prompts)) + req.max_new_tokens - 1  # the last token is never fed back
-        pool = SeatPool(self.cfg, len(prompts), seat_len, self.model.dtype, self.device)
+        # cuda_graph: as many seats as the graph bucket that holds the whole order, for its padding rows
+        seats = buckets(len(prompts))[-1] if req.cuda_graph else len(prompts)
+        pool = SeatPool(self.cfg, seats, seat_len, self.model.dtype, self.device)
         # The whole order is admitted in one pass: its memory, prefill working memory included,
         # was checked before the run (engine/limits.py), so the scheduler needs no second budget.
         config = SchedulerConfig("static", len(prompts), max(1, sum(map(len, prompts))),
@@ -92,7 +89,7 @@ class SeatOrderRun(OrderRun):
         gen = torch.Generator(device=self.device).manual_seed(req.seed)
         lengths = [len(p) for p in prompts]
         pool, sched, seqs = self._kitchen()
-        runner = Runner(self.model, pool, compiled=self.compiled)
+        runner = Runner(self.model, pool, cuda_graphs=req.cuda_graph, compiled=self.compiled)
         trace = Trace()
         yield from clock.emit([PrefillStart(clock.now(), len(prompts), lengths, sum(lengths), req.batching, rid)])
 
@@ -132,6 +129,8 @@ class SeatOrderRun(OrderRun):
             yield from clock.emit(events)
 
         trace.t_done = trace.steps[-1].t_end
+        if runner.graphs is not None:
+            trace.notes += [f"CUDA graph capture failed, decoded eagerly: {why}" for why in runner.graphs.failed.values()]
         if self.compiled is not None and self.compiled.failure is not None:
             trace.notes.append(f"compile=True, decoded eagerly: {self.compiled.failure}")
         result = self._result([s.output for s in seqs], trace, pool.bytes_reserved)

@@ -1,4 +1,4 @@
-"""What a finished request hands back: a fixed batch's `GenerationResult`, a served request's `RequestOutput`.
+"""What a finished request hands back: an order's `GenerationResult`, a served request's `RequestOutput`.
 
 Both carry metrics with vLLM's definitions (engine/trace.py has the worked example):
   queue   arrival -> first scheduled into a step
@@ -18,7 +18,7 @@ from engine.trace import Metrics, Trace
 
 @dataclass
 class GenerationResult:
-    """One order cooked as one fixed batch (`Engine.generate` / `Engine.stream`)."""
+    """One order: B prompts cooked together (`Engine.generate` / `Engine.stream`)."""
 
     tokens: list[list[int]]  # generated ids per sequence (prompt excluded, EOS included if hit)
     texts: list[str]
@@ -31,7 +31,7 @@ class GenerationResult:
     device: str = ""
     dtype: str = ""  # the precision it cooked at: a dtype, or "int8" (int8 matrices, float32 the rest)
     request_id: int = 0
-    path: str = "fixed batch"  # which code cooked it: "seats" (the serving core) or "fixed batch"
+    path: str = "seats"  # which code cooked it: "seats" (the engine), "fixed batch" (a lab kitchen), "class kitchen"
     reused_tokens: int = 0  # prompt tokens taken from a cached prefix, not computed (shared kitchen only)
 
     def to_dict(self) -> dict:

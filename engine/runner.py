@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from engine.attention import SeatKV
 from engine.compiled import CompiledDecode
 from engine.cuda_graph import DecodeGraphs
 from engine.kv_pool import SeatBatch, SeatPool, Span
@@ -106,14 +107,14 @@ class Runner:
         if uniform:
             B = len(spans)
             logits_rows = torch.tensor(rows, dtype=torch.long, device=dev)  # (B,) each prompt's last token
-            return self.model.forward_seats(inputs[0].view(B, -1), inputs[1].view(B, -1), sb, self.pool, logits_rows)
+            return self.model(inputs[0].view(B, -1), inputs[1].view(B, -1), SeatKV(sb, self.pool), logits_rows)
         if rows is None:
             tokens, positions = inputs[0].view(-1, 1), inputs[1].view(-1, 1)  # (B, 1)
             if self.compiled is not None:
                 return self.compiled(tokens, positions, sb, self.pool).view(nd, -1)  # (B, V)
-            return self.model.forward_seats(tokens, positions, sb, self.pool, None).view(nd, -1)  # (B, V)
+            return self.model(tokens, positions, SeatKV(sb, self.pool)).view(nd, -1)  # (B, V)
         logits_rows = torch.tensor(rows, dtype=torch.long, device=dev)  # (R,)
-        return self.model.forward_seats(inputs[0][None], inputs[1][None], sb, self.pool, logits_rows)
+        return self.model(inputs[0][None], inputs[1][None], SeatKV(sb, self.pool), logits_rows)
 
     def _span_mask(self, w: Work) -> torch.Tensor | None:
         """A chunk that continues a sequence sees its cached prefix plus itself, causally."""

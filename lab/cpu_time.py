@@ -8,7 +8,8 @@ shows the model's cost curve even when the machine is busy. The lab plots wall t
 truth) and uses CPU time to state shape facts (flat vs growing) that must hold on any machine;
 whether something else ran meanwhile is `lab.noise.MachineWatch`'s to say.
 
-How: we run `engine.stream()` instead of `generate()`; the engine yields a `StepEnd` right after
+How: we run the order's stream (`lab.kitchens.stream`: the engine's seats, or a lesson's kitchen
+built on the same forward) instead of `generate()`; it yields a `StepEnd` right after
 each pass, in this thread, so `time.process_time()` read at consecutive `StepEnd`s brackets that
 step's CPU work (plus the few microseconds of yielding its events).
 
@@ -27,6 +28,7 @@ import time
 from dataclasses import dataclass
 
 from engine.events import Done, StepEnd
+from lab.kitchens import stream
 
 
 @dataclass(frozen=True)
@@ -44,10 +46,10 @@ class TimedRun:
 
 
 def generate_timed(engine, prompts, **settings) -> TimedRun:
-    """`engine.generate(prompts, **settings)`, also recording each step's process CPU time."""
+    """`lab.kitchens.generate(engine, prompts, **settings)`, also recording each step's process CPU time."""
     cpu, result = [], None
     last = time.process_time()
-    for event in engine.stream(prompts, **settings):
+    for event in stream(engine, prompts, **settings):
         if isinstance(event, StepEnd):
             now = time.process_time()
             cpu.append(now - last)

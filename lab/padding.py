@@ -23,6 +23,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from engine.errors import EngineError
+from lab import kitchens
 from lab.experiment import Experiment, Prediction, StoryLink
 from lab.noise import (
     MIN_REPEATS,
@@ -83,9 +84,9 @@ class PaddingResult:
 
 
 def measure_mode(engine, prompts: list[list[int]], mode: str, repeats: int):
-    engine.generate(prompts, max_new_tokens=1, stop_at_eos=False, batching=mode)  # warm-up: a GPU's first call of a new shape is slow (lazy init, kernel choice), so it is not timed
+    kitchens.generate(engine, prompts, max_new_tokens=1, stop_at_eos=False, batching=mode)  # warm-up: a GPU's first call of a new shape is slow (lazy init, kernel choice), so it is not timed
     runs = [
-        engine.generate(prompts, max_new_tokens=1, temperature=0.0, stop_at_eos=False, batching=mode)
+        kitchens.generate(engine, prompts, max_new_tokens=1, temperature=0.0, stop_at_eos=False, batching=mode)
         for _ in range(max(MIN_REPEATS, repeats))
     ]
     pre = runs[-1].trace.prefill

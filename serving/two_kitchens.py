@@ -46,9 +46,9 @@ import torch.multiprocessing as mp
 
 from engine import Engine
 from engine.batching import build_batch
-from engine.cache import StaticKVCache
 from engine.errors import EngineError
 from engine.events import Done
+from engine.kv_pool import SeatPool
 from engine.model import prefill
 from engine.sampling import SamplingParams, sample
 
@@ -133,11 +133,11 @@ def _prefill(eng, prompt, settings: dict):
     ids = eng.check([prompt], 2)[0]
     n = len(ids)
     t0 = time.perf_counter()
-    cache = StaticKVCache(cfg.n_layers, 1, cfg.n_kv_heads, cfg.head_dim, n, eng.model.dtype, eng.device)
+    cache = SeatPool(cfg, 1, n, eng.model.dtype, eng.device)
     logits = prefill(eng.model, build_batch([ids], "packed", eng.device, n), cache)
     params = SamplingParams(settings.get("temperature", 0.0))
     first = int(sample(logits, params, torch.Generator().manual_seed(settings.get("seed", 0)))[0])
-    kv = torch.stack([torch.stack([c[i][0, :, :n] for i in range(cfg.n_layers)]) for c in (cache.k, cache.v)])
+    kv = torch.stack([cache.k[:, 0, :, :n], cache.v[:, 0, :, :n]])  # (2, L, Hkv, n, D)
     return ids, first, kv.contiguous(), time.perf_counter() - t0  # kv (2, L, Hkv, n, D)
 
 

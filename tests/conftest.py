@@ -50,7 +50,7 @@ class TinyModel:
 
 
 def make_tiny_model(path: Path, family: str, *, tied: bool = False, seed: int = 0, **overrides) -> TinyModel:
-    """Build and save a tiny random `family` model ("llama" | "qwen2" | "starcoder2" | "gpt2") into `path`."""
+    """Build and save a tiny random `family` model ("llama" | "qwen2" | "olmo" | "starcoder2" | "gpt2")."""
     import torch
     import transformers as tf
 
@@ -66,6 +66,8 @@ def make_tiny_model(path: Path, family: str, *, tied: bool = False, seed: int = 
             model = tf.Qwen2ForCausalLM(tf.Qwen2Config(**shape | common | overrides))
         elif family == "starcoder2":
             model = tf.Starcoder2ForCausalLM(tf.Starcoder2Config(**shape | common | overrides))
+        elif family == "olmo":  # a Llama whose norms are LayerNorms without parameters
+            model = tf.OlmoForCausalLM(tf.OlmoConfig(**shape | common | overrides))
         else:
             model = tf.LlamaForCausalLM(tf.LlamaConfig(**shape | common | overrides))
     model.eval().save_pretrained(str(path))
@@ -106,6 +108,12 @@ def tiny_qwen2(tmp_path_factory) -> TinyModel:
 def tiny_starcoder2(tmp_path_factory) -> TinyModel:
     """A Llama-spelled family that differs by its norm (LayerNorm) and MLP (ungated, with bias)."""
     return make_tiny_model(tmp_path_factory.mktemp("tiny_starcoder2"), "starcoder2", tied=True, seed=5)
+
+
+@pytest.fixture(scope="session")
+def tiny_olmo(tmp_path_factory) -> TinyModel:
+    """A Llama whose norms are LayerNorms without parameters."""
+    return make_tiny_model(tmp_path_factory.mktemp("tiny_olmo"), "olmo", seed=4)
 
 
 @pytest.fixture(scope="session")

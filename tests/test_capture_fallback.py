@@ -6,14 +6,17 @@ check what the engine does with it on CPU: the same tokens as eager, one note in
 next request unaffected.
 """
 
+import functools
+
 import pytest
 
 import engine.cuda_graph as cuda_graph
-import engine.fixed_batch as fixed_batch
+import engine.runner as runner_mod
 from engine import Engine
 from engine.cuda_graph import DecodeGraphs
 from engine.events import Done
 from engine.limits import RequestSettings
+from engine.order_run import SeatOrderRun
 
 PROMPTS = [[11, 57, 3, 200, 42, 9, 101, 7], [5, 6]]
 CAPTURE_ERROR = "CUDA error: operation failed due to a previous error during capture\nCUDA kernel errors..."
@@ -29,18 +32,21 @@ def failing_capture(monkeypatch):
         raise RuntimeError(CAPTURE_ERROR)
 
     monkeypatch.setattr(cuda_graph, "record", record)
+    # an order's runner records its decode graphs as on a GPU (here the capture then fails)
+    monkeypatch.setattr(runner_mod, "DecodeGraphs", functools.partial(DecodeGraphs, capture=True))
     return calls
 
 
 def graphed_run(eng, prompts, n):
-    settings = RequestSettings(max_new_tokens=n, cuda_graph=True)
-    run = fixed_batch.FixedBatchRun(eng.model, eng.codec, eng.info, prompts, settings, 0)
+    """An order with cuda_graph=True (the engine refuses it on a CPU before it runs)."""
+    settings = RequestSettings(max_new_tokens=n, cuda_graph=True, stop_at_eos=False)
+    run = SeatOrderRun(eng.model, eng.codec, eng.info, prompts, settings, 0)
     return list(run.events())[-1].result
 
 
-def test_fixed_batch_falls_back_to_eager_and_notes_it(tiny_llama, failing_capture):
+def test_an_order_falls_back_to_eager_and_notes_it(tiny_llama, failing_capture):
     eng = Engine.load(str(tiny_llama.path))
-    eager = eng.generate(PROMPTS, max_new_tokens=7)
+    eager = eng.generate(PROMPTS, max_new_tokens=7, stop_at_eos=False)
     res = graphed_run(eng, PROMPTS, 7)
     assert failing_capture and res.tokens == eager.tokens
     (note,) = res.trace.notes
@@ -53,7 +59,7 @@ def test_a_failed_capture_does_not_poison_the_next_request(tiny_llama, failing_c
     first = graphed_run(eng, PROMPTS, 6)
     again = graphed_run(eng, PROMPTS, 6)  # records (and here fails) afresh: nothing cached from before
     assert len(failing_capture) == 2 and again.tokens == first.tokens and len(again.trace.notes) == 1
-    after = eng.generate(PROMPTS[:1], max_new_tokens=6)
+    after = eng.generate(PROMPTS[:1], max_new_tokens=6, stop_at_eos=False)
     assert after.tokens[0] == first.tokens[0] and after.trace.notes == []
 
 

@@ -89,6 +89,10 @@ def test_bad_model_sources(tmp_path):
     bert.mkdir()
     (bert / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertModel"]}))
     refuse(lambda: Engine.load(str(bert)), "unsupported architecture 'bert'", "BertModel")
+    clipped = tmp_path / "clipped"
+    clipped.mkdir()
+    (clipped / "config.json").write_text(json.dumps({"model_type": "olmo", "clip_qkv": 8.0}))
+    refuse(lambda: Engine.load(str(clipped)), "unsupported option 'clip_qkv'")
     refuse(lambda: Engine.load("preset:gpt-5"), "unknown preset 'gpt-5'", "preset:smollm2-135m")
 
 
@@ -148,7 +152,7 @@ def test_cli_exits_2_with_one_stderr_line(tiny_llama, tmp_path):
 
 def test_cli_json_matches_the_engine(tiny_llama):
     proc = run_cli("generate", "--model", str(tiny_llama.path), "--prompt-ids", ",".join(map(str, PROMPT)),
-                   "--batch", "2", "--max-new-tokens", "5", "--cache", "growing", "--batching", "packed", "--json")  # fmt: skip
+                   "--batch", "2", "--max-new-tokens", "5", "--cache", "static", "--batching", "packed", "--json")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     for key in ("tokens", "texts", "ttft_s", "tpot_s", "itl_s", "e2e_s", "prefill_s", "kv_cache_bytes"):
@@ -156,6 +160,9 @@ def test_cli_json_matches_the_engine(tiny_llama):
     expected = Engine.load(str(tiny_llama.path)).generate([PROMPT], max_new_tokens=5).tokens[0]
     assert out["tokens"] == [expected, expected]
     assert len(out["itl_s"]) == 4 and out["ttft_s"] <= out["e2e_s"]
+    # the lessons' other kitchens are the lab's: the engine's CLI refuses them in one line
+    proc = run_cli("generate", "--model", str(tiny_llama.path), "--prompt-ids", "1,2", "--cache", "growing")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "cache='growing'" in proc.stderr
 
 
 def test_cli_info_and_bench_dispatch(tiny_llama, capfd):

@@ -8,6 +8,7 @@ from conftest import with_eos
 from engine import Engine
 from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token
 from engine.trace import compute_metrics
+from lab import kitchens
 
 PROMPTS = [[11, 57, 3, 200, 42, 9, 101, 7], [5, 6], [300, 1, 2, 99, 45]]
 
@@ -21,7 +22,7 @@ def eng(tiny_llama):
 def test_all_cache_modes_and_batchings_give_the_same_tokens(request, family):
     eng = Engine.load(str(request.getfixturevalue(family).path))
     runs = {
-        (cache, batching): eng.generate(PROMPTS, max_new_tokens=12, cache=cache, batching=batching).tokens
+        (cache, batching): kitchens.generate(eng, PROMPTS, max_new_tokens=12, cache=cache, batching=batching).tokens
         for cache in ("static", "growing", "none")
         for batching in ("padded", "packed")
     }
@@ -31,8 +32,8 @@ def test_all_cache_modes_and_batchings_give_the_same_tokens(request, family):
 
 
 def test_packed_prefill_computes_no_padding(eng):
-    padded = eng.generate(PROMPTS, max_new_tokens=2, batching="padded").trace.prefill
-    packed = eng.generate(PROMPTS, max_new_tokens=2, batching="packed").trace.prefill
+    padded = kitchens.generate(eng, PROMPTS, max_new_tokens=2, batching="padded").trace.prefill
+    packed = kitchens.generate(eng, PROMPTS, max_new_tokens=2, batching="packed").trace.prefill
     real = sum(map(len, PROMPTS))
     assert padded.tokens == packed.tokens == real
     assert packed.slots == real
@@ -53,7 +54,7 @@ def test_eos_stops_one_sequence_and_the_rest_continue(tiny_llama, tmp_path):
     for cache in ("static", "growing", "none"):  # compaction works in every cache and layout
         for batching in ("padded", "packed"):
             assert (
-                eng.generate(PROMPTS, max_new_tokens=10, cache=cache, batching=batching).tokens == res.tokens
+                kitchens.generate(eng, PROMPTS, max_new_tokens=10, cache=cache, batching=batching).tokens == res.tokens
             )
     assert eng.generate(PROMPTS, max_new_tokens=10, stop_at_eos=False).tokens == free
     batches = [s.batch for s in res.trace.decode_steps]
@@ -100,7 +101,7 @@ def test_stream_events_come_in_the_documented_order(eng):
 
 def test_trace_has_one_prefill_and_n_minus_1_decode_records(eng):
     n = 6
-    res = eng.generate(PROMPTS, max_new_tokens=n)
+    res = kitchens.generate(eng, PROMPTS, max_new_tokens=n, batching="padded")  # the fixed batch's trace
     tr, cfg = res.trace, eng.cfg
     assert [s.phase for s in tr.steps] == ["prefill"] + ["decode"] * (n - 1)
     assert [s.index for s in tr.steps] == list(range(n))
@@ -151,25 +152,32 @@ def test_text_prompts_and_streamed_text(tiny_llama_tok):
 
 
 def test_graph_mode_bookkeeping_matches_eager_decode(eng, monkeypatch):
-    """The CUDA-graph path's static buffers, full-width mask and no-compaction rule, replayed eagerly on
-    CPU (the capture itself needs a GPU: see test_cuda_graph_gives_the_same_tokens)."""
-    import functools
-
-    import engine.fixed_batch as fixed_batch
+    """An order with cuda_graph=True replays the seats' decode graphs (engine/cuda_graph.py): their
+    static buffers, whole-seat reads and bucket padding, run eagerly on CPU (the capture itself
+    needs a GPU: see test_cuda_graph_gives_the_same_tokens)."""
+    import engine.runner as runner_mod
     from engine.limits import RequestSettings
+    from engine.order_run import SeatOrderRun
 
-    monkeypatch.setattr(
-        fixed_batch, "GraphedDecode", functools.partial(fixed_batch.GraphedDecode, capture=False)
-    )
+    made, real = [], runner_mod.DecodeGraphs
+
+    def graphs(*args, **kwargs):
+        made.append(real(*args, **kwargs, capture=False))
+        return made[-1]
+
     prompts = [[11, 57, 3, 200, 42, 9, 101, 7], [5, 6]]
     eager = eng.generate(prompts, max_new_tokens=7)
+    monkeypatch.setattr(runner_mod, "DecodeGraphs", graphs)
     settings = RequestSettings(max_new_tokens=7, cuda_graph=True)
-    run = fixed_batch.FixedBatchRun(eng.model, eng.codec, eng.info, prompts, settings, 0)
-    events = list(run.events())
-    graphed = events[-1].result
-    assert graphed.tokens == eager.tokens
-    width = max(map(len, prompts)) + 7 - 1
-    assert all(s.kv_tokens == 2 * width and s.batch == 2 for s in graphed.trace.decode_steps)
+    graphed = list(SeatOrderRun(eng.model, eng.codec, eng.info, prompts, settings, 0).events())[-1].result
+    assert graphed.tokens == eager.tokens and graphed.trace.notes == []
+    (g,) = made
+    assert sorted(g.steps) == [2] and not g.failed  # both rows decoded together: the bucket of 2 stepped
+    assert all(s.batch == 2 for s in graphed.trace.decode_steps)
+    three = prompts + [[9, 8, 7]]  # three tables replay the bucket of 4: the order has seats for its padding row
+    made.clear()
+    res = list(SeatOrderRun(eng.model, eng.codec, eng.info, three, settings, 0).events())[-1].result
+    assert res.tokens == eng.generate(three, max_new_tokens=7).tokens and 4 in made[0].steps
 
 
 @pytest.mark.gpu
@@ -186,8 +194,8 @@ def test_cuda_graph_gives_the_same_tokens(tiny_llama, dtype):
 
 
 def test_recompute_mode_redoes_the_whole_sequence_every_step(eng):
-    static = eng.generate(PROMPTS, max_new_tokens=5, cache="static").trace.decode_steps
-    none_trace = eng.generate(PROMPTS, max_new_tokens=5, cache="none").trace
+    static = kitchens.generate(eng, PROMPTS, max_new_tokens=5, cache="static", batching="padded").trace.decode_steps
+    none_trace = kitchens.generate(eng, PROMPTS, max_new_tokens=5, cache="none", batching="padded").trace
     none = none_trace.decode_steps
     assert none_trace.prefill.kv_bytes == 0  # nothing is kept between passes
     for i, (s, n) in enumerate(zip(static, none, strict=True), start=1):
@@ -213,11 +221,11 @@ def test_streaming_detokenizer_never_splits_a_character(tiny_llama_tok):
 
 @pytest.mark.parametrize("batching", ["padded", "packed"])
 def test_single_token_prompts_and_single_new_token(eng, batching):
-    res = eng.generate([[42], [7, 8, 9]], max_new_tokens=1, batching=batching)
+    res = kitchens.generate(eng, [[42], [7, 8, 9]], max_new_tokens=1, batching=batching)
     assert [len(t) for t in res.tokens] == [1, 1]
     assert [s.phase for s in res.trace.steps] == ["prefill"]
     assert res.metrics.tpot_s is None and res.metrics.decode_tps is None and res.metrics.itl_s == [] and res.metrics.e2e_s == res.metrics.ttft_s
-    longer = eng.generate([[42], [7, 8, 9]], max_new_tokens=4, batching=batching)
+    longer = kitchens.generate(eng, [[42], [7, 8, 9]], max_new_tokens=4, batching=batching)
     assert [t[:1] for t in longer.tokens] == res.tokens
     assert longer.tokens[0] == eng.generate([[42]], max_new_tokens=4).tokens[0]
 
@@ -229,7 +237,7 @@ def test_cuda_matches_cpu_in_every_mode(tiny_qwen2):
     gpu = Engine.load(str(tiny_qwen2.path), device="cuda")
     for cache in ("static", "growing", "none"):
         for batching in ("padded", "packed"):
-            res = gpu.generate(PROMPTS, max_new_tokens=10, cache=cache, batching=batching)
+            res = kitchens.generate(gpu, PROMPTS, max_new_tokens=10, cache=cache, batching=batching)
             assert res.tokens == cpu, (cache, batching)
     sampled = [gpu.generate(PROMPTS, max_new_tokens=10, temperature=1.0, seed=5).tokens for _ in range(2)]
     assert sampled[0] == sampled[1]

@@ -9,9 +9,10 @@ import torch
 
 from engine import Engine, decode_one_token, prefill
 from engine.batching import build_batch
-from engine.cache import StaticKVCache
+from engine.kv_pool import SeatPool
 
-FAMILIES = ["tiny_llama", "tiny_llama_tied", "tiny_qwen2", "tiny_starcoder2", "tiny_gpt2"]
+# olmo: a Llama with parameter-free LayerNorms; starcoder2: LayerNorm and an ungated MLP with biases
+FAMILIES = ["tiny_llama", "tiny_llama_tied", "tiny_qwen2", "tiny_olmo", "tiny_starcoder2", "tiny_gpt2"]
 PROMPT = [11, 57, 3, 200, 42, 9, 101, 7]
 
 
@@ -60,7 +61,7 @@ def test_prefill_then_decode_equals_one_full_forward(tiny):
     with torch.inference_mode():
         full = model(torch.tensor([seq]), torch.arange(len(seq))[None])[0]  # (T, V)
         batch = build_batch([PROMPT], "padded", "cpu", max_slots=len(seq))
-        cache = StaticKVCache(cfg.n_layers, 1, cfg.n_kv_heads, cfg.head_dim, len(seq), torch.float32, "cpu")
+        cache = SeatPool(cfg, 1, len(seq), torch.float32, "cpu")
         step_logits = [prefill(model, batch, cache)[0]]
         for i in range(n_decode):
             slot = len(PROMPT) + i
@@ -158,7 +159,7 @@ def test_batched_decode_does_one_gemm_per_weight(tiny):
     slot = len(PROMPT)
     with torch.inference_mode():
         batch = build_batch(prompts, "padded", "cpu", max_slots=slot + 1)
-        cache = StaticKVCache(cfg.n_layers, 4, cfg.n_kv_heads, cfg.head_dim, slot + 1, torch.float32, "cpu")
+        cache = SeatPool(cfg, 4, slot + 1, torch.float32, "cpu")
         nxt = prefill(model, batch, cache).argmax(-1)[:, None]  # (4, 1)
         mask = torch.cat([batch.valid[:, :slot], torch.ones(4, 1, dtype=torch.bool)], 1)[:, None, None]
         positions = torch.tensor([[len(p)] for p in prompts])

@@ -205,7 +205,7 @@ def test_the_chef_serves_a_busy_kitchen_like_a_quiet_one():
         ({}, (list(range(100)), {"max_new_tokens": 40}), "exceeds the model's context of 128"),
         ({"kv_tokens": 30}, (PROMPTS[0], {"max_new_tokens": 40}), "exceeds the KV memory of 30 tokens"),
         ({"kv_budget_bytes": 60_000}, (list(range(80)), {"max_new_tokens": 8}), "prefill working memory"),
-        ({}, (PROMPTS[0], {"cache": "growing"}), "applies to one fixed-batch order"),
+        ({}, (PROMPTS[0], {"cache": "growing"}), "applies to one order (generate/stream)"),
         ({}, ([PROMPTS[0], PROMPTS[1]], {}), "submit takes one prompt"),
         ({}, ([], {}), "prompt 1 is empty"),
         ({}, (PROMPTS[0], {"max_new_tokens": 0}), "max_new_tokens must be at least 1"),
@@ -316,12 +316,12 @@ def test_cuda_serving_replays_graph_buckets_with_the_cpu_tokens(tiny_llama, poli
 def test_cuda_orders_on_seats_match_the_fixed_batch(tiny_qwen2):
     """The Kitchen's order on the serving core (engine/order_run.py) on CUDA: the fixed batch's tokens
     (float32: in bfloat16 the two kitchens' different reduction widths may flip a near-tie)."""
-    from engine.fixed_batch import FixedBatchRun
     from engine.limits import RequestSettings
+    from lab.kitchens import FixedBatch
 
     eng = Engine.load(str(tiny_qwen2.path), device="cuda")
     prompts = [[11, 57, 3, 200, 42, 9], [5, 6, 77, 8, 1, 300]]
     seats = eng.generate(prompts, max_new_tokens=12, stop_at_eos=False)
     req = RequestSettings(max_new_tokens=12, stop_at_eos=False)
-    (done,) = [e for e in FixedBatchRun(eng.model, eng.codec, eng.info, prompts, req, 0).events() if isinstance(e, Done)]
+    (done,) = [e for e in FixedBatch(eng.model, eng.codec, eng.info, prompts, req, 0).events() if isinstance(e, Done)]
     assert seats.path == "seats" and seats.tokens == done.result.tokens

@@ -1,27 +1,27 @@
-"""An order (generate / stream) on the serving core cooks what the fixed-batch path cooks.
+"""An order (generate / stream) on the serving core cooks what one fixed batch cooks.
 
-The reference is the fixed-batch path itself (engine/fixed_batch.py), which the parity tests hold
-against HF transformers: same tokens greedy and sampled, same passes in the trace, same events.
+The reference is the lab's fixed batch (lab/kitchens.py: the same forward over seats 0..B-1 with
+one common slot per step), which the parity tests hold against HF transformers: same tokens greedy
+and sampled, same passes in the trace, same events.
 """
 
 
 import pytest
 from conftest import with_eos
 
-from engine import Engine
+from engine import Engine, EngineError
 from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token
-from engine.fixed_batch import FixedBatchRun
 from engine.limits import RequestSettings
-from engine.order_run import runs_on_seats
+from lab.kitchens import FixedBatch, on_seats
 
 SAME = [[11, 57, 3, 200, 42, 9], [5, 6, 77, 8, 1, 300], [300, 1, 2, 99, 45, 2]]  # one length: the Kitchen's
 MIXED = [[11, 57, 3, 200, 42, 9, 101, 7], [5, 6], [300, 1, 2, 99, 45]]
 
 
 def fixed(eng: Engine, prompts, **settings) -> list:
-    """The same order through the fixed-batch path, bypassing the engine's choice."""
+    """The same order as one fixed batch (the lab's kitchen), bypassing the lab's choice."""
     req = RequestSettings(**settings)
-    return list(FixedBatchRun(eng.model, eng.codec, eng.info, prompts, req, 0).events())
+    return list(FixedBatch(eng.model, eng.codec, eng.info, prompts, req, 0).events())
 
 
 def result(events):
@@ -86,14 +86,20 @@ def test_a_finished_table_leaves_its_seat(tiny_llama, tmp_path):
     assert batches[0] == len(SAME) and batches[-1] < len(SAME)  # the finished table stopped costing a row
 
 
-def test_which_orders_run_on_seats():
+def test_which_orders_run_on_seats(tiny_llama):
     one, mixed = [[1, 2], [3, 4]], [[1, 2, 3], [4]]
-    assert runs_on_seats(RequestSettings(), one)
-    assert runs_on_seats(RequestSettings(batching="packed"), mixed)
-    assert not runs_on_seats(RequestSettings(), mixed)  # the padding lesson pads for real
-    assert not runs_on_seats(RequestSettings(cache="growing"), one)
-    assert not runs_on_seats(RequestSettings(cache="none"), one)
-    assert not runs_on_seats(RequestSettings(cuda_graph=True), one)
+    assert on_seats(RequestSettings(), one) and on_seats(RequestSettings(batching="padded"), one)
+    assert on_seats(RequestSettings(), mixed)  # packed, the default: the seats never pad
+    assert on_seats(RequestSettings(cuda_graph=True), one)  # the seats' decode graphs
+    assert not on_seats(RequestSettings(batching="padded"), mixed)  # the padding lesson pads for real
+    assert not on_seats(RequestSettings(cache="growing"), one)
+    assert not on_seats(RequestSettings(cache="none"), one)
+    eng = Engine.load(str(tiny_llama.path))  # the engine refuses the lab's kitchens in one line
+    for settings, words in [({"cache": "growing"}, "cache='growing'"), ({"cache": "none"}, "cache='none'"),
+                            ({"batching": "padded"}, "batching='padded'")]:  # fmt: skip
+        with pytest.raises(EngineError, match=words) as err:
+            eng.generate(mixed, max_new_tokens=2, **settings)
+        assert "\n" not in str(err.value)
 
 
 def test_the_chef_cooks_the_kitchens_order_on_seats():
@@ -124,3 +130,17 @@ def test_equal_prompts_take_one_batched_prefill_pass(tiny_qwen2, monkeypatch):
     layouts.clear()
     eng.generate(MIXED, batching="packed", **kw)  # mixed lengths: one span per prompt
     assert layouts[0] is False
+
+
+def test_the_labs_kitchens_refuse_in_one_line(tiny_llama):
+    """The lab's kitchens share the engine's checks, and a CUDA graph is the seats' alone."""
+    from lab import kitchens
+
+    eng = Engine.load(str(tiny_llama.path))
+    for settings, words in [({"cache": "growing", "cuda_graph": True}, "cuda_graph=True replays the seats"),
+                            ({"cache": "cold"}, "cache"), ({"batching": "zigzag"}, "batching")]:  # fmt: skip
+        with pytest.raises(EngineError, match=words) as err:
+            kitchens.generate(eng, MIXED, max_new_tokens=2, **settings)
+        assert "\n" not in str(err.value)
+    res = kitchens.generate(eng, MIXED, max_new_tokens=3, cache="growing")
+    assert res.path == "fixed batch" and res.tokens == eng.generate(MIXED, max_new_tokens=3).tokens

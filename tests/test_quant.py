@@ -17,6 +17,7 @@ from engine import Engine, EngineError
 from engine.cli import main as cli_main
 from engine.events import Done
 from engine.quant import KERNEL_MAX_ROWS, Int8Weight, matmul, parse_quant
+from lab import kitchens
 
 FAMILIES = ["tiny_llama", "tiny_llama_tied", "tiny_qwen2", "tiny_gpt2"]
 PROMPT = [11, 57, 3, 200, 42, 9, 101, 7]
@@ -94,10 +95,10 @@ def test_weights_are_int8_and_smaller(tiny_llama_tied):
 
 
 def test_both_paths_give_the_same_tokens(tiny_qwen2):
-    """Fixed batch (padded and packed) and the serving path (submit/step) agree in int8."""
+    """A padded fixed batch (the lab's kitchen), an order on seats and the serving path (submit/step) agree in int8."""
     eng = Engine.load(str(tiny_qwen2.path), quant="int8")
     prompts = [PROMPT, PROMPT[:3]]
-    padded = eng.generate(prompts, max_new_tokens=12, batching="padded").tokens
+    padded = kitchens.generate(eng, prompts, max_new_tokens=12, batching="padded").tokens
     assert eng.generate(prompts, max_new_tokens=12, batching="packed").tokens == padded
     ids = [eng.submit(p, max_new_tokens=12) for p in prompts]
     served = {}

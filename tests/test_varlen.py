@@ -1,4 +1,4 @@
-"""Packed prefill's attention as one masked call (engine/attention.py `_packed_attention`): the same
+"""Packed prefill's attention as one masked call (engine/attention.py `packed_attention`): the same
 numbers as the per-sequence loop on every family. The one-call way is for CUDA, so these tests
 switch it on for the CPU; which way is faster is measured, not tested (docs/benchmarks/varlen-cpu.md)."""
 
@@ -7,7 +7,9 @@ import torch
 
 import engine.attention as attention_mod
 from engine import Engine
+from engine.attention import BatchKV
 from engine.batching import build_batch
+from lab import kitchens
 
 FAMILIES = ["tiny_llama", "tiny_llama_tied", "tiny_qwen2", "tiny_gpt2"]
 PROMPTS = [[11, 57, 3, 200, 42, 9, 101, 7], [5, 6], [40, 41, 42, 43, 44]]
@@ -24,11 +26,11 @@ def test_one_call_equals_the_loop(family, request, monkeypatch):
     eng = Engine.load(str(request.getfixturevalue(family).path))
     batch = build_batch(PROMPTS, "packed", "cpu", max_slots=16)
     with torch.inference_mode():
-        loop = eng.model(batch.tokens, batch.positions, packed=batch.packed)
+        loop = eng.model(batch.tokens, batch.positions, BatchKV(packed=batch.packed))
         monkeypatch.setattr(attention_mod, "ONE_CALL_DEVICES", ("cpu",))
-        one = eng.model(batch.tokens, batch.positions, packed=batch.packed)
+        one = eng.model(batch.tokens, batch.positions, BatchKV(packed=batch.packed))
     torch.testing.assert_close(one, loop, atol=1e-5, rtol=0)
-    padded = eng.generate(PROMPTS, max_new_tokens=6, batching="padded").tokens
+    padded = kitchens.generate(eng, PROMPTS, max_new_tokens=6, batching="padded").tokens
     assert eng.generate(PROMPTS, max_new_tokens=6, batching="packed").tokens == padded
 
 

@@ -28,7 +28,7 @@ from transformers import AutoModelForCausalLM, DynamicCache
 
 from bench.contestants import reference_folder
 from engine import Engine
-from engine.cache import StaticKVCache
+from engine.kv_pool import SeatPool
 
 
 def timed(fns: dict, reps: int) -> dict:
@@ -46,7 +46,7 @@ def timed(fns: dict, reps: int) -> dict:
 
 def decode_candidates(eng, hf, batch: int, kv_len: int) -> dict:
     m, cfg = eng.model, eng.cfg
-    cache = StaticKVCache(cfg.n_layers, batch, cfg.n_kv_heads, cfg.head_dim, kv_len + 1, m.dtype, m.device)
+    cache = SeatPool(cfg, batch, kv_len + 1, m.dtype, m.device)
     tok = torch.full((batch, 1), 5)  # (B, 1)
     pos = torch.full((batch, 1), kv_len)  # (B, 1)
     slot = torch.tensor([kv_len])
@@ -85,7 +85,7 @@ def prefill_candidates(eng, hf, tokens: int) -> dict:
     ids = torch.tensor(prompt)
 
     def ours():
-        cache = StaticKVCache(cfg.n_layers, 1, cfg.n_kv_heads, cfg.head_dim, tokens, m.dtype, m.device)
+        cache = SeatPool(cfg, 1, tokens, m.dtype, m.device)
         prefill(m, batch, cache)
 
     return {

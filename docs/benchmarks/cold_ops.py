@@ -23,10 +23,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # what `import engine` does
 
 import torch
 
-import engine.model as model_code
+import engine.attention as model_code
 from engine import Engine, decode_one_token, prefill
 from engine.batching import build_batch
-from engine.cache import StaticKVCache
+from engine.kv_pool import SeatPool
 
 
 def median_us(op, before=None, n: int = 400) -> float:
@@ -72,14 +72,12 @@ def decode_parts(prompt: int = 128, steps: int = 40) -> None:
         blk.attn_norm.forward = timed(acc, "norms", blk.attn_norm.forward)
         blk.mlp_norm.forward = timed(acc, "norms", blk.mlp_norm.forward)
         blk.attn.forward = timed(acc, "attention block (all of it)", blk.attn.forward)
-        blk.attn._project = timed(acc, "  out projection GEMV", blk.attn._project)
         blk.mlp.forward = timed(acc, "MLP (gate_up + down GEMVs, SwiGLU)", blk.mlp.forward)
     model_code.decode_attention = timed(acc, "  decode attention core", model_code.decode_attention)
     model_code.apply_rope = timed(acc, "  RoPE", model_code.apply_rope)
     slots = prompt + steps + 1
     pre = build_batch([[5] * prompt], "padded", torch.device("cpu"), slots)
-    cache = StaticKVCache(cfg.n_layers, 1, cfg.n_kv_heads, cfg.head_dim, slots, model.dtype, "cpu")
-    cache.update = timed(acc, "  KV cache writes", cache.update)
+    cache = SeatPool(cfg, 1, slots, model.dtype, "cpu")
     with torch.inference_mode():
         tok = prefill(model, pre, cache).argmax(-1)[:, None]  # (1, 1)
         valid, total = pre.valid.clone(), 0.0

@@ -58,13 +58,15 @@ class Timer:
         setattr(obj, attr, timed)
 
 
-def profile(model: str, steps: int, threads: int, compile_: bool, rounds: int) -> dict:
+def profile(model: str, steps: int, threads: int, compile_: bool, rounds: int, prompt_len: int = 128) -> dict:
     torch.set_num_threads(threads)
     eng = engine.Engine.load(model, compile=compile_)
-    prompt = [(7 * j) % eng.cfg.vocab_size for j in range(128)]
+    prompt = [(7 * j) % eng.cfg.vocab_size for j in range(prompt_len)]
+    t = time.perf_counter()
     eng.submit(prompt, 4, stop_at_eos=False)  # builds the serving core (and, compiled, compiles)
     while not eng.idle:
         eng.step()
+    warmup_s = time.perf_counter() - t
     srv, timer = eng.serving, Timer()
     timer.wrap(srv.scheduler, "schedule", "schedule")
     timer.wrap(srv.runner, "run", "run")
@@ -95,7 +97,8 @@ def profile(model: str, steps: int, threads: int, compile_: bool, rounds: int) -
             parts["step"].append(total)
         per_round.append({p: statistics.median(v) * 1e6 for p, v in parts.items()})
     return {
-        "model": model, "threads": torch.get_num_threads(), "compile": compile_, "steps": steps,
+        "model": model, "threads": torch.get_num_threads(), "compile": compile_, "steps": steps, "prompt_tokens": prompt_len,
+        "warmup_s": warmup_s,  # the first request: 1 prefill and 3 decode steps (compiled: the compile)
         "omp_wait_policy_in_effect": engine.OMP_WAIT_POLICY_IN_EFFECT, "load_average": list(os.getloadavg()),
         "us_median_of_rounds": {p: statistics.median(r[p] for r in per_round) for p in (*PARTS, "step")},
         "rounds_us": per_round,

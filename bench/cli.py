@@ -4,6 +4,7 @@
                                    `--compile` (bench/compiled.py) time those comparisons instead
   python -m bench peers ...        our engine beside llama.cpp (bench/peers.py)
   python -m bench wait-policy ...  OpenMP's wait policies: our decode and a neighbour's share (bench/wait_policy.py)
+  python -m bench step-profile ... one serving decode step's parts, in µs (bench/step_profile.py)
   python -m bench serve-bench ...  the Poisson load over the scheduler (bench/serve_bench.py)
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 from dataclasses import asdict
 
@@ -71,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         argv = argv[1:]
     if argv[:1] == ["peers"]:
         return peers.main(argv[1:])
+    if argv[:1] == ["step-profile"]:  # its own process: the engine's OpenMP defaults need engine before torch
+        return subprocess.run([sys.executable, "-m", "bench.step_profile", *argv[1:]]).returncode
     if argv[:1] == ["wait-policy"]:
         return wait_policy.main(argv[1:])
     if argv[:1] == ["serve-bench"]:

@@ -13,7 +13,7 @@ def page(report: dict) -> str:
         "",
         "Written by `python -m bench peers` (bench/peers.py); the JSON beside it has every sample.",
         f"Measured {report['timestamp_utc']} on {report['machine']['cpu']} ({report['machine']['cpu_count']} cores), "
-        f"{p['threads']} threads each, {p['rounds']} alternating rounds, load average "
+        f"{p['threads']} thread{'s' if p['threads'] > 1 else ''} each, {p['rounds']} alternating rounds, load average "
         f"{report['load_average']['min']:.2f}-{report['load_average']['max']:.2f}; llama.cpp {' '.join(report['llama_cpp'].split())}.",
         f"Decode: batch 1, {p['decode_new']} new tokens after a {p['decode_prompt']}-token prompt. Prefill: one "
         f"{p['prefill']}-token prompt. Batched: {p['batch']} sequences, {p['batch_new']} new tokens each after "

@@ -9,7 +9,7 @@ sees one call with a known output shape (`register_fake`) and fuses everything a
 norm before it, the bf16 rounding of its input, the residual add after it).
 
 One code path: `engine.quant.matmul` calls `int8_product` for every int8 weight, eagerly (the
-`Int8Weight` module) and in the compiled decode step (engine/compiled.py passes `Int8Parts`). The
+`Int8Weight` module, through its `Int8Parts`), in the eager and the compiled decode step alike. The
 arithmetic is exactly what `Int8Weight.forward` did before the op existed (tests/test_quant.py
 checks bit-equality): bfloat16 activations, float32 sums, a bfloat16 result, then x's dtype.
 

@@ -50,28 +50,39 @@ class SeatBatch:
 
     decode_index: torch.Tensor  # (Bd * Hkv,) long: where each row's new K/V go in a layer's flat view
     decode_first: int  # the decode rows sit in seats decode_first, decode_first + 1, ... (one view)
-    decode_width: int  # slots the decode rows read: the longest row + 1
+    width: int  # slots the decode rows read: the longest row + 1 (read it as `decode_width`)
     decode_bias: torch.Tensor | None  # (Bd, 1, 1, W) additive: 0 = may attend, -inf = not
     spans: list[Span]
 
-    n_decode: int
+    rows: int  # decode rows Bd (read it as `n_decode`)
     uniform: bool = False  # the pass is laid out (B, T): the spans are B whole prompts of T tokens in seats 0..B-1
+
+    # The decode rows' count and width are the bias's sizes whenever there is one. Read from a tensor's
+    # shape, the compiled decode step (engine/compiled.py) sees them as sizes that change from step
+    # to step; as plain ints it would compile a graph for every value.
+    @property
+    def decode_width(self) -> int:
+        return self.width if self.decode_bias is None else self.decode_bias.shape[-1]
+
+    @property
+    def n_decode(self) -> int:
+        return self.rows if self.decode_bias is None else self.decode_bias.shape[0]
 
 
 class SeatPool:
     def __init__(self, cfg: ModelConfig, seats: int, seat_len: int, dtype, device):
         self.cfg, self.seats, self.seat_len = cfg, seats, seat_len
         self.dtype, self.device = dtype, torch.device(device)
-        shape = (cfg.n_layers, seats, cfg.n_kv_heads, seat_len, cfg.head_dim)  # (L, S, Hkv, T, D)
+        shape = (seats, cfg.n_kv_heads, seat_len, cfg.head_dim)  # (S, Hkv, T, D) per layer
         # CUDA memory is reserved either way: zero it once. CPU pages stay untouched until used.
         alloc = torch.zeros if self.device.type == "cuda" else torch.empty
-        self.k = alloc(shape, dtype=dtype, device=self.device)
-        self.v = alloc(shape, dtype=dtype, device=self.device)
-        # Per-layer views, made once: a decode step reads and writes every layer, and re-slicing the
-        # 5-D tensors each time costs more than the one-token writes themselves on a small model.
-        self.k_layer, self.v_layer = list(self.k.unbind(0)), list(self.v.unbind(0))  # (S, Hkv, T, D) each
-        self.k_flat = [t.view(-1, cfg.head_dim) for t in self.k_layer]  # (S * Hkv * T, D) each
-        self.v_flat = [t.view(-1, cfg.head_dim) for t in self.v_layer]
+        # One tensor per layer, each its own allocation: the compiled decode step (engine/compiled.py)
+        # takes every layer's seats as an input and writes one row of each in place, which the
+        # compiler does only for inputs that share no memory; views of one (L, ...) tensor made it
+        # copy whole seats back at every step.
+        self.k_layer = [alloc(shape, dtype=dtype, device=self.device) for _ in range(cfg.n_layers)]
+        self.v_layer = [alloc(shape, dtype=dtype, device=self.device) for _ in range(cfg.n_layers)]
+        self.k, self.v = Layers(self.k_layer), Layers(self.v_layer)  # read and written as (L, S, Hkv, T, D)
         self.clean = [seat_len if self.device.type == "cuda" else 0] * seats  # slots safe to read
         self.lengths = [0] * seats  # real tokens each seat holds
         self.owner: list[int | None] = [None] * seats  # request id sitting there
@@ -114,7 +125,7 @@ class SeatPool:
     def swap(self, a: int, b: int) -> None:
         """Exchange the sequences (or emptiness) of seats a and b: each filled prefix is copied once."""
         na, nb = self.lengths[a], self.lengths[b]
-        ka, va = self.k[:, a, :, :na].clone(), self.v[:, a, :, :na].clone()
+        ka, va = self.k[:, a, :, :na], self.v[:, a, :, :na]  # stacked copies
         self.k[:, a, :, :nb], self.v[:, a, :, :nb] = self.k[:, b, :, :nb], self.v[:, b, :, :nb]
         self.k[:, b, :, :na], self.v[:, b, :, :na] = ka, va
         self.owner[a], self.owner[b] = self.owner[b], self.owner[a]
@@ -154,19 +165,19 @@ class SeatPool:
     def write_rows(self, layer: int, index: torch.Tensor, k, v) -> None:
         """One token per row: k, v (B, Hkv, D) go to the flat rows `index` (see row_index_list)."""
         D = self.cfg.head_dim
-        self.k_flat[layer].index_copy_(0, index, k.reshape(-1, D))  # (S*Hkv*T, D) <- (B*Hkv, D)
-        self.v_flat[layer].index_copy_(0, index, v.reshape(-1, D))
+        self.k_layer[layer].view(-1, D).index_copy_(0, index, k.reshape(-1, D))  # (S*Hkv*T, D) <- (B*Hkv, D)
+        self.v_layer[layer].view(-1, D).index_copy_(0, index, v.reshape(-1, D))
 
     def write_span(self, layer: int, seat: int, start: int, k, v) -> None:
         """A prefill chunk of one sequence: k, v (Hkv, T, D) go to slots start..start+T-1."""
-        self.k[layer, seat, :, start : start + k.shape[1]] = k
-        self.v[layer, seat, :, start : start + k.shape[1]] = v
+        self.k_layer[layer][seat, :, start : start + k.shape[1]] = k
+        self.v_layer[layer][seat, :, start : start + k.shape[1]] = v
 
     def write_block(self, layer: int, k, v) -> None:
         """B whole prompts from position 0 into seats 0..B-1: k, v (B, Hkv, T, D), one copy per layer."""
         B, _, T, _ = k.shape
-        self.k[layer, :B, :, :T] = k
-        self.v[layer, :B, :, :T] = v
+        self.k_layer[layer][:B, :, :T] = k
+        self.v_layer[layer][:B, :, :T] = v
 
     def read_rows(self, layer: int, first: int, count: int, width: int):
         """Seats first..first+count-1, slots 0..width-1: views (count, Hkv, width, D), no copy."""
@@ -176,3 +187,29 @@ class SeatPool:
         """Record that `seat` now holds `length` real tokens (the runner calls this after a pass)."""
         self.lengths[seat] = length
         self.clean[seat] = max(self.clean[seat], length)
+
+
+class Layers:
+    """Every layer's (S, Hkv, T, D) seats indexed as one (L, S, Hkv, T, D) tensor: `k[:, seat, :, :n]`
+    reads a stacked copy, and assigning to it writes each layer (a stacked value gives layer i its
+    row i). For the seat-wise copies (prefix reuse, compaction, an adopted request's K/V), not the
+    decode step, which works per layer."""
+
+    def __init__(self, layers: list[torch.Tensor]):
+        self.layers = layers
+
+    def _rest(self, key) -> tuple:
+        key = key if isinstance(key, tuple) else (key,)
+        if not key or key[0] != slice(None):
+            raise IndexError("index every layer at once: [:, seat, ...]")
+        return key[1:]
+
+    def __getitem__(self, key) -> torch.Tensor:
+        rest = self._rest(key)
+        return torch.stack([t[rest] for t in self.layers])  # (L, ...)
+
+    def __setitem__(self, key, value) -> None:
+        rest = self._rest(key)
+        stacked = isinstance(value, torch.Tensor) and value.dim() == self.layers[0][rest].dim() + 1
+        for i, t in enumerate(self.layers):
+            t[rest] = value[i] if stacked else value

@@ -132,8 +132,8 @@ class Int8Weight(nn.Module):
 
 
 def matmul(x: torch.Tensor, w: torch.Tensor | Int8Weight | Int8Parts) -> torch.Tensor:
-    """`x @ W_t` for a float weight of shape (in, out); an int8 weight (the module eagerly, its
-    `Int8Parts` in a compiled step) runs the int8 op: the same code either way."""
+    """`x @ W_t` for a float weight of shape (in, out); an int8 weight (the module or its
+    `Int8Parts`) runs the int8 op: the same code eager and compiled."""
     if isinstance(w, torch.Tensor):
         return x @ w
     return int8_product(x, w.parts() if isinstance(w, Int8Weight) else w)

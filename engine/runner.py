@@ -48,9 +48,12 @@ class Runner:
         self.slots = torch.arange(pool.seat_len, device=self.device)  # (T,) reused by every step's masks
         self.zero = torch.zeros((), dtype=model.dtype, device=self.device)
         self.neg_inf = torch.full((), float("-inf"), dtype=model.dtype, device=self.device)
+        self.decode_in = DecodeInputs(pool, model.dtype) if self.device.type == "cpu" else None
 
     @torch.inference_mode()
     def run(self, plan: StepPlan) -> PassOutput:
+        if self.decode_in is not None and self.graphs is None and all(w.is_decode and not w.draft for w in plan.work):
+            return self._run_decode(plan.work)
         decodes = sorted((w for w in plan.work if w.is_decode and not w.draft), key=lambda w: w.seq.seat)
         chunks = [w for w in plan.work if not w.is_decode or w.draft]  # prompt chunks and draft checks
         ids = [w.seq.tokens[w.start] for w in decodes]
@@ -85,6 +88,33 @@ class Runner:
         n_pre = sum(w.length for w in chunks if not w.is_decode)
         n_dec = sum(w.length for w in plan.work if w.is_decode)
         return PassOutput(logits, sampled, n_pre + n_dec, n_pre, n_dec, pairs, pairs, graphed)
+
+    def _run_decode(self, work: list[Work]) -> PassOutput:
+        """A pure decode step on CPU: the general path's pass, its inputs written into buffers made once."""
+        decodes = work if len(work) == 1 else sorted(work, key=lambda w: w.seq.seat)
+        pos = [w.start for w in decodes]
+        logits = self._forward_decode(decodes, pos)
+        for w in decodes:
+            w.seq.num_cached = w.start + 1
+            self.pool.note_written(w.seq.seat, w.start + 1)
+        n, pairs = len(decodes), sum(pos) + len(pos)
+        return PassOutput(logits, decodes, n, 0, n, pairs, pairs, False)
+
+    def _forward_decode(self, decodes: list[Work], pos: list[int]) -> torch.Tensor:
+        nd = len(decodes)
+        assert all(w.seq.seat == i for i, w in enumerate(decodes)), "the scheduler seats decode rows in 0..B-1"
+        width = max(pos) + 1
+        self.pool.prepare_read(list(range(nd)), pos, width)
+        tokens, positions, index = self.decode_in.fill([w.seq.tokens[w.start] for w in decodes], pos)
+        if nd == 1:  # one row sees every slot up to its own: nothing is masked
+            bias = self.decode_in.zeros[:, :, :, :width]  # (1, 1, 1, W)
+        else:
+            bias = torch.where(self.slots[:width] <= positions, self.zero, self.neg_inf)  # (Bd, W) additive
+            bias = bias[:, None, None, :]  # (Bd, 1, 1, W)
+        sb = SeatBatch(index, 0, width, bias, [], nd)
+        if self.compiled is not None:
+            return self.compiled(tokens, positions, sb, self.pool).view(nd, -1)  # (B, V)
+        return self.model.forward(tokens, positions, SeatKV(sb, self.pool)).view(nd, -1)  # (B, V)
 
     def _forward(self, decodes: list[Work], spans: list[Span], ids: list[int], pos: list[int],
                  rows: list[int] | None, uniform: bool = False) -> torch.Tensor:  # fmt: skip
@@ -123,3 +153,36 @@ class Runner:
         keys = torch.arange(w.start + w.length, device=self.device)  # (S,)
         queries = w.start + torch.arange(w.length, device=self.device)  # (T,)
         return (keys[None, :] <= queries[:, None])[None, None]  # (1, 1, T, S)
+
+
+class DecodeInputs:
+    """A pure decode step's integer inputs, in tensors made once per runner and refilled each step.
+
+    A step of B rows writes its token ids, positions and K/V rows (SeatPool.row_index_list) into the
+    numpy views of three buffers; the tensors the pass gets are views of their first rows, one set per
+    batch size, made the first time it occurs. No tensor is built from a Python list, and no copy is
+    made, on the step's path (CPU only: on CUDA the buffers would have to be copied over anyway).
+    """
+
+    def __init__(self, pool: SeatPool, dtype: torch.dtype):
+        S, hkv = pool.seats, pool.cfg.n_kv_heads
+        self.pool = pool
+        self.tokens = torch.zeros(S, 1, dtype=torch.long)  # (S, 1)
+        self.positions = torch.zeros(S, 1, dtype=torch.long)  # (S, 1)
+        self.index = torch.zeros(S * hkv, dtype=torch.long)  # (S * Hkv,)
+        self.np = (self.tokens.numpy().reshape(-1), self.positions.numpy().reshape(-1), self.index.numpy())  # (S,) (S,) (S*Hkv,)
+        self.zeros = torch.zeros(1, 1, 1, pool.seat_len, dtype=dtype)  # (1, 1, 1, T): one row's bias, nothing masked
+        self.views: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+    def fill(self, ids: list[int], pos: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """tokens (B, 1), positions (B, 1) and the rows' K/V index (B * Hkv,) of this step."""
+        B = len(ids)
+        views = self.views.get(B)
+        if views is None:
+            hkv = self.pool.cfg.n_kv_heads
+            views = self.views[B] = (self.tokens[:B], self.positions[:B], self.index[: B * hkv])
+        tok, p, idx = self.np
+        tok[:B] = ids
+        p[:B] = pos
+        idx[: views[2].shape[0]] = self.pool.row_index_list(pos)
+        return views

@@ -126,8 +126,8 @@ class GrowingPass:
 def keep_seats(pool: SeatPool, rows: torch.Tensor) -> None:
     """Compaction of a fixed batch in seats 0..B-1: rows `rows` into seats 0..len-1, in order."""
     n = rows.numel()
-    pool.k[:, :n] = pool.k.index_select(1, rows)  # (L, n, Hkv, T, D): a copy, then written back
-    pool.v[:, :n] = pool.v.index_select(1, rows)
+    for seats in (*pool.k_layer, *pool.v_layer):  # each layer's seats are a tensor of their own
+        seats[:n] = seats.index_select(0, rows)  # (n, Hkv, T, D): a copy, then written back
 
 
 class FixedBatch(OrderRun):

@@ -9,6 +9,7 @@ import torch
 from bench.ceilings import matmul_chain
 from bench.cli import main as cli_main
 from bench.int8 import COMPILED, VARIANTS, QuantPlan, run
+from bench.int8_kernels import kernels
 from engine import Engine
 from engine.compiled import compiler_problem
 
@@ -58,3 +59,11 @@ def test_quant_with_compile_times_the_compiled_engines_too(tiny_llama, tmp_path)
         assert c["failure"] is None and c["steps"] > 0
         assert c["agreement_with_eager"]["common_prefix"] == c["agreement_with_eager"]["tokens"] > 0
     assert m["ratios"]["int8_compiled_tpot_vs_fp32_compiled"] > 0
+
+
+def test_the_int8_kernel_probe_times_every_kernel_on_one_row():
+    """bench/int8_kernels.py: each of torch's int8 weight kernels (and fp32, bf16) runs on one decode row."""
+    row = kernels(64, 64)
+    assert set(row) == {"fp32 x @ W_t", "_weight_int8pack_mm, bf16 x", "bf16 F.linear",
+                        "quantized.linear_dynamic (int8 activations)", "_int_mm int8 x int8, 32 rows"}  # fmt: skip
+    assert all(v > 0 for v in row.values())

@@ -122,7 +122,14 @@ def test_equal_prompts_take_one_batched_prefill_pass(tiny_qwen2, monkeypatch):
         layouts.append(uniform)
         return forward(self, decodes, spans, ids, pos, rows, uniform)
 
+    forward_decode = runner.Runner._forward_decode
+
+    def spy_decode(self, decodes, pos):  # a pure decode step: never the (B, T) layout
+        layouts.append(False)
+        return forward_decode(self, decodes, pos)
+
     monkeypatch.setattr(runner.Runner, "_forward", spy)
+    monkeypatch.setattr(runner.Runner, "_forward_decode", spy_decode)
     eng = Engine.load(str(tiny_qwen2.path))
     kw = dict(max_new_tokens=8, stop_at_eos=False)
     assert eng.generate(SAME, **kw).tokens == result(fixed(eng, SAME, **kw)).tokens

@@ -1,0 +1,132 @@
+"""`python -m bench step-profile`: where one batch-1 decode step of the serving core goes, in µs.
+
+The Kitchen's pot is `Engine.step()` over the serving core. This times its parts on a real engine,
+wall clock, by wrapping the methods that do each part on the loaded instances (nothing is mocked;
+each wrapper costs well under a microsecond):
+
+  schedule     the scheduler's plan (engine/scheduler.py)
+  runner       the runner's bookkeeping around the pass: sorting the work, token and position
+               lists, the seats' lengths (engine/runner.py `run` minus its pass)
+  inputs       the pass's tensors: the write index, the mask bias, the host-to-device copy
+               (`_forward` minus the model)
+  model        the model's forward pass (or the compiled step)
+  sample       the next token from the logits (Engine._sample)
+  events       the rest of `step()`: Token, StepEnd and its StepRecord, the text decoder
+
+Decode steps after a 128-token prompt, one request, greedy. The engine's settings (threads,
+OpenMP's wait policy) are the process's: run it as the app runs (`--threads 1`, nothing exported).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+# isort: off
+import engine  # first: it sets the engine's OpenMP defaults before torch loads (engine/__init__.py)
+import torch
+# isort: on
+
+from bench.args import OneLineParser
+from engine.errors import EngineError
+
+PARTS = ("schedule", "runner", "inputs", "model", "sample", "events")
+
+
+class Timer:
+    """Accumulates the wall time of the wrapped calls, per name, for the current step."""
+
+    def __init__(self):
+        self.now: dict[str, float] = {}
+
+    def wrap(self, obj, attr: str, name: str) -> None:
+        fn = getattr(obj, attr, None)
+        if fn is None:  # an engine without that part (an older one, timed for an A/B)
+            return
+
+        def timed(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.now[name] = self.now.get(name, 0.0) + time.perf_counter() - t
+
+        setattr(obj, attr, timed)
+
+
+def profile(model: str, steps: int, threads: int, compile_: bool, rounds: int, prompt_len: int = 128) -> dict:
+    torch.set_num_threads(threads)
+    eng = engine.Engine.load(model, compile=compile_)
+    prompt = [(7 * j) % eng.cfg.vocab_size for j in range(prompt_len)]
+    t = time.perf_counter()
+    eng.submit(prompt, 4, stop_at_eos=False)  # builds the serving core (and, compiled, compiles)
+    while not eng.idle:
+        eng.step()
+    warmup_s = time.perf_counter() - t
+    srv, timer = eng.serving, Timer()
+    timer.wrap(srv.scheduler, "schedule", "schedule")
+    timer.wrap(srv.runner, "run", "run")
+    timer.wrap(srv.runner, "_forward", "forward")
+    timer.wrap(srv.runner, "_forward_decode", "forward")  # the runner's pure-decode pass
+    if srv.runner.compiled is not None:  # the runner calls it in place of the model's pass
+        timer.wrap(srv.runner, "compiled", "model")
+    else:
+        timer.wrap(srv.runner.model, "forward", "model")
+    timer.wrap(eng, "_sample", "sample")
+    per_round = []
+    for _ in range(rounds):
+        eng.submit(prompt, steps + 1, stop_at_eos=False)
+        eng.step()  # the prefill
+        parts: dict[str, list[float]] = {p: [] for p in (*PARTS, "step")}
+        while not eng.idle:
+            timer.now = {}
+            t = time.perf_counter()
+            eng.step()
+            total = time.perf_counter() - t
+            n = timer.now | {"forward": timer.now.get("forward", 0.0)}
+            parts["schedule"].append(n["schedule"])
+            parts["runner"].append(n["run"] - n["forward"])
+            parts["inputs"].append(n["forward"] - n["model"])
+            parts["model"].append(n["model"])
+            parts["sample"].append(n["sample"])
+            parts["events"].append(total - n["schedule"] - n["run"] - n["sample"])
+            parts["step"].append(total)
+        per_round.append({p: statistics.median(v) * 1e6 for p, v in parts.items()})
+    return {
+        "model": model, "threads": torch.get_num_threads(), "compile": compile_, "steps": steps, "prompt_tokens": prompt_len,
+        "warmup_s": warmup_s,  # the first request: 1 prefill and 3 decode steps (compiled: the compile)
+        "omp_wait_policy_in_effect": engine.OMP_WAIT_POLICY_IN_EFFECT, "load_average": list(os.getloadavg()),
+        "us_median_of_rounds": {p: statistics.median(r[p] for r in per_round) for p in (*PARTS, "step")},
+        "rounds_us": per_round,
+    }  # fmt: skip
+
+
+def main(argv: list[str]) -> int:
+    p = OneLineParser(prog="python -m bench step-profile", description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="assets/models/chef", help="model folder or preset: name (default the chef)")
+    p.add_argument("--steps", type=int, default=128, help="decode steps per round (default 128)")
+    p.add_argument("--rounds", type=int, default=5, help="rounds; each part's median step, median over rounds")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1, the Kitchen's)")
+    p.add_argument("--compile", action="store_true", help="the compiled decode step (engine/compiled.py)")
+    p.add_argument("--out", help="also write the JSON here")
+    args = p.parse_args(argv)
+    try:
+        report = profile(args.model, args.steps, args.threads, args.compile, args.rounds)
+    except EngineError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    text = json.dumps(report, indent=1)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    med = report["us_median_of_rounds"]
+    print("  ".join(f"{k} {v:.1f}" for k, v in med.items()), "µs", file=sys.stderr)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

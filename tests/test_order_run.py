@@ -144,3 +144,19 @@ def test_the_labs_kitchens_refuse_in_one_line(tiny_llama):
         assert "\n" not in str(err.value)
     res = kitchens.generate(eng, MIXED, max_new_tokens=3, cache="growing")
     assert res.path == "fixed batch" and res.tokens == eng.generate(MIXED, max_new_tokens=3).tokens
+
+
+@pytest.mark.parametrize("kitchen", [{}, {"cache": "growing"}, {"cache": "none"}, {"batching": "padded"}])
+def test_each_table_samples_its_prompt_alone_with_seed_plus_its_index(tiny_llama, kitchen):
+    """One sampling rule everywhere: table i draws from its own generator seeded seed + i, so its
+    tokens are its prompt's served alone with that seed, in the engine's kitchen and the lab's."""
+    from lab import kitchens
+
+    eng = Engine.load(str(tiny_llama.path))
+    kw = dict(max_new_tokens=10, temperature=0.9, top_p=0.95, stop_at_eos=False)
+    prompts = MIXED  # a padded batch of mixed lengths is the lab's, as are the other caches
+    res = kitchens.generate(eng, prompts, seed=5, **kw, **kitchen)
+    assert res.path == ("seats" if not kitchen else "fixed batch")
+    alone = [eng.generate([p], seed=5 + i, **kw).tokens[0] for i, p in enumerate(prompts)]
+    assert res.tokens == alone
+    assert len({tuple(t) for t in res.tokens}) == len(prompts)  # the draws really differ between tables

@@ -1,10 +1,14 @@
-"""One order in a shared kitchen: its tables join the engine's continuous batch, followed as one order.
+"""B requests followed as one: an order's tables, submitted to an engine and told as one story.
 
 The Kitchen page orders B tables at once and draws them as one order: the wok's pass, the KV handed
-to the counter, one bowl per table per soup-pot step, and a `GenerationResult` at the end. On the
-class kitchen (serving/kitchen_loop.py) other students' requests share every pass, so the order's
-tables are submitted as B ordinary requests (`Engine.submit`) and this class picks the order's own
-story out of each `Engine.step()`:
+to the counter, one bowl per table per soup-pot step, and a `GenerationResult` at the end. The
+order's tables are submitted as B ordinary requests (`Engine.submit`) and a `RequestGroup` picks
+the order's own story out of each `Engine.step()`. Two kitchens cook this way:
+
+  * the class kitchen (serving/kitchen_loop.py): other students' requests share every pass;
+  * `Engine.generate` / `Engine.stream`: an engine sized for the order alone steps it (`follow`).
+
+What the group tells:
 
   * `Token` per table (`seq` = the table's index), at the order's clock (seconds since it arrived);
   * the order's wok: every pass in which one of its tables still had prompt to compute. Usually one
@@ -21,15 +25,16 @@ Worked example: 2 tables of 5 prompt tokens, 3 new tokens each, on a kitchen alr
 other request. Pass 1 (mixed: 10 prompt tokens + 1 decode): both tables' first tokens, the order's
 prefill record with batch 3. Passes 2 and 3 (decode, batch 3): a token per table each. The order
 sees PrefillStart, PrefillEnd, 2 Tokens, StepEnd(prefill), then 2 Tokens + StepEnd(decode) twice,
-then Done with a `GenerationResult` whose greedy tokens equal `Engine.generate` on the same prompts.
+then Done with a `GenerationResult` whose tokens equal `Engine.generate` on the same prompts.
 
 Sampling: table i samples with its own generator seeded `seed + i`, so a table's tokens never
-depend on its neighbours (the class kitchen's rule for every request).
+depend on its neighbours: they are the tokens of its prompt served alone with seed + i.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 
 from engine.errors import EngineError
@@ -37,7 +42,7 @@ from engine.events import Done, Event, PrefillEnd, PrefillStart, StepEnd, Token
 from engine.limits import Limits, RequestSettings, check_request
 from engine.results import GenerationResult
 from engine.text import encode_prompts
-from engine.trace import StepRecord, Trace, compute_metrics
+from engine.trace import StepRecord, Trace
 
 ORDER_SETTINGS = ("temperature", "top_k", "top_p", "seed", "stop_at_eos", "reuse_prefix")  # what a shared order may set
 
@@ -46,13 +51,14 @@ def shared_limits(engine, prompt_len: int, max_new_tokens: int) -> Limits:
     """What one order may ask of the shared kitchen: its seats and the KV memory they share.
 
     Example (the chef's class kitchen: 64 seats of 512 tokens, 40,000 KV tokens): prompt 100 + 64
-    new -> at most min(64, 40,000 // 164) = 64 tables, each seat holding 164 tokens.
+    new -> at most min(64, 40,000 // 164) = 64 tables, each seat holding 163 tokens of them (the
+    last token is never fed back, so prompt + new tokens may reach the seat's length + 1).
     """
     lim, per_token = engine.serving_limits(), engine.info.kv_bytes_per_token
     per_seq = max(prompt_len + max_new_tokens, 1)
     return Limits(
         max_batch=min(lim.seats, engine.serving.scheduler.kv_tokens // per_seq),
-        max_context=min(engine.cfg.max_context, lim.seat_len),
+        max_context=min(engine.cfg.max_context, lim.seat_len + 1),  # the last token is never fed back
         kv_budget_bytes=engine.serving.scheduler.kv_tokens * per_token,
         kv_bytes_per_token=per_token,
         kv_bytes_per_sequence=per_seq * per_token,
@@ -61,7 +67,7 @@ def shared_limits(engine, prompt_len: int, max_new_tokens: int) -> Limits:
 
 def shared_check(engine, prompts: list, max_new_tokens: int, **settings) -> list[list[int]]:
     """Validate an order for the shared kitchen without running it; returns its prompts as ids.
-    Every refusal is one line naming the limit (the same rules `SharedOrder` meets at submit)."""
+    Every refusal is one line naming the limit (the same rules `RequestGroup` meets at submit)."""
     bad = next((k for k in settings if k not in ORDER_SETTINGS), None)
     if bad is not None:
         raise EngineError(f"setting '{bad}' does not apply to an order in a shared kitchen "
@@ -76,15 +82,20 @@ def shared_check(engine, prompts: list, max_new_tokens: int, **settings) -> list
     return ids
 
 
-class SharedOrder:
-    """B prompts submitted to `engine` as B requests; `take(step_events)` returns the order's events."""
+class RequestGroup:
+    """B prompts submitted to `engine` as B requests; `take(step_events)` returns the order's events.
 
-    path = "class kitchen"
+    `path`: which kitchen cooked it, for `GenerationResult.path`. `kv_allocated`: the KV bytes
+    reserved for the order (default: each table's prompt + new tokens). `recorded`: the settings
+    the result records (default: those given)."""
 
-    def __init__(self, engine, prompts: list, max_new_tokens: int, order_id: int = 0, **settings):
+    def __init__(self, engine, prompts: list, max_new_tokens: int, order_id: int = 0, *,
+                 path: str = "class kitchen", kv_allocated: int | None = None, recorded: dict | None = None,
+                 **settings):  # fmt: skip
         shared_check(engine, prompts, max_new_tokens, **settings)
-        self.engine, self.order_id, self.max_new = engine, order_id, max_new_tokens
-        self.settings = {"max_new_tokens": max_new_tokens} | settings
+        self.engine, self.order_id, self.max_new, self.path = engine, order_id, max_new_tokens, path
+        self.settings = recorded if recorded is not None else {"max_new_tokens": max_new_tokens} | settings
+        self.kv_allocated = kv_allocated
         arrival = time.perf_counter()
         self.t0 = arrival - engine.clock_start  # the order's zero on the engine's clock
         seed = int(settings.pop("seed", 0))
@@ -121,6 +132,17 @@ class SharedOrder:
             if table not in self.finished:
                 self.engine.cancel(rid)
 
+    def follow(self) -> Iterator[Event]:
+        """Step the engine until the order is done, yielding its events: for an engine that only
+        this order uses (`Engine.stream`). The order's clock pauses while the consumer holds an
+        event (a page drawing is not TTFT): its zero moves later by the time held."""
+        step = self.engine.step
+        while not self.done:
+            for ev in self.take(step()):
+                held = time.perf_counter()
+                yield ev
+                self.t0 += time.perf_counter() - held
+
     def take(self, events: list[Event]) -> list[Event]:
         """This order's events among one step's, on the order's clock (seconds since it arrived)."""
         step = next((e for e in events if isinstance(e, StepEnd)), None)
@@ -153,7 +175,7 @@ class SharedOrder:
                         StepEnd(rec.t_end, rec, self.order_id)]  # fmt: skip
         else:
             self._note_cache()
-            rec = replace(self._rebased(step.step), phase="decode", index=len(self.trace.steps))
+            rec = self._rebased(step.step, phase="decode", index=len(self.trace.steps))
             self.trace.steps.append(rec)
             out += [*tokens, StepEnd(rec.t_end, rec, self.order_id)]
         for ev in events:
@@ -175,9 +197,9 @@ class SharedOrder:
             if t not in self.finished:  # (a table that finished in this very pass is not yet)
                 self.cached[t] = seq.num_cached
 
-    def _rebased(self, rec: StepRecord) -> StepRecord:
+    def _rebased(self, rec: StepRecord, **changes) -> StepRecord:
         kv = sum(self.cached) * self.engine.info.kv_bytes_per_token
-        return replace(rec, t_start=rec.t_start - self.t0, t_end=rec.t_end - self.t0, kv_bytes=kv)
+        return replace(rec, t_start=rec.t_start - self.t0, t_end=rec.t_end - self.t0, kv_bytes=kv, **changes)
 
     def _wok_record(self) -> StepRecord:
         """The order's prefill passes as one record (one pass in the usual case)."""
@@ -199,20 +221,23 @@ class SharedOrder:
 
     def _result(self) -> GenerationResult:
         self.trace.t_done = self.trace.steps[-1].t_end
-        info, per_token = self.engine.info, self.engine.info.kv_bytes_per_token
-        reserved = sum(len(p) + self.max_new for p in self.prompts) * per_token
-        return GenerationResult(
-            tokens=self.tokens,
-            texts=[self.engine.decode(t) if self.engine.codec is not None else "" for t in self.tokens],
-            prompt_tokens=[len(p) for p in self.prompts],
-            metrics=compute_metrics(self.trace, [len(t) for t in self.tokens], reserved),
-            trace=self.trace,
-            settings=dict(self.settings),
-            prompt_ids=self.prompts,
-            model=info.name,
-            device=str(self.engine.device),
-            dtype=info.precision,
-            request_id=self.order_id,
-            path=self.path,
-            reused_tokens=self.reused,
-        )
+        self.trace.notes += self._eager_notes()
+        engine, info = self.engine, self.engine.info
+        reserved = self.kv_allocated
+        if reserved is None:
+            reserved = sum(len(p) + self.max_new for p in self.prompts) * info.kv_bytes_per_token
+        return GenerationResult.of(
+            self.tokens, self.prompts, self.trace, reserved,
+            [engine.decode(t) if engine.codec is not None else "" for t in self.tokens],
+            settings=dict(self.settings), model=info.name, device=str(engine.device), dtype=info.precision,
+            request_id=self.order_id, path=self.path, reused_tokens=self.reused,
+        )  # fmt: skip
+
+    def _eager_notes(self) -> list[str]:
+        """What decoded eagerly although asked otherwise: a failed CUDA graph capture, a failed compile."""
+        graphs, compiled = self.engine.serving.runner.graphs, self.engine.compiled
+        notes = [f"CUDA graph capture failed, decoded eagerly: {why}" for why in graphs.failed.values()] \
+            if graphs is not None else []  # fmt: skip
+        if compiled is not None and compiled.failure is not None:
+            notes.append(f"compile=True, decoded eagerly: {compiled.failure}")
+        return notes

@@ -77,6 +77,7 @@ class Engine:
         cfg = self.serving_config
         self.compiled = compiled if compiled is not None else CompiledDecode(model, cfg.compile_max_batch) if cfg.compile else None
         self._next_id, self._steps = 0, 0
+        self._itemsize = model.dtype.itemsize  # read once: every step's record needs it
         self._t0 = time.perf_counter()
 
     @classmethod
@@ -332,15 +333,15 @@ class Engine:
                     finished.append(seq)
                     break
         rec = measured_step(
-            self.cfg, self.model.dtype.itemsize, phase=plan.phase, index=self._step_index(), t_start=t_start,
+            self.cfg, self._itemsize, phase=plan.phase, index=self._step_index(), t_start=t_start,
             t_end=t_end, forward_s=t_fwd - t_start, batch=len(plan.work), tokens=out.tokens, slots=out.tokens,
-            kv_tokens=sum(w.start + w.length for w in plan.work),  # each row's cache after the pass
+            kv_tokens=sum([w.start + w.length for w in plan.work]),  # each row's cache after the pass
             kv_bytes=srv.pool.bytes_in_use, logits_rows=out.logits.shape[0],
             attn_pairs=out.attn_pairs, quant=self.info.quant,
         )  # fmt: skip
         events.append(StepEnd(
-            t_end, rec, -1, tuple(w.seq.request_id for w in plan.work), out.prefill_tokens, out.decode_tokens,
-            tuple(s.request_id for s in plan.preempted),
+            t_end, rec, -1, tuple([w.seq.request_id for w in plan.work]), out.prefill_tokens, out.decode_tokens,
+            tuple([s.request_id for s in plan.preempted]),
         ))  # fmt: skip
         for seq in finished:
             srv.scheduler.remove(seq)

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 
 from engine.errors import EngineError
 from engine.events import Done, Event, PrefillEnd, PrefillStart, StepEnd, Token
@@ -144,47 +143,51 @@ class RequestGroup:
                 self.t0 += time.perf_counter() - held
 
     def take(self, events: list[Event]) -> list[Event]:
-        """This order's events among one step's, on the order's clock (seconds since it arrived)."""
-        step = next((e for e in events if isinstance(e, StepEnd)), None)
-        mine = step is not None and any(r in self.table for r in step.request_ids)
-        out: list[Event] = []
-        if mine and not self.started:
-            self.started = True
-            lengths = [len(p) for p in self.prompts]
-            # slots: the positions the wok computes, so a reused prefix is not counted as cooked
-            out.append(PrefillStart(step.step.t_start - self.t0, len(lengths), lengths, sum(lengths) - self.reused,
-                                    "packed", self.order_id))  # fmt: skip
-        in_wok = bool(self.waiting_first)  # this pass belongs to the order's prefill
-        tokens: list[Event] = []
+        """This order's events among one step's, on the order's clock (seconds since it arrived).
+        One pass over the step's events: it runs once per decode step of every order."""
+        table, t0, oid = self.table, self.t0, self.order_id
+        step, tokens, ended = None, [], []
         for ev in events:
-            if isinstance(ev, Token) and ev.request_id in self.table:
-                t = self.table[ev.request_id]
-                self.tokens[t].append(ev.token_id)
-                self.waiting_first.discard(t)
-                tokens.append(Token(ev.t - self.t0, t, ev.step, ev.token_id, ev.text, ev.finished, self.order_id))
+            kind = type(ev)
+            if kind is Token:
+                t = table.get(ev.request_id)
+                if t is not None:
+                    self.tokens[t].append(ev.token_id)
+                    tokens.append(Token(ev.t - t0, t, ev.step, ev.token_id, ev.text, ev.finished, oid))
+            elif kind is StepEnd:
+                step = ev
+            elif kind is Done and ev.request_id in table:
+                ended.append(ev)
+        mine = step is not None and not table.keys().isdisjoint(step.request_ids)
+        out: list[Event] = []
         if not mine:
             out += tokens
-        elif in_wok:
-            self._note_cache()
-            self.wok.append(self._rebased(step.step))
+        elif self.waiting_first:  # this pass belongs to the order's prefill
+            if not self.started:
+                self.started = True
+                lengths = [len(p) for p in self.prompts]
+                # slots: the positions the wok computes, so a reused prefix is not counted as cooked
+                out.append(PrefillStart(step.step.t_start - t0, len(lengths), lengths, sum(lengths) - self.reused,
+                                        "packed", oid))  # fmt: skip
+            self.waiting_first.difference_update(self.table[e.request_id] for e in events
+                                                 if type(e) is Token and e.request_id in table)  # fmt: skip
+            self.wok.append(self._rebased(step.step, step.step.phase, step.step.index))
             if self.waiting_first:  # more of the order's prompts still to compute
                 out += tokens
             else:  # every table has its first bowl: the wok is done
                 rec = self._wok_record()
-                out += [PrefillEnd(rec.t_end, rec, rec.kv_bytes, self.order_id), *tokens,
-                        StepEnd(rec.t_end, rec, self.order_id)]  # fmt: skip
+                out += [PrefillEnd(rec.t_end, rec, rec.kv_bytes, oid), *tokens, StepEnd(rec.t_end, rec, oid)]
         else:
-            self._note_cache()
-            rec = self._rebased(step.step, phase="decode", index=len(self.trace.steps))
+            rec = self._rebased(step.step, "decode", len(self.trace.steps))
             self.trace.steps.append(rec)
-            out += [*tokens, StepEnd(rec.t_end, rec, self.order_id)]
-        for ev in events:
-            if isinstance(ev, Done) and ev.request_id in self.table:
-                t = self.table[ev.request_id]
-                self.finished[t] = ev.result.finish_reason
-                self.cached[t] = 0  # its seat is free
-        if self.done and not self.cancelled:
-            out.append(Done(out[-1].t if out else 0.0, self._result(), self.order_id))
+            tokens.append(StepEnd(rec.t_end, rec, oid))
+            out = tokens
+        for ev in ended:
+            t = table[ev.request_id]
+            self.finished[t] = ev.result.finish_reason
+            self.cached[t] = 0  # its seat is free
+        if ended and self.done and not self.cancelled:
+            out.append(Done(out[-1].t if out else 0.0, self._result(), oid))
         return out
 
     @property
@@ -192,14 +195,17 @@ class RequestGroup:
         """Prompt tokens the order's tables took from a cached prefix (known once they are seated)."""
         return sum(seq.cached_tokens for seq in self.seqs)
 
-    def _note_cache(self) -> None:
+    def _rebased(self, rec: StepRecord, phase: str, index: int) -> StepRecord:
+        """A pass's record on the order's clock, its `kv_bytes` the order's tables' own (a table that
+        finished in this very pass still held its K/V in it)."""
+        finished, cached = self.finished, self.cached
         for t, seq in enumerate(self.seqs):
-            if t not in self.finished:  # (a table that finished in this very pass is not yet)
-                self.cached[t] = seq.num_cached
-
-    def _rebased(self, rec: StepRecord, **changes) -> StepRecord:
-        kv = sum(self.cached) * self.engine.info.kv_bytes_per_token
-        return replace(rec, t_start=rec.t_start - self.t0, t_end=rec.t_end - self.t0, kv_bytes=kv, **changes)
+            if t not in finished:
+                cached[t] = seq.num_cached
+        t0 = self.t0
+        return StepRecord(phase, index, rec.t_start - t0, rec.t_end - t0, rec.forward_s, rec.batch, rec.tokens,
+                          rec.slots, rec.kv_tokens, sum(cached) * self.engine.info.kv_bytes_per_token, rec.flops,
+                          rec.bytes_moved)  # fmt: skip
 
     def _wok_record(self) -> StepRecord:
         """The order's prefill passes as one record (one pass in the usual case)."""

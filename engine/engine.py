@@ -323,12 +323,15 @@ class Engine:
                 seq.spec.record(len(w.draft), len(toks) - 1)
                 seq.num_cached = w.start + len(toks)
                 srv.pool.note_written(seq.seat, seq.num_cached)
-            rows = lps.get(seq.request_id)
+            rows = lps.get(seq.request_id) if lps else None
             for j, tok in enumerate(toks):
                 done = seq.append(tok, t_abs)
                 text = seq.decoder.feed(tok, final=done)
-                lp, top = token_logprobs(rows, j, tok, seq.logprobs) if rows is not None else (None, ())
-                events.append(Token(t_end, 0, seq.n_output - 1, tok, text, done, seq.request_id, lp, top))
+                if rows is None:
+                    events.append(Token(t_end, 0, seq.n_output - 1, tok, text, done, seq.request_id))
+                else:
+                    lp, top = token_logprobs(rows, j, tok, seq.logprobs)
+                    events.append(Token(t_end, 0, seq.n_output - 1, tok, text, done, seq.request_id, lp, top))
                 if done:
                     finished.append(seq)
                     break
@@ -352,7 +355,10 @@ class Engine:
     def _sample(self, out: PassOutput) -> list[list[int]]:
         """The tokens each sampled work appends: one, sampled with the sequence's own settings and
         generator; or, for a speculating decode, the accepted drafts and one more (engine/speculative.py)."""
-        best = out.logits.argmax(dim=-1).tolist() if any(w.seq.params.greedy for w in out.sampled) else []
+        sampled = out.sampled
+        if len(sampled) == out.logits.shape[0] and all(w.seq.params.temperature == 0 for w in sampled):
+            return [[t] for t in out.logits.argmax(dim=-1).tolist()]  # every row greedy, no drafts: one argmax
+        best = out.logits.argmax(dim=-1).tolist() if any(w.seq.params.greedy for w in sampled) else []
         picks, row = [], 0
         for w in out.sampled:
             seq = w.seq

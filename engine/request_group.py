@@ -110,7 +110,6 @@ class RequestGroup:
         # The tables' sequences, held past their Done: a table that finishes in a pass still held its K/V in it.
         self.seqs = [engine.serving.seqs[rid] for rid in self.rids]
         self.prompts = [list(seq.prompt) for seq in self.seqs]
-        self.tokens: list[list[int]] = [[] for _ in self.rids]
         self.cached = [0] * len(self.rids)  # K/V positions each table holds
         self.waiting_first = set(range(len(self.rids)))  # tables still in the wok
         self.wok: list[StepRecord] = []  # the passes of the order's prefill, folded into one
@@ -152,7 +151,6 @@ class RequestGroup:
             if kind is Token:
                 t = table.get(ev.request_id)
                 if t is not None:
-                    self.tokens[t].append(ev.token_id)
                     tokens.append(Token(ev.t - t0, t, ev.step, ev.token_id, ev.text, ev.finished, oid))
             elif kind is StepEnd:
                 step = ev
@@ -225,6 +223,11 @@ class RequestGroup:
         self.trace.t_first_token = rec.t_end
         return rec
 
+    @property
+    def tokens(self) -> list[list[int]]:
+        """Each table's tokens so far (its sequence's output)."""
+        return [seq.output for seq in self.seqs]
+
     def _result(self) -> GenerationResult:
         self.trace.t_done = self.trace.steps[-1].t_end
         self.trace.notes += self._eager_notes()
@@ -232,9 +235,9 @@ class RequestGroup:
         reserved = self.kv_allocated
         if reserved is None:
             reserved = sum(len(p) + self.max_new for p in self.prompts) * info.kv_bytes_per_token
+        tokens = self.tokens
         return GenerationResult.of(
-            self.tokens, self.prompts, self.trace, reserved,
-            [engine.decode(t) if engine.codec is not None else "" for t in self.tokens],
+            tokens, self.prompts, self.trace, reserved, [engine.decode(t) if engine.codec is not None else "" for t in tokens],
             settings=dict(self.settings), model=info.name, device=str(engine.device), dtype=info.precision,
             request_id=self.order_id, path=self.path, reused_tokens=self.reused,
         )  # fmt: skip

@@ -156,11 +156,9 @@ class Engine:
         return self._serve_order(ids, req)
 
     def _serve_order(self, ids: list[list[int]], req: RequestSettings) -> Iterator[Event]:
-        """A checked order (`check`), cooked lazily on the first `next()`: an engine over this model
-        sized for the order (engine/serving_core.py `order_limits`: one static pass admits every
-        table), its tables submitted, then stepped until the last is done. Sharing the model, the
-        compiled step and the sampling rule (table i: seed + i), it cooks what the class kitchen
-        cooks for the same order. Tests call it directly to run cuda_graph=True's bookkeeping on a CPU."""
+        """A checked order, cooked at the first `next()`: an engine over this model sized for it
+        (serving_core.py `order_limits`), its tables submitted, stepped until the last is done; what
+        the class kitchen cooks for it. Tests call it to run cuda_graph=True's bookkeeping on a CPU."""
         lengths = [len(p) for p in ids]
         seats = buckets(len(ids))[-1] if req.cuda_graph else len(ids)  # a graph bucket's padding rows need seats
         config = ServingConfig("static", max(1, sum(lengths)), seats, compile=self.serving_config.compile,

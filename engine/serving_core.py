@@ -8,6 +8,7 @@ cooks one pass (engine/runner.py), sized as its `ServingLimits` say: from the me
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from engine.compiled import COMPILE_MAX_BATCH, CompiledDecode
@@ -110,12 +111,12 @@ class Serving:
         sched = SchedulerConfig(config.policy, limits.seats, config.token_budget, limits.kv_tokens)
         self.prefix = PrefixCache(self.pool) if config.prefix_cache else None
         self.drafter = Drafter(limits.seats, limits.seat_len)  # draft models load at the first submit that names one
+        # a function of the model alone, not a method: the scheduler holding a bound method would make
+        # a reference cycle, and an order's seats would wait for the garbage collector to be freed
+        self.work_bytes = functools.partial(prefill_work_bytes, model.cfg, dtype_bytes=model.dtype.itemsize)
         self.scheduler = Scheduler(sched, self.pool, self.work_bytes, limits.work_bytes, self.prefix, self.drafter)
         self.runner = Runner(model, self.pool, cuda_graphs, compiled)
         self.model = model
         self.seqs: dict[int, Sequence] = {}  # every request not yet Done, by id
         self.cancelled: list[Sequence] = []  # cancel() asked; applied at the next step
         self.extras: set[int] = set()  # live requests with logprobs or min_tokens (a step checks only these)
-
-    def work_bytes(self, tokens: int, longest: int) -> int:
-        return prefill_work_bytes(self.model.cfg, tokens, longest, self.model.dtype.itemsize)

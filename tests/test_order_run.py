@@ -160,3 +160,27 @@ def test_each_table_samples_its_prompt_alone_with_seed_plus_its_index(tiny_llama
     alone = [eng.generate([p], seed=5 + i, **kw).tokens[0] for i, p in enumerate(prompts)]
     assert res.tokens == alone
     assert len({tuple(t) for t in res.tokens}) == len(prompts)  # the draws really differ between tables
+
+
+def test_an_orders_seats_are_freed_when_it_ends(tiny_llama, monkeypatch):
+    """No reference cycle holds an order's engine: its KV seats go back at once, not at the next
+    garbage-collector pass (the next order would otherwise take fresh pages and fault them in)."""
+    import gc
+    import weakref
+
+    import engine.kv_pool as kv_pool
+
+    pools, real = [], kv_pool.SeatPool.__init__
+
+    def init(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        pools.append(weakref.ref(self))
+
+    monkeypatch.setattr(kv_pool.SeatPool, "__init__", init)
+    eng = Engine.load(str(tiny_llama.path))
+    gc.disable()
+    try:
+        eng.generate(MIXED, max_new_tokens=4)
+        assert len(pools) == 1 and pools[0]() is None
+    finally:
+        gc.enable()

@@ -5,7 +5,7 @@ bookkeeping per step: the scheduler's plan, the seats' write index, the per-row 
 measures whether that shows, end to end and wall-clock, the way a user feels it:
 
   fixed    (t(generate n tokens) - t(generate 1 token)) / (n - 1), the batch as one order
-  order    the same order through `generate()`, which cooks it on seats (engine/order_run.py)
+  order    the same order through `generate()`, which cooks it on seats (engine/request_group.py)
   serving  B requests submitted together, stepped until every one has its first token (prefill
            may take several steps under the token budget), then the wall time of the decode steps
            until they finish, divided by their number

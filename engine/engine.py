@@ -6,8 +6,9 @@ Two ways in (docs/engine-api.md has the contract):
             scheduler iteration (engine/scheduler.py picks who cooks, engine/runner.py runs the one
             forward pass over the KV seats of engine/kv_pool.py) and returns its events. Requests
             join and leave the running batch at any step; `cancel()` frees a seat at the next one.
-  an order  `generate()` / `stream()`: one order's prompts cooked together over their own KV
-            seats through the same scheduler, runner and forward (engine/order_run.py).
+  an order  `generate()` / `stream()`: one order's prompts `submit()`ted as requests to an engine
+            sized for that order alone, then `step()`ped until the last is done; a `RequestGroup`
+            (engine/request_group.py) tells them as one order, as the Kitchen's class kitchen does.
 
     eng = Engine.load("chef", policy="chunked", token_budget=256)
     a = eng.submit("ROMEO:", max_new_tokens=16)
@@ -23,25 +24,34 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import asdict
 
 import torch
 
 from engine.compiled import COMPILE_MAX_BATCH, CompiledDecode, check_max_batch
 from engine.config import ModelConfig
+from engine.cuda_graph import buckets
 from engine.errors import EngineError
 from engine.events import Done, Event, StepEnd, Token
 from engine.limits import Limits, RequestSettings, available_memory, check_request, kv_limits
 from engine.loader import ModelInfo, load_model
 from engine.logprobs import row_extras, token_logprobs
 from engine.model import Transformer
-from engine.order_run import SeatOrderRun
 from engine.quant import parse_quant
+from engine.request_group import ORDER_SETTINGS, RequestGroup
 from engine.results import GenerationResult, RequestOutput, request_metrics
 from engine.runner import PassOutput
 from engine.sampling import SamplingParams, sample
 from engine.scheduler import SchedulerConfig
 from engine.sequence import Sequence, Status
-from engine.serving_core import Serving, ServingConfig, ServingLimits, ServingState
+from engine.serving_core import (
+    Serving,
+    ServingConfig,
+    ServingLimits,
+    ServingState,
+    budget_limits,
+    order_limits,
+)
 from engine.speculative import verify
 from engine.text import IncrementalDecoder, TextCodec, encode_prompts
 from engine.trace import measured_step
@@ -53,7 +63,8 @@ class Engine:
     """One loaded model on one device."""
 
     def __init__(self, model: Transformer, codec: TextCodec | None, info: ModelInfo, kv_budget_bytes=None,
-                 serving: ServingConfig | None = None):  # fmt: skip
+                 serving: ServingConfig | None = None, compiled: CompiledDecode | None = None):  # fmt: skip
+        """`compiled`: a compiled decode step to share (another engine's over the same model)."""
         self.model, self.codec, self.info = model, codec, info
         self.cfg: ModelConfig = model.cfg
         self.device = model.device
@@ -62,10 +73,11 @@ class Engine:
         SchedulerConfig(self.serving_config.policy, self.serving_config.max_seqs,
                         self.serving_config.token_budget).check()  # fmt: skip
         self._serving: Serving | None = None  # built at the first submit: generate() never pays for it
-        # One compiled decode step for the serving core and every order on seats; compiles at first use
+        # One compiled decode step for the serving core and every order's engine; compiles at first use
         cfg = self.serving_config
-        self.compiled = CompiledDecode(model, cfg.compile_max_batch) if cfg.compile else None
+        self.compiled = compiled if compiled is not None else CompiledDecode(model, cfg.compile_max_batch) if cfg.compile else None
         self._next_id, self._steps = 0, 0
+        self._itemsize = model.dtype.itemsize  # read once: every step's record needs it
         self._t0 = time.perf_counter()
 
     @classmethod
@@ -126,7 +138,7 @@ class Engine:
             raise EngineError("logprobs and min_tokens run on the serving path: submit() each prompt with them")
         return ids
 
-    # --- one order, cooked over its own seats -------------------------------------------------------
+    # --- one order: its tables submitted to an engine of its own, stepped until done --------------
     def generate(self, prompts, max_new_tokens: int = 64, **settings) -> GenerationResult:
         for ev in self.stream(prompts, max_new_tokens=max_new_tokens, **settings):
             if isinstance(ev, Done):
@@ -141,14 +153,33 @@ class Engine:
         if req.batching == "padded" and len({len(p) for p in ids}) > 1:
             raise EngineError("batching='padded' with prompts of different lengths is a lesson's kitchen (the lab runs it); "
                               "the engine's seats never pad: batching='packed'")  # fmt: skip
-        return SeatOrderRun(self.model, self.codec, self.info, ids, req, self._new_id(), self.compiled).events()
+        return self._serve_order(ids, req)
+
+    def _serve_order(self, ids: list[list[int]], req: RequestSettings) -> Iterator[Event]:
+        """A checked order, cooked at the first `next()`: an engine over this model sized for it
+        (serving_core.py `order_limits`), its tables submitted, stepped until the last is done; what
+        the class kitchen cooks for it. Tests call it to run cuda_graph=True's bookkeeping on a CPU."""
+        lengths = [len(p) for p in ids]
+        seats = buckets(len(ids))[-1] if req.cuda_graph else len(ids)  # a graph bucket's padding rows need seats
+        config = ServingConfig("static", max(1, sum(lengths)), seats, compile=self.serving_config.compile,
+                               compile_max_batch=self.serving_config.compile_max_batch)  # fmt: skip
+        limits = order_limits(self.model, lengths, req.max_new_tokens, seats)
+        kitchen = Engine(self.model, self.codec, self.info, self.limits(max(lengths), req.max_new_tokens).kv_budget_bytes,
+                         config, self.compiled)  # fmt: skip
+        kitchen._serving = Serving(self.model, config, limits, self.compiled, req.cuda_graph)
+        sampling = {k: v for k, v in asdict(req).items() if k in ORDER_SETTINGS and k != "reuse_prefix"}
+        group = RequestGroup(kitchen, ids, req.max_new_tokens, self._new_id(), path="seats",
+                             kv_allocated=limits.pool_bytes, recorded=asdict(req), **sampling)  # fmt: skip
+        yield from group.follow()
 
     # --- serving: many requests, one step at a time ------------------------------------------------
     @property
     def serving(self) -> Serving:
         if self._serving is None:
             budget = self.kv_budget_bytes or int(available_memory(self.device) * 0.5)
-            self._serving = Serving(self.model, self.serving_config, budget, self.compiled)
+            cfg = self.serving_config
+            limits = budget_limits(self.model, cfg, budget)
+            self._serving = Serving(self.model, cfg, limits, self.compiled, cfg.cuda_graphs and self.device.type == "cuda")
         return self._serving
 
     def serving_limits(self) -> ServingLimits:
@@ -183,10 +214,11 @@ class Engine:
         check_request(self.cfg, [ids], req, self.limits(len(ids), max_new_tokens))
         srv = self.serving
         lim, total = srv.limits, len(ids) + max_new_tokens
-        if total > lim.seat_len:
+        if total - 1 > lim.seat_len:  # the last token is never fed back: it needs no slot
             raise EngineError(
-                f"prompt ({len(ids):,} tokens) + max_new_tokens {max_new_tokens:,} = {total:,} exceeds a KV seat "
-                f"of {lim.seat_len:,} tokens (set max_seq_len at load, up to the context of {self.cfg.max_context:,})"
+                f"prompt ({len(ids):,} tokens) + max_new_tokens {max_new_tokens:,} - 1 (the last is never fed back) "
+                f"= {total - 1:,} exceeds a KV seat of {lim.seat_len:,} tokens (set max_seq_len at load, up to the "
+                f"context of {self.cfg.max_context:,})"
             )
         if total > srv.scheduler.kv_tokens:
             raise EngineError(
@@ -289,24 +321,28 @@ class Engine:
                 seq.spec.record(len(w.draft), len(toks) - 1)
                 seq.num_cached = w.start + len(toks)
                 srv.pool.note_written(seq.seat, seq.num_cached)
-            rows = lps.get(seq.request_id)
+            rows = lps.get(seq.request_id) if lps else None
             for j, tok in enumerate(toks):
                 done = seq.append(tok, t_abs)
                 text = seq.decoder.feed(tok, final=done)
-                lp, top = token_logprobs(rows, j, tok, seq.logprobs) if rows is not None else (None, ())
-                events.append(Token(t_end, 0, seq.n_output - 1, tok, text, done, seq.request_id, lp, top))
+                if rows is None:
+                    events.append(Token(t_end, 0, seq.n_output - 1, tok, text, done, seq.request_id))
+                else:
+                    lp, top = token_logprobs(rows, j, tok, seq.logprobs)
+                    events.append(Token(t_end, 0, seq.n_output - 1, tok, text, done, seq.request_id, lp, top))
                 if done:
                     finished.append(seq)
                     break
         rec = measured_step(
-            self.cfg, self.model.dtype.itemsize, phase=plan.phase, index=self._step_index(), t_start=t_start,
+            self.cfg, self._itemsize, phase=plan.phase, index=self._step_index(), t_start=t_start,
             t_end=t_end, forward_s=t_fwd - t_start, batch=len(plan.work), tokens=out.tokens, slots=out.tokens,
-            kv_tokens=out.kv_read, kv_bytes=srv.pool.bytes_in_use, logits_rows=out.logits.shape[0],
+            kv_tokens=sum([w.start + w.length for w in plan.work]),  # each row's cache after the pass
+            kv_bytes=srv.pool.bytes_in_use, logits_rows=out.logits.shape[0],
             attn_pairs=out.attn_pairs, quant=self.info.quant,
         )  # fmt: skip
         events.append(StepEnd(
-            t_end, rec, -1, tuple(w.seq.request_id for w in plan.work), out.prefill_tokens, out.decode_tokens,
-            tuple(s.request_id for s in plan.preempted),
+            t_end, rec, -1, tuple([w.seq.request_id for w in plan.work]), out.prefill_tokens, out.decode_tokens,
+            tuple([s.request_id for s in plan.preempted]),
         ))  # fmt: skip
         for seq in finished:
             srv.scheduler.remove(seq)
@@ -317,7 +353,10 @@ class Engine:
     def _sample(self, out: PassOutput) -> list[list[int]]:
         """The tokens each sampled work appends: one, sampled with the sequence's own settings and
         generator; or, for a speculating decode, the accepted drafts and one more (engine/speculative.py)."""
-        best = out.logits.argmax(dim=-1).tolist() if any(w.seq.params.greedy for w in out.sampled) else []
+        sampled = out.sampled
+        if len(sampled) == out.logits.shape[0] and all(w.seq.params.temperature == 0 for w in sampled):
+            return [[t] for t in out.logits.argmax(dim=-1).tolist()]  # every row greedy, no drafts: one argmax
+        best = out.logits.argmax(dim=-1).tolist() if any(w.seq.params.greedy for w in sampled) else []
         picks, row = [], 0
         for w in out.sampled:
             seq = w.seq

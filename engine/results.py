@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from engine.speculative import SpecCounters
-from engine.trace import Metrics, Trace
+from engine.trace import Metrics, Trace, compute_metrics
 
 
 @dataclass
@@ -33,6 +33,13 @@ class GenerationResult:
     request_id: int = 0
     path: str = "seats"  # which code cooked it: "seats" (the engine), "fixed batch" (a lab kitchen), "class kitchen"
     reused_tokens: int = 0  # prompt tokens taken from a cached prefix, not computed (shared kitchen only)
+
+    @classmethod
+    def of(cls, tokens: list[list[int]], prompts: list[list[int]], trace: Trace, kv_allocated: int,
+           texts: list[str], **fields) -> GenerationResult:  # fmt: skip
+        """A finished order's result: its metrics from its complete trace (`trace.t_done` set)."""
+        metrics = compute_metrics(trace, [len(t) for t in tokens], kv_allocated)
+        return cls(tokens, texts, [len(p) for p in prompts], metrics, trace, prompt_ids=prompts, **fields)
 
     def to_dict(self) -> dict:
         """JSON-ready: the metrics flattened to the top level, plus one row per traced pass."""

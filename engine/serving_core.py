@@ -2,11 +2,13 @@
 
 `Engine` (engine/engine.py) builds one `Serving` at its first `submit()`: the KV seats
 (engine/kv_pool.py), the scheduler that picks who cooks (engine/scheduler.py) and the runner that
-cooks one pass (engine/runner.py), sized from the memory budget as `ServingLimits` says.
+cooks one pass (engine/runner.py), sized as its `ServingLimits` say: from the memory budget
+(`budget_limits`), or to hold one order exactly (`order_limits`, for `Engine.generate`/`stream`).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from engine.compiled import COMPILE_MAX_BATCH, CompiledDecode
@@ -68,30 +70,53 @@ class ServingState:
         return self.kv_tokens_used / self.kv_tokens if self.kv_tokens else 0.0
 
 
+def budget_limits(model: Transformer, config: ServingConfig, budget: int) -> ServingLimits:
+    """Seats and their length from the memory budget: `POOL_SHARE` of it for the seats, the rest
+    for a prefill pass's working memory."""
+    per_token = model.cfg.kv_bytes_per_token(model.dtype.itemsize)
+    seat_len = min(config.max_seq_len or DEFAULT_SEAT_LEN, model.cfg.max_context)
+    pool_budget = int(budget * POOL_SHARE)
+    seats = max(1, min(config.max_seqs, pool_budget // (seat_len * per_token)))
+    seat_len = max(1, min(seat_len, pool_budget // (seats * per_token)))
+    pool = seats * seat_len * per_token
+    return ServingLimits(seats, seat_len, config.kv_tokens or seats * seat_len, pool, budget - pool, budget)
+
+
+def order_limits(model: Transformer, lengths: list[int], max_new_tokens: int, seats: int) -> ServingLimits:
+    """A kitchen for one order alone, whose memory `Engine.check` already held against the budget.
+
+    Its tables are admitted in one pass (the static policy): a seat each (`seats` may be more: a
+    CUDA graph's bucket, for its padding rows), each of the longest prompt + max_new_tokens - 1
+    slots (the last token is never fed back), KV memory for every table at the longest length,
+    and working memory for the one prefill pass over every prompt.
+
+    Worked example: prompts of 5 and 3 tokens, 4 new tokens: 2 seats of 8 slots, 18 KV tokens,
+    the working memory of a 8-token pass whose longest prompt is 5.
+    """
+    cfg, itemsize = model.cfg, model.dtype.itemsize
+    seat_len = max(lengths) + max_new_tokens - 1
+    pool = seats * seat_len * cfg.kv_bytes_per_token(itemsize)
+    work = prefill_work_bytes(cfg, sum(lengths), max(lengths), itemsize)
+    return ServingLimits(seats, seat_len, len(lengths) * (seat_len + 1), pool, work, pool + work)
+
+
 class Serving:
     """The serving path's state: seats, scheduler, runner, and the live sequences by id."""
 
-    def __init__(self, model: Transformer, config: ServingConfig, budget: int, compiled: CompiledDecode | None):
-        cfg, dtype = model.cfg, model.dtype
-        per_token = cfg.kv_bytes_per_token(dtype.itemsize)
-        seat_len = min(config.max_seq_len or DEFAULT_SEAT_LEN, cfg.max_context)
-        pool_budget = int(budget * POOL_SHARE)
-        seats = max(1, min(config.max_seqs, pool_budget // (seat_len * per_token)))
-        seat_len = max(1, min(seat_len, pool_budget // (seats * per_token)))
-        self.pool = SeatPool(cfg, seats, seat_len, dtype, model.device)
-        sched = SchedulerConfig(config.policy, seats, config.token_budget, config.kv_tokens)
-        self.limits = ServingLimits(
-            seats, seat_len, config.kv_tokens or seats * seat_len, self.pool.bytes_reserved,
-            budget - self.pool.bytes_reserved, budget,
-        )  # fmt: skip
+    def __init__(self, model: Transformer, config: ServingConfig, limits: ServingLimits,
+                 compiled: CompiledDecode | None, cuda_graphs: bool):  # fmt: skip
+        """`cuda_graphs`: the runner replays decode graphs per batch bucket (engine/cuda_graph.py)."""
+        self.limits = limits
+        self.pool = SeatPool(model.cfg, limits.seats, limits.seat_len, model.dtype, model.device)
+        sched = SchedulerConfig(config.policy, limits.seats, config.token_budget, limits.kv_tokens)
         self.prefix = PrefixCache(self.pool) if config.prefix_cache else None
-        self.drafter = Drafter(seats, seat_len)  # draft models load at the first submit that names one
-        self.scheduler = Scheduler(sched, self.pool, self.work_bytes, self.limits.work_bytes, self.prefix, self.drafter)
-        self.runner = Runner(model, self.pool, config.cuda_graphs and model.device.type == "cuda", compiled)
+        self.drafter = Drafter(limits.seats, limits.seat_len)  # draft models load at the first submit that names one
+        # a function of the model alone, not a method: the scheduler holding a bound method would make
+        # a reference cycle, and an order's seats would wait for the garbage collector to be freed
+        self.work_bytes = functools.partial(prefill_work_bytes, model.cfg, dtype_bytes=model.dtype.itemsize)
+        self.scheduler = Scheduler(sched, self.pool, self.work_bytes, limits.work_bytes, self.prefix, self.drafter)
+        self.runner = Runner(model, self.pool, cuda_graphs, compiled)
         self.model = model
         self.seqs: dict[int, Sequence] = {}  # every request not yet Done, by id
         self.cancelled: list[Sequence] = []  # cancel() asked; applied at the next step
         self.extras: set[int] = set()  # live requests with logprobs or min_tokens (a step checks only these)
-
-    def work_bytes(self, tokens: int, longest: int) -> int:
-        return prefill_work_bytes(self.model.cfg, tokens, longest, self.model.dtype.itemsize)

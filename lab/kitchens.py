@@ -1,6 +1,6 @@
 """The lessons' other kitchens: a growing cache, no cache, and a padded batch of mixed lengths.
 
-The engine cooks every order over its KV seats (`Engine.stream`, engine/order_run.py). The lab's
+The engine cooks every order over its KV seats (`Engine.stream`, engine/request_group.py). The lab's
 lessons also show what that design saves, so they need kitchens the engine does not run:
 
   cache="growing"   K/V start empty and are torch.cat'ed onto each step: every step copies the
@@ -13,6 +13,8 @@ These run the engine's one forward (`Transformer.forward`) with a KV view of the
 growing store below (`GrowingPass`), the seats of a `SeatPool` as one fixed batch (`BatchKV`), or
 none -- and hand back the engine's own events and `GenerationResult` (path "fixed batch"), so the
 lab reads one result type. `stream()` sends an order the seats cook as asked to the engine.
+They sample by the engine's rule: table i with its own generator seeded `seed + i`, so every
+kitchen gives the same tokens at any temperature.
 
 Worked example, the padded kitchen: prompts of 3 and 5 tokens, 2 new tokens. The wok computes a
 (2, 5) block (10 slots, 2 of them padding); each decode step writes one common slot (5, then 6)
@@ -21,8 +23,9 @@ for both rows and attends through the `valid` mask.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -32,10 +35,11 @@ from engine.errors import EngineError
 from engine.events import Done, Event, PrefillEnd, PrefillStart, StepEnd, Token
 from engine.kv_pool import SeatPool
 from engine.limits import RequestSettings
-from engine.model import decode_one_token, prefill
-from engine.order import Clock, OrderRun
+from engine.loader import ModelInfo
+from engine.model import Transformer, decode_one_token, prefill
+from engine.results import GenerationResult
 from engine.sampling import SamplingParams, sample
-from engine.text import IncrementalDecoder, encode_prompts
+from engine.text import IncrementalDecoder, TextCodec, encode_prompts
 from engine.trace import Trace, measured_step
 
 
@@ -130,11 +134,46 @@ def keep_seats(pool: SeatPool, rows: torch.Tensor) -> None:
         seats[:n] = seats.index_select(0, rows)  # (n, Hkv, T, D): a copy, then written back
 
 
-class FixedBatch(OrderRun):
+class Clock:
+    """Seconds since the order started, minus the time the consumer held an event (a page drawing
+    is not TTFT). On CUDA each reading waits for the queued kernels."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.t0, self.paused_s = device, time.perf_counter(), 0.0
+
+    def now(self, sync: bool = True) -> float:
+        if sync and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter() - self.t0 - self.paused_s
+
+    def emit(self, events: list[Event]) -> Iterator[Event]:
+        for ev in events:
+            held = time.perf_counter()
+            yield ev
+            self.paused_s += time.perf_counter() - held
+
+
+class FixedBatch:
     """One order as one fixed batch: the wok over every prompt, then decode steps until the last
     finishes, finished rows dropped (compaction). Iterate `events()` once."""
 
     path = "fixed batch"
+
+    def __init__(self, model: Transformer, codec: TextCodec | None, info: ModelInfo, prompts: list[list[int]],
+                 req: RequestSettings, request_id: int):  # fmt: skip
+        self.model, self.codec, self.info = model, codec, info
+        self.cfg, self.device = model.cfg, model.device
+        self.prompts, self.req, self.request_id = prompts, req, request_id
+
+    def events(self) -> Iterator[Event]:
+        with torch.inference_mode():
+            yield from self._cook()
+
+    def _sample(self, logits: torch.Tensor, rows: list[int], params: SamplingParams, gens) -> torch.Tensor:
+        """(B, V) -> (B,): row j is table rows[j], sampled with that table's own generator."""
+        if params.greedy:
+            return sample(logits, params, None)
+        return torch.cat([sample(logits[j : j + 1], params, gens[r]) for j, r in enumerate(rows)])
 
     def _prefill(self, batch: PrefillBatch, store) -> torch.Tensor:
         if isinstance(store, GrowingKV):
@@ -150,16 +189,12 @@ class FixedBatch(OrderRun):
             return self.model(last, positions, kv)[:, -1]
         return decode_one_token(self.model, last, positions, torch.tensor([slot], device=self.device), mask, store)
 
-    def _run(self) -> Iterator[Event]:
-        with torch.inference_mode():
-            yield from self._cook()
-
     def _cook(self) -> Iterator[Event]:
         prompts, req, cfg, rid = self.prompts, self.req, self.cfg, self.request_id
         clock = Clock(self.device)
         params = SamplingParams(req.temperature, req.top_k, req.top_p)
-        gen = torch.Generator(device=self.device).manual_seed(req.seed)
         B, lengths = len(prompts), [len(p) for p in prompts]
+        gens = [torch.Generator(device=self.device).manual_seed(req.seed + i) for i in range(B)]  # table i: seed + i
         max_slots = max(lengths) + req.max_new_tokens - 1  # the last token is never fed back
         batch = build_batch(prompts, req.batching, self.device, max_slots)
         store = {"static": lambda: SeatPool(cfg, B, max_slots, self.model.dtype, self.device),
@@ -174,7 +209,7 @@ class FixedBatch(OrderRun):
         t_start = clock.now()  # the wok: one pass over every prompt token
         logits = self._prefill(batch, store)
         t_fwd = clock.now()
-        first = sample(logits, params, gen)  # (B,)
+        first = self._sample(logits, list(range(B)), params, gens)  # (B,)
         trace.t_first_token = clock.now()
         if store is not None:
             live = list(lengths)
@@ -213,7 +248,7 @@ class FixedBatch(OrderRun):
                 live = [n + 1 for n in live]
                 work = (len(rows), len(rows), len(rows) * (slot + 1), None)
             t_fwd = clock.now()
-            nxt = sample(logits, params, gen)  # (B,)
+            nxt = self._sample(logits, rows, params, gens)  # (B,)
             t_end = clock.now()
             rec = self._record("decode", step, t_start, t_end, len(rows), work[0], work[1], work[2],
                                sum(live) * per_token, len(rows), work[3], forward_s=t_fwd - t_start)  # fmt: skip
@@ -226,7 +261,11 @@ class FixedBatch(OrderRun):
 
         trace.t_done = trace.steps[-1].t_end if len(trace.steps) > 1 else trace.t_first_token
         allocated = store.peak_bytes if isinstance(store, GrowingKV) else store.bytes_reserved if store else 0
-        result = self._result(out, trace, allocated)
+        texts = [self.codec.decode(t) if self.codec is not None else "" for t in out]
+        result = GenerationResult.of(
+            out, prompts, trace, allocated, texts, settings=asdict(req), model=self.info.name, device=str(self.device),
+            dtype=self.info.precision, request_id=rid, path=self.path,
+        )  # fmt: skip
         yield from clock.emit([Done(clock.now(), result, request_id=rid)])
 
     def _record(self, phase, index, t_start, t_end, batch, tokens, slots, kv_tokens, kv_bytes, logits_rows,

@@ -147,7 +147,7 @@ def render(d: dict) -> list[str]:
             "median of 15. The last "
             "column is the fixed path against itself: the noise of this measurement.", "",
             "The order column is the same order through `generate()`, which now cooks it on seats "
-            "(engine/order_run.py): the Kitchen's and the lab's path.", "",
+            "(engine/request_group.py): the Kitchen's and the lab's path.", "",
             "| model | batch | fixed-batch ms | serving ms | serving / fixed | order on seats ms | order / fixed "
             "| fixed / fixed (A/A) |",
             "|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip

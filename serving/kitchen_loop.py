@@ -27,7 +27,7 @@ import torch
 from engine import Engine, EngineError
 from engine.events import Done, StepEnd, Token
 from engine.quant import precision_parts
-from engine.shared_order import SharedOrder, shared_check, shared_limits
+from engine.request_group import RequestGroup, shared_check, shared_limits
 from serving import loop_messages as msgs
 from serving.loop_messages import TEST_HANG_ENV, LoopSettings, QueueState, ReadyInfo, StepInfo
 from serving.order_wire import to_wire
@@ -96,7 +96,7 @@ class Loop:
         self.key_of: dict[int, str] = {}  # engine request id -> the host's key ("r3", "o1/0")
         self.id_of: dict[str, int] = {}
         self.arrived: dict[str, float] = {}
-        self.orders: dict[str, SharedOrder] = {}
+        self.orders: dict[str, RequestGroup] = {}
         self.held: list[tuple] = []  # steps not yet sent (see BATCH_S)
         self.sent_at = time.perf_counter()
         self.hang_s = float(os.environ.get(TEST_HANG_ENV) or 0)
@@ -145,7 +145,7 @@ class Loop:
 
     def place_order(self, m: msgs.PlaceOrder) -> None:
         try:
-            order = SharedOrder(self.engine, m.prompts, m.max_new_tokens, **m.settings)
+            order = RequestGroup(self.engine, m.prompts, m.max_new_tokens, **m.settings)
         except Exception as err:  # noqa: BLE001 -- a refusal (or a bug) is one line, the kitchen goes on
             self.send_msg(msgs.Refusal(m.key, one_line(err)))
             return

@@ -3,7 +3,7 @@
 The OpenAI routes give a client text and timings; the Kitchen page needs the order's whole story
 (the wok's pass, the KV handed over, a bowl per table per step, the trace and the metrics) to draw
 it and to diagnose it. These routes give exactly that, for an order whose tables join the same
-continuous batch as every student's request (engine/shared_order.py), so the page that follows
+continuous batch as every student's request (engine/request_group.py), so the page that follows
 your order shows the class's dinner rush inside it:
 
     GET  /kitchen/model                   the served model (engine.loader.ModelInfo as JSON), the

@@ -110,7 +110,7 @@ class Submit:
 @dataclass(frozen=True)
 class PlaceOrder:
     """The Kitchen's order: its tables join the batch as requests "key/0", "key/1", ...
-    (engine/shared_order.py)."""
+    (engine/request_group.py)."""
 
     key: str
     prompts: list

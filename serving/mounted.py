@@ -51,7 +51,7 @@ CLASS_DEVICE, CLASS_DTYPE = "cpu", "float32"
 MAX_KITCHENS = 3  # kitchens opened on demand, besides the class's
 # Tokens one pass may compute: a Kitchen order of up to this many prompt tokens goes through the
 # wok in one pass, as the lesson says (the chef's 8 tables x 448 tokens fit); a larger one takes
-# several passes, and its trace says so (engine/shared_order.py).
+# several passes, and its trace says so (engine/request_group.py).
 TOKEN_BUDGET = 4096
 PRECISIONS = ("float32", "bfloat16", "float16", "int8")
 # A seat of the app's kitchens holds this many tokens (prompt + reply), capped by the model's context:

@@ -1,6 +1,6 @@
 """An order's engine events as JSON, so the Kitchen can follow an order cooked by a kitchen server.
 
-The class kitchen's loop turns each event of a shared order (engine/shared_order.py) into a plain
+The class kitchen's loop turns each event of a shared order (engine/request_group.py) into a plain
 dict here (`to_wire`), the server streams the dicts as server-sent events (`POST /kitchen/orders`)
 and the app turns them back into the very dataclasses `Engine.stream()` yields (`from_wire`). So
 the Kitchen's timeline, panels and diagnosis read the same objects whether the order cooked in

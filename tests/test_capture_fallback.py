@@ -16,7 +16,6 @@ from engine import Engine
 from engine.cuda_graph import DecodeGraphs
 from engine.events import Done
 from engine.limits import RequestSettings
-from engine.order_run import SeatOrderRun
 
 PROMPTS = [[11, 57, 3, 200, 42, 9, 101, 7], [5, 6]]
 CAPTURE_ERROR = "CUDA error: operation failed due to a previous error during capture\nCUDA kernel errors..."
@@ -38,10 +37,9 @@ def failing_capture(monkeypatch):
 
 
 def graphed_run(eng, prompts, n):
-    """An order with cuda_graph=True (the engine refuses it on a CPU before it runs)."""
+    """An order with cuda_graph=True (`generate` refuses it on a CPU before it runs)."""
     settings = RequestSettings(max_new_tokens=n, cuda_graph=True, stop_at_eos=False)
-    run = SeatOrderRun(eng.model, eng.codec, eng.info, prompts, settings, 0)
-    return list(run.events())[-1].result
+    return list(eng._serve_order(prompts, settings))[-1].result
 
 
 def test_an_order_falls_back_to_eager_and_notes_it(tiny_llama, failing_capture):

@@ -157,7 +157,6 @@ def test_graph_mode_bookkeeping_matches_eager_decode(eng, monkeypatch):
     needs a GPU: see test_cuda_graph_gives_the_same_tokens)."""
     import engine.runner as runner_mod
     from engine.limits import RequestSettings
-    from engine.order_run import SeatOrderRun
 
     made, real = [], runner_mod.DecodeGraphs
 
@@ -169,14 +168,14 @@ def test_graph_mode_bookkeeping_matches_eager_decode(eng, monkeypatch):
     eager = eng.generate(prompts, max_new_tokens=7)
     monkeypatch.setattr(runner_mod, "DecodeGraphs", graphs)
     settings = RequestSettings(max_new_tokens=7, cuda_graph=True)
-    graphed = list(SeatOrderRun(eng.model, eng.codec, eng.info, prompts, settings, 0).events())[-1].result
+    graphed = list(eng._serve_order(prompts, settings))[-1].result
     assert graphed.tokens == eager.tokens and graphed.trace.notes == []
     (g,) = made
     assert sorted(g.steps) == [2] and not g.failed  # both rows decoded together: the bucket of 2 stepped
     assert all(s.batch == 2 for s in graphed.trace.decode_steps)
     three = prompts + [[9, 8, 7]]  # three tables replay the bucket of 4: the order has seats for its padding row
     made.clear()
-    res = list(SeatOrderRun(eng.model, eng.codec, eng.info, three, settings, 0).events())[-1].result
+    res = list(eng._serve_order(three, settings))[-1].result
     assert res.tokens == eng.generate(three, max_new_tokens=7).tokens and 4 in made[0].steps
 
 

@@ -223,6 +223,18 @@ def test_submit_refuses_in_one_line_and_keeps_serving(tiny_llama, load, submit, 
     assert len(res.tokens) == 3
 
 
+def test_a_seat_holds_prompt_plus_new_tokens_but_the_last(tiny_llama):
+    """The last token is never fed back, so a seat of 32 slots serves a prompt of 22 + 11 new tokens,
+    with the tokens it gets from an order of its own; one more new token is refused in one line."""
+    eng = Engine.load(str(tiny_llama.path), max_seq_len=32)
+    prompt = list(range(40, 62))  # 22 tokens
+    (res,), _, _ = serve(eng, {0: [(prompt, {"max_new_tokens": 11, "stop_at_eos": False})]})
+    assert res.tokens == eng.generate([prompt], max_new_tokens=11, stop_at_eos=False).tokens[0] and len(res.tokens) == 11
+    with pytest.raises(EngineError, match=r"= 33 exceeds a KV seat of 32 tokens") as err:
+        eng.submit(prompt, max_new_tokens=12)
+    assert "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize(
     "load, pattern",
     [({"policy": "fifo"}, "unknown policy 'fifo'"), ({"token_budget": 0}, "token_budget must be at least 1"),
@@ -314,7 +326,7 @@ def test_cuda_serving_replays_graph_buckets_with_the_cpu_tokens(tiny_llama, poli
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_orders_on_seats_match_the_fixed_batch(tiny_qwen2):
-    """The Kitchen's order on the serving core (engine/order_run.py) on CUDA: the fixed batch's tokens
+    """An order through generate() (engine/request_group.py) on CUDA: the fixed batch's tokens
     (float32: in bfloat16 the two kitchens' different reduction widths may flip a near-tie)."""
     from engine.limits import RequestSettings
     from lab.kitchens import FixedBatch

@@ -74,7 +74,8 @@ def test_an_order_in_process_equals_generate_and_shows_on_the_board(svc, app, re
     assert svc.info.name == "chef" and svc.engine_pid == app.state.kitchen.client.pid
     assert "this server's own kitchen" in svc.where
     lim = svc.limits(100, 64)
-    assert lim.max_context == min(CHEF_CONTEXT, DEFAULT_SEAT_LEN)  # a seat: the engine's default, capped by the context
+    # a seat of the engine's default length, capped by the context, holds prompt + new tokens - 1
+    assert lim.max_context == min(CHEF_CONTEXT, DEFAULT_SEAT_LEN + 1)
     o = Order(batch=3, max_new_tokens=10, temperature=0.0, seed=0, prompt_tokens=20)
     ids = svc.check(o.prompts(svc), 10, temperature=0.0, seed=0)
     assert [len(p) for p in ids] == [20, 20, 20] and svc.encode("ROMEO:") == ref.encode("ROMEO:")

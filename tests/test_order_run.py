@@ -151,3 +151,43 @@ def test_the_labs_kitchens_refuse_in_one_line(tiny_llama):
         assert "\n" not in str(err.value)
     res = kitchens.generate(eng, MIXED, max_new_tokens=3, cache="growing")
     assert res.path == "fixed batch" and res.tokens == eng.generate(MIXED, max_new_tokens=3).tokens
+
+
+@pytest.mark.parametrize("kitchen", [{}, {"cache": "growing"}, {"cache": "none"}, {"batching": "padded"}])
+def test_each_table_samples_its_prompt_alone_with_seed_plus_its_index(tiny_llama, kitchen):
+    """One sampling rule everywhere: table i draws from its own generator seeded seed + i, so its
+    tokens are its prompt's served alone with that seed, in the engine's kitchen and the lab's."""
+    from lab import kitchens
+
+    eng = Engine.load(str(tiny_llama.path))
+    kw = dict(max_new_tokens=10, temperature=0.9, top_p=0.95, stop_at_eos=False)
+    prompts = MIXED  # a padded batch of mixed lengths is the lab's, as are the other caches
+    res = kitchens.generate(eng, prompts, seed=5, **kw, **kitchen)
+    assert res.path == ("seats" if not kitchen else "fixed batch")
+    alone = [eng.generate([p], seed=5 + i, **kw).tokens[0] for i, p in enumerate(prompts)]
+    assert res.tokens == alone
+    assert len({tuple(t) for t in res.tokens}) == len(prompts)  # the draws really differ between tables
+
+
+def test_an_orders_seats_are_freed_when_it_ends(tiny_llama, monkeypatch):
+    """No reference cycle holds an order's engine: its KV seats go back at once, not at the next
+    garbage-collector pass (the next order would otherwise take fresh pages and fault them in)."""
+    import gc
+    import weakref
+
+    import engine.kv_pool as kv_pool
+
+    pools, real = [], kv_pool.SeatPool.__init__
+
+    def init(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        pools.append(weakref.ref(self))
+
+    monkeypatch.setattr(kv_pool.SeatPool, "__init__", init)
+    eng = Engine.load(str(tiny_llama.path))
+    gc.disable()
+    try:
+        eng.generate(MIXED, max_new_tokens=4)
+        assert len(pools) == 1 and pools[0]() is None
+    finally:
+        gc.enable()

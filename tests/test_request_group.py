@@ -1,4 +1,4 @@
-"""One Kitchen order in a shared kitchen (engine/shared_order.py) and its events on the wire
+"""One Kitchen order in a shared kitchen (engine/request_group.py) and its events on the wire
 (serving/order_wire.py), on the real chef engine: no server, no threads."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from conftest import CHEF_CONTEXT
 
 from engine.errors import EngineError
 from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token
-from engine.shared_order import SharedOrder, shared_check, shared_limits
+from engine.request_group import RequestGroup, shared_check, shared_limits
 from serving.order_wire import from_wire, to_wire
 
 PROMPTS = ["ROMEO:\nO she doth", "JULIET:\nWherefore art thou", [5, 17, 300, 41]]  # text and token ids
@@ -49,7 +49,7 @@ def drain(eng) -> list:
     raise AssertionError("the engine did not become idle")
 
 
-def cook(eng, order: SharedOrder, raw: list | None = None) -> list:
+def cook(eng, order: RequestGroup, raw: list | None = None) -> list:
     """Step the engine until the order is done; returns the order's events (`raw` gets every step's)."""
     out = []
     for _ in range(MAX_STEPS):
@@ -136,7 +136,7 @@ def check_kv_is_the_orders_own(eng, events: list, res) -> None:
 def test_an_order_alone_equals_generate_and_tells_its_story(kitchen, ref):
     max_new = 8
     expected = ref.generate(PROMPTS, max_new_tokens=max_new)
-    order = SharedOrder(kitchen, PROMPTS, max_new, order_id=7)
+    order = RequestGroup(kitchen, PROMPTS, max_new, order_id=7)
     raw: list = []
     events = cook(kitchen, order, raw)
     res = result_of(events)
@@ -165,7 +165,7 @@ def test_an_order_joining_a_busy_kitchen_equals_generate(kitchen, ref):
     for _ in range(3):
         before += kitchen.step()
     assert any(isinstance(e, Token) for e in before)  # the others are decoding when the order arrives
-    order = SharedOrder(kitchen, PROMPTS, max_new, order_id=3)
+    order = RequestGroup(kitchen, PROMPTS, max_new, order_id=3)
     raw: list = []
     events = cook(kitchen, order, raw)
     res = result_of(events)
@@ -190,7 +190,7 @@ def test_an_order_joining_a_busy_kitchen_equals_generate(kitchen, ref):
 def test_prompts_over_the_token_budget_fold_into_one_prefill_record(kitchen, ref):
     prompts = [list(range(1, 100))] * 3  # 297 prompt tokens; a pass computes at most 64
     expected = ref.generate(prompts, max_new_tokens=4)
-    order = SharedOrder(kitchen, prompts, 4)
+    order = RequestGroup(kitchen, prompts, 4)
     raw: list = []
     events = cook(kitchen, order, raw)
     res = result_of(events)
@@ -219,7 +219,7 @@ def test_tables_waiting_for_a_seat_still_get_their_answers(ref):
     small = Engine.load("chef", policy="chunked", token_budget=64, max_seqs=4)
     prompts = [f"CITIZEN {i}:" for i in range(6)]
     expected = ref.generate(prompts, max_new_tokens=3)
-    order = SharedOrder(small, prompts, 3)
+    order = RequestGroup(small, prompts, 3)
     res = result_of(cook(small, order))
     assert res.tokens == expected.tokens
     assert res.trace.steps[0].batch == 4 and "passes" in res.trace.notes[0]  # two tables waited for a seat
@@ -228,7 +228,7 @@ def test_tables_waiting_for_a_seat_still_get_their_answers(ref):
 
 def test_cancel_ends_the_order_without_done_and_frees_its_tables(kitchen):
     other = kitchen.submit("KING:", 30)
-    order = SharedOrder(kitchen, PROMPTS, 200)
+    order = RequestGroup(kitchen, PROMPTS, 200)
     events = []
     for _ in range(4):
         events += order.take(kitchen.step())
@@ -263,7 +263,7 @@ def test_cancel_ends_the_order_without_done_and_frees_its_tables(kitchen):
 )
 def test_refusals_are_one_line_and_leave_nothing_in_the_kitchen(kitchen, prompts, max_new, settings, words):
     for attempt in (lambda: shared_check(kitchen, prompts, max_new, **settings),
-                    lambda: SharedOrder(kitchen, prompts, max_new, **settings)):  # fmt: skip
+                    lambda: RequestGroup(kitchen, prompts, max_new, **settings)):  # fmt: skip
         with pytest.raises(EngineError) as err:
             attempt()
         assert words in str(err.value) and "\n" not in str(err.value)
@@ -281,7 +281,7 @@ def test_a_table_refused_at_submit_takes_the_whole_order_out(kitchen, monkeypatc
 
     monkeypatch.setattr(kitchen, "submit", submit)
     with pytest.raises(EngineError, match="the third table"):
-        SharedOrder(kitchen, PROMPTS, 8)
+        RequestGroup(kitchen, PROMPTS, 8)
     events = kitchen.step()  # the two accepted tables leave at the next step, cancelled, without cooking
     assert sorted(e.result.finish_reason for e in events if isinstance(e, Done)) == ["cancelled", "cancelled"]
     assert not any(isinstance(e, (Token, StepEnd)) for e in events)
@@ -296,7 +296,8 @@ def test_shared_check_returns_the_ids_and_limits_follow_the_kitchen(kitchen):
     kv_tokens = kitchen.serving.scheduler.kv_tokens
     assert lim.kv_bytes_per_token == per and lim.kv_bytes_per_sequence == 164 * per
     assert lim.max_batch == min(srv.seats, kv_tokens // 164) == 16  # the seats bind here
-    assert lim.max_context == min(kitchen.cfg.max_context, srv.seat_len) <= CHEF_CONTEXT == kitchen.cfg.max_context
+    # a seat holds prompt + new tokens - 1 (the last token is never fed back)
+    assert lim.max_context == min(kitchen.cfg.max_context, srv.seat_len + 1) <= CHEF_CONTEXT == kitchen.cfg.max_context
     assert lim.kv_budget_bytes == kv_tokens * per
     assert shared_limits(kitchen, 400, 100).max_batch == min(srv.seats, kv_tokens // 500)
     assert shared_limits(kitchen, 0, 0).kv_bytes_per_sequence == per  # never a zero-token seat
@@ -308,7 +309,7 @@ def test_shared_check_returns_the_ids_and_limits_follow_the_kitchen(kitchen):
 @pytest.fixture(scope="module")
 def order_events(eng):
     drain(eng)
-    order = SharedOrder(eng, [list(range(1, 80)), "ROMEO:"], 5, order_id=11, temperature=0.8, seed=4)
+    order = RequestGroup(eng, [list(range(1, 80)), "ROMEO:"], 5, order_id=11, temperature=0.8, seed=4)
     raw: list = []
     events = cook(eng, order, raw)
     drain(eng)
@@ -364,3 +365,12 @@ def test_from_wire_refuses_what_it_cannot_read(d, words):
         from_wire(d)
     assert words in str(err.value) and "\n" not in str(err.value)
 
+
+
+def test_a_sampled_order_in_the_shared_kitchen_equals_generate(order_events, ref):
+    """At temperature > 0 too: the class kitchen and `generate()` follow one sampling rule (table i:
+    seed + i), so the same seeded order gets the same text in both."""
+    res = result_of(order_events[0])
+    expected = ref.generate([list(range(1, 80)), "ROMEO:"], max_new_tokens=5, temperature=0.8, seed=4)
+    assert res.tokens == expected.tokens and res.texts == expected.texts
+    assert expected.path == "seats" and res.path == "class kitchen"

@@ -1,10 +1,14 @@
-"""One order in a shared kitchen: its tables join the engine's continuous batch, followed as one order.
+"""B requests followed as one: an order's tables, submitted to an engine and told as one story.
 
 The Kitchen page orders B tables at once and draws them as one order: the wok's pass, the KV handed
-to the counter, one bowl per table per soup-pot step, and a `GenerationResult` at the end. On the
-class kitchen (serving/kitchen_loop.py) other students' requests share every pass, so the order's
-tables are submitted as B ordinary requests (`Engine.submit`) and this class picks the order's own
-story out of each `Engine.step()`:
+to the counter, one bowl per table per soup-pot step, and a `GenerationResult` at the end. The
+order's tables are submitted as B ordinary requests (`Engine.submit`) and a `RequestGroup` picks
+the order's own story out of each `Engine.step()`. Two kitchens cook this way:
+
+  * the class kitchen (serving/kitchen_loop.py): other students' requests share every pass;
+  * `Engine.generate` / `Engine.stream`: an engine sized for the order alone steps it (`follow`).
+
+What the group tells:
 
   * `Token` per table (`seq` = the table's index), at the order's clock (seconds since it arrived);
   * the order's wok: every pass in which one of its tables still had prompt to compute. Usually one
@@ -21,23 +25,23 @@ Worked example: 2 tables of 5 prompt tokens, 3 new tokens each, on a kitchen alr
 other request. Pass 1 (mixed: 10 prompt tokens + 1 decode): both tables' first tokens, the order's
 prefill record with batch 3. Passes 2 and 3 (decode, batch 3): a token per table each. The order
 sees PrefillStart, PrefillEnd, 2 Tokens, StepEnd(prefill), then 2 Tokens + StepEnd(decode) twice,
-then Done with a `GenerationResult` whose greedy tokens equal `Engine.generate` on the same prompts.
+then Done with a `GenerationResult` whose tokens equal `Engine.generate` on the same prompts.
 
 Sampling: table i samples with its own generator seeded `seed + i`, so a table's tokens never
-depend on its neighbours (the class kitchen's rule for every request).
+depend on its neighbours: they are the tokens of its prompt served alone with seed + i.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from collections.abc import Iterator
 
 from engine.errors import EngineError
 from engine.events import Done, Event, PrefillEnd, PrefillStart, StepEnd, Token
 from engine.limits import Limits, RequestSettings, check_request
 from engine.results import GenerationResult
 from engine.text import encode_prompts
-from engine.trace import StepRecord, Trace, compute_metrics
+from engine.trace import StepRecord, Trace
 
 ORDER_SETTINGS = ("temperature", "top_k", "top_p", "seed", "stop_at_eos", "reuse_prefix")  # what a shared order may set
 
@@ -46,13 +50,14 @@ def shared_limits(engine, prompt_len: int, max_new_tokens: int) -> Limits:
     """What one order may ask of the shared kitchen: its seats and the KV memory they share.
 
     Example (the chef's class kitchen: 64 seats of 512 tokens, 40,000 KV tokens): prompt 100 + 64
-    new -> at most min(64, 40,000 // 164) = 64 tables, each seat holding 164 tokens.
+    new -> at most min(64, 40,000 // 164) = 64 tables, each seat holding 163 tokens of them (the
+    last token is never fed back, so prompt + new tokens may reach the seat's length + 1).
     """
     lim, per_token = engine.serving_limits(), engine.info.kv_bytes_per_token
     per_seq = max(prompt_len + max_new_tokens, 1)
     return Limits(
         max_batch=min(lim.seats, engine.serving.scheduler.kv_tokens // per_seq),
-        max_context=min(engine.cfg.max_context, lim.seat_len),
+        max_context=min(engine.cfg.max_context, lim.seat_len + 1),  # the last token is never fed back
         kv_budget_bytes=engine.serving.scheduler.kv_tokens * per_token,
         kv_bytes_per_token=per_token,
         kv_bytes_per_sequence=per_seq * per_token,
@@ -61,7 +66,7 @@ def shared_limits(engine, prompt_len: int, max_new_tokens: int) -> Limits:
 
 def shared_check(engine, prompts: list, max_new_tokens: int, **settings) -> list[list[int]]:
     """Validate an order for the shared kitchen without running it; returns its prompts as ids.
-    Every refusal is one line naming the limit (the same rules `SharedOrder` meets at submit)."""
+    Every refusal is one line naming the limit (the same rules `RequestGroup` meets at submit)."""
     bad = next((k for k in settings if k not in ORDER_SETTINGS), None)
     if bad is not None:
         raise EngineError(f"setting '{bad}' does not apply to an order in a shared kitchen "
@@ -76,15 +81,20 @@ def shared_check(engine, prompts: list, max_new_tokens: int, **settings) -> list
     return ids
 
 
-class SharedOrder:
-    """B prompts submitted to `engine` as B requests; `take(step_events)` returns the order's events."""
+class RequestGroup:
+    """B prompts submitted to `engine` as B requests; `take(step_events)` returns the order's events.
 
-    path = "class kitchen"
+    `path`: which kitchen cooked it, for `GenerationResult.path`. `kv_allocated`: the KV bytes
+    reserved for the order (default: each table's prompt + new tokens). `recorded`: the settings
+    the result records (default: those given)."""
 
-    def __init__(self, engine, prompts: list, max_new_tokens: int, order_id: int = 0, **settings):
+    def __init__(self, engine, prompts: list, max_new_tokens: int, order_id: int = 0, *,
+                 path: str = "class kitchen", kv_allocated: int | None = None, recorded: dict | None = None,
+                 **settings):  # fmt: skip
         shared_check(engine, prompts, max_new_tokens, **settings)
-        self.engine, self.order_id, self.max_new = engine, order_id, max_new_tokens
-        self.settings = {"max_new_tokens": max_new_tokens} | settings
+        self.engine, self.order_id, self.max_new, self.path = engine, order_id, max_new_tokens, path
+        self.settings = recorded if recorded is not None else {"max_new_tokens": max_new_tokens} | settings
+        self.kv_allocated = kv_allocated
         arrival = time.perf_counter()
         self.t0 = arrival - engine.clock_start  # the order's zero on the engine's clock
         seed = int(settings.pop("seed", 0))
@@ -100,7 +110,6 @@ class SharedOrder:
         # The tables' sequences, held past their Done: a table that finishes in a pass still held its K/V in it.
         self.seqs = [engine.serving.seqs[rid] for rid in self.rids]
         self.prompts = [list(seq.prompt) for seq in self.seqs]
-        self.tokens: list[list[int]] = [[] for _ in self.rids]
         self.cached = [0] * len(self.rids)  # K/V positions each table holds
         self.waiting_first = set(range(len(self.rids)))  # tables still in the wok
         self.wok: list[StepRecord] = []  # the passes of the order's prefill, folded into one
@@ -121,48 +130,62 @@ class SharedOrder:
             if table not in self.finished:
                 self.engine.cancel(rid)
 
+    def follow(self) -> Iterator[Event]:
+        """Step the engine until the order is done, yielding its events: for an engine that only
+        this order uses (`Engine.stream`). The order's clock pauses while the consumer holds an
+        event (a page drawing is not TTFT): its zero moves later by the time held."""
+        step = self.engine.step
+        while not self.done:
+            for ev in self.take(step()):
+                held = time.perf_counter()
+                yield ev
+                self.t0 += time.perf_counter() - held
+
     def take(self, events: list[Event]) -> list[Event]:
-        """This order's events among one step's, on the order's clock (seconds since it arrived)."""
-        step = next((e for e in events if isinstance(e, StepEnd)), None)
-        mine = step is not None and any(r in self.table for r in step.request_ids)
-        out: list[Event] = []
-        if mine and not self.started:
-            self.started = True
-            lengths = [len(p) for p in self.prompts]
-            # slots: the positions the wok computes, so a reused prefix is not counted as cooked
-            out.append(PrefillStart(step.step.t_start - self.t0, len(lengths), lengths, sum(lengths) - self.reused,
-                                    "packed", self.order_id))  # fmt: skip
-        in_wok = bool(self.waiting_first)  # this pass belongs to the order's prefill
-        tokens: list[Event] = []
+        """This order's events among one step's, on the order's clock (seconds since it arrived).
+        One pass over the step's events: it runs once per decode step of every order."""
+        table, t0, oid = self.table, self.t0, self.order_id
+        step, tokens, ended = None, [], []
         for ev in events:
-            if isinstance(ev, Token) and ev.request_id in self.table:
-                t = self.table[ev.request_id]
-                self.tokens[t].append(ev.token_id)
-                self.waiting_first.discard(t)
-                tokens.append(Token(ev.t - self.t0, t, ev.step, ev.token_id, ev.text, ev.finished, self.order_id))
+            kind = type(ev)
+            if kind is Token:
+                t = table.get(ev.request_id)
+                if t is not None:
+                    tokens.append(Token(ev.t - t0, t, ev.step, ev.token_id, ev.text, ev.finished, oid))
+            elif kind is StepEnd:
+                step = ev
+            elif kind is Done and ev.request_id in table:
+                ended.append(ev)
+        mine = step is not None and not table.keys().isdisjoint(step.request_ids)
+        out: list[Event] = []
         if not mine:
             out += tokens
-        elif in_wok:
-            self._note_cache()
-            self.wok.append(self._rebased(step.step))
+        elif self.waiting_first:  # this pass belongs to the order's prefill
+            if not self.started:
+                self.started = True
+                lengths = [len(p) for p in self.prompts]
+                # slots: the positions the wok computes, so a reused prefix is not counted as cooked
+                out.append(PrefillStart(step.step.t_start - t0, len(lengths), lengths, sum(lengths) - self.reused,
+                                        "packed", oid))  # fmt: skip
+            self.waiting_first.difference_update(self.table[e.request_id] for e in events
+                                                 if type(e) is Token and e.request_id in table)  # fmt: skip
+            self.wok.append(self._rebased(step.step, step.step.phase, step.step.index))
             if self.waiting_first:  # more of the order's prompts still to compute
                 out += tokens
             else:  # every table has its first bowl: the wok is done
                 rec = self._wok_record()
-                out += [PrefillEnd(rec.t_end, rec, rec.kv_bytes, self.order_id), *tokens,
-                        StepEnd(rec.t_end, rec, self.order_id)]  # fmt: skip
+                out += [PrefillEnd(rec.t_end, rec, rec.kv_bytes, oid), *tokens, StepEnd(rec.t_end, rec, oid)]
         else:
-            self._note_cache()
-            rec = replace(self._rebased(step.step), phase="decode", index=len(self.trace.steps))
+            rec = self._rebased(step.step, "decode", len(self.trace.steps))
             self.trace.steps.append(rec)
-            out += [*tokens, StepEnd(rec.t_end, rec, self.order_id)]
-        for ev in events:
-            if isinstance(ev, Done) and ev.request_id in self.table:
-                t = self.table[ev.request_id]
-                self.finished[t] = ev.result.finish_reason
-                self.cached[t] = 0  # its seat is free
-        if self.done and not self.cancelled:
-            out.append(Done(out[-1].t if out else 0.0, self._result(), self.order_id))
+            tokens.append(StepEnd(rec.t_end, rec, oid))
+            out = tokens
+        for ev in ended:
+            t = table[ev.request_id]
+            self.finished[t] = ev.result.finish_reason
+            self.cached[t] = 0  # its seat is free
+        if ended and self.done and not self.cancelled:
+            out.append(Done(out[-1].t if out else 0.0, self._result(), oid))
         return out
 
     @property
@@ -170,14 +193,17 @@ class SharedOrder:
         """Prompt tokens the order's tables took from a cached prefix (known once they are seated)."""
         return sum(seq.cached_tokens for seq in self.seqs)
 
-    def _note_cache(self) -> None:
+    def _rebased(self, rec: StepRecord, phase: str, index: int) -> StepRecord:
+        """A pass's record on the order's clock, its `kv_bytes` the order's tables' own (a table that
+        finished in this very pass still held its K/V in it)."""
+        finished, cached = self.finished, self.cached
         for t, seq in enumerate(self.seqs):
-            if t not in self.finished:  # (a table that finished in this very pass is not yet)
-                self.cached[t] = seq.num_cached
-
-    def _rebased(self, rec: StepRecord) -> StepRecord:
-        kv = sum(self.cached) * self.engine.info.kv_bytes_per_token
-        return replace(rec, t_start=rec.t_start - self.t0, t_end=rec.t_end - self.t0, kv_bytes=kv)
+            if t not in finished:
+                cached[t] = seq.num_cached
+        t0 = self.t0
+        return StepRecord(phase, index, rec.t_start - t0, rec.t_end - t0, rec.forward_s, rec.batch, rec.tokens,
+                          rec.slots, rec.kv_tokens, sum(cached) * self.engine.info.kv_bytes_per_token, rec.flops,
+                          rec.bytes_moved)  # fmt: skip
 
     def _wok_record(self) -> StepRecord:
         """The order's prefill passes as one record (one pass in the usual case)."""
@@ -197,22 +223,30 @@ class SharedOrder:
         self.trace.t_first_token = rec.t_end
         return rec
 
+    @property
+    def tokens(self) -> list[list[int]]:
+        """Each table's tokens so far (its sequence's output)."""
+        return [seq.output for seq in self.seqs]
+
     def _result(self) -> GenerationResult:
         self.trace.t_done = self.trace.steps[-1].t_end
-        info, per_token = self.engine.info, self.engine.info.kv_bytes_per_token
-        reserved = sum(len(p) + self.max_new for p in self.prompts) * per_token
-        return GenerationResult(
-            tokens=self.tokens,
-            texts=[self.engine.decode(t) if self.engine.codec is not None else "" for t in self.tokens],
-            prompt_tokens=[len(p) for p in self.prompts],
-            metrics=compute_metrics(self.trace, [len(t) for t in self.tokens], reserved),
-            trace=self.trace,
-            settings=dict(self.settings),
-            prompt_ids=self.prompts,
-            model=info.name,
-            device=str(self.engine.device),
-            dtype=info.precision,
-            request_id=self.order_id,
-            path=self.path,
-            reused_tokens=self.reused,
-        )
+        self.trace.notes += self._eager_notes()
+        engine, info = self.engine, self.engine.info
+        reserved = self.kv_allocated
+        if reserved is None:
+            reserved = sum(len(p) + self.max_new for p in self.prompts) * info.kv_bytes_per_token
+        tokens = self.tokens
+        return GenerationResult.of(
+            tokens, self.prompts, self.trace, reserved, [engine.decode(t) if engine.codec is not None else "" for t in tokens],
+            settings=dict(self.settings), model=info.name, device=str(engine.device), dtype=info.precision,
+            request_id=self.order_id, path=self.path, reused_tokens=self.reused,
+        )  # fmt: skip
+
+    def _eager_notes(self) -> list[str]:
+        """What decoded eagerly although asked otherwise: a failed CUDA graph capture, a failed compile."""
+        graphs, compiled = self.engine.serving.runner.graphs, self.engine.compiled
+        notes = [f"CUDA graph capture failed, decoded eagerly: {why}" for why in graphs.failed.values()] \
+            if graphs is not None else []  # fmt: skip
+        if compiled is not None and compiled.failure is not None:
+            notes.append(f"compile=True, decoded eagerly: {compiled.failure}")
+        return notes

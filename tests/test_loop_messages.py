@@ -8,7 +8,7 @@ import ast
 import json
 from pathlib import Path
 
-from engine.results import RequestMetrics, RequestResult
+from engine.results import RequestMetrics, RequestOutput
 from lab.padding import PaddingSettings
 from serving import loop_messages as m
 from serving.engine_client import EngineClient
@@ -17,7 +17,7 @@ from serving.kitchen_loop import Loop
 REPO = Path(__file__).resolve().parent.parent
 PIPE_FILES = ("serving/engine_client.py", "serving/kitchen_loop.py", "serving/loop_messages.py")
 
-RESULT = RequestResult(3, [1, 2], [5, 6], " the", "length", RequestMetrics(0.0, 0.01, 0.002, [0.002], 0.012, 2, 2, 0, 0))
+RESULT = RequestOutput(3, [1, 2], [5, 6], " the", "length", RequestMetrics(0.0, 0.01, 0.002, [0.002], 0.012, 2, 2, 0, 0))
 STEP = m.StepInfo(4, "decode", 0.003, 2, 0, 2, 4096, ("r1", "o2/0"), 1.7e9)
 TOKEN = ("r1", 42, " the", 0, False, 0.011, (" the", -0.5, ((" a", -1.25), (" an", -2.0))))
 ORDER_EVENTS = [{"type": "token", "t": 0.01, "seq": 0, "step": 1, "token_id": 7, "text": "a", "finished": False}]

@@ -34,8 +34,8 @@ def test_seats_and_growing_keep_the_same_keys_and_attend_alike():
         ours = BatchKV(pool, torch.tensor([slot]), bias).attend(0, q1, k1, v1)
         theirs = GrowingPass(growing, bias).attend(0, q1, k1, v1)
         torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
-        assert torch.equal(pool.k[0, :, :, : slot + 1], growing.k[0])
-        assert torch.equal(pool.v[0, :, :, : slot + 1], growing.v[0])
+        assert torch.equal(pool.k_layer[0][:, :, : slot + 1], growing.k[0])
+        assert torch.equal(pool.v_layer[0][:, :, : slot + 1], growing.v[0])
     assert pool.bytes_reserved == 2 * L * B * H * 10 * D * 4  # preallocated once
     assert growing.bytes_allocated == 2 * B * H * D * 4 * (8 + 5)  # layer 0 grew to 8, layer 1 stayed at 5
     assert growing.peak_bytes == growing.bytes_allocated
@@ -48,7 +48,7 @@ def test_packed_write_scatters_each_sequence_into_its_row():
     ours = BatchKV(pool, packed=lengths).attend(0, k, k, k)
     theirs = GrowingPass(growing, packed=lengths).attend(0, k, k, k)
     assert torch.equal(ours, theirs) and ours.shape == (1, sum(lengths), H * D)
-    for store_k, store_v in ((pool.k[0], pool.v[0]), (growing.k[0], growing.v[0])):
+    for store_k, store_v in ((pool.k_layer[0], pool.v_layer[0]), (growing.k[0], growing.v[0])):
         assert torch.equal(store_k[0, :, :3], k[0, :, 0:3])
         assert torch.equal(store_k[1, :, :1], k[0, :, 3:4])
         assert torch.equal(store_v[2, :, :2], k[0, :, 4:6])
@@ -64,6 +64,6 @@ def test_compaction_keeps_the_chosen_rows_in_order():
     rows = torch.tensor([2, 0])
     keep_seats(pool, rows)
     growing.keep_rows(rows)
-    assert torch.equal(pool.k[1, 0, :, :4], k[2]) and torch.equal(pool.v[0, 1, :, :4], v[0])
+    assert torch.equal(pool.k_layer[1][0, :, :4], k[2]) and torch.equal(pool.v_layer[0][1, :, :4], v[0])
     assert torch.equal(growing.k[1][0], k[2]) and torch.equal(growing.v[0][1], v[0])
     assert growing.bytes_allocated == 2 * L * 2 * H * 4 * D * 4  # the dropped row's bytes are gone

@@ -48,7 +48,7 @@ class CompilePlan:
 
 
 @dataclass(frozen=True)
-class ModelResult:
+class CompiledModelResult:
     """One model's measurements; seconds."""
 
     model: str
@@ -67,7 +67,7 @@ def _run(eng, prompts: list[list[int]], n: int) -> tuple[float, float, list[list
     return res.metrics.tpot_s, res.metrics.ttft_s, res.tokens
 
 
-def measure_model(model: str, plan: CompilePlan, progress) -> ModelResult:
+def measure_model(model: str, plan: CompilePlan, progress) -> CompiledModelResult:
 
     with tempfile.TemporaryDirectory(prefix="bench-compile-") as workdir:
         folder = reference_folder(model, workdir)
@@ -102,7 +102,7 @@ def measure_model(model: str, plan: CompilePlan, progress) -> ModelResult:
                 same = same and tokens["eager"] == tokens["compiled"]
     compiled = engines["compiled"].compiled
     ratios = {s: tpot[s]["compiled"].median / tpot[s]["eager"].median for s in shapes}
-    return ModelResult(
+    return CompiledModelResult(
         model, _dicts(tpot), _dicts(ttft), first, compiled.steps, compiled.failure, same, ratios,
     )  # fmt: skip
 

@@ -60,7 +60,7 @@ class QuantPlan:
 
 
 @dataclass(frozen=True)
-class ModelResult:
+class Int8ModelResult:
     """One model's measurements; times in seconds, medians over repeats."""
 
     model: str
@@ -102,7 +102,7 @@ def agreement(a: list[int], b: list[int]) -> dict:
             "positions_equal": sum(x == y for x, y in zip(a, b, strict=False))}  # fmt: skip
 
 
-def measure_model(model: str, plan: QuantPlan, progress) -> ModelResult:
+def measure_model(model: str, plan: QuantPlan, progress) -> Int8ModelResult:
 
     with tempfile.TemporaryDirectory(prefix="bench-int8-") as workdir:
         folder = reference_folder(model, workdir)
@@ -163,7 +163,7 @@ def measure_model(model: str, plan: QuantPlan, progress) -> ModelResult:
             cd, eager = engines[v].compiled, v.removesuffix("_compiled")
             compiled[v] = {"steps": cd.steps, "eager_steps": cd.eager_steps, "failure": cd.failure,
                            "agreement_with_eager": agreement(runs[eager], runs[v])}  # fmt: skip
-    return ModelResult(
+    return Int8ModelResult(
         model, {v: s.to_dict() for v, s in tpot.items()}, {v: s.to_dict() for v, s in pre.items()},
         {v: engines[v].info.weight_bytes for v in VARIANTS}, kernels,
         agreement(runs["float32"], runs["int8"]), ratios, compiled,

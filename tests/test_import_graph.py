@@ -261,3 +261,12 @@ def test_the_cycle_finder_names_a_cycle(tmp_path):
     found = cycles(project_imports(tmp_path))
     assert found == [["pkg/a.py", "pkg/b.py", "pkg/c.py", "pkg/a.py"]]
     assert local_imports_without_reason(tmp_path) == ["pkg/d.py:2: import json"]
+
+
+def test_no_source_file_outside_the_tests_is_over_400_lines():
+    """One file per concept, about 100-350 lines: a file past 400 holds several concepts."""
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True)
+    sizes = {p: len((ROOT / p).read_text().splitlines()) for p in tracked.stdout.split() if not p.startswith("tests/")}
+    assert sizes and {p: n for p, n in sizes.items() if n > 400} == {}

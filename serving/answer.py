@@ -1,6 +1,6 @@
 """One order's answer, from the engine's events to OpenAI's response: streamed chunks or one body.
 
-The events come from the kitchen (serving/kitchen_http.py `Kitchen._events`): (choice index,
+The events come from the kitchen (serving/kitchen_http.py `KitchenRoutes._events`): (choice index,
 kind, value) for every table of the order, kind "token" (engine_client.Tok), "done"
 (RequestOutput), "error" (the engine process died) or "timeout" (the instructor's limit). Stop
 strings are the server's: the engine streams tokens, a `Choice` holds back the text where a stop

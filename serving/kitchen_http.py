@@ -39,7 +39,9 @@ class ServerConfig:
     max_body_bytes: int = MAX_BODY_BYTES
 
 
-class Kitchen:
+class KitchenRoutes:
+    """A kitchen host's HTTP routes (OpenAI's and /kitchen/*) over its engine client: admission, caps, streams."""
+
     def __init__(self, client: EngineClient, config: ServerConfig, metrics: KitchenMetrics):
         self.client, self.config, self.metrics = client, config, metrics
         ready = client.ready

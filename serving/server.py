@@ -53,7 +53,7 @@ from serving.auth import KeyCheck
 from serving.caps import load_caps
 from serving.class_board import ClassBoard
 from serving.engine_client import EngineClient, LoopSettings
-from serving.kitchen_http import Kitchen, ServerConfig
+from serving.kitchen_http import KitchenRoutes, ServerConfig
 from serving.kitchen_orders import KitchenOrders
 from serving.metrics import KitchenMetrics
 from serving.openai_api import ApiError
@@ -65,7 +65,7 @@ def create_app(client: EngineClient, config: ServerConfig, metrics: KitchenMetri
                extensions: Sequence[Callable] = ()) -> Starlette:  # fmt: skip
     """The server's app. `extensions`: factories `f(kitchen)` of objects with `routes()` and `close()`
     (the Lab's, lab/on_server.py); `close_app(app)` closes them when the server stops."""
-    kitchen = Kitchen(client, config, metrics)
+    kitchen = KitchenRoutes(client, config, metrics)
     extras = [make(kitchen) for make in extensions]
 
     async def api_error(request: Request, err: ApiError) -> Response:

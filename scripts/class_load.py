@@ -41,6 +41,7 @@ from bench.serve_bench import Dist  # noqa: E402
 from serving.loadgen import make_load, rss_kb, run_load, serve_alone, summarize  # noqa: E402
 
 CHEF = str(REPO / "assets" / "models" / "chef")
+RUSH_BEGIN = "<!-- rush: scripts/class_rush.py -->"
 
 
 def free_port() -> int:
@@ -167,7 +168,11 @@ def main() -> int:
         finally:
             stop(theirs)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    Path(args.out).with_suffix(".md").write_text("\n".join(render(out)) + "\n")
+    page = Path(args.out).with_suffix(".md")
+    kept = ""  # the rush's section (scripts/class_rush.py writes it) stays as that script left it
+    if page.is_file() and RUSH_BEGIN in (old := page.read_text()):
+        kept = "\n" + old[old.index(RUSH_BEGIN):]
+    page.write_text("\n".join(render(out)) + "\n" + kept)
     print(json.dumps(out, indent=1))
     return 0
 

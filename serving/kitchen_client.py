@@ -205,13 +205,19 @@ class ServerKitchen:
     def _cook(self, job: Job, order) -> None:
         job._go.wait(HOLD_S)
         token = job.cancel_token
-        job._ticket = Ticket(f"{self.model}: {job.label}", kitchen=f"{self.host.label} {self.model}")
-        if token.cancelled or not self.stove.take(job._ticket, cancelled=lambda: token.cancelled):
+        ticket = Ticket(f"{self.model}: {job.label}", kitchen=f"{self.host.label} {self.model}")
+        self._on_stove(job, ticket, token, lambda: self._cook_on_stove(job, order, token))
+
+    def _on_stove(self, job: Job, ticket: Ticket, token, work) -> None:
+        """Run `work()` holding the machine's stove (serving/stove.py); a cancel while the job waits
+        in the stove's line ends it there."""
+        job._ticket = ticket
+        if token.cancelled or not self.stove.take(ticket, cancelled=lambda: token.cancelled):
             return self._finish(job, error=token.reason, status="cancelled")
         try:
-            self._cook_on_stove(job, order, token)
+            work()
         finally:
-            self.stove.give_back(job._ticket)
+            self.stove.give_back(ticket)
 
     def _cook_on_stove(self, job: Job, order, token) -> None:
         if not token.cancelled:
@@ -296,13 +302,8 @@ class ServerKitchen:
         token = job.cancel_token
         if token.cancelled or self.state != "ready":
             return self._finish(job, error=token.reason or self.load_error, status="cancelled" if token.cancelled else None)
-        job._ticket = Ticket(f"{self.model}: {job.label}")  # a sweep cooks alone, not even beside its kitchen's orders
-        if not self.stove.take(job._ticket, cancelled=lambda: token.cancelled):
-            return self._finish(job, error=token.reason, status="cancelled")
-        try:
-            self._sweep_on_stove(job, run, token)
-        finally:
-            self.stove.give_back(job._ticket)
+        ticket = Ticket(f"{self.model}: {job.label}")  # a sweep cooks alone, not even beside its kitchen's orders
+        self._on_stove(job, ticket, token, lambda: self._sweep_on_stove(job, run, token))
 
     def _sweep_on_stove(self, job: Job, run, token) -> None:
         job.started_at, job.status = time.perf_counter(), "running"

@@ -9,6 +9,7 @@ process through serving/host.py `LocalHost`), with the Lab's sweeps.
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 
 from lab.on_server import LabRoutes
@@ -39,3 +40,13 @@ def loop_of(kitchens: AppKitchens, model: str = "chef", device: str = "cpu", dty
 
 def nothing_in_flight(client: EngineClient) -> bool:
     return client.in_flight == 0 and client.state.running == 0 and client.state.waiting == 0
+
+
+def wait_for(predicate, seconds: float = WAIT_S) -> bool:
+    """Poll `predicate` every 50 ms until it holds (True) or `seconds` pass (False)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from own_kitchen import loop_of, own_kitchen
+from own_kitchen import loop_of, own_kitchen, wait_for
 from streamlit.testing.v1 import AppTest
 
 from engine.errors import EngineError
@@ -27,15 +27,6 @@ APP = str(Path(__file__).resolve().parent.parent / "app.py")
 WAIT_S = 120
 ORDER = Order(batch=1, max_new_tokens=4, temperature=0.0, seed=0, text="ROMEO:")
 LONG = Order(batch=2, max_new_tokens=400, temperature=0.0, seed=0, prompt_tokens=16)
-
-
-def wait_for(predicate, seconds: float = WAIT_S) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_an_order_whose_engine_hangs_mid_stream_fails_in_one_line_and_the_kitchen_recovers(monkeypatch):

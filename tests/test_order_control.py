@@ -17,7 +17,7 @@ import threading
 import time
 
 import pytest
-from own_kitchen import loop_of, nothing_in_flight, own_kitchen
+from own_kitchen import loop_of, nothing_in_flight, own_kitchen, wait_for
 
 from engine.errors import EngineError
 from engine.events import PrefillStart, Token
@@ -44,15 +44,6 @@ def kitchen():
 @pytest.fixture()
 def chef(kitchen):
     return kitchen[0]
-
-
-def wait_for(predicate, seconds: float = WAIT_S) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def one_line(text: str | None) -> str:

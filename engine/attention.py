@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.config import ModelConfig
+from engine.invariance import GridCall, attend_on_grid
 from engine.kv_pool import SeatBatch, SeatPool
 from engine.layers import Rope, add_buffer, add_weight, apply_rope
 from engine.quant import matmul
@@ -111,9 +112,12 @@ class SeatKV:
 
     sb: SeatBatch
     pool: SeatPool
+    grid: list[GridCall] | None = None  # batch-invariant mode: the step's calls on the key grid
 
     def attend(self, layer: int, q, k, v) -> torch.Tensor:
         sb, pool, nd = self.sb, self.pool, self.sb.n_decode
+        if self.grid is not None:  # batch-invariant mode: every query on the key grid
+            return attend_on_grid(layer, q, k, v, sb, pool, self.grid)
         if sb.uniform:  # B whole prompts of one length: one batched causal pass
             pool.write_block(layer, k, v)
             return _heads_to_width(causal(q, k, v))  # (B, T, H*D)

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import torch
 
+from engine import invariance
 from engine.compiled import COMPILE_MAX_BATCH, CompiledDecode, check_max_batch
 from engine.config import ModelConfig
 from engine.cuda_graph import buckets
@@ -82,22 +83,24 @@ class Engine:
 
     @classmethod
     def load(cls, model: str, device: str = "cpu", dtype: str = "float32", kv_budget_bytes: int | None = None,
-             policy: str = "continuous", token_budget: int = 512, max_seqs: int = 64,
-             max_seq_len: int | None = None, kv_tokens: int = 0, prefix_cache: bool = False,
-             quant: str | None = None, compile: bool = False,
-             compile_max_batch: int = COMPILE_MAX_BATCH) -> Engine:  # fmt: skip
+             policy: str = "continuous", token_budget: int = 512, max_seqs: int = 64, max_seq_len: int | None = None,
+             kv_tokens: int = 0, prefix_cache: bool = False, quant: str | None = None, compile: bool = False,
+             compile_max_batch: int = COMPILE_MAX_BATCH, batch_invariant: bool = False) -> Engine:  # fmt: skip
         """Folder, `preset:NAME`, an embedded model's name (assets/models/NAME) or hub id -> a ready Engine.
 
         `quant="int8"`: matmul weights stored as int8 with a scale per output channel (engine/quant.py).
         `compile=True`: pure-decode steps on the seats run one torch.compile'd step (engine/compiled.py); without
         a C++ compiler (or if compiling fails) they run eagerly, with a one-line warning. Steps of more
         than `compile_max_batch` rows run eagerly too: there the compiled step is slower (measured).
+        `batch_invariant=True`: a request's tokens do not depend on its neighbours (engine/invariance.py).
         """
         serving = ServingConfig(policy, token_budget, max_seqs, max_seq_len, kv_tokens, prefix_cache=prefix_cache,
-                                compile=compile, compile_max_batch=compile_max_batch)  # fmt: skip
+                                compile=compile, compile_max_batch=compile_max_batch, batch_invariant=batch_invariant)
         check_max_batch(compile_max_batch)
         SchedulerConfig(policy, max_seqs, token_budget).check()  # refuse bad settings before loading
         parse_quant(quant)  # a bad value is refused before loading too
+        if batch_invariant:
+            invariance.require(device, dtype, quant, compile)
         loaded = load_model(model, device, dtype, quant)
         return cls(loaded.model, loaded.codec, loaded.info, kv_budget_bytes, serving)
 
@@ -118,9 +121,7 @@ class Engine:
     # --- validation -------------------------------------------------------------------------------
     def limits(self, prompt_len: int, max_new_tokens: int) -> Limits:
         """Largest batch the memory budget allows for this request shape, and the context limit."""
-        return kv_limits(
-            self.cfg, self.model.dtype, self.device, self.kv_budget_bytes, prompt_len, max_new_tokens
-        )
+        return kv_limits(self.cfg, self.model.dtype, self.device, self.kv_budget_bytes, prompt_len, max_new_tokens)
 
     def check(self, prompts, max_new_tokens: int = 64, **settings) -> list[list[int]]:
         """Validate an order without running it; returns the prompts as token ids. The lessons'
@@ -161,8 +162,8 @@ class Engine:
         the class kitchen cooks for it. Tests call it to run cuda_graph=True's bookkeeping on a CPU."""
         lengths = [len(p) for p in ids]
         seats = buckets(len(ids))[-1] if req.cuda_graph else len(ids)  # a graph bucket's padding rows need seats
-        config = ServingConfig("static", max(1, sum(lengths)), seats, compile=self.serving_config.compile,
-                               compile_max_batch=self.serving_config.compile_max_batch)  # fmt: skip
+        config = replace(self.serving_config, policy="static", token_budget=max(1, sum(lengths)), max_seqs=seats,
+                         max_seq_len=None, kv_tokens=0, prefix_cache=False)  # fmt: skip
         limits = order_limits(self.model, lengths, req.max_new_tokens, seats)
         kitchen = Engine(self.model, self.codec, self.info, self.limits(max(lengths), req.max_new_tokens).kv_budget_bytes,
                          config, self.compiled)  # fmt: skip

@@ -35,7 +35,7 @@ class Span:
     seat: int
     start: int
     length: int
-    mask: torch.Tensor | None  # (1, 1, length, start + length) bool; None when start == 0 (causal)
+    mask: torch.Tensor | None  # (1, 1, length, start + length) bool; None: causal within the span (start 0)
 
 
 @dataclass(frozen=True)

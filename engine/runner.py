@@ -21,6 +21,7 @@ import torch
 from engine.attention import SeatKV
 from engine.compiled import CompiledDecode
 from engine.cuda_graph import DecodeGraphs
+from engine.invariance import grid_end, grid_plan
 from engine.kv_pool import SeatBatch, SeatPool, Span
 from engine.model import Transformer
 from engine.scheduler import StepPlan, Work
@@ -40,9 +41,11 @@ class PassOutput:
 
 class Runner:
     def __init__(self, model: Transformer, pool: SeatPool, cuda_graphs: bool = False,
-                 compiled: CompiledDecode | None = None):  # fmt: skip
-        """`compiled`: run pure-decode steps through the engine's compiled step (engine/compiled.py)."""
+                 compiled: CompiledDecode | None = None, invariant: bool = False):  # fmt: skip
+        """`compiled`: run pure-decode steps through the engine's compiled step (engine/compiled.py).
+        `invariant`: batch-invariant mode, every query on the key grid (engine/invariance.py)."""
         self.model, self.pool, self.device = model, pool, model.device
+        self.invariant = invariant
         self.compiled = compiled
         self.graphs = DecodeGraphs(model, pool, decode=compiled) if cuda_graphs else None
         self.slots = torch.arange(pool.seat_len, device=self.device)  # (T,) reused by every step's masks
@@ -52,6 +55,9 @@ class Runner:
 
     @torch.inference_mode()
     def run(self, plan: StepPlan) -> PassOutput:
+        if self.invariant:  # the key grid reads past a row's own slots: never-written ones must be 0
+            for w in plan.work:
+                self.pool.prepare_read([w.seq.seat], [w.start], grid_end(w.start + w.length - 1, self.pool.seat_len))
         if self.decode_in is not None and self.graphs is None and all(w.is_decode and not w.draft for w in plan.work):
             return self._run_decode(plan.work)
         decodes = sorted((w for w in plan.work if w.is_decode and not w.draft), key=lambda w: w.seq.seat)
@@ -73,7 +79,7 @@ class Runner:
         sampled = decodes + [w for w in chunks if w.samples]
         # B whole prompts of one length in seats 0..B-1 (an order's wok, or a rush of equal prompts):
         # laid out (B, T) so attention is one batched causal pass instead of one call per prompt
-        uniform = not decodes and len(chunks) > 1 and all(
+        uniform = not decodes and len(chunks) > 1 and not self.invariant and all(
             w.start == 0 and not w.draft and w.length == chunks[0].length and w.seq.seat == i
             for i, w in enumerate(chunks)
         )
@@ -114,7 +120,7 @@ class Runner:
         sb = SeatBatch(index, 0, width, bias, [], nd)
         if self.compiled is not None:
             return self.compiled(tokens, positions, sb, self.pool).view(nd, -1)  # (B, V)
-        return self.model.forward(tokens, positions, SeatKV(sb, self.pool)).view(nd, -1)  # (B, V)
+        return self.model.forward(tokens, positions, self._kv(sb, pos)).view(nd, -1)  # (B, V)
 
     def _forward(self, decodes: list[Work], spans: list[Span], ids: list[int], pos: list[int],
                  rows: list[int] | None, uniform: bool = False) -> torch.Tensor:  # fmt: skip
@@ -142,9 +148,15 @@ class Runner:
             tokens, positions = inputs[0].view(-1, 1), inputs[1].view(-1, 1)  # (B, 1)
             if self.compiled is not None:
                 return self.compiled(tokens, positions, sb, self.pool).view(nd, -1)  # (B, V)
-            return self.model(tokens, positions, SeatKV(sb, self.pool)).view(nd, -1)  # (B, V)
+            return self.model(tokens, positions, self._kv(sb, pos[:nd])).view(nd, -1)  # (B, V)
         logits_rows = torch.tensor(rows, dtype=torch.long, device=dev)  # (R,)
-        return self.model(inputs[0][None], inputs[1][None], SeatKV(sb, self.pool), logits_rows)
+        return self.model(inputs[0][None], inputs[1][None], self._kv(sb, pos[:nd]), logits_rows)
+
+    def _kv(self, sb: SeatBatch, decode_pos: list[int]) -> SeatKV:
+        """The pass's KV view; in batch-invariant mode with the step's calls on the key grid."""
+        if not self.invariant:
+            return SeatKV(sb, self.pool)
+        return SeatKV(sb, self.pool, grid_plan(decode_pos, sb.decode_first, sb.spans, self.pool.seat_len, self.device))
 
     def _span_mask(self, w: Work) -> torch.Tensor | None:
         """A chunk that continues a sequence sees its cached prefix plus itself, causally."""

@@ -39,6 +39,7 @@ class ServingConfig:
     compile: bool = False  # pure-decode steps through torch.compile (engine/compiled.py); needs a C++ compiler
     # compile=True: decode steps of more rows than this run eagerly (there the compiled step loses)
     compile_max_batch: int = COMPILE_MAX_BATCH
+    batch_invariant: bool = False  # decode attention per row over its own keys (engine/invariance.py)
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,7 @@ class Serving:
         # a reference cycle, and an order's seats would wait for the garbage collector to be freed
         self.work_bytes = functools.partial(prefill_work_bytes, model.cfg, dtype_bytes=model.dtype.itemsize)
         self.scheduler = Scheduler(sched, self.pool, self.work_bytes, limits.work_bytes, self.prefix, self.drafter)
-        self.runner = Runner(model, self.pool, cuda_graphs, compiled)
+        self.runner = Runner(model, self.pool, cuda_graphs, compiled, config.batch_invariant)
         self.model = model
         self.seqs: dict[int, Sequence] = {}  # every request not yet Done, by id
         self.cancelled: list[Sequence] = []  # cancel() asked; applied at the next step

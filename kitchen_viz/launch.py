@@ -74,9 +74,16 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--class-key", metavar="KEY", help="the API key students send to the class kitchen")
     parser.add_argument("--presenter", action="store_true", help="start every session in presenter mode")
     parser.add_argument(
+        "--batch-invariant",
+        action="store_true",
+        help="float32 CPU kitchens answer every prompt with the same bits as if it were alone "
+        "(engine/invariance.py; slower for a lone order)",
+    )
+    parser.add_argument(
         "--settings",
         metavar="TOML",
-        help="an [app] table of these settings (backend, backend_key, class_model, class_key, presenter); "
+        help="an [app] table of these settings (backend, backend_key, class_model, class_key, presenter, "
+        "batch_invariant); "
         "the command line wins over it (serving/app_settings.py)",
     )
     parser.add_argument(
@@ -147,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         class_model=(args.class_kitchen or base.class_model or "chef") if classroom else None,
         class_key=args.class_key,
         presenter=args.presenter,
+        batch_invariant=args.batch_invariant,
         # The served app keeps its own threads off the engine's cores (serving.cores.split_cores);
         # in-process page tests (AppTest) never run this, so the test runner is never pinned.
         pin_server=os.environ.get(ENV["pin_server"], "1") == "1",

@@ -5,7 +5,9 @@
 Starts each server on 127.0.0.1, drives it with serving/loadgen.py, and records:
 
   1. crowd    30 students streaming at once (ids prompts, greedy): errors, and every answer checked
-              against the same prompt served alone (--verify): zero lost or mixed-up streams
+              against the same prompt served alone (--verify): zero lost or mixed-up streams; then
+              the same crowd on a server started with --batch-invariant, where every answer must
+              be the same as alone even at a float32 tie
   2. soak     500 requests in a row after a warm-up: RSS of the server and its engine process
               before and after (growth must stay under 5 %)
   3. hang-ups 10 clients that read one chunk and disconnect: num_requests_running afterwards
@@ -151,6 +153,14 @@ def main() -> int:
         out["versus_ours"] = load(url, "chef", 150, 60.0, 30, "text", False, 3)
     finally:
         stop(ours)
+    port = free_port()  # the same class in batch-invariant mode (engine/invariance.py)
+    url = f"http://127.0.0.1:{port}"
+    ours = start([sys.executable, "-m", "serving.server", "--model", "chef", "--port", str(port), "--batch-invariant"],
+                 url, "/health", logs / "class-server-invariant.log")  # fmt: skip
+    try:
+        out["crowd_30_students_batch_invariant"] = load(url, "chef", 150, 30.0, 30, "ids", True, 0)
+    finally:
+        stop(ours)
     try:
         import fastapi  # noqa: F401  # lazy: transformers serve needs it
     except ImportError:
@@ -188,6 +198,7 @@ def render(d: dict) -> list[str]:
                 f"{ms(r['itl_s']['p50'])} / {ms(r['itl_s']['p99'])} | {ms(r['tpot_s']['p50'])} |")  # fmt: skip
 
     crowd, soak = d["crowd_30_students"], d["soak_500"]
+    invariant = d.get("crowd_30_students_batch_invariant")
     hang = d["hang_ups_10"]["num_requests_running_after"]
     out = ["# The class kitchen under a class's load (this CPU)", "",
            f"Measured {d['machine']['date']} on this project's 2-core machine by `scripts/class_load.py` "
@@ -196,7 +207,9 @@ def render(d: dict) -> list[str]:
            "Every number is copied by the script from `class-server-cpu.json`.", "",
            "| load | requests | errors | mismatches | req/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | TPOT p50 ms |",
            "|---|---:|---:|---:|---:|---:|---:|---:|",
-           row("a class streaming at once", crowd), row("500 requests in a row", soak),
+           row("a class streaming at once", crowd),
+           *([row("the same class, `--batch-invariant`", invariant)] if invariant else []),
+           row("500 requests in a row", soak),
            row("ours, for the comparison", d["versus_ours"])]  # fmt: skip
     theirs = d.get("versus_transformers_serve")
     if isinstance(theirs, dict):
@@ -213,6 +226,10 @@ def render(d: dict) -> list[str]:
               f"  - an answer that left its alone twin at token {f['token']} where the two likeliest tokens were "
               f"{f['top2_gap']} apart: not a rounding tie"
               for f in crowd.get("forks", [])],
+            *([f"- The same 30 students on `two-pot-kitchen serve --batch-invariant` (engine/invariance.py): "
+               f"{invariant['errors']} errors, {invariant['mismatches']} answers that differ from the same prompt "
+               f"served alone: {'**met**' if invariant['errors'] == 0 and invariant['mismatches'] == 0 else '**not met**'}. "
+               "There an answer does not depend on its neighbours, bit for bit, ties included."] if invariant else []),
             f"- 500 requests: server + engine RSS {soak['rss_kb_before'] / 1024:.0f} MB before, "
             f"{soak['rss_kb_after'] / 1024:.0f} MB after ({soak['rss_growth'] * 100:+.1f} %; goal < 5 %): "
             f"{'**met**' if soak['rss_growth'] < 0.05 else '**not met**'}.",

@@ -31,9 +31,10 @@ ENV = {
     "class_key": "TWO_POT_CLASS_KEY",
     "presenter": "TWO_POT_PRESENTER",  # presenter mode on for every session
     "pin_server": "TWO_POT_PIN_SERVER",  # the app's threads off the engine's cores
+    "batch_invariant": "TWO_POT_BATCH_INVARIANT",  # float32 CPU kitchens answer as if each prompt were alone
 }
 
-FILE_KEYS = ("backend", "backend_key", "class_model", "class_key", "presenter")  # what a settings file may set
+FILE_KEYS = ("backend", "backend_key", "class_model", "class_key", "presenter", "batch_invariant")  # what a settings file may set
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class AppSettings:
     class_key: str | None = None
     presenter: bool = False
     pin_server: bool = False
+    batch_invariant: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AppSettings:

@@ -74,6 +74,7 @@ class KitchenRoutes:
         return JSONResponse({
             "model": self.config.served_name, "device": ready.device, "dtype": ready.dtype, "policy": ready.policy,
             "seats": ready.seats, "kv_tokens": ready.kv_tokens, "max_context": ready.max_context,
+            "batch_invariant": ready.batch_invariant,
             "caps": {"max_order_tokens": caps.max_order_tokens, "max_new_tokens": caps.max_new_tokens,
                      "max_order_seconds": caps.max_order_seconds, "max_waiting": caps.max_waiting},
             "caps_line": caps.summary(), "restarts": self.client.restarts,

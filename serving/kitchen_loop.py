@@ -60,7 +60,7 @@ def load(conn, s: LoopSettings) -> Engine | None:
         dtype, quant = precision_parts(s.dtype)  # `--dtype int8`: int8 matrices, float32 for the rest
         engine = Engine.load(s.model, s.device, dtype, policy=s.policy, token_budget=s.token_budget,
                              max_seqs=s.max_seqs, max_seq_len=s.max_seq_len, prefix_cache=s.prefix_cache,
-                             quant=quant)  # fmt: skip
+                             quant=quant, batch_invariant=s.batch_invariant)  # fmt: skip
         engine.submit([1], 2)  # first-call setup stays out of the first student's TTFT
         while not engine.idle:
             engine.step()
@@ -74,7 +74,7 @@ def load(conn, s: LoopSettings) -> Engine | None:
         engine.info.name, str(engine.device), engine.info.precision, s.policy, engine.cfg.max_context,
         engine.cfg.vocab_size, lim.seats, lim.kv_tokens, getattr(codec, "chat_template", None),
         special(engine.cfg.bos_id), special(next(iter(engine.cfg.eos_ids), None)), time.perf_counter() - t0,
-        asdict(engine.info), s.token_budget,
+        asdict(engine.info), s.token_budget, s.batch_invariant,
     ))))  # fmt: skip
     return engine
 

@@ -87,7 +87,7 @@ class KitchenOrders:
         ready = self.client.ready
         return {"name": self.config.served_name, "info": ready.model_info, "policy": ready.policy,
                 "seats": ready.seats, "kv_tokens": ready.kv_tokens, "token_budget": ready.token_budget,
-                "pid": self.client.pid, "threads": self.client.settings.threads}  # fmt: skip
+                "batch_invariant": ready.batch_invariant, "pid": self.client.pid, "threads": self.client.settings.threads}  # fmt: skip
 
     async def limits_of(self, body: dict) -> dict:
         prompt = _field(body, "prompt_tokens", int, 1, check=lambda v: v >= 1, rule="an integer >= 1")

@@ -48,6 +48,7 @@ class LoopSettings:
     prefix_cache: bool = True  # a class's orders often share a system prompt
     cores: tuple[int, ...] = ()  # pin the loop's process to these cores (serving/cores.py); () = any
     max_seq_len: int | None = None  # a seat's tokens (prompt + reply); None: the engine's default (both capped by the context)
+    batch_invariant: bool = False  # every answer the same bits as its prompt served alone (engine/invariance.py)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class ReadyInfo:
     load_s: float
     model_info: dict | None = None  # engine.loader.ModelInfo as a dict (the Kitchen's caption and costs)
     token_budget: int = 0
+    batch_invariant: bool = False
 
 
 @dataclass(frozen=True)

@@ -73,8 +73,10 @@ def loop_settings(source: str, device: str, dtype: str):
     split = split_cores(threads)
     if split is not None and AppSettings.from_env().pin_server:
         pin_this_process(split.server)
+    invariant = AppSettings.from_env().batch_invariant and device == "cpu" and dtype == "float32"  # where it can hold
     return LoopSettings(source, device, dtype, token_budget=TOKEN_BUDGET, threads=threads, max_seq_len=SEAT_TOKENS,
-                        cores=tuple(sorted(split.engine)) if split is not None else ())  # fmt: skip
+                        cores=tuple(sorted(split.engine)) if split is not None else (),
+                        batch_invariant=invariant)  # fmt: skip
 
 
 class ClassKitchenMount:

@@ -115,6 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-seqs", type=int, default=64)
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--no-prefix-cache", action="store_true", help="recompute shared prompt prefixes every time")
+    p.add_argument("--batch-invariant", action="store_true",
+                   help="every answer the same bits as its prompt served alone (float32 on CPU; slower at one row)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", default=None)
@@ -151,7 +153,8 @@ def main(argv: list[str] | None = None, extensions: Sequence[Callable] = ()) -> 
         metrics = KitchenMetrics(name)
         print(f"loading {name} on {args.device} ({args.dtype}, policy {args.policy})...", file=sys.stderr)
         client = EngineClient(LoopSettings(source, args.device, args.dtype, args.policy, args.token_budget,
-                                           args.max_seqs, args.threads, not args.no_prefix_cache), metrics,
+                                           args.max_seqs, args.threads, not args.no_prefix_cache,
+                                           batch_invariant=args.batch_invariant), metrics,
                               ClassBoard())  # fmt: skip
     except EngineError as err:
         print(f"error: {err}", file=sys.stderr)

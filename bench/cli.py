@@ -19,10 +19,10 @@ from dataclasses import asdict
 import torch
 
 from bench import compiled, int8, peers, serve_bench, wait_policy
-from bench.args import OneLineParser
 from bench.bench import run_bench
 from bench.plan import DEFAULT_MODEL, FULL, QUICK, Plan
 from bench.report import emit, format_report
+from engine.cli import OneLineParser
 from engine.errors import EngineError
 from engine.quant import parse_quant
 
@@ -83,7 +83,11 @@ def main(argv: list[str] | None = None) -> int:
         except EngineError as err:  # a refused setting: one line, like every other bench's
             print(f"error: {err}", file=sys.stderr)
             return 2
-    args = parse_args(argv)
+    try:
+        args = parse_args(argv)
+    except EngineError as err:  # a malformed option
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if args.out and not os.access(os.path.dirname(os.path.abspath(args.out)), os.W_OK):
         print(
             f"error: cannot write the report to {args.out}: its folder is missing or read-only",

@@ -34,7 +34,6 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
-from bench.args import OneLineParser
 from bench.contestants import machine_facts, random_prompts, reference_folder
 from bench.peer_llama import (
     DEFAULT_PREFIX,
@@ -49,6 +48,7 @@ from bench.peer_llama import (
 )
 from bench.peer_ours import Job, job_json
 from bench.peers_page import page, write_page
+from engine.cli import OneLineParser
 from engine.errors import EngineError
 from engine.presets import CHEF_DIR
 
@@ -275,9 +275,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    models = [m for m in args.models.split(",") if m]
     try:
+        args = parse_args(argv)
+        models = [m for m in args.models.split(",") if m]
         bad = next((m for m in models if m not in MODELS), None)
         if bad is not None:
             raise EngineError(f"unknown model '{bad}' for the peer bench (known: {', '.join(MODELS)})")

@@ -23,10 +23,10 @@ import sys
 import time
 from pathlib import Path
 
-from bench.args import OneLineParser
 from bench.contestants import random_prompts
 from bench.peer_ours import Job
 from bench.peers import Ours, run_ours, summary
+from engine.cli import OneLineParser
 from engine.errors import EngineError
 from engine.presets import CHEF_DIR
 
@@ -123,8 +123,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--out", help="write the JSON here (default: print it)")
-    args = p.parse_args(argv)
     try:
+        args = p.parse_args(argv)
         if args.rounds < 1 or args.new_tokens < 2 or not 1 <= args.threads <= (os.cpu_count() or 1):
             raise EngineError(f"rounds >= 1, new tokens >= 2, threads 1..{os.cpu_count()} "
                               f"(got {args.rounds}, {args.new_tokens}, {args.threads})")  # fmt: skip

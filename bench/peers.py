@@ -46,7 +46,7 @@ from bench.peer_llama import (
     greedy_tokens,
     llama_bench,
 )
-from bench.peer_ours import Job, job_json
+from bench.peer_ours import TimingSpec, spec_json
 from bench.peers_page import page, write_page
 from engine.cli import OneLineParser
 from engine.errors import EngineError
@@ -175,10 +175,10 @@ def prepare(build: LlamaBuild, models: list[str], work: Path, progress) -> dict[
 # ---------------------------------------------------------------- one contestant, one round
 
 
-def run_ours(cfg: Ours, job: Job, timeout: float = 900) -> dict:
+def run_ours(cfg: Ours, spec: TimingSpec, timeout: float = 900) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in OMP_VARS} | dict(cfg.env or ())
-    job = replace(job, quant=cfg.quant, compile=cfg.compile, threads=cfg.threads or job.threads)
-    cmd = [sys.executable, "-m", "bench.peer_ours", job_json(job)]
+    spec = replace(spec, quant=cfg.quant, compile=cfg.compile, threads=cfg.threads or spec.threads)
+    cmd = [sys.executable, "-m", "bench.peer_ours", spec_json(spec)]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     if done.returncode != 0:
         tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
@@ -213,7 +213,7 @@ def bench_model(build: LlamaBuild, model: str, prep: dict, plan: Plan, progress)
     # a prompt that leaves room for its one new token (the chef's context is 512)
     plan = replace(plan, prefill=min(plan.prefill, config.get("max_position_embeddings", plan.prefill + 1) - 1))
     greedy_prompt = random_prompts(vocab, 1, 16, seed=3)[0]
-    base = Job(folder, threads=plan.threads, decode_prompt=random_prompts(vocab, 1, plan.decode_prompt, 2)[0],
+    base = TimingSpec(folder, threads=plan.threads, decode_prompt=random_prompts(vocab, 1, plan.decode_prompt, 2)[0],
                decode_new=plan.decode_new, prefill_prompt=random_prompts(vocab, 1, plan.prefill, 1)[0],
                batch_new=plan.batch_new)  # fmt: skip
     batch_prompts = random_prompts(vocab, plan.batch, plan.batch_prompt, seed=4)
@@ -234,10 +234,10 @@ def bench_model(build: LlamaBuild, model: str, prep: dict, plan: Plan, progress)
                 got = run_llama(build, ggufs[name.split()[-1]], plan)
             else:
                 cfg = next(c for c in OURS if c.name == name)
-                job = replace(base, batch_prompts=batch_prompts if name in BATCHED else None,
+                spec = replace(base, batch_prompts=batch_prompts if name in BATCHED else None,
                               greedy_prompt=greedy_prompt if r == 0 else None, greedy_new=plan.greedy_new,
                               ceilings=r == 0 and name == OURS[0].name)  # fmt: skip
-                got = run_ours(cfg, job)
+                got = run_ours(cfg, spec)
                 if "greedy_tokens" in got:
                     agreement[name] = matching_prefix(got.pop("greedy_tokens"), reference)
                 ceilings |= {k: got.pop(k) for k in list(got) if k.startswith("ceiling_")}

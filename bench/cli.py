@@ -20,7 +20,7 @@ import torch
 
 from bench import compiled, int8, peers, serve_bench, wait_policy
 from bench.bench import run_bench
-from bench.plan import DEFAULT_MODEL, FULL, QUICK, Plan
+from bench.plan import DEFAULT_MODEL, FULL, QUICK, BenchPlan
 from bench.report import emit, format_report
 from engine.cli import OneLineParser
 from engine.errors import EngineError
@@ -54,7 +54,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def plan_from(args: argparse.Namespace) -> Plan:
+def plan_from(args: argparse.Namespace) -> BenchPlan:
     base = asdict(QUICK if args.quick else FULL)
     overrides = {
         "repeats": args.repeats,
@@ -64,7 +64,7 @@ def plan_from(args: argparse.Namespace) -> Plan:
         "big_batch": args.batch,
         "compile": args.engine_compile or None,
     }
-    return Plan(**(base | {k: v for k, v in overrides.items() if v is not None}))
+    return BenchPlan(**(base | {k: v for k, v in overrides.items() if v is not None}))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -89,7 +89,7 @@ TARGETS = {  # ratio name -> the least it should be
 
 
 @dataclass(frozen=True)
-class Plan:
+class PeerPlan:
     rounds: int = 5
     threads: int = 2
     decode_prompt: int = 128  # batch-1 decode: new tokens after a prompt of this many
@@ -102,7 +102,7 @@ class Plan:
     ours: tuple[str, ...] = tuple(c.name for c in OURS)  # our configurations to time
 
 
-QUICK = Plan(rounds=1, decode_prompt=16, decode_new=16, prefill=64, batch=4, batch_prompt=8, batch_new=8, greedy_new=8)
+QUICK = PeerPlan(rounds=1, decode_prompt=16, decode_new=16, prefill=64, batch=4, batch_prompt=8, batch_new=8, greedy_new=8)
 
 
 # ---------------------------------------------------------------- the report's arithmetic
@@ -186,7 +186,7 @@ def run_ours(cfg: Ours, spec: TimingSpec, timeout: float = 900) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run_llama(build: LlamaBuild, gguf: str, plan: Plan) -> dict:
+def run_llama(build: LlamaBuild, gguf: str, plan: PeerPlan) -> dict:
     """One round of llama.cpp; a batched run that fails leaves that round's batched sample out, in one line."""
     out = llama_bench(build, Path(gguf), plan.threads, plan.prefill, plan.decode_new, plan.decode_prompt)
     try:
@@ -206,7 +206,7 @@ def hf_greedy(folder: str, prompt: list[int], n: int) -> list[int]:
     return out[0, len(prompt) :].tolist()
 
 
-def bench_model(build: LlamaBuild, model: str, prep: dict, plan: Plan, progress) -> dict:
+def bench_model(build: LlamaBuild, model: str, prep: dict, plan: PeerPlan, progress) -> dict:
     folder, ggufs = prep["folder"], prep["gguf"]
     config = json.loads((Path(folder) / "config.json").read_text())
     vocab = config["vocab_size"]
@@ -285,7 +285,7 @@ def main(argv: list[str]) -> int:
         unknown = next((n for n in ours or () if n not in {c.name for c in OURS}), None)
         if unknown is not None:
             raise EngineError(f"unknown configuration '{unknown}' (known: {', '.join(c.name for c in OURS)})")
-        plan = replace(QUICK if args.quick else Plan(), **{k: v for k, v in (("rounds", args.rounds),
+        plan = replace(QUICK if args.quick else PeerPlan(), **{k: v for k, v in (("rounds", args.rounds),
                                                                             ("threads", args.threads),
                                                                             ("ours", ours)) if v})  # fmt: skip
         if plan.rounds < 1 or not 1 <= plan.threads <= (os.cpu_count() or 1):
@@ -314,7 +314,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def run_all(build: LlamaBuild, prep: dict, plan: Plan, progress) -> dict:
+def run_all(build: LlamaBuild, prep: dict, plan: PeerPlan, progress) -> dict:
     loads, t0 = [os.getloadavg()[0]], time.perf_counter()
     models = {}
     for model, p in prep.items():

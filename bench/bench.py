@@ -32,7 +32,7 @@ import torch
 
 from bench.ceilings import measure_ceilings
 from bench.contestants import load_contestants, machine_facts
-from bench.plan import DEFAULT_MODEL, FULL, QUICK, Plan, validate
+from bench.plan import DEFAULT_MODEL, FULL, QUICK, BenchPlan, validate
 from bench.report import (
     check_targets,
     derive_ratios,
@@ -51,7 +51,7 @@ def run_bench(
     device: str = "cpu",
     dtype: str = "float32",
     quick: bool = False,
-    plan: Plan | None = None,
+    plan: BenchPlan | None = None,
     progress=lambda msg: None,
     roofline: Roofline | None = None,
     threads: int | None = None,
@@ -79,7 +79,7 @@ def run_bench(
 
 
 def measure_all(
-    model: str, device: str, dtype: str, quick: bool, plan: Plan, progress, roofline, profile_steps: int
+    model: str, device: str, dtype: str, quick: bool, plan: BenchPlan, progress, roofline, profile_steps: int
 ) -> dict:
     """The run itself, in order: roofs, weights, prefill, decode b1, decode bB, optional profile."""
     dev = parse_device(device)

@@ -19,10 +19,10 @@ from dataclasses import asdict
 import torch
 
 from bench import compiled, int8, peers, serve_bench, wait_policy
-from bench.args import OneLineParser
 from bench.bench import run_bench
-from bench.plan import DEFAULT_MODEL, FULL, QUICK, Plan
+from bench.plan import DEFAULT_MODEL, FULL, QUICK, BenchPlan
 from bench.report import emit, format_report
+from engine.cli import OneLineParser
 from engine.errors import EngineError
 from engine.quant import parse_quant
 
@@ -54,7 +54,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def plan_from(args: argparse.Namespace) -> Plan:
+def plan_from(args: argparse.Namespace) -> BenchPlan:
     base = asdict(QUICK if args.quick else FULL)
     overrides = {
         "repeats": args.repeats,
@@ -64,7 +64,7 @@ def plan_from(args: argparse.Namespace) -> Plan:
         "big_batch": args.batch,
         "compile": args.engine_compile or None,
     }
-    return Plan(**(base | {k: v for k, v in overrides.items() if v is not None}))
+    return BenchPlan(**(base | {k: v for k, v in overrides.items() if v is not None}))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,7 +83,11 @@ def main(argv: list[str] | None = None) -> int:
         except EngineError as err:  # a refused setting: one line, like every other bench's
             print(f"error: {err}", file=sys.stderr)
             return 2
-    args = parse_args(argv)
+    try:
+        args = parse_args(argv)
+    except EngineError as err:  # a malformed option
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if args.out and not os.access(os.path.dirname(os.path.abspath(args.out)), os.W_OK):
         print(
             f"error: cannot write the report to {args.out}: its folder is missing or read-only",

@@ -31,7 +31,7 @@ BLOCK = 16
 
 
 @dataclass(frozen=True)
-class Shape:
+class KVShape:
     name: str
     layers: int
     heads: int
@@ -39,7 +39,7 @@ class Shape:
     head_dim: int
 
 
-SHAPES = (Shape("chef", 6, 8, 4, 32), Shape("smollm2-135m", 30, 9, 3, 64))
+SHAPES = (KVShape("chef", 6, 8, 4, 32), KVShape("smollm2-135m", 30, 9, 3, 64))
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def _interleaved_ms(a, b, repeats: int) -> tuple[float, float]:
     return statistics.median(ta) * 1e3, statistics.median(tb) * 1e3
 
 
-def time_layouts(shape: Shape, batch: int, context: int, repeats: int = 20) -> LayoutTiming:
+def time_layouts(shape: KVShape, batch: int, context: int, repeats: int = 20) -> LayoutTiming:
     L, H, Hkv, D = shape.layers, shape.heads, shape.kv_heads, shape.head_dim
     g = torch.Generator().manual_seed(0)
     q = torch.randn(batch, H, 1, D, generator=g)  # (B, H, 1, D)

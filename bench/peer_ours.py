@@ -1,11 +1,11 @@
-"""Our engine in one configuration, timed in a process of its own: `python -m bench.peer_ours JOB_JSON`.
+"""Our engine in one configuration, timed in a process of its own: `python -m bench.peer_ours SPEC_JSON`.
 
 Why a process per round: OpenMP reads its wait policy (OMP_WAIT_POLICY, GOMP_SPINCOUNT) once, when
 torch loads it, so each setting needs a fresh interpreter with its environment set before `engine`
 (and with it torch) is imported. A process per round also means no contestant sits idle with
 spinning threads while the other one is timed.
 
-The job (a JSON object, `Job`'s fields) says what to load and what to time; the answer is one JSON
+The spec (a JSON object, `TimingSpec`'s fields) says what to load and what to time; the answer is one JSON
 line on stdout: tokens/s of batch-1 decode, of prefill and of batched decode, and the greedy tokens
 of the agreement prompt. A warm-up run of each measurement comes first (a compiled step compiles
 there), so the timed runs see warm caches like llama-bench's.
@@ -27,7 +27,9 @@ from bench.ceilings import measure_ceilings
 
 
 @dataclass(frozen=True)
-class Job:
+class TimingSpec:
+    """What one timing process loads and times; its JSON is the process's one argument."""
+
     folder: str  # the HF folder (the same weights llama.cpp's GGUF came from)
     quant: str | None = None  # None or "int8"
     compile: bool = False
@@ -42,31 +44,31 @@ class Job:
     ceilings: bool = False  # also time the kernel-only chains (bench/ceilings.py) on the loaded weights
 
 
-def run(job: Job) -> dict:
-    torch.set_num_threads(job.threads)
-    eng = engine.Engine.load(job.folder, quant=job.quant, compile=job.compile)
+def run(spec: TimingSpec) -> dict:
+    torch.set_num_threads(spec.threads)
+    eng = engine.Engine.load(spec.folder, quant=spec.quant, compile=spec.compile)
     greedy = dict(temperature=0.0, stop_at_eos=False)
     out: dict = {"omp_wait_policy_in_effect": engine.OMP_WAIT_POLICY_IN_EFFECT, "threads": torch.get_num_threads()}
-    if job.greedy_prompt:
-        res = eng.generate([job.greedy_prompt], max_new_tokens=job.greedy_new, **greedy)
+    if spec.greedy_prompt:
+        res = eng.generate([spec.greedy_prompt], max_new_tokens=spec.greedy_new, **greedy)
         out["greedy_tokens"] = res.tokens[0]
-    if job.decode_prompt:
+    if spec.decode_prompt:
         for _ in range(2):  # warm-up, then the timed run
             t0 = time.time()
-            res = eng.generate([job.decode_prompt], max_new_tokens=job.decode_new + 1, **greedy)
+            res = eng.generate([spec.decode_prompt], max_new_tokens=spec.decode_new + 1, **greedy)
         out["decode_tps"] = res.metrics.decode_tps  # decode_new steps after the prompt's first token
         out["decode_window"] = [t0, time.time()]  # wall clock of the timed run (a neighbour's rate over it)
-    if job.prefill_prompt:
+    if spec.prefill_prompt:
         for _ in range(2):
-            res = eng.generate([job.prefill_prompt], max_new_tokens=1, **greedy)
+            res = eng.generate([spec.prefill_prompt], max_new_tokens=1, **greedy)
         out["prefill_tps"] = res.metrics.prefill_tps
-    if job.batch_prompts:
+    if spec.batch_prompts:
         for _ in range(2):
-            res = eng.generate(job.batch_prompts, max_new_tokens=job.batch_new + 1, **greedy)
+            res = eng.generate(spec.batch_prompts, max_new_tokens=spec.batch_new + 1, **greedy)
         out["batch_decode_tps"] = res.metrics.decode_tps
-    if job.ceilings:
-        prefill = len(job.prefill_prompt or [0] * 512)
-        batch = len(job.batch_prompts or [[0]] * 32)
+    if spec.ceilings:
+        prefill = len(spec.prefill_prompt or [0] * 512)
+        batch = len(spec.batch_prompts or [[0]] * 32)
         c = measure_ceilings(eng.model, prefill, (1, batch), repeats=5)
         out["ceiling_decode_tps"] = 1 / c["decode_step_s"]["b1"]
         out["ceiling_batch_decode_tps"] = batch / c["decode_step_s"][f"b{batch}"]
@@ -76,9 +78,9 @@ def run(job: Job) -> dict:
     return out
 
 
-def job_json(job: Job) -> str:
-    return json.dumps(asdict(job))
+def spec_json(spec: TimingSpec) -> str:
+    return json.dumps(asdict(spec))
 
 
 if __name__ == "__main__":
-    print(json.dumps(run(Job(**json.loads(sys.argv[1])))), flush=True)
+    print(json.dumps(run(TimingSpec(**json.loads(sys.argv[1])))), flush=True)

@@ -34,7 +34,6 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
-from bench.args import OneLineParser
 from bench.contestants import machine_facts, random_prompts, reference_folder
 from bench.peer_llama import (
     DEFAULT_PREFIX,
@@ -47,8 +46,9 @@ from bench.peer_llama import (
     greedy_tokens,
     llama_bench,
 )
-from bench.peer_ours import Job, job_json
+from bench.peer_ours import TimingSpec, spec_json
 from bench.peers_page import page, write_page
+from engine.cli import OneLineParser
 from engine.errors import EngineError
 from engine.presets import CHEF_DIR
 
@@ -89,7 +89,7 @@ TARGETS = {  # ratio name -> the least it should be
 
 
 @dataclass(frozen=True)
-class Plan:
+class PeerPlan:
     rounds: int = 5
     threads: int = 2
     decode_prompt: int = 128  # batch-1 decode: new tokens after a prompt of this many
@@ -102,7 +102,7 @@ class Plan:
     ours: tuple[str, ...] = tuple(c.name for c in OURS)  # our configurations to time
 
 
-QUICK = Plan(rounds=1, decode_prompt=16, decode_new=16, prefill=64, batch=4, batch_prompt=8, batch_new=8, greedy_new=8)
+QUICK = PeerPlan(rounds=1, decode_prompt=16, decode_new=16, prefill=64, batch=4, batch_prompt=8, batch_new=8, greedy_new=8)
 
 
 # ---------------------------------------------------------------- the report's arithmetic
@@ -175,10 +175,10 @@ def prepare(build: LlamaBuild, models: list[str], work: Path, progress) -> dict[
 # ---------------------------------------------------------------- one contestant, one round
 
 
-def run_ours(cfg: Ours, job: Job, timeout: float = 900) -> dict:
+def run_ours(cfg: Ours, spec: TimingSpec, timeout: float = 900) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in OMP_VARS} | dict(cfg.env or ())
-    job = replace(job, quant=cfg.quant, compile=cfg.compile, threads=cfg.threads or job.threads)
-    cmd = [sys.executable, "-m", "bench.peer_ours", job_json(job)]
+    spec = replace(spec, quant=cfg.quant, compile=cfg.compile, threads=cfg.threads or spec.threads)
+    cmd = [sys.executable, "-m", "bench.peer_ours", spec_json(spec)]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     if done.returncode != 0:
         tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
@@ -186,7 +186,7 @@ def run_ours(cfg: Ours, job: Job, timeout: float = 900) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run_llama(build: LlamaBuild, gguf: str, plan: Plan) -> dict:
+def run_llama(build: LlamaBuild, gguf: str, plan: PeerPlan) -> dict:
     """One round of llama.cpp; a batched run that fails leaves that round's batched sample out, in one line."""
     out = llama_bench(build, Path(gguf), plan.threads, plan.prefill, plan.decode_new, plan.decode_prompt)
     try:
@@ -206,14 +206,14 @@ def hf_greedy(folder: str, prompt: list[int], n: int) -> list[int]:
     return out[0, len(prompt) :].tolist()
 
 
-def bench_model(build: LlamaBuild, model: str, prep: dict, plan: Plan, progress) -> dict:
+def bench_model(build: LlamaBuild, model: str, prep: dict, plan: PeerPlan, progress) -> dict:
     folder, ggufs = prep["folder"], prep["gguf"]
     config = json.loads((Path(folder) / "config.json").read_text())
     vocab = config["vocab_size"]
     # a prompt that leaves room for its one new token (the chef's context is 512)
     plan = replace(plan, prefill=min(plan.prefill, config.get("max_position_embeddings", plan.prefill + 1) - 1))
     greedy_prompt = random_prompts(vocab, 1, 16, seed=3)[0]
-    base = Job(folder, threads=plan.threads, decode_prompt=random_prompts(vocab, 1, plan.decode_prompt, 2)[0],
+    base = TimingSpec(folder, threads=plan.threads, decode_prompt=random_prompts(vocab, 1, plan.decode_prompt, 2)[0],
                decode_new=plan.decode_new, prefill_prompt=random_prompts(vocab, 1, plan.prefill, 1)[0],
                batch_new=plan.batch_new)  # fmt: skip
     batch_prompts = random_prompts(vocab, plan.batch, plan.batch_prompt, seed=4)
@@ -234,10 +234,10 @@ def bench_model(build: LlamaBuild, model: str, prep: dict, plan: Plan, progress)
                 got = run_llama(build, ggufs[name.split()[-1]], plan)
             else:
                 cfg = next(c for c in OURS if c.name == name)
-                job = replace(base, batch_prompts=batch_prompts if name in BATCHED else None,
+                spec = replace(base, batch_prompts=batch_prompts if name in BATCHED else None,
                               greedy_prompt=greedy_prompt if r == 0 else None, greedy_new=plan.greedy_new,
                               ceilings=r == 0 and name == OURS[0].name)  # fmt: skip
-                got = run_ours(cfg, job)
+                got = run_ours(cfg, spec)
                 if "greedy_tokens" in got:
                     agreement[name] = matching_prefix(got.pop("greedy_tokens"), reference)
                 ceilings |= {k: got.pop(k) for k in list(got) if k.startswith("ceiling_")}
@@ -275,9 +275,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    models = [m for m in args.models.split(",") if m]
     try:
+        args = parse_args(argv)
+        models = [m for m in args.models.split(",") if m]
         bad = next((m for m in models if m not in MODELS), None)
         if bad is not None:
             raise EngineError(f"unknown model '{bad}' for the peer bench (known: {', '.join(MODELS)})")
@@ -285,7 +285,7 @@ def main(argv: list[str]) -> int:
         unknown = next((n for n in ours or () if n not in {c.name for c in OURS}), None)
         if unknown is not None:
             raise EngineError(f"unknown configuration '{unknown}' (known: {', '.join(c.name for c in OURS)})")
-        plan = replace(QUICK if args.quick else Plan(), **{k: v for k, v in (("rounds", args.rounds),
+        plan = replace(QUICK if args.quick else PeerPlan(), **{k: v for k, v in (("rounds", args.rounds),
                                                                             ("threads", args.threads),
                                                                             ("ours", ours)) if v})  # fmt: skip
         if plan.rounds < 1 or not 1 <= plan.threads <= (os.cpu_count() or 1):
@@ -314,7 +314,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def run_all(build: LlamaBuild, prep: dict, plan: Plan, progress) -> dict:
+def run_all(build: LlamaBuild, prep: dict, plan: PeerPlan, progress) -> dict:
     loads, t0 = [os.getloadavg()[0]], time.perf_counter()
     models = {}
     for model, p in prep.items():

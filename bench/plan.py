@@ -10,7 +10,7 @@ DEFAULT_MODEL = "preset:smollm2-135m"
 
 
 @dataclass(frozen=True)
-class Plan:
+class BenchPlan:
     """What to run. Token counts are per sequence; `repeats` timed runs follow `warmup` untimed ones."""
 
     prefill_tokens: int = 512
@@ -24,11 +24,11 @@ class Plan:
     compile: bool = False  # ours with compile=True (engine/compiled.py): the targets then judge the compiled step
 
 
-FULL = Plan(decode_prompt_tokens=128, decode_tokens=64, big_batch_prompt_tokens=32, repeats=5)
-QUICK = Plan(decode_prompt_tokens=32, decode_tokens=8, big_batch_prompt_tokens=8, repeats=3)
+FULL = BenchPlan(decode_prompt_tokens=128, decode_tokens=64, big_batch_prompt_tokens=32, repeats=5)
+QUICK = BenchPlan(decode_prompt_tokens=32, decode_tokens=8, big_batch_prompt_tokens=8, repeats=3)
 
 
-def validate(plan: Plan) -> None:
+def validate(plan: BenchPlan) -> None:
     for name in ("prefill_tokens", "prefill_batch", "decode_prompt_tokens", "big_batch", "big_batch_prompt_tokens",
                  "repeats"):  # fmt: skip
         if getattr(plan, name) < 1:

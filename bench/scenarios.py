@@ -11,14 +11,14 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from bench.contestants import Contestants, Samples, alternate, common_prefix, random_prompts, run_hf, run_ours
-from bench.plan import Plan
+from bench.plan import BenchPlan
 from bench.roofline import synchronize
 from engine import decode_one_token, prefill
 from engine.batching import build_batch
 from engine.kv_pool import SeatPool
 
 
-def measure_prefill(c: Contestants, plan: Plan, dev: torch.device, progress) -> dict:
+def measure_prefill(c: Contestants, plan: BenchPlan, dev: torch.device, progress) -> dict:
     """TTFT of B prompts of P tokens (B = plan.prefill_batch): the wok's one parallel pass, then one token each."""
     prompt = random_prompts(c.vocab_size, plan.prefill_batch, plan.prefill_tokens, seed=1)  # (B, P) ids
     hf_ttft, ours_ttft, ours_wall, ours_prefill = Samples(), Samples(), Samples(), Samples()
@@ -66,7 +66,7 @@ def time_ours_runs(c: Contestants, prompts: list[list[int]], n: int, dev: torch.
 
 
 def measure_decode(
-    c: Contestants, plan: Plan, dev: torch.device, batch: int, prompt_len: int, progress
+    c: Contestants, plan: BenchPlan, dev: torch.device, batch: int, prompt_len: int, progress
 ) -> dict:
     """TPOT at one batch size: n tokens per sequence, the soup pot's one-token-per-step loop.
 

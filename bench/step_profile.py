@@ -31,7 +31,7 @@ import engine  # first: it sets the engine's OpenMP defaults before torch loads 
 import torch
 # isort: on
 
-from bench.args import OneLineParser
+from engine.cli import OneLineParser
 from engine.errors import EngineError
 
 PARTS = ("schedule", "runner", "inputs", "model", "sample", "events")
@@ -113,8 +113,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1, the Kitchen's)")
     p.add_argument("--compile", action="store_true", help="the compiled decode step (engine/compiled.py)")
     p.add_argument("--out", help="also write the JSON here")
-    args = p.parse_args(argv)
     try:
+        args = p.parse_args(argv)
         report = profile(args.model, args.steps, args.threads, args.compile, args.rounds)
     except EngineError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -23,10 +23,10 @@ import sys
 import time
 from pathlib import Path
 
-from bench.args import OneLineParser
 from bench.contestants import random_prompts
-from bench.peer_ours import Job
+from bench.peer_ours import TimingSpec
 from bench.peers import Ours, run_ours, summary
+from engine.cli import OneLineParser
 from engine.errors import EngineError
 from engine.presets import CHEF_DIR
 
@@ -86,7 +86,7 @@ def neighbour_alone(seconds: float) -> float:
 
 def measure(folder: str, rounds: int, threads: int, new: int, progress) -> dict:
     prompt = random_prompts(json.loads((Path(folder) / "config.json").read_text())["vocab_size"], 1, 128, 2)[0]
-    job = Job(folder, threads=threads, decode_prompt=prompt, decode_new=new)
+    spec = TimingSpec(folder, threads=threads, decode_prompt=prompt, decode_new=new)
     alone: dict[str, list[float]] = {s.name: [] for s in SETTINGS}
     beside: dict[str, list[float]] = {s.name: [] for s in SETTINGS}
     kept: dict[str, list[float]] = {s.name: [] for s in SETTINGS}
@@ -97,9 +97,9 @@ def measure(folder: str, rounds: int, threads: int, new: int, progress) -> dict:
         for s in order:
             loads.append(os.getloadavg()[0])
             progress(f"round {r + 1}/{rounds}: {s.name} (load {loads[-1]:.2f})")
-            alone[s.name].append(run_ours(s, job)["decode_tps"])
+            alone[s.name].append(run_ours(s, spec)["decode_tps"])
             with Neighbour() as nb:
-                got = run_ours(s, job)
+                got = run_ours(s, spec)
             beside[s.name].append(got["decode_tps"])
             kept[s.name].append(nb.rate(*got["decode_window"]) / statistics.median(base_rates))
     return {
@@ -123,8 +123,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--out", help="write the JSON here (default: print it)")
-    args = p.parse_args(argv)
     try:
+        args = p.parse_args(argv)
         if args.rounds < 1 or args.new_tokens < 2 or not 1 <= args.threads <= (os.cpu_count() or 1):
             raise EngineError(f"rounds >= 1, new tokens >= 2, threads 1..{os.cpu_count()} "
                               f"(got {args.rounds}, {args.new_tokens}, {args.threads})")  # fmt: skip

@@ -116,7 +116,7 @@ def predicted_speedup(alpha: float, k: int, c: float) -> float:
 
 
 @dataclass(frozen=True)
-class Served:
+class ServedOrder:
     """One order served: its tokens and what it cost."""
 
     tokens: list[list[int]]
@@ -128,7 +128,7 @@ class Served:
 
 
 def serve(engine, prompt: list[int], batch: int, new: int, k: int = 0, draft: str = "ngram",
-          temperature: float = 0.0) -> Served:  # fmt: skip
+          temperature: float = 0.0) -> ServedOrder:  # fmt: skip
     """`batch` copies of one order submitted together, each `new` tokens (seeded when sampled);
     plain decoding when k = 0."""
     spec = {"speculate": k, "draft": draft} if k else {}
@@ -150,7 +150,7 @@ def serve(engine, prompt: list[int], batch: int, new: int, k: int = 0, draft: st
         total.add(c)
     d_s, d_n = (model.cost.seconds - before[0], model.cost.passes - before[1]) if model else (0.0, 0)
     decode_tokens = sum(len(r.tokens) - 1 for r in res)
-    return Served([r.tokens for r in res], decode_tokens / window if window > 0 else 0.0, len(passes),
+    return ServedOrder([r.tokens for r in res], decode_tokens / window if window > 0 else 0.0, len(passes),
                   median(passes) if passes else 0.0, total, d_s / d_n if d_n else 0.0)  # fmt: skip
 
 

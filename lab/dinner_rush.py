@@ -31,7 +31,7 @@ from lab.experiment import Experiment, Prediction, StoryLink
 from lab.noise import Machine, MachineWatch
 from lab.plot_kit import GREY, POT, WOK, finish, guess_marker
 from lab.progress import ProgressFn, ProgressTracker
-from lab.serve_replay import Served, replay, serving_engine, warm_up
+from lab.serve_replay import ReplayResult, replay, serving_engine, warm_up
 from lab.serving_verdicts import PolicyNumbers, diagnose_rush
 
 POLICIES = ("static", "continuous")
@@ -55,7 +55,7 @@ class RushSettings:
 class PolicyRun:
     policy: str
     report: PolicyReport  # the benchmark's numbers for this stream under this policy
-    served: Served  # every request's result and every step of the stove
+    served: ReplayResult  # every request's result and every step of the stove
 
     def numbers(self) -> PolicyNumbers:
         """What the inspector reads from this run."""

@@ -39,7 +39,7 @@ from lab.experiment import Experiment, Prediction, StoryLink
 from lab.noise import MIN_REPEATS, SPREAD_LEGEND, Machine, MachineWatch, Spread, clearly_apart, error_bars
 from lab.plot_kit import GREY, POT, WOK, finish, guess_marker
 from lab.progress import ProgressFn, ProgressTracker
-from lab.serve_replay import Served, replay, serving_engine, warm_up
+from lab.serve_replay import ReplayResult, replay, serving_engine, warm_up
 from lab.serving_verdicts import LEFTOVERS_GOAL, diagnose_leftovers
 
 
@@ -153,7 +153,7 @@ def house_stream(s: LeftoversSettings, vocab: int) -> list[Request]:
 
 def serve_stream(
     engine, s: LeftoversSettings, requests: list[Request], reuse: bool
-) -> tuple[Served, int, int]:
+) -> tuple[ReplayResult, int, int]:
     """The stream on a fresh engine; also the prefix counters the warm-up left (subtracted later)."""
     eng = serving_engine(engine, "continuous", max_seqs=s.max_seqs, max_seq_len=s.prompt_len + s.answer,
                          prefix_cache=reuse)  # fmt: skip

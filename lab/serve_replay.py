@@ -47,7 +47,7 @@ class StepSpan:
 
 
 @dataclass(frozen=True)
-class Served:
+class ReplayResult:
     """What one replay measured. Lists follow the request list's order."""
 
     arrivals_s: list[float]  # planned arrival, seconds after the start
@@ -72,7 +72,7 @@ def serving_engine(
     return Engine(base.model, base.codec, base.info, base.kv_budget_bytes, serving)
 
 
-def replay(engine: Engine, requests: list[Request]) -> Served:
+def replay(engine: Engine, requests: list[Request]) -> ReplayResult:
     """Submit each request when its time comes (EOS ignored: exact output lengths), step while there is work."""
     ids: list[int] = []  # the engine's id of each request, in list order
     where: dict[int, int] = {}  # engine id -> position in the list
@@ -104,7 +104,7 @@ def replay(engine: Engine, requests: list[Request]) -> Served:
                 done[where[ev.request_id]] = (ev.result, state)
     results = [done[i][0] for i in range(len(requests))]
     last = max(r.arrival_s + res.metrics.e2e_s for r, res in zip(requests, results, strict=True))
-    return Served(
+    return ReplayResult(
         arrivals_s=[r.arrival_s for r in requests],
         results=results,
         steps=steps,

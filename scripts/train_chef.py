@@ -49,7 +49,7 @@ from chef_corpus import EOS, char_unigram_nats, load_tokenizer, read_corpus, sav
 
 
 @dataclass(frozen=True)
-class Shape:
+class LlamaShape:
     """A Llama shape small enough to train on one CPU core within the hour."""
 
     hidden_size: int
@@ -62,12 +62,12 @@ class Shape:
 # The chef is ~5 M params (20 MB fp32); the apprentice is ~10x cheaper per token.
 # Both use grouped-query attention (fewer KV heads than query heads), like the real Llamas.
 SHAPES = {
-    "chef": Shape(256, 704, 6, 8, 4),
-    "apprentice": Shape(128, 352, 2, 4, 2),
+    "chef": LlamaShape(256, 704, 6, 8, 4),
+    "apprentice": LlamaShape(128, 352, 2, 4, 2),
 }
 
 
-def build_model(shape: Shape, vocab_size: int, eos_id: int, context: int, seed: int):
+def build_model(shape: LlamaShape, vocab_size: int, eos_id: int, context: int, seed: int):
     from transformers import (  # lazy: transformers is heavy; only when a model is built
         LlamaConfig,
         LlamaForCausalLM,
@@ -99,9 +99,9 @@ def load_init(folder: Path, context: int):
     return model
 
 
-def shape_of(model) -> Shape:
+def shape_of(model) -> LlamaShape:
     c = model.config
-    return Shape(c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
+    return LlamaShape(c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
                  c.num_key_value_heads)
 
 

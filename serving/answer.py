@@ -72,7 +72,7 @@ def _reason(engine_reason: str) -> str:
     return "length" if engine_reason == "length" else "stop"
 
 
-class Answer:
+class OrderAnswer:
     """The response to one order of `handles` (one per table); `cancel(key)` stops a table early."""
 
     def __init__(self, order: CompletionRequest, rid: str, handles: list[Handle], cancel: Callable[[str], None]):

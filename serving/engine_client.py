@@ -267,7 +267,7 @@ class EngineClient:
         """The one table the reader dispatches the loop's messages with (serving/loop_messages.py)."""
         return {msgs.Ready: self._on_ready, msgs.LoadError: self._on_load_error,
                 msgs.Accepted: self._on_accepted, msgs.OrderAccepted: self._on_accepted,
-                msgs.Refusal: self._on_refusal, msgs.Answer: self._on_answer, msgs.Steps: self._on_steps,
+                msgs.Refusal: self._on_refusal, msgs.AskReply: self._on_answer, msgs.Steps: self._on_steps,
                 msgs.SweepProgress: self._on_sweep, msgs.SweepDone: self._on_sweep}  # fmt: skip
 
     def _read(self) -> None:
@@ -311,7 +311,7 @@ class EngineClient:
         if handle is not None:
             handle.settle(False, m.line)
 
-    def _on_answer(self, m: msgs.Answer) -> None:  # the last word on a question: a refused one leaves too
+    def _on_answer(self, m: msgs.AskReply) -> None:  # the last word on a question: a refused one leaves too
         with self._lock:
             handle = self._handles.pop(m.key, None)
         if handle is not None:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from serving.stove import Ticket
+from serving.stove import StoveTicket
 
 log = logging.getLogger(__name__)
 USER_CANCEL = "cancelled: you pressed Cancel"
@@ -79,7 +79,7 @@ class Job:
     board: dict | None = field(default=None, repr=False)  # on a class kitchen: its board, read while cooking
     cancel_token: CancelToken = field(default_factory=CancelToken, repr=False)
     _service: Any = field(default=None, repr=False)  # the kitchen that runs it (serving/kitchen_client.py)
-    _ticket: Ticket | None = field(default=None, repr=False)  # its place in the stove's line
+    _ticket: StoveTicket | None = field(default=None, repr=False)  # its place in the stove's line
     _alive: Callable[[], bool] | None = field(default=None, repr=False)
     _gone_since: float | None = field(default=None, repr=False)
     _finished: threading.Event = field(default_factory=threading.Event, repr=False)

@@ -37,7 +37,7 @@ from serving.cores import ALL_CORES, split_cores
 from serving.host import NOT_TWO_POT, HttpHost, KitchenHost, NotReady, StreamClosed
 from serving.job import HOLD_S, Job, PageWatcher, record_run
 from serving.order_wire import from_wire
-from serving.stove import StoveMeter, Ticket, stove_for
+from serving.stove import StoveMeter, StoveTicket, stove_for
 
 CONNECT_TIMEOUT_S = 600.0  # the longest we wait for the server to load the model
 POLL_S = 0.25
@@ -205,10 +205,10 @@ class ServerKitchen:
     def _cook(self, job: Job, order) -> None:
         job._go.wait(HOLD_S)
         token = job.cancel_token
-        ticket = Ticket(f"{self.model}: {job.label}", kitchen=f"{self.host.label} {self.model}")
+        ticket = StoveTicket(f"{self.model}: {job.label}", kitchen=f"{self.host.label} {self.model}")
         self._on_stove(job, ticket, token, lambda: self._cook_on_stove(job, order, token))
 
-    def _on_stove(self, job: Job, ticket: Ticket, token, work) -> None:
+    def _on_stove(self, job: Job, ticket: StoveTicket, token, work) -> None:
         """Run `work()` holding the machine's stove (serving/stove.py); a cancel while the job waits
         in the stove's line ends it there."""
         job._ticket = ticket
@@ -302,7 +302,7 @@ class ServerKitchen:
         token = job.cancel_token
         if token.cancelled or self.state != "ready":
             return self._finish(job, error=token.reason or self.load_error, status="cancelled" if token.cancelled else None)
-        ticket = Ticket(f"{self.model}: {job.label}")  # a sweep cooks alone, not even beside its kitchen's orders
+        ticket = StoveTicket(f"{self.model}: {job.label}")  # a sweep cooks alone, not even beside its kitchen's orders
         self._on_stove(job, ticket, token, lambda: self._sweep_on_stove(job, run, token))
 
     def _sweep_on_stove(self, job: Job, run, token) -> None:

@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from engine.errors import EngineError
 from serving.admission import Admission
-from serving.answer import Answer
+from serving.answer import OrderAnswer
 from serving.caps import Caps
 from serving.engine_client import EngineClient, Handle, Refused
 from serving.metrics import CONTENT_TYPE, KitchenMetrics
@@ -123,7 +123,7 @@ class KitchenRoutes:
         if self.client.board is not None:
             self.client.board.order(rid, [h.key for h in handles])
         events = self._events(request, handles, time.monotonic() + caps.max_order_seconds)
-        answer = Answer(order, rid, handles, self.client.cancel)
+        answer = OrderAnswer(order, rid, handles, self.client.cancel)
         if order.stream:
             return StreamingResponse(answer.stream(events), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})  # fmt: skip

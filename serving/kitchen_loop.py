@@ -162,9 +162,9 @@ class Loop:
             else:
                 prompts, max_new, settings = m.args
                 value = shared_check(self.engine, prompts, max_new, **settings)
-            self.send_msg(msgs.Answer(m.key, True, value))
+            self.send_msg(msgs.AskReply(m.key, True, value))
         except Exception as err:  # noqa: BLE001 -- a refusal (or a bug) is one line, the kitchen goes on
-            self.send_msg(msgs.Answer(m.key, False, one_line(err)))
+            self.send_msg(msgs.AskReply(m.key, False, one_line(err)))
 
     def cancel(self, m: msgs.Cancel) -> None:
         waiting = next((w for w in self.sweeps if w.key == m.key), None)

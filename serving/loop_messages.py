@@ -6,7 +6,7 @@ host's name for a request or an order (a string); the engine's request ids never
 
     host -> loop:  Submit | PlaceOrder | Ask | RunSweep | Cancel | Stop
     loop -> host:  Ready | LoadError (once, at the start), then Accepted | OrderAccepted | Refusal
-                   (one per Submit or PlaceOrder), Answer (one per Ask), Steps (after steps),
+                   (one per Submit or PlaceOrder), AskReply (one per Ask), Steps (after steps),
                    SweepProgress ... SweepDone (one per RunSweep)
 
 On the pipe every message is one JSON object, `{"type": class name, ...its fields}`, made and
@@ -189,7 +189,7 @@ class Refusal:
 
 
 @dataclass(frozen=True)
-class Answer:
+class AskReply:
     key: str
     ok: bool
     value: Any  # a dict (limits), token-id lists (check), or the refusal line when not ok
@@ -223,7 +223,7 @@ class Steps:
 
 
 TO_LOOP = (Submit, PlaceOrder, Ask, RunSweep, Cancel, Stop)
-TO_HOST = (Ready, LoadError, Accepted, OrderAccepted, Refusal, Answer, SweepProgress, SweepDone, Steps)
+TO_HOST = (Ready, LoadError, Accepted, OrderAccepted, Refusal, AskReply, SweepProgress, SweepDone, Steps)
 
 BY_NAME = {cls.__name__: cls for cls in TO_LOOP + TO_HOST}
 

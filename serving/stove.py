@@ -43,7 +43,7 @@ def stove_for(device: str) -> Stove:
 
 
 @dataclass(eq=False)
-class Ticket:
+class StoveTicket:
     """One job's place in the stove's line. `who` names it for the others: "chef: cook 1 table(s) ..."."""
 
     who: str
@@ -58,20 +58,20 @@ class Stove:
     def __init__(self, key: str):
         self.key = key
         self._cv = threading.Condition()
-        self._line: deque[Ticket] = deque()
-        self._holders: list[Ticket] = []
+        self._line: deque[StoveTicket] = deque()
+        self._holders: list[StoveTicket] = []
 
     @property
-    def holder(self) -> Ticket | None:
+    def holder(self) -> StoveTicket | None:
         """The ticket cooking (the first, when one kitchen's orders cook together), or None."""
         return self._holders[0] if self._holders else None
 
-    def _may_cook(self, ticket: Ticket) -> bool:
+    def _may_cook(self, ticket: StoveTicket) -> bool:
         if self._line[0] is not ticket:
             return False
         return all(ticket.kitchen and h.kitchen == ticket.kitchen for h in self._holders)
 
-    def take(self, ticket: Ticket, cancelled=lambda: False, poll_s: float = 0.5) -> bool:
+    def take(self, ticket: StoveTicket, cancelled=lambda: False, poll_s: float = 0.5) -> bool:
         """Wait in line until it is this ticket's turn; False if `cancelled()` turned true first.
 
         `wake()` (called when a waiting job is cancelled) ends the wait at once; `poll_s` bounds it."""
@@ -89,7 +89,7 @@ class Stove:
             ticket.taken_at = time.monotonic()
             return True
 
-    def give_back(self, ticket: Ticket) -> None:
+    def give_back(self, ticket: StoveTicket) -> None:
         with self._cv:
             if ticket in self._holders:
                 self._holders.remove(ticket)
@@ -99,7 +99,7 @@ class Stove:
         with self._cv:
             self._cv.notify_all()
 
-    def place_of(self, ticket: Ticket) -> int:
+    def place_of(self, ticket: StoveTicket) -> int:
         """1 = next to cook once the stove is free; 0 = not waiting (cooking, or not in line)."""
         with self._cv:
             for place, waiting in enumerate(self._line, start=1):
@@ -107,7 +107,7 @@ class Stove:
                     return place
         return 0
 
-    def waiting_line(self, ticket: Ticket) -> str | None:
+    def waiting_line(self, ticket: StoveTicket) -> str | None:
         """What a job waiting for the stove is told, naming who cooks; None when it is not waiting."""
         with self._cv:
             if ticket not in self._line:

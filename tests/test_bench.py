@@ -4,6 +4,7 @@ Runs the real engine and real HF `generate` on a tiny random Llama (conftest's `
 with a handful of tokens. No speed assertions: the machine is shared; speed lives in the report.
 """
 
+import importlib
 import json
 import math
 
@@ -13,7 +14,7 @@ import torch
 from bench.bench import run_bench
 from bench.ceilings import matmul_chain
 from bench.cli import main, parse_args, plan_from
-from bench.plan import QUICK, Plan
+from bench.plan import QUICK, BenchPlan
 from bench.report import check_targets, derive_ratios, kernel_bounds, roofline_bounds
 from bench.roofline import Roofline, measure_roofline
 from engine.costs import step_cost
@@ -26,7 +27,7 @@ REQUIRED_RATIOS = [
     "ttft_vs_hf",
     "decode_tps_vs_hf_b32",
 ]
-TINY = Plan(
+TINY = BenchPlan(
     prefill_tokens=24,
     decode_prompt_tokens=5,
     decode_tokens=4,
@@ -209,10 +210,18 @@ def test_text_report_names_every_ratio(tiny_llama_tied, capsys):
     assert "roofline: read" in text
 
 
-def test_a_malformed_option_is_one_line_too(capsys):
-    with pytest.raises(SystemExit) as exit_:
-        main(["--repeats", "abc"])
-    assert exit_.value.code == 2
+@pytest.mark.parametrize(
+    ("bench", "argv"),
+    [
+        ("bench.cli", ["--repeats", "abc"]),
+        ("bench.peers", ["--rounds", "abc"]),
+        ("bench.wait_policy", ["--rounds", "abc"]),
+        ("bench.step_profile", ["--steps", "abc"]),
+    ],
+)
+def test_a_malformed_option_is_one_line_too(bench, argv, capsys):
+    """Every bench parses with the engine's one-line parser (engine/cli.py) and refuses with exit 2."""
+    assert importlib.import_module(bench).main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert "invalid int value: 'abc'" in err and "\n" not in err
 
@@ -240,7 +249,7 @@ def test_bad_input_is_one_line_and_exit_2(extra, words, capsys):
 
 
 def test_profile_lists_the_decode_step_ops(tiny_llama_tied, small_roof):
-    plan = Plan(8, decode_prompt_tokens=4, decode_tokens=2, big_batch=2, big_batch_prompt_tokens=2, repeats=1)
+    plan = BenchPlan(8, decode_prompt_tokens=4, decode_tokens=2, big_batch=2, big_batch_prompt_tokens=2, repeats=1)
     threads_before = torch.get_num_threads()
     r = run_bench(str(tiny_llama_tied.path), plan=plan, roofline=small_roof, threads=1, profile_steps=3)
     assert r["machine"]["torch_threads"] == 1  # measured with the threads asked for...
@@ -257,7 +266,7 @@ def test_profile_lists_the_decode_step_ops(tiny_llama_tied, small_roof):
 def test_the_whole_bench_can_judge_the_compiled_engine(tiny_llama_tied, small_roof):
     """--engine-compile: ours is loaded compile=True, its decode steps really run compiled (the report
     counts them), and fp32 greedy tokens still equal HF's."""
-    plan = Plan(8, decode_prompt_tokens=4, decode_tokens=3, big_batch=2, big_batch_prompt_tokens=2, repeats=1,
+    plan = BenchPlan(8, decode_prompt_tokens=4, decode_tokens=3, big_batch=2, big_batch_prompt_tokens=2, repeats=1,
                 compile=True)  # fmt: skip
     r = run_bench(str(tiny_llama_tied.path), plan=plan, roofline=small_roof, threads=1)
     assert r["plan"]["compile"] is True and r["compiled_decode"]["failure"] is None

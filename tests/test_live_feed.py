@@ -22,7 +22,7 @@ from engine.events import StepEnd
 from kitchen_viz import live_feed
 from kitchen_viz.orders import Order, cook
 from kitchen_viz.timeline import LiveRun
-from serving.stove import Ticket
+from serving.stove import StoveTicket
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 WAIT_S = 120
@@ -102,7 +102,7 @@ def test_the_stream_of_an_unknown_order_is_a_404_with_one_line(client):
 
 def test_a_waiting_order_is_told_its_place_in_line(kitchen, client):
     """Another kitchen cooks on this machine's stove: the order waits in its line and says who cooks."""
-    other = Ticket("apprentice: cook 8 table(s)", kitchen="another kitchen")
+    other = StoveTicket("apprentice: cook 8 table(s)", kitchen="another kitchen")
     assert kitchen.stove.take(other)
     try:
         job, url = fed_order(kitchen, new_tokens=4)

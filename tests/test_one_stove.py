@@ -16,7 +16,7 @@ from kitchen_viz.orders import Order, cook
 from serving.kitchen_client import ServerKitchen
 from serving.loop_messages import TEST_HANG_ENV
 from serving.mounted import AppKitchens, KitchenRooms
-from serving.stove import Stove, Ticket
+from serving.stove import Stove, StoveTicket
 
 WAIT_S = 120
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -33,7 +33,7 @@ def wait_for(condition, timeout: float) -> bool:
 
 def test_tickets_of_one_kitchen_cook_together_and_another_kitchen_waits():
     stove = Stove("cpu-kitchens")
-    a1, a2, b = Ticket("chef: one", kitchen="chef"), Ticket("chef: two", kitchen="chef"), Ticket("apprentice: x", kitchen="apprentice")
+    a1, a2, b = StoveTicket("chef: one", kitchen="chef"), StoveTicket("chef: two", kitchen="chef"), StoveTicket("apprentice: x", kitchen="apprentice")
     assert stove.take(a1) and stove.take(a2)  # one kitchen's orders share its batch
     took = []
     t = threading.Thread(target=lambda: stove.take(b) and took.append("b"))
@@ -46,7 +46,7 @@ def test_tickets_of_one_kitchen_cook_together_and_another_kitchen_waits():
     stove.give_back(a2)
     t.join(5)
     assert took == ["b"] and stove.holder is b
-    alone = Ticket("private job")  # no kitchen: cooks alone
+    alone = StoveTicket("private job")  # no kitchen: cooks alone
     waiting = threading.Thread(target=lambda: stove.take(alone))
     waiting.start()
     assert wait_for(lambda: stove.place_of(alone) == 1, 5)

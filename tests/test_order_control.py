@@ -27,7 +27,7 @@ from serving.caps import CapExceeded, Caps, load_caps, use_caps_file
 from serving.cores import ALL_CORES, split_cores
 from serving.job import PAGE_GONE
 from serving.loop_messages import SILENCE_ENV, TEST_HANG_ENV
-from serving.stove import Stove, StoveMeter, Ticket
+from serving.stove import Stove, StoveMeter, StoveTicket
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 WAIT_S = 120
@@ -149,7 +149,7 @@ def test_cancel_stops_a_cooking_order_and_the_engine_takes_the_next(chef):
 def test_a_queued_order_leaves_the_line_at_once(chef):
     """Another kitchen holds the machine's stove: the orders wait in its line, in order, and a
     cancelled one leaves it at once, having cooked nothing."""
-    other = Ticket("apprentice: a long order", kitchen="another kitchen")
+    other = StoveTicket("apprentice: a long order", kitchen="another kitchen")
     assert chef.stove.take(other)
     try:
         second = chef.submit(cook(LONG), "waits")
@@ -237,7 +237,7 @@ def test_an_engine_killed_between_orders_is_replaced_before_the_form_asks_it_any
 
 def test_the_stove_line_is_first_come_first_served_and_a_waiting_order_can_leave_it():
     stove = Stove("cpu-line")
-    holder, a, b = Ticket("chef: one"), Ticket("apprentice: two"), Ticket("chef: three")
+    holder, a, b = StoveTicket("chef: one"), StoveTicket("apprentice: two"), StoveTicket("chef: three")
     assert stove.take(holder)
     order, cancelled_b = [], threading.Event()
     ta = threading.Thread(target=lambda: stove.take(a) and order.append("a"))

@@ -69,9 +69,9 @@ def test_bad_arguments_exit_2_with_one_line(tiny_llama, capsys, args, pattern):
 
 
 def test_kv_layout_probe_times_both_layouts_on_the_same_data():
-    from bench.kv_layout import Shape, time_layouts
+    from bench.kv_layout import KVShape, time_layouts
 
-    t = time_layouts(Shape("tiny", 2, 4, 2, 8), batch=3, context=32, repeats=2)
+    t = time_layouts(KVShape("tiny", 2, 4, 2, 8), batch=3, context=32, repeats=2)
     assert t.seats_ms > 0 and t.blocks_ms > 0 and t.blocks_vs_seats == t.blocks_ms / t.seats_ms
 
 

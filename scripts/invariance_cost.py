@@ -95,9 +95,10 @@ def render(d: dict) -> str:
         "every sample is in [batch-invariance-cpu.json](batch-invariance-cpu.json). The mode itself is "
         "engine/invariance.py; the class under load in both modes is in [class-server-cpu.md](class-server-cpu.md).", "",
         "| step | default | batch-invariant | ratio |", "|---|---:|---:|---:|", *rows, "",
-        "A lone order pays most: MKL's strict mode runs a one-row product as a GEMM instead of a GEMV, and "
-        "attention makes one call per group of rows on the same key-grid block. With more rows the "
-        "products are GEMMs anyway and the extra attention calls are a smaller share of the step.", "",
+        "Where the mode spends: MKL's strict mode runs a one-row product as a GEMM instead of a GEMV; "
+        "decode rows attend through SDPA with a boolean mask over their key-grid block (one call per "
+        "group of rows on the same block) instead of two small matmuls over the longest row; a prompt "
+        "attends in one call per 64-slot block it touches.", "",
     ])  # fmt: skip
 
 

@@ -228,6 +228,19 @@ def spread(xs: list[float]) -> float:
     return (max(xs) - min(xs)) / statistics.median(xs)
 
 
+def paired(a: list[float], b: list[float], resamples: int = 4000) -> dict:
+    """Each round's B/A - 1 (the two sides ran back to back, so a slow minute slows both), their
+    median, and a 95 % bootstrap interval of that median (seeded: the same samples, the same
+    interval). A budget is met when the interval's upper end is under it."""
+    import random
+
+    ratios = sorted(y / x - 1 for x, y in zip(a, b, strict=True))
+    rng = random.Random(0)
+    meds = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
+    return {"paired_overheads": ratios, "paired_median": statistics.median(ratios),
+            "paired_ci95": [meds[int(0.025 * resamples)], meds[int(0.975 * resamples) - 1]]}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7)
@@ -356,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         "median_no_ui_s": a,
         "median_live_s": b,
         "overhead": b / a - 1,
+        **paired(no_ui, live),
         "spread_no_ui": spread(no_ui),
         "spread_live": spread(live),
         "loadavg_before": load_before,

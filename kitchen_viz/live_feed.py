@@ -48,7 +48,7 @@ from serving.kitchen_client import ServerKitchen
 
 CLASS_RAIL_TITLE = "<div class='tpk-class-rail-title'>The class kitchen's rail: every order in the pot now</div>"
 FEED_PATH = "/two-pot/feed/"  # + token; under Streamlit's server.baseUrlPath
-STREAM_S = 0.25  # the stream looks at the order four times a second, as the fragment used to tick
+STREAM_S = 0.5  # the stream looks at the order twice a second
 STREAM_SUFFIX = "/stream"
 KEEP_S = 600.0  # a feed is forgotten this long after its order finished
 NO_FEED = "no such order in this kitchen"

@@ -26,6 +26,8 @@ const COMPACT_BOWL_ROWS = 2; // 9 to 16 tables: two rows of eight, two rows of b
 const PER_ROW = 8;
 const FRAME_MS = 40;
 const TICK_MS = 250; // the live clock's tick while a long prefill has nothing new to report
+const LIVE_TEXT_TOKENS = 48; // a table's text while the engine cooks: its latest tokens (all of it in the replay)
+const SPARK_POINTS = 120; // the live ITL line: at most this many points (each the slowest step of its stretch)
 
 export default function (component) {
   const { data, parentElement } = component;
@@ -292,13 +294,24 @@ function drawPanels(scene, p) {
     const k = el.dataset.k;
     if (k in p) setText(el, String(p[k]));
   }
-  const ms = p.itl_ms || [];
+  const ms = slowestPer(p.itl_ms || [], SPARK_POINTS);
   const top = Math.max(...ms, 1e-9);
   const n = Math.max(ms.length - 1, 1);
   const pts = ms.map((v, i) => `${((i / n) * PW).toFixed(1)},${(PH - 2 - (v / top) * (PH - 6)).toFixed(1)}`).join(" ");
   setAttr(box.querySelector(".tpk-lp-line"), "points", pts);
   setText(box.querySelector('[data-k="axis"]'),
     ms.length ? `${p.steps} step${p.steps === 1 ? "" : "s"} · slowest ${top.toFixed(2)} ms` : "the pot has not started ladling yet");
+}
+
+// At most `k` values: consecutive stretches of `xs`, each drawn as its slowest (a spike stays visible).
+function slowestPer(xs, k) {
+  if (xs.length <= k) return xs;
+  const out = [];
+  for (let i = 0; i < k; i++) {
+    const a = Math.floor((i * xs.length) / k), b = Math.floor(((i + 1) * xs.length) / k);
+    out.push(Math.max(...xs.slice(a, b)));
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------- the whole class (a class kitchen)
@@ -557,8 +570,11 @@ function drawTables(scene, d, T, cooking) {
     if (n !== scene.drawn.bowls[i]) {
       drawBowls(tables[i], n, Number(tables[i].dataset.rows || BOWL_ROWS));
       setText(tables[i].querySelector(".tpk-bowl-count"), `${fmtInt(n)} bowl${n === 1 ? "" : "s"}`);
+      // While the engine cooks, only the text's tail: the paragraph's layout stays the same size at
+      // every update instead of growing with the answer (the browser shares the engine's cores).
       const span = texts[i].querySelector("span");
-      span.textContent = toks.slice(0, n).map((t) => t[1]).join("");
+      const from = scene.playStart === null ? Math.max(0, n - LIVE_TEXT_TOKENS) : 0;
+      span.textContent = (from ? "…" : "") + toks.slice(from, n).map((t) => t[1]).join("");
       scene.drawn.bowls[i] = n;
     }
     const served = d.t_done !== null && T >= d.t_done;

@@ -42,7 +42,7 @@ from torch import nn
 
 from engine.errors import EngineError
 from engine.int8_op import KERNEL_MAX_ROWS as KERNEL_MAX_ROWS  # re-exported: tests and docs name it here
-from engine.int8_op import KERNEL_WIDTH_MULTIPLE, Int8Parts, int8_product
+from engine.int8_op import KERNEL_WIDTH_MULTIPLE, Int8Parts, W8A8Pack, int8_product, pack_w8a8
 
 QUANT_MODES = ("int8",)
 QMAX = 127  # symmetric: -127..127, so -q is always representable
@@ -96,9 +96,13 @@ def kernel_works(device: torch.device) -> bool:
 class Int8Weight(nn.Module):
     """A weight used as `x @ W_t` (W_t of shape (in, out)), stored as int8 rows with one scale each.
 
-    Buffers: `q` (out, in) int8, contiguous (the kernel reads each output channel's row);
+    Buffers: `q` (out, in) int8, contiguous (the kernels read each output channel's row);
     `scale` (out,) bfloat16 (quantization used this rounded scale); `kernel_scale` (out,) the same
-    values in the kernel's dtype (bfloat16 on CPU, float32 on CUDA).
+    values in float32 where a kernel takes them so (the CPU's W8A8, CUDA's W8A16), else None.
+    `w8a8`: fbgemm's packed copy of q for the few-rows W8A8 kernel (engine/int8_op.py), made here
+    once, or None where that kernel is missing or failed its probe (then W8A16 serves those rows).
+    It is a plain attribute, not a buffer: its handle tensor owns native memory that must not be
+    copied byte by byte (`.to()`, a state dict).
     """
 
     def __init__(self, w_t: torch.Tensor):
@@ -111,7 +115,9 @@ class Int8Weight(nn.Module):
         self.in_features, self.out_features = w.shape[1], w.shape[0]
         dev = w_t.device
         self.kernel_dtype = kernel_dtype(dev)
-        self.register_buffer("kernel_scale", scale.to(self.kernel_dtype) if dev.type != "cpu" else None)
+        self.w8a8: W8A8Pack | None = pack_w8a8(self.q)
+        float_scales = dev.type != "cpu" or self.w8a8 is not None
+        self.register_buffer("kernel_scale", scale.to(torch.float32) if float_scales else None)
         aligned = dev.type != "cpu" or self.in_features % KERNEL_WIDTH_MULTIPLE == 0
         self.use_kernel = aligned and kernel_works(dev)
 
@@ -122,8 +128,10 @@ class Int8Weight(nn.Module):
 
     def parts(self) -> Int8Parts:
         """The current buffers and constants, as the op (engine/int8_op.py) and a compiled step take them."""
+        pack = self.w8a8
         return Int8Parts(
-            self.q, self.scale, self.kernel_scale, self.use_kernel, self.in_features, self.out_features
+            self.q, self.scale, self.kernel_scale, self.use_kernel, self.in_features, self.out_features,
+            *((pack.packed, pack.col_offsets, pack.zero_bias) if pack is not None else ()),
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,11 +1,11 @@
 """`python -m bench.int8_kernels OUT.json`: torch's int8 products over a whole model's weights, on this CPU.
 
-Decode rows (1, 4, 8), one thread, every matmul weight of the chef and of the SmolLM2-135M shape
-(random values of the real shapes; the 135M shape's 135 MB of int8 do not fit a cache, so the
-weights stream as in a decode step), each product run once per weight in call order: ms per
-chain, median of `REPEATS`. Candidates:
-  * float32 `x @ W_t` (our fp32 path) and `_weight_int8pack_mm` with bfloat16 activations (W8A16,
-    the int8 path's former decode kernel);
+Decode rows (1, 4, 8, 16), one thread, every matmul weight of the chef and of the SmolLM2-135M
+shape (random values of the real shapes), each product run once per weight in call order, as a
+decode step reads them: ms per chain, median of `REPEATS`. Candidates:
+  * float32 `x @ W_t` (our fp32 path); W8A16: `_weight_int8pack_mm` with bfloat16 activations (the
+    int8 path's decode kernel where W8A8 is missing) and the int8 weight widened to bfloat16 for
+    torch's bf16 GEMM (its many-rows kernel);
   * W8A8 dynamic, int32 sums: fbgemm's `fbgemm_linear_int8_weight_fp32_activation` (tensor
     arguments, engine/int8_op.py) with the rows scaled to a common range first (per-row precision)
     or as they come (one range for all rows); fbgemm's `quantized.linear_dynamic` (a packed

@@ -57,10 +57,11 @@ class W8A8Pack:
 
 
 def _fbgemm(x: torch.Tensor, q: torch.Tensor, packed, col_offsets, zero_bias) -> torch.Tensor:
-    """x (M, in) float32 -> (M, out) float32: x quantized to 8 bits over its own range, int32 sums, q unscaled."""
-    with warnings.catch_warnings():  # torch 2.13 calls this legacy entry point deprecated, every call
-        warnings.simplefilter("ignore")
-        return torch.fbgemm_linear_int8_weight_fp32_activation(x, q, packed, col_offsets, 1.0, 0, zero_bias)
+    """x (M, in) float32 -> (M, out) float32: x quantized to 8 bits over its own range, int32 sums, q unscaled.
+
+    torch 2.13 calls this legacy entry point deprecated, once per process: `w8a8_works` makes that
+    first call and silences it, so no warning guard is needed (or paid for) per call."""
+    return torch.fbgemm_linear_int8_weight_fp32_activation(x, q, packed, col_offsets, 1.0, 0, zero_bias)
 
 
 def w8a8_works() -> bool:
@@ -72,7 +73,7 @@ def w8a8_works() -> bool:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 packed = torch.fbgemm_pack_quantized_matrix(q)
-            y = _fbgemm(torch.ones(2, 64), q, packed, q.sum(1, dtype=torch.int32), torch.zeros(48))
+                y = _fbgemm(torch.ones(2, 64), q, packed, q.sum(1, dtype=torch.int32), torch.zeros(48))
             _W8A8_WORKS["cpu"] = bool(torch.allclose(y, torch.full((2, 48), 127.0 * 64), rtol=1e-3))
         except (AttributeError, RuntimeError, NotImplementedError):  # absent from this build, or no fbgemm
             _W8A8_WORKS["cpu"] = False
@@ -92,15 +93,23 @@ def pack_w8a8(q: torch.Tensor) -> W8A8Pack | None:
 def w8a8_product(x: torch.Tensor, q: torch.Tensor, pack: W8A8Pack, scale: torch.Tensor) -> torch.Tensor:
     """x (M, in) -> x @ (q * scale)^T (M, out) float32, activations quantized per row to 8 bits.
 
+    The op runs exactly this (as `_w8a8`, on the pack's tensors); the kernel probe and tests call it.
+    """
+    return _w8a8(x, q, pack.packed, pack.col_offsets, pack.zero_bias, scale)
+
+
+def _w8a8(x: torch.Tensor, q: torch.Tensor, packed, col_offsets, zero_bias, scale: torch.Tensor) -> torch.Tensor:
+    """`w8a8_product` on loose tensors: no dataclass to build per call.
+
     One row is quantized over its own range by the kernel. Several rows are each divided by their
     largest |x| first (the kernel then chooses one range, about [-1, 1], for all), and each row of
     the result is multiplied back: every row keeps its own precision.
     """
     x = x.float()
     if x.shape[0] == 1:
-        return _fbgemm(x, q, pack.packed, pack.col_offsets, pack.zero_bias).mul_(scale)  # (1, out)
+        return _fbgemm(x, q, packed, col_offsets, zero_bias).mul_(scale)  # (1, out)
     r = x.abs().amax(1, keepdim=True).clamp_(min=torch.finfo(torch.float32).tiny)  # (M, 1)
-    y = _fbgemm(x / r, q, pack.packed, pack.col_offsets, pack.zero_bias)  # (M, out)
+    y = _fbgemm(x / r, q, packed, col_offsets, zero_bias)  # (M, out)
     return y.mul_(scale).mul_(r)
 
 
@@ -145,7 +154,7 @@ def int8_matmul(
     """
     out_dtype = result_dtype(kernel_scale)
     if packed is not None and x.shape[0] <= W8A8_MAX_ROWS:
-        return w8a8_product(x, q, W8A8Pack(packed, col_offsets, zero_bias), kernel_scale)  # (M, out) float32
+        return _w8a8(x, q, packed, col_offsets, zero_bias, kernel_scale)  # (M, out) float32
     if use_kernel and x.shape[0] <= KERNEL_MAX_ROWS:
         if x.device.type != "cpu":  # CUDA: float32 activations and scales
             xk = x.to(kernel_scale.dtype).contiguous()  # (M, in)

@@ -1,4 +1,4 @@
-"""Smaller portions: int8 weight-only quantization of the model's matmul weights.
+"""Smaller portions: int8 quantization of the model's matmul weights.
 
 Why: a batch-1 decode step reads every weight once and does two FLOPs per weight, so its time is
 the bytes it reads. Storing the weights as int8 (one byte each, plus one float scale per output
@@ -15,17 +15,22 @@ The numbers (per output channel n, symmetric, no zero point):
 so the largest weight of each row is exact and every other is off by at most scale[n] / 2.
 
 How a product is computed (`Int8Weight.forward`, i.e. the op `twopot::int8_matmul` of
-engine/int8_op.py, which a compiled decode step calls too): the activations are rounded to bfloat16, the
-products are summed in float32 and the result comes back in bfloat16, then in the model's dtype.
-Two kernels, picked per call by the number of rows, both with exactly that arithmetic:
-  * few rows (decode): `torch.ops.aten._weight_int8pack_mm`, which reads the int8 weight directly
-    (its CPU AVX-512 kernel takes bfloat16 activations; with float32 ones it falls back to a scalar
-    loop that was 5-20x slower here). It loads 16 values at a time with aligned loads, so it needs
-    the input width to be a multiple of 16 (other widths crashed or gave wrong sums in torch 2.13);
-    other widths take the second kernel.
+engine/int8_op.py, which a compiled decode step calls too), by the number of rows:
+  * few rows (decode, up to W8A8_MAX_ROWS), on a CPU whose fbgemm passed its probe: W8A8 dynamic,
+    the arithmetic of llama.cpp's q8_0 products. Each row of activations is quantized to 8 bits
+    over its own range at run time, int8 x int8 products are summed in int32 against a copy of the
+    weight that fbgemm packed once here (`Int8Weight.w8a8`), and the per-channel scales multiply
+    the float32 result. The packed copy is a second int8 copy of every matrix in memory (q stays
+    for the other kernels); a decode step reads only the packed one.
+  * few rows without that kernel (other torch builds, CUDA, a CPU where it saturated): W8A16,
+    `torch.ops.aten._weight_int8pack_mm`, which reads the int8 weight directly with bfloat16
+    activations and float32 sums (its CPU AVX-512 kernel; with float32 activations it falls back
+    to a scalar loop that was 5-20x slower here). It loads 16 values at a time with aligned loads,
+    so it needs the input width to be a multiple of 16 (other widths crashed or gave wrong sums in
+    torch 2.13); other widths take the next kernel.
   * many rows (prefill, big batches): the weight is widened to bfloat16 (exact: |q| <= 127 fits
     bfloat16's 8-bit significand) and multiplied by torch's bfloat16 GEMM, then scaled.
-`docs/benchmarks/int8-cpu.md` has the measurements behind the choice and the row threshold.
+`docs/benchmarks/int8-cpu.md` has the measurements behind the choice and the row thresholds.
 On CUDA, torch's int8 kernel exists only in some versions and takes float32 activations and
 scales: `kernel_works` tries it once per device on a small product, and the few-rows path uses it
 (float32 activations, so no bf16 rounding there) when it gives the right answer; otherwise every

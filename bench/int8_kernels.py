@@ -1,6 +1,6 @@
 """`python -m bench.int8_kernels OUT.json`: torch's int8 products over a whole model's weights, on this CPU.
 
-Decode rows (1, 4, 8, 16), one thread, every matmul weight of the chef and of the SmolLM2-135M
+Rows 1 to 256 (`ROWS`), one thread, every matmul weight of the chef and of the SmolLM2-135M
 shape (random values of the real shapes), each product run once per weight in call order, as a
 decode step reads them: ms per chain, median of `REPEATS`. Candidates:
   * float32 `x @ W_t` (our fp32 path); W8A16: `_weight_int8pack_mm` with bfloat16 activations (the
@@ -29,7 +29,7 @@ from engine.config import config_from_hf
 from engine.int8_op import pack_w8a8, w8a8_product
 from engine.presets import preset_config
 
-ROWS = (1, 4, 8, 16)
+ROWS = (1, 4, 8, 16, 64, 128, 256)  # decode batches, and where the widened kernel takes over
 REPEATS = 5
 CHEF = Path(__file__).resolve().parents[1] / "assets" / "models" / "chef" / "config.json"
 

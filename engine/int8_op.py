@@ -16,8 +16,9 @@ Which kernel, per call (the numbers: docs/benchmarks/int8-cpu.md):
     call), sums int8 x int8 products in int32 against a copy of the weight packed once at load
     (`pack_w8a8`), and the per-channel scales multiply the float32 result. Several rows are first
     divided by their own largest |x| (and the result multiplied back), so each row is quantized
-    with its own precision and a row with outliers does not coarsen its neighbours. It was 2-3x
-    faster than the W8A16 kernel below at 1-8 rows on these CPUs' weights;
+    with its own precision and a row with outliers does not coarsen its neighbours. At one thread
+    it was 1.4-2.7x faster than the W8A16 kernel below on the 135M shape's weights (1-16 rows),
+    level with it on the chef's (1-4 rows), and faster than the widened bf16 GEMM up to 64 rows;
   * otherwise, at most KERNEL_MAX_ROWS rows and a usable kernel: `_weight_int8pack_mm` (W8A16)
     reads the int8 weight directly with bfloat16 activations (float32 ones on CUDA);
   * otherwise the weight is widened to bfloat16 (exact: |q| <= 127) for torch's bfloat16 GEMM.
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 import torch
 
 KERNEL_MAX_ROWS = 8  # up to this many rows the W8A16 kernel beat a bf16 GEMM on widened weights (int8-cpu.md)
-W8A8_MAX_ROWS = 8  # up to this many rows W8A8 beat the W8A16 kernel (int8-cpu.md)
+W8A8_MAX_ROWS = 64  # up to this many rows W8A8 beat both W8A16 kernels at 1 thread (int8-cpu.md)
 KERNEL_WIDTH_MULTIPLE = 16  # the CPU W8A16 kernel's aligned loads need the input width in multiples of this
 KERNEL_ALIGN = 64  # bytes: the CPU W8A16 kernel's aligned loads need its input to start on such a boundary
 _W8A8_WORKS: dict[str, bool] = {}  # "cpu" -> did fbgemm's W8A8 product give the right answer here

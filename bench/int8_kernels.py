@@ -54,7 +54,7 @@ def candidates(k: int, n: int) -> dict:
     scale = (w.abs().amax(1) / 127).bfloat16()  # (out,) per output channel, as engine/quant.py rounds it
     q = torch.round(w / scale.float()[:, None]).clamp_(-127, 127).to(torch.int8).contiguous()  # (out, in)
     wt, s32, zp = w.t().contiguous(), scale.float(), torch.zeros(n, dtype=torch.long)
-    w8 = pack_w8a8(q)
+    w8 = pack_w8a8(q, scale)
     fb = (q, w8.packed, w8.col_offsets, 1.0, 0, w8.zero_bias)
     qw = torch.quantize_per_channel(q.float() * s32[:, None], s32, zp, 0, torch.qint8)
     dyn = torch.ops.quantized.linear_prepack(qw, None)
@@ -63,7 +63,7 @@ def candidates(k: int, n: int) -> dict:
         "fp32 x @ W_t": lambda x: x @ wt,
         "W8A16 _weight_int8pack_mm": lambda x: torch._weight_int8pack_mm(x.bfloat16(), q, scale),
         "W8A16 widened to bf16, bf16 GEMM": lambda x: (x.bfloat16() @ q.t().bfloat16()).mul_(scale),
-        "W8A8 fbgemm, per-row range": lambda x: w8a8_product(x, q, w8, s32),
+        "W8A8 fbgemm, per-row range": lambda x: w8a8_product(x, q, w8),
         "W8A8 fbgemm, one range": lambda x: torch.fbgemm_linear_int8_weight_fp32_activation(x, *fb) * s32,
         "W8A8 quantized.linear_dynamic, one range": lambda x: torch.ops.quantized.linear_dynamic(x, dyn),
         "W8A8 onednn qlinear, per-row": lambda x: _onednn(x, dnn, s32, zp),

@@ -49,12 +49,14 @@ class W8A8Pack:
     packed: a uint8 handle tensor that owns fbgemm's packed matrix (about out x in bytes, which its
     numel does not show); col_offsets (out,) int32: each channel's sum of q (the kernel undoes the
     activations' zero point with it); zero_bias (out,) float32 zeros (the kernel's bias is not
-    optional). CPU only.
+    optional); scale (out,) float32: the per-channel scales, applied to the kernel's float32 result.
+    CPU only. None of it is a module buffer (`ModelInfo.weight_bytes` counts q and its bf16 scales).
     """
 
     packed: torch.Tensor
     col_offsets: torch.Tensor
     zero_bias: torch.Tensor
+    scale: torch.Tensor
 
 
 def _fbgemm(x: torch.Tensor, q: torch.Tensor, packed, col_offsets, zero_bias) -> torch.Tensor:
@@ -81,22 +83,22 @@ def w8a8_works() -> bool:
     return _W8A8_WORKS["cpu"]
 
 
-def pack_w8a8(q: torch.Tensor) -> W8A8Pack | None:
-    """The W8A8 pack of an int8 weight q (out, in), or None where the kernel is missing or wrong."""
+def pack_w8a8(q: torch.Tensor, scale: torch.Tensor) -> W8A8Pack | None:
+    """The W8A8 pack of an int8 weight q (out, in) with scales (out,), or None where the kernel is missing or wrong."""
     if q.device.type != "cpu" or not w8a8_works():
         return None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         packed = torch.fbgemm_pack_quantized_matrix(q)
-    return W8A8Pack(packed, q.sum(1, dtype=torch.int32), torch.zeros(q.shape[0]))
+    return W8A8Pack(packed, q.sum(1, dtype=torch.int32), torch.zeros(q.shape[0]), scale.to(torch.float32))
 
 
-def w8a8_product(x: torch.Tensor, q: torch.Tensor, pack: W8A8Pack, scale: torch.Tensor) -> torch.Tensor:
+def w8a8_product(x: torch.Tensor, q: torch.Tensor, pack: W8A8Pack) -> torch.Tensor:
     """x (M, in) -> x @ (q * scale)^T (M, out) float32, activations quantized per row to 8 bits.
 
     The op runs exactly this (as `_w8a8`, on the pack's tensors); the kernel probe and tests call it.
     """
-    return _w8a8(x, q, pack.packed, pack.col_offsets, pack.zero_bias, scale)
+    return _w8a8(x, q, pack.packed, pack.col_offsets, pack.zero_bias, pack.scale)
 
 
 def _w8a8(x: torch.Tensor, q: torch.Tensor, packed, col_offsets, zero_bias, scale: torch.Tensor) -> torch.Tensor:
@@ -120,8 +122,8 @@ class Int8Parts:
     an nn.Module, whose identity the compiler would guard on).
 
     q (out, in) int8, contiguous; scale (out,) bfloat16; kernel_scale (out,) float32 where a kernel
-    takes float32 scales (CUDA's W8A16, the CPU's W8A8), None otherwise; use_kernel: the W8A16
-    kernel works here for this width; packed, col_offsets, zero_bias: the W8A8Pack's tensors, or None.
+    takes float32 scales (CUDA's W8A16; on CPU the W8A8Pack's scale), None otherwise; use_kernel: the
+    W8A16 kernel works here for this width; packed, col_offsets, zero_bias: the W8A8Pack's, or None.
     """
 
     q: torch.Tensor

@@ -103,7 +103,7 @@ class Int8Weight(nn.Module):
 
     Buffers: `q` (out, in) int8, contiguous (the kernels read each output channel's row);
     `scale` (out,) bfloat16 (quantization used this rounded scale); `kernel_scale` (out,) the same
-    values in float32 where a kernel takes them so (the CPU's W8A8, CUDA's W8A16), else None.
+    values in float32 on CUDA (its W8A16 kernel takes them so), None on CPU.
     `w8a8`: fbgemm's packed copy of q for the few-rows W8A8 kernel (engine/int8_op.py), made here
     once, or None where that kernel is missing or failed its probe (then W8A16 serves those rows).
     It is a plain attribute, not a buffer: its handle tensor owns native memory that must not be
@@ -120,9 +120,8 @@ class Int8Weight(nn.Module):
         self.in_features, self.out_features = w.shape[1], w.shape[0]
         dev = w_t.device
         self.kernel_dtype = kernel_dtype(dev)
-        self.w8a8: W8A8Pack | None = pack_w8a8(self.q)
-        float_scales = dev.type != "cpu" or self.w8a8 is not None
-        self.register_buffer("kernel_scale", scale.to(torch.float32) if float_scales else None)
+        self.w8a8: W8A8Pack | None = pack_w8a8(self.q, scale)
+        self.register_buffer("kernel_scale", scale.to(self.kernel_dtype) if dev.type != "cpu" else None)
         aligned = dev.type != "cpu" or self.in_features % KERNEL_WIDTH_MULTIPLE == 0
         self.use_kernel = aligned and kernel_works(dev)
 
@@ -134,10 +133,11 @@ class Int8Weight(nn.Module):
     def parts(self) -> Int8Parts:
         """The current buffers and constants, as the op (engine/int8_op.py) and a compiled step take them."""
         pack = self.w8a8
-        return Int8Parts(
-            self.q, self.scale, self.kernel_scale, self.use_kernel, self.in_features, self.out_features,
-            *((pack.packed, pack.col_offsets, pack.zero_bias) if pack is not None else ()),
-        )
+        if pack is None:
+            return Int8Parts(self.q, self.scale, self.kernel_scale, self.use_kernel, self.in_features,
+                             self.out_features)  # fmt: skip
+        return Int8Parts(self.q, self.scale, pack.scale, self.use_kernel, self.in_features, self.out_features,
+                         pack.packed, pack.col_offsets, pack.zero_bias)  # fmt: skip
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., in) -> (..., out) in x's dtype: `torch.ops.twopot.int8_matmul` (engine/int8_op.py)."""

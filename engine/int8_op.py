@@ -24,8 +24,8 @@ Which kernel, per call (the numbers: docs/benchmarks/int8-cpu.md):
   * otherwise the weight is widened to bfloat16 (exact: |q| <= 127) for torch's bfloat16 GEMM.
 The result is float32 wherever a W8A8 pack (or CUDA's float32 kernel) exists, bfloat16 otherwise:
 the row count may be a symbol of the compiled graph, so the output's dtype never depends on it.
-Without fbgemm (other builds, CUDA), or where its probe fails, the W8A16 and widened kernels serve
-every row, as they did before W8A8 existed.
+Without fbgemm (other builds, CUDA), or where its probe fails, no pack is made: the W8A16 kernel
+serves up to KERNEL_MAX_ROWS rows and the widened GEMM the rest.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ _W8A8_WORKS: dict[str, bool] = {}  # "cpu" -> did fbgemm's W8A8 product give the
 class W8A8Pack:
     """fbgemm's copy of one int8 weight q (out, in), packed once at load for its int8 x int8 kernel.
 
-    packed: a uint8 handle tensor that owns fbgemm's packed matrix (about out x in bytes, which its
-    numel does not show); col_offsets (out,) int32: each channel's sum of q (the kernel undoes the
+    packed: a uint8 handle tensor that owns fbgemm's packed matrix (~1.4 bytes per weight here, which
+    its numel does not show; a copy of the handle is no handle, so it is never cloned); col_offsets (out,) int32: each channel's sum of q (the kernel undoes the
     activations' zero point with it); zero_bias (out,) float32 zeros (the kernel's bias is not
     optional); scale (out,) float32: the per-channel scales, applied to the kernel's float32 result.
     CPU only. None of it is a module buffer (`ModelInfo.weight_bytes` counts q and its bf16 scales).

@@ -24,6 +24,8 @@ Which kernel, per call (the numbers: docs/benchmarks/int8-cpu.md):
   * otherwise the weight is widened to bfloat16 (exact: |q| <= 127) for torch's bfloat16 GEMM.
 The result is float32 wherever a W8A8 pack (or CUDA's float32 kernel) exists, bfloat16 otherwise:
 the row count may be a symbol of the compiled graph, so the output's dtype never depends on it.
+With a pack the op returns x @ q^T for every row count and `int8_product` multiplies by the scales,
+so a compiled step fuses that multiplication into whatever consumes the product.
 Without fbgemm (other builds, CUDA), or where its probe fails, no pack is made: the W8A16 kernel
 serves up to KERNEL_MAX_ROWS rows and the widened GEMM the rest.
 """
@@ -96,13 +98,14 @@ def pack_w8a8(q: torch.Tensor, scale: torch.Tensor) -> W8A8Pack | None:
 def w8a8_product(x: torch.Tensor, q: torch.Tensor, pack: W8A8Pack) -> torch.Tensor:
     """x (M, in) -> x @ (q * scale)^T (M, out) float32, activations quantized per row to 8 bits.
 
-    The op runs exactly this (as `_w8a8`, on the pack's tensors); the kernel probe and tests call it.
+    The op runs exactly this, leaving the multiplication by the scales to its caller (where a
+    compiled step fuses it into whatever consumes the product); the kernel probe and tests call it.
     """
-    return _w8a8(x, q, pack.packed, pack.col_offsets, pack.zero_bias, pack.scale)
+    return _w8a8_unscaled(x, q, pack.packed, pack.col_offsets, pack.zero_bias).mul_(pack.scale)
 
 
-def _w8a8(x: torch.Tensor, q: torch.Tensor, packed, col_offsets, zero_bias, scale: torch.Tensor) -> torch.Tensor:
-    """`w8a8_product` on loose tensors: no dataclass to build per call.
+def _w8a8_unscaled(x: torch.Tensor, q: torch.Tensor, packed, col_offsets, zero_bias) -> torch.Tensor:
+    """x (M, in) -> x @ q^T (M, out) float32, q's scales not applied.
 
     One row is quantized over its own range by the kernel. Several rows are each divided by their
     largest |x| first (the kernel then chooses one range, about [-1, 1], for all), and each row of
@@ -110,10 +113,9 @@ def _w8a8(x: torch.Tensor, q: torch.Tensor, packed, col_offsets, zero_bias, scal
     """
     x = x.float()
     if x.shape[0] == 1:
-        return _fbgemm(x, q, packed, col_offsets, zero_bias).mul_(scale)  # (1, out)
+        return _fbgemm(x, q, packed, col_offsets, zero_bias)  # (1, out)
     r = x.abs().amax(1, keepdim=True).clamp_(min=torch.finfo(torch.float32).tiny)  # (M, 1)
-    y = _fbgemm(x / r, q, packed, col_offsets, zero_bias)  # (M, out)
-    return y.mul_(scale).mul_(r)
+    return _fbgemm(x / r, q, packed, col_offsets, zero_bias).mul_(r)  # (M, out)
 
 
 @dataclass(frozen=True)
@@ -148,16 +150,19 @@ def int8_matmul(
     packed: torch.Tensor | None = None, col_offsets: torch.Tensor | None = None,
     zero_bias: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
-    """x (M, in) -> x @ (q * scale)^T (M, out) in `result_dtype(kernel_scale)`.
+    """x (M, in) -> x @ (q * scale)^T (M, out) in `result_dtype(kernel_scale)`; with a W8A8 pack
+    (packed, col_offsets, zero_bias) x @ q^T in float32 instead, which the caller scales.
 
-    x in any float dtype. With a W8A8 pack (packed, col_offsets, zero_bias) and few rows: W8A8 on x
-    as it is. Otherwise x is rounded to bfloat16 here unless it already is (without a pack the
-    caller rounds on CPU, so a compiler can fuse the rounding into the op that made x); on CUDA's
-    W8A16 path x goes to the kernel in float32 instead, unrounded.
+    x in any float dtype. With a pack and few rows: W8A8 on x as it is. Otherwise x is rounded to
+    bfloat16 here unless it already is (without a pack the caller rounds on CPU, so a compiler can
+    fuse the rounding into the op that made x); on CUDA's W8A16 path x goes to the kernel in
+    float32 instead, unrounded.
     """
     out_dtype = result_dtype(kernel_scale)
-    if packed is not None and x.shape[0] <= W8A8_MAX_ROWS:
-        return _w8a8(x, q, packed, col_offsets, zero_bias, kernel_scale)  # (M, out) float32
+    if packed is not None:
+        if x.shape[0] <= W8A8_MAX_ROWS:
+            return _w8a8_unscaled(x, q, packed, col_offsets, zero_bias)  # (M, out) float32
+        return (x.to(torch.bfloat16) @ q.t().to(torch.bfloat16)).float()  # (M, out); widening is exact
     if use_kernel and x.shape[0] <= KERNEL_MAX_ROWS:
         if x.device.type != "cpu":  # CUDA: float32 activations and scales
             xk = x.to(kernel_scale.dtype).contiguous()  # (M, in)
@@ -189,4 +194,6 @@ def int8_product(x: torch.Tensor, w: Int8Parts) -> torch.Tensor:
     if w.kernel_scale is None:
         x2 = x2.to(torch.bfloat16)
     y = _OP(x2, w.q, w.scale, w.kernel_scale, w.use_kernel, w.packed, w.col_offsets, w.zero_bias)  # (M, out)
+    if w.packed is not None:  # the op left the scales to its caller
+        y = y.mul_(w.kernel_scale)
     return y.to(x.dtype).view(*lead, w.out_features)  # (..., out)

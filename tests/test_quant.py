@@ -52,7 +52,7 @@ def _w8a8_bound(x: torch.Tensor, deq: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("width", [64, 40])  # 40: not a multiple of 16, so never the W8A16 kernel
 @pytest.mark.parametrize("rows", [1, 3, W8A8_MAX_ROWS, W8A8_MAX_ROWS + 1, 37])
 def test_int8_weight_matches_its_own_dequantized_product(rows, width):
-    """Few rows: W8A8, within its 8-bit activation bound; more: bf16(x) @ (q * scale) with float32 sums.
+    """Few rows: W8A8, within its 8-bit activation bound; more: bf16(x) @ q with float32 sums, scaled.
     Either compared with the dequantized product done in float64."""
     gen = torch.Generator().manual_seed(rows + width)
     w_t = torch.randn(width, 96, generator=gen)  # (in, out)
@@ -237,19 +237,21 @@ def _old_forward(qw: Int8Weight, x: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("rows", [1, W8A8_MAX_ROWS, W8A8_MAX_ROWS + 1, 37])
 def test_the_int8_op_equals_its_kernels_bit_for_bit(rows, width, dtype):
     """`twopot::int8_matmul` (engine/int8_op.py) is what every int8 product runs, eager and compiled:
-    eagerly it must be exactly the kernel its row count picks -- `w8a8_product` for few rows, the old
-    Int8Weight.forward for more -- also for a 3-D input and an unaligned view."""
+    eagerly it must be exactly the kernel its row count picks -- `w8a8_product` for few rows, for more
+    the widened bf16 GEMM scaled in float32 -- also for a 3-D input and an unaligned view. (Without a
+    pack it is the old Int8Weight.forward: test_without_w8a8_the_few_rows_take_the_w8a16_kernel_as_before.)"""
     gen = torch.Generator().manual_seed(7 * rows + width)
     qw = Int8Weight(torch.randn(width, 96, generator=gen))
     base = torch.randn(rows * width + 3, generator=gen).to(dtype)
     for x in (base[: rows * width].view(rows, width), base[3:].view(rows, width),  # aligned, unaligned start
               base[: rows * width].view(1, rows, width)):  # fmt: skip
         y = qw(x)
+        x2 = x.reshape(rows, width)  # (M, in)
         if rows <= W8A8_MAX_ROWS:
-            x2 = x.reshape(rows, width)
-            want = w8a8_product(x2, qw.q, qw.w8a8).to(dtype).view(*x.shape[:-1], 96)
+            want = w8a8_product(x2, qw.q, qw.w8a8)
         else:
-            want = _old_forward(qw, x)
+            want = (x2.bfloat16() @ qw.q.t().bfloat16()).float().mul_(qw.w8a8.scale)
+        want = want.to(dtype).view(*x.shape[:-1], 96)
         assert torch.equal(y, want) and y.dtype == dtype
         assert torch.equal(y, matmul(x, qw.parts()))  # the compiled step's call: the same op
 

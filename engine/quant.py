@@ -1,4 +1,4 @@
-"""Smaller portions: int8 weight-only quantization of the model's matmul weights.
+"""Smaller portions: int8 quantization of the model's matmul weights.
 
 Why: a batch-1 decode step reads every weight once and does two FLOPs per weight, so its time is
 the bytes it reads. Storing the weights as int8 (one byte each, plus one float scale per output
@@ -15,17 +15,22 @@ The numbers (per output channel n, symmetric, no zero point):
 so the largest weight of each row is exact and every other is off by at most scale[n] / 2.
 
 How a product is computed (`Int8Weight.forward`, i.e. the op `twopot::int8_matmul` of
-engine/int8_op.py, which a compiled decode step calls too): the activations are rounded to bfloat16, the
-products are summed in float32 and the result comes back in bfloat16, then in the model's dtype.
-Two kernels, picked per call by the number of rows, both with exactly that arithmetic:
-  * few rows (decode): `torch.ops.aten._weight_int8pack_mm`, which reads the int8 weight directly
-    (its CPU AVX-512 kernel takes bfloat16 activations; with float32 ones it falls back to a scalar
-    loop that was 5-20x slower here). It loads 16 values at a time with aligned loads, so it needs
-    the input width to be a multiple of 16 (other widths crashed or gave wrong sums in torch 2.13);
-    other widths take the second kernel.
+engine/int8_op.py, which a compiled decode step calls too), by the number of rows:
+  * few rows (decode, up to W8A8_MAX_ROWS), on a CPU whose fbgemm passed its probe: W8A8 dynamic,
+    the arithmetic of llama.cpp's q8_0 products. Each row of activations is quantized to 8 bits
+    over its own range at run time, int8 x int8 products are summed in int32 against a copy of the
+    weight that fbgemm packed once here (`Int8Weight.w8a8`), and the per-channel scales multiply
+    the float32 result. The packed copy is a second int8 copy of every matrix in memory (q stays
+    for the other kernels); a decode step reads only the packed one.
+  * few rows without that kernel (other torch builds, CUDA, a CPU where it saturated): W8A16,
+    `torch.ops.aten._weight_int8pack_mm`, which reads the int8 weight directly with bfloat16
+    activations and float32 sums (its CPU AVX-512 kernel; with float32 activations it falls back
+    to a scalar loop that was 5-20x slower here). It loads 16 values at a time with aligned loads,
+    so it needs the input width to be a multiple of 16 (other widths crashed or gave wrong sums in
+    torch 2.13); other widths take the next kernel.
   * many rows (prefill, big batches): the weight is widened to bfloat16 (exact: |q| <= 127 fits
     bfloat16's 8-bit significand) and multiplied by torch's bfloat16 GEMM, then scaled.
-`docs/benchmarks/int8-cpu.md` has the measurements behind the choice and the row threshold.
+`docs/benchmarks/int8-cpu.md` has the measurements behind the choice and the row thresholds.
 On CUDA, torch's int8 kernel exists only in some versions and takes float32 activations and
 scales: `kernel_works` tries it once per device on a small product, and the few-rows path uses it
 (float32 activations, so no bf16 rounding there) when it gives the right answer; otherwise every
@@ -42,7 +47,7 @@ from torch import nn
 
 from engine.errors import EngineError
 from engine.int8_op import KERNEL_MAX_ROWS as KERNEL_MAX_ROWS  # re-exported: tests and docs name it here
-from engine.int8_op import KERNEL_WIDTH_MULTIPLE, Int8Parts, int8_product
+from engine.int8_op import KERNEL_WIDTH_MULTIPLE, Int8Parts, W8A8Pack, int8_product, pack_w8a8
 
 QUANT_MODES = ("int8",)
 QMAX = 127  # symmetric: -127..127, so -q is always representable
@@ -96,9 +101,13 @@ def kernel_works(device: torch.device) -> bool:
 class Int8Weight(nn.Module):
     """A weight used as `x @ W_t` (W_t of shape (in, out)), stored as int8 rows with one scale each.
 
-    Buffers: `q` (out, in) int8, contiguous (the kernel reads each output channel's row);
+    Buffers: `q` (out, in) int8, contiguous (the kernels read each output channel's row);
     `scale` (out,) bfloat16 (quantization used this rounded scale); `kernel_scale` (out,) the same
-    values in the kernel's dtype (bfloat16 on CPU, float32 on CUDA).
+    values in float32 on CUDA (its W8A16 kernel takes them so), None on CPU.
+    `w8a8`: fbgemm's packed copy of q for the few-rows W8A8 kernel (engine/int8_op.py), made here
+    once, or None where that kernel is missing or failed its probe (then W8A16 serves those rows).
+    It is a plain attribute, not a buffer: its handle tensor owns native memory that must not be
+    copied byte by byte (`.to()`, a state dict).
     """
 
     def __init__(self, w_t: torch.Tensor):
@@ -111,6 +120,7 @@ class Int8Weight(nn.Module):
         self.in_features, self.out_features = w.shape[1], w.shape[0]
         dev = w_t.device
         self.kernel_dtype = kernel_dtype(dev)
+        self.w8a8: W8A8Pack | None = pack_w8a8(self.q, scale)
         self.register_buffer("kernel_scale", scale.to(self.kernel_dtype) if dev.type != "cpu" else None)
         aligned = dev.type != "cpu" or self.in_features % KERNEL_WIDTH_MULTIPLE == 0
         self.use_kernel = aligned and kernel_works(dev)
@@ -122,9 +132,12 @@ class Int8Weight(nn.Module):
 
     def parts(self) -> Int8Parts:
         """The current buffers and constants, as the op (engine/int8_op.py) and a compiled step take them."""
-        return Int8Parts(
-            self.q, self.scale, self.kernel_scale, self.use_kernel, self.in_features, self.out_features
-        )
+        pack = self.w8a8
+        if pack is None:
+            return Int8Parts(self.q, self.scale, self.kernel_scale, self.use_kernel, self.in_features,
+                             self.out_features)  # fmt: skip
+        return Int8Parts(self.q, self.scale, pack.scale, self.use_kernel, self.in_features, self.out_features,
+                         pack.packed, pack.col_offsets, pack.zero_bias)  # fmt: skip
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., in) -> (..., out) in x's dtype: `torch.ops.twopot.int8_matmul` (engine/int8_op.py)."""

@@ -6,7 +6,7 @@ fragment's elements stale, runs several React passes over the page (25-50 ms of 
 per tick in traced runs) and re-lays-out the page, all to change a few numbers and bowls inside
 one component (docs/benchmarks/ui-overhead.md). With the feed, the page draws the scene once when
 Cook is pressed; the scene's script then follows the order's state as server-sent events
-(`GET <base>/two-pot/feed/<token>/stream`): this server looks four times a second and sends the
+(`GET <base>/two-pot/feed/<token>/stream`): this server looks twice a second and sends the
 state only when it changed, the scene draws what changed, and asks Streamlit for a rerun only
 once, when the order is done, so the page can draw the engine's final numbers. One stream rather
 than a fetch every 250 ms: each fetch cost the browser ~5.6 ms of its threads even when nothing

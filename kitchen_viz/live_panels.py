@@ -1,6 +1,6 @@
 """The two panels while an order cooks in the live view: the same numbers, drawn in place.
 
-Why not the Streamlit metrics the panels use at rest: the live view refreshes 4x a second while
+Why not the Streamlit metrics the panels use at rest: the live view refreshes twice a second while
 the engine is being measured, and on a small machine the browser's work shares cores with the
 engine. Re-rendering the Streamlit panels every tick (columns, metrics, a chart area that changes
 size) made Chromium re-lay-out and re-rasterize the page below them: perf sampling the engine's

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import signal
 import statistics
@@ -232,8 +233,6 @@ def paired(a: list[float], b: list[float], resamples: int = 4000) -> dict:
     """Each round's B/A - 1 (the two sides ran back to back, so a slow minute slows both), their
     median, and a 95 % bootstrap interval of that median (seeded: the same samples, the same
     interval). A budget is met when the interval's upper end is under it."""
-    import random
-
     ratios = sorted(y / x - 1 for x, y in zip(a, b, strict=True))
     rng = random.Random(0)
     meds = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))

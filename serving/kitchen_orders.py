@@ -53,7 +53,7 @@ from serving.openai_api import ApiError, _field, sse
 
 MAX_TABLES = 64  # the Kitchen's batch slider stops here too
 # The stream sends what the order's steps produced every this often (one message, not one per
-# step): the page reads it four times a second, and every time shown was measured by the engine,
+# step): the page reads it twice a second, and every time shown was measured by the engine,
 # so the wait changes no number.
 COALESCE_S = 0.05
 WAKE_S = 0.5  # how often a thread waiting on the in-process host checks that the host is still open

@@ -1,6 +1,6 @@
 """The live view's feed: an order's state as the drawn kitchen fetches it, on the real chef.
 
-The feed is what the scene reads four times a second while an order cooks under
+The feed is what the scene reads twice a second while an order cooks under
 `two-pot-kitchen` (kitchen_viz/live_feed.py). These tests go through the same Starlette route the
 server mounts (with Starlette's TestClient) and compare what it says with the job's own events.
 The browser side (the scene fetching it, and falling back to ticks when it cannot) is in

@@ -1,6 +1,6 @@
 """The scene's script in a real browser, alone: what one update changes in the page.
 
-The live view hands the scene an update four times a second while the engine cooks on the same
+The live view hands the scene an update twice a second while the engine cooks on the same
 machine, so an update that brings nothing new must change nothing in the page (no attribute, no
 text, no element: each change costs the browser style and layout work on the engine's cores;
 docs/benchmarks/ui-overhead.md). Here the script (assets/art/scene.js, as kitchen_viz/scene.py
@@ -75,3 +75,21 @@ def test_an_update_with_nothing_new_changes_nothing_in_the_page(page):
     assert changes(page, later) > 0  # new steps measured: bowls, panels and numbers move
     assert changes(page, later) == 0  # the same moment again: not one attribute or text rewritten
     assert changes(page, json.loads(json.dumps(later))) == 0  # an equal copy, as a new fetch brings it
+
+
+def test_while_cooking_a_table_shows_its_latest_tokens_and_the_replay_all_of_them(page):
+    """A still frame keeps each table's text to its latest 48 tokens (a paragraph of constant size
+    at every update); once the order is done the replay's text is the whole answer."""
+    events = list(Engine.load("chef").stream(["ROMEO:"], max_new_tokens=80, seed=0, temperature=0.0))
+    run = LiveRun.for_order("order-long", [2])
+    run.consume(events)
+    done = json.loads(json.dumps(run.scene_data() | {"feed": None, "panels": None}))
+    pieces = [piece for _, piece in done["tokens"][0]]
+    live = done | {"run_id": "order-long-live", "t_done": None, "e2e": None}
+    changes(page, live)
+    shown = page.evaluate("document.querySelector('.tpk-text span').textContent")
+    assert len(pieces) == 80 and shown == "…" + "".join(pieces[-48:])
+    changes(page, done | {"run_id": "order-long-done"})
+    page.wait_for_function(
+        "(n) => document.querySelector('.tpk-text span').textContent.length === n", arg=len("".join(pieces)), timeout=20_000
+    )

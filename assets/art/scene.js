@@ -7,7 +7,7 @@
 //   live     while the engine cooks (data.t_done is null): ONE still frame per update, the
 //            kitchen as it is at the latest measured moment (T = the last event's time). No
 //            animation frames, no CSS animation or transition: on a small machine the browser's
-//            drawing shares cores with the engine being measured, and a still frame 4x a second
+//            drawing shares cores with the engine being measured, and a still frame twice a second
 //            costs a fraction of 25 animated frames (docs/benchmarks/ui-overhead.md).
 //   replay   once the order is done: ONE playback clock per mounted scene, the kitchen as it
 //            was at engine time T = (screen seconds since the replay began) / slowdown, with
@@ -44,7 +44,7 @@ export default function (component) {
 // ---------------------------------------------------------------- the feed (kitchen_viz/live_feed.py)
 //
 // Under `two-pot-kitchen` the page draws the scene once per Cook and names the order's feed: a
-// stream of server-sent events that carries the order's state each time it changed (at most four
+// stream of server-sent events that carries the order's state each time it changed (at most two
 // times a second; no Streamlit rerun per update, and no request per update either: measured
 // cheaper for a browser that shares the engine's machine). When the feed says the order is done,
 // the scene triggers one rerun ("done") so the page draws the final numbers, and says it again

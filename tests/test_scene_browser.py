@@ -89,7 +89,7 @@ def test_while_cooking_a_table_shows_its_latest_tokens_and_the_replay_all_of_the
     changes(page, live)
     shown = page.evaluate("document.querySelector('.tpk-text span').textContent")
     assert len(pieces) == 80 and shown == "…" + "".join(pieces[-48:])
-    changes(page, done | {"run_id": "order-long-done"})
+    changes(page, done | {"run_id": "order-long-done", "slowdown": 1})  # the replay at engine speed: under a second
     page.wait_for_function(
         "(n) => document.querySelector('.tpk-text span').textContent.length === n", arg=len("".join(pieces)), timeout=20_000
     )

@@ -48,6 +48,7 @@ from bench.peer_llama import (
 )
 from bench.peer_ours import TimingSpec, spec_json
 from bench.peers_page import page, write_page
+from bench.report import save_json
 from engine.cli import OneLineParser
 from engine.errors import EngineError
 from engine.presets import CHEF_DIR
@@ -304,10 +305,8 @@ def main(argv: list[str]) -> int:
     except EngineError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    text = json.dumps(report, indent=1)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    else:
+    text = save_json(report, args.out, indent=1)
+    if not args.out:
         print(text)
     if args.page:
         write_page(Path(args.page), page(report))

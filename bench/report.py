@@ -169,12 +169,17 @@ def format_report(r: dict) -> str:
     return "\n".join(lines)
 
 
-def emit(report: dict, out: str | None, as_json: bool, text_of) -> int:
-    """Write the JSON report to `out` (if given) and print it, or its summary `text_of(report)`."""
-
-    text = json.dumps(report, indent=2)
+def save_json(report: dict, out: str | None, indent: int = 2) -> str:
+    """The report as JSON text, also written to `out` when given: every bench's report file."""
+    text = json.dumps(report, indent=indent)
     if out:
         with open(out, "w") as f:
             f.write(text + "\n")
+    return text
+
+
+def emit(report: dict, out: str | None, as_json: bool, text_of) -> int:
+    """Write the JSON report to `out` (if given) and print it, or its summary `text_of(report)`."""
+    text = save_json(report, out)
     print(text if as_json else text_of(report))
     return 0

@@ -19,18 +19,17 @@ OpenMP's wait policy) are the process's: run it as the app runs (`--threads 1`, 
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 # isort: off
 import engine  # first: it sets the engine's OpenMP defaults before torch loads (engine/__init__.py)
 import torch
 # isort: on
 
+from bench.report import save_json
 from engine.cli import OneLineParser
 from engine.errors import EngineError
 
@@ -119,9 +118,7 @@ def main(argv: list[str]) -> int:
     except EngineError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    text = json.dumps(report, indent=1)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    text = save_json(report, args.out, indent=1)
     med = report["us_median_of_rounds"]
     print("  ".join(f"{k} {v:.1f}" for k, v in med.items()), "µs", file=sys.stderr)
     print(text)

@@ -26,6 +26,7 @@ from pathlib import Path
 from bench.contestants import random_prompts
 from bench.peer_ours import TimingSpec
 from bench.peers import Ours, run_ours, summary
+from bench.report import save_json
 from engine.cli import OneLineParser
 from engine.errors import EngineError
 from engine.presets import CHEF_DIR
@@ -133,6 +134,7 @@ def main(argv: list[str]) -> int:
     except EngineError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    text = json.dumps(report, indent=1)
-    Path(args.out).write_text(text + "\n") if args.out else print(text)
+    text = save_json(report, args.out, indent=1)
+    if not args.out:
+        print(text)
     return 0

@@ -8,6 +8,8 @@ rates: over 1 is better) or achieved / roof.
 from __future__ import annotations
 
 import json
+import random
+import statistics
 
 from bench.roofline import Roofline
 
@@ -183,3 +185,14 @@ def emit(report: dict, out: str | None, as_json: bool, text_of) -> int:
     text = save_json(report, out)
     print(text if as_json else text_of(report))
     return 0
+
+
+def paired(a: list[float], b: list[float], resamples: int = 4000) -> dict:
+    """Each round's B/A - 1 (the two sides ran back to back, so a slow minute slows both), their
+    median, and a 95 % bootstrap interval of that median (seeded: the same samples, the same
+    interval). A budget is met when the interval's upper end is under it."""
+    ratios = sorted(y / x - 1 for x, y in zip(a, b, strict=True))
+    rng = random.Random(0)
+    meds = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
+    return {"paired_overheads": ratios, "paired_median": statistics.median(ratios),
+            "paired_ci95": [meds[int(0.025 * resamples)], meds[int(0.975 * resamples) - 1]]}  # fmt: skip

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from kitchen_viz.live_panels import live_panel_data, spark_points
 from kitchen_viz.panels import PanelValues
@@ -62,3 +67,42 @@ def test_the_bench_finds_the_cook_in_context_switches_and_who_else_ran():
 def test_the_bench_alternates_which_side_cooks_first_abba():
     bench = load_bench()
     assert [bench.quiet_first(r) for r in range(4)] == [True, False, True, False]
+
+
+def test_paired_overheads_give_the_median_and_an_interval_around_it():
+    """Each round's B/A - 1 is one sample: B is 1-4 % slower than A in these rounds, whatever A's level."""
+    from bench.report import paired
+
+    p = paired([1.0, 2.0, 3.0, 4.0, 5.0], [1.01, 2.04, 3.06, 4.12, 5.2])
+    assert p["paired_overheads"] == pytest.approx([0.01, 0.02, 0.02, 0.03, 0.04])
+    assert p["paired_median"] == pytest.approx(0.02)
+    lo, hi = p["paired_ci95"]
+    assert 0.01 <= lo <= 0.02 <= hi <= 0.04 + 1e-12
+    assert paired([1.0] * 3, [1.0] * 3)["paired_ci95"] == [0.0, 0.0]  # no difference, no interval
+
+
+def test_the_bench_counts_the_browsers_cpu_from_proc(tmp_path):
+    """A process the kernel names "chromium-busy" (a Python spinning for 0.6 s of CPU) is counted."""
+    bench = load_bench()
+    fake = tmp_path / "chromium-busy"
+    fake.symlink_to(sys.executable)  # the kernel names a process after the file it executed
+    before = bench.cpu_s(bench.browser_pids())
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\ntime.sleep(30)"
+    child = subprocess.Popen([str(fake), "-c", spin])
+    try:
+        deadline = time.monotonic() + 20
+        while bench.cpu_s(bench.browser_pids()) - before < 0.5 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert child.pid in bench.browser_pids()
+        assert bench.cpu_s([child.pid]) >= 0.5
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_the_browser_meter_reads_cpu_seconds_per_second_between_two_instants():
+    """Samples every 0.1 s of a browser using half a core: between 0.25 s and 0.75 s it used 0.25 s."""
+    meter = load_bench().BrowserMeter()
+    meter.samples = [(t / 10, t / 20) for t in range(11)]  # (time, CPU seconds so far)
+    assert meter.cores_busy(0.25, 0.75) == 0.5
+    assert meter.cores_busy(0.5, 2.0) is None  # a span the samples do not cover is not guessed

@@ -1,6 +1,6 @@
 """Why a decode step costs more than its weight GEMVs plus its small ops timed apart.
 
-Two probes behind results-cpu.md's "Session 3" section:
+Two probes behind results-cpu.md's "Where the rest of a batch-1 decode step goes" section:
 
   1. cold ops: the time of one small op (and of our RMSNorm on one row) alone, and right after a
      GEMV that streams a 7 MB weight. The stream evicts the interpreter's and torch's dispatch

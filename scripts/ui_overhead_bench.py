@@ -15,7 +15,8 @@ the A/A spread is the noise floor any overhead is read against).
 Where things run (2 cores: the engine's loop on core 1, the server on core 0): this process and
 Playwright's driver run on the server's cores; Chromium runs on every core like a real browser, or
 on the server's cores with --pin-browser (report both). --perf traces the engine's core during
-every Cook and says who else ran there, how often and for how long. Both sides use the same model,
+every Cook and says who else ran there, how often and for how long, and how many cores Chromium
+kept busy inside the cook (both sides). Both sides use the same model,
 dtype, threads and order (greedy, seed 0: the same tokens), alternating ABBA across rounds.
 
 It prints medians over the rounds, the overhead (live / no-UI - 1) and how noisy the machine was
@@ -25,6 +26,11 @@ It prints medians over the rounds, the overhead (live / no-UI - 1) and how noisy
     .venv/bin/python scripts/ui_overhead_bench.py --rounds 15 --quiet-view   # A/A
     .venv/bin/python scripts/ui_overhead_bench.py --rounds 7 --pin-browser
     .venv/bin/python scripts/ui_overhead_bench.py --rounds 5 --perf
+    .venv/bin/python scripts/ui_overhead_bench.py --pool docs/benchmarks/ui-overhead.json
+
+--pool reads a results file (`{"series": [...]}`, each series one run's report with a "code" label)
+and pools the rounds of every series with the same code and kind (live or A/A): more rounds, a
+narrower interval, the same rule.
 """
 
 from __future__ import annotations
@@ -310,8 +316,25 @@ def spread(xs: list[float]) -> float:
     return (max(xs) - min(xs)) / statistics.median(xs)
 
 
+def pool(series: list[dict]) -> list[dict]:
+    """Per (code, live or A/A): every round of those series together, as one paired comparison."""
+    groups: dict[tuple[str, bool], list[dict]] = {}
+    for s in series:
+        if "code" in s:
+            groups.setdefault((s["code"], s["live_view"]), []).append(s)
+    out = []
+    for (code, live_view), group in groups.items():
+        a = [x for s in group for x in s["tpot_no_ui_s"]]
+        b = [x for s in group for x in s["tpot_live_s"]]
+        p = paired(a, b)
+        out.append({"code": code, "live_view": live_view, "series": len(group), "rounds": len(a),
+                    "paired_median": p["paired_median"], "paired_ci95": p["paired_ci95"]})  # fmt: skip
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pool", type=Path, help="pool the series of a results file by code (see above) and stop")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--new", type=int, default=128, help="max new tokens (bowls per table)")
     ap.add_argument("--prompt", type=int, default=32, help="generated prompt length, tokens")
@@ -345,6 +368,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the no-UI side: the quiet page (?live=0) through the same server and kitchen host as the live side",
     )
     args = ap.parse_args(argv)
+    if args.pool:
+        for row in pool(json.loads(args.pool.read_text())["series"]):
+            lo, hi = row["paired_ci95"]
+            kind = "live view" if row["live_view"] else "A/A"
+            print(f"{row['code']} · {kind}: {row['series']} series, {row['rounds']} rounds, "
+                  f"paired median {row['paired_median']:+.2%} (95 % {lo:+.2%} to {hi:+.2%})")  # fmt: skip
+        return 0
     from playwright.sync_api import sync_playwright  # lazy: a dev dependency, only the browser run needs it
 
     base = f"?prompt={args.prompt}&new={args.new}&batch={args.batch}&temp=0"

@@ -91,10 +91,10 @@ def test_the_bench_counts_the_browsers_cpu_from_proc(tmp_path):
     child = subprocess.Popen([str(fake), "-c", spin])
     try:
         deadline = time.monotonic() + 20
-        while bench.cpu_s(bench.browser_pids()) - before < 0.5 and time.monotonic() < deadline:
+        while bench.cpu_s([child.pid]) < 0.5 and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert child.pid in bench.browser_pids()
-        assert bench.cpu_s([child.pid]) >= 0.5
+        assert bench.cpu_s([child.pid]) >= 0.5 and child.pid in bench.browser_pids()
+        assert bench.cpu_s(bench.browser_pids()) - before >= 0.5
     finally:
         child.kill()
         child.wait()
@@ -106,3 +106,15 @@ def test_the_browser_meter_reads_cpu_seconds_per_second_between_two_instants():
     meter.samples = [(t / 10, t / 20) for t in range(11)]  # (time, CPU seconds so far)
     assert meter.cores_busy(0.25, 0.75) == 0.5
     assert meter.cores_busy(0.5, 2.0) is None  # a span the samples do not cover is not guessed
+
+
+def test_pool_joins_the_rounds_of_series_of_the_same_code_and_kind():
+    bench = load_bench()
+    one = {"code": "v2", "live_view": True, "tpot_no_ui_s": [1.0, 1.0], "tpot_live_s": [1.01, 1.03]}
+    two = {"code": "v2", "live_view": True, "tpot_no_ui_s": [2.0], "tpot_live_s": [2.04]}
+    aa = {"code": "v2", "live_view": False, "tpot_no_ui_s": [1.0], "tpot_live_s": [1.0]}
+    old = {"live_view": True, "tpot_no_ui_s": [1.0], "tpot_live_s": [2.0]}  # no code: never pooled
+    rows = {r["live_view"]: r for r in bench.pool([one, two, aa, old])}
+    assert rows[True]["series"] == 2 and rows[True]["rounds"] == 3
+    assert rows[True]["paired_median"] == pytest.approx(0.02)
+    assert rows[False]["rounds"] == 1 and rows[False]["paired_median"] == 0.0

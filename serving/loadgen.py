@@ -115,7 +115,15 @@ async def run_load(url: str, model: str, prompts: list, arrivals: list[float], s
             async with seats:
                 await order(http, url, model, prompts[i], max_tokens, outcomes[i])
 
-        await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(len(prompts)))), timeout_s)
+        tasks = [asyncio.ensure_future(one(i)) for i in range(len(prompts))]
+        _, late = await asyncio.wait(tasks, timeout=timeout_s)
+        for task in late:  # never a hang: a request still open at the bound is an error that says so
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for i, task in enumerate(tasks):
+            if task in late and outcomes[i].error is None:
+                outcomes[i].error = (f"no whole answer within the load's bound of {timeout_s:g} s "
+                                     f"({len(outcomes[i].chunk_times)} chunks had arrived)")  # fmt: skip
     return outcomes
 
 

@@ -57,10 +57,14 @@ def serve(app):
 @contextmanager
 def kitchen_process(*args: str):
     """`two-pot-kitchen serve --model chef ARGS` as its own process on a free loopback port (so its memory
-    can be read: serving.loadgen.rss_kb); yields (url, process)."""
+    can be read: serving.loadgen.rss_kb); yields (url, process).
+
+    Its stderr goes to a file, read only if it fails to start: a pipe nobody drains during the test
+    fills at 64 KB, and the server's next log line then blocks its event loop and every stream."""
     import os
     import subprocess
     import sys
+    import tempfile
 
     import httpx
 
@@ -71,13 +75,19 @@ def kitchen_process(*args: str):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    log = tempfile.TemporaryFile()
     proc = subprocess.Popen([sys.executable, "-m", "serving.server", "--model", "chef", "--port", str(port), *args],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+                            env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
+
+    def tail() -> str:
+        log.seek(0)
+        return log.read().decode(errors="replace")[-2000:]
+
     try:
         deadline = time.time() + 120
         while True:
-            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert proc.poll() is None, tail()
             assert time.time() < deadline, "the kitchen did not start in 120 s"
             try:
                 if httpx.get(url + "/health", timeout=2).status_code == 200:
@@ -92,3 +102,4 @@ def kitchen_process(*args: str):
             proc.wait(20)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
+        log.close()

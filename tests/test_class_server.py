@@ -3,6 +3,7 @@ and raw HTTP, on 127.0.0.1 only. Load tests are bounded in count and time."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -12,9 +13,13 @@ import time
 import httpx
 import pytest
 from conftest import CHEF_CONTEXT
-from kitchen_server import kitchen
+from kitchen_server import kitchen, serve
+from starlette.applications import Starlette
+from starlette.responses import StreamingResponse
+from starlette.routing import Route
 
 from serving.caps import Caps
+from serving.loadgen import run_load
 
 KEY = "class-key-123"
 
@@ -218,6 +223,27 @@ def test_loadgen_a_small_class_gets_every_answer_it_would_get_alone(capsys):
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["errors"] == 0 and report["mismatches"] == 0 and report["requests"] == 16
     assert 0 < report["ttft_s"]["p50"] <= report["ttft_s"]["p99"] and report["itl_s"]["p99"] > 0
+
+
+def test_loadgen_names_a_stream_that_never_ends_instead_of_hanging():
+    """A server that sends one chunk and then nothing: past the load's bound the request is an error
+    that says so, and the answered ones keep their answers."""
+    async def completions(request):
+        body = await request.json()
+
+        async def chunks():
+            yield 'data: {"choices": [{"text": "Ay"}]}\n\n'
+            if body["prompt"] == "stall":
+                await asyncio.sleep(3600)
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(chunks(), media_type="text/event-stream")
+
+    with serve(Starlette(routes=[Route("/v1/completions", completions, methods=["POST"])])) as url:
+        outs = asyncio.run(run_load(url, "chef", ["ok", "stall"], [0.0, 0.0], 2, 4, None, 2.0))
+    assert outs[0].error is None and outs[0].done is not None and outs[0].text == "Ay"
+    assert outs[1].done is None
+    assert outs[1].error == "no whole answer within the load's bound of 2 s (1 chunks had arrived)"
 
 
 def test_loadgen_refuses_anything_but_loopback(capsys):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import cook_probe
 from kitchen_viz.live_panels import live_panel_data, spark_points
 from kitchen_viz.panels import PanelValues
 
@@ -51,7 +52,6 @@ def test_the_bench_finds_the_cook_in_context_switches_and_who_else_ran():
     """The engine (the Python task holding the core longest) cooks from 2.000 to 2.050 s, with
     Chromium's raster thread taking the core for 5 ms in the middle; its quick wake-up at 1.0 s (a
     question before the cook) is not part of the cook."""
-    bench = load_bench()
     idle, engine, raster = ("swapper/1", 0), ("python", 11), ("ThreadPoolForeg", 20)
     lines = [
         switch(1, 1.0000, idle, engine), switch(1, 1.0001, engine, idle),  # a 0.1 ms wake-up
@@ -59,7 +59,7 @@ def test_the_bench_finds_the_cook_in_context_switches_and_who_else_ran():
         switch(1, 2.0200, engine, raster), switch(1, 2.0250, raster, engine),
         switch(1, 2.0500, engine, idle), switch(1, 3.0000, idle, idle),
     ]  # fmt: skip
-    held = bench.cook_span_holders("\n".join(lines))
+    held = cook_probe.cook_span_holders("\n".join(lines))
     assert held["span_s"] == 0.05 and held["engine_share"] == 0.9
     assert held["others_ms"] == 5.0 and held["others_runs"] == 1 and held["others"] == {"ThreadPoolForeg": 5.0}
 
@@ -83,18 +83,17 @@ def test_paired_overheads_give_the_median_and_an_interval_around_it():
 
 def test_the_bench_counts_the_browsers_cpu_from_proc(tmp_path):
     """A process the kernel names "chromium-busy" (a Python spinning for 0.6 s of CPU) is counted."""
-    bench = load_bench()
     fake = tmp_path / "chromium-busy"
     fake.symlink_to(sys.executable)  # the kernel names a process after the file it executed
-    before = bench.cpu_s(bench.browser_pids())
+    before = cook_probe.cpu_s(cook_probe.browser_pids())
     spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\ntime.sleep(30)"
     child = subprocess.Popen([str(fake), "-c", spin])
     try:
         deadline = time.monotonic() + 20
-        while bench.cpu_s([child.pid]) < 0.5 and time.monotonic() < deadline:
+        while cook_probe.cpu_s([child.pid]) < 0.5 and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert bench.cpu_s([child.pid]) >= 0.5 and child.pid in bench.browser_pids()
-        assert bench.cpu_s(bench.browser_pids()) - before >= 0.5
+        assert cook_probe.cpu_s([child.pid]) >= 0.5 and child.pid in cook_probe.browser_pids()
+        assert cook_probe.cpu_s(cook_probe.browser_pids()) - before >= 0.5
     finally:
         child.kill()
         child.wait()
@@ -102,7 +101,7 @@ def test_the_bench_counts_the_browsers_cpu_from_proc(tmp_path):
 
 def test_the_browser_meter_reads_cpu_seconds_per_second_between_two_instants():
     """Samples every 0.1 s of a browser using half a core: between 0.25 s and 0.75 s it used 0.25 s."""
-    meter = load_bench().BrowserMeter()
+    meter = cook_probe.BrowserMeter()
     meter.samples = [(t / 10, t / 20) for t in range(11)]  # (time, CPU seconds so far)
     assert meter.cores_busy(0.25, 0.75) == 0.5
     assert meter.cores_busy(0.5, 2.0) is None  # a span the samples do not cover is not guessed

@@ -83,7 +83,7 @@ class BrowserMeter:
 
     def _at(self, t: float) -> float:
         """CPU seconds at instant t, linear between the two samples around it."""
-        i = bisect.bisect_right([s[0] for s in self.samples], t)
+        i = bisect.bisect_right(self.samples, t, key=lambda s: s[0])
         (t0, c0), (t1, c1) = self.samples[max(i - 1, 0)], self.samples[min(i, len(self.samples) - 1)]
         return c0 if t1 == t0 else c0 + (c1 - c0) * (t - t0) / (t1 - t0)
 
@@ -151,6 +151,10 @@ SWITCH = re.compile(
 )
 
 
+NO_COOK = {"start_s": 0.0, "end_s": 0.0, "span_s": 0.0, "engine_share": 0.0, "others_ms": 0.0, "others_runs": 0,
+           "others": {}}  # fmt: skip  # a log in which the engine never cooked
+
+
 def cook_span_holders(perf_script: str) -> dict:
     """From `perf script -F cpu,time,trace` of sched_switch: the cook's span and who held the core.
 
@@ -159,14 +163,8 @@ def cook_span_holders(perf_script: str) -> dict:
     last: dict[str, tuple[float, str, str]] = {}  # cpu -> (since, comm, pid) of the task holding it
     holds: list[tuple[float, float, str, str]] = []  # (start, end, comm, pid)
     for m in SWITCH.finditer(perf_script):
-        cpu, t, _, _, comm, pid = (
-            m.group(1),
-            float(m.group(2)),
-            m.group(3),
-            m.group(4),
-            m.group(5),
-            m.group(6),
-        )
+        cpu, t, _, _, comm, pid = m.groups()
+        t = float(t)
         if cpu in last:
             since, held_comm, held_pid = last[cpu]
             holds.append((since, t, held_comm, held_pid))
@@ -176,13 +174,13 @@ def cook_span_holders(perf_script: str) -> dict:
         if comm.startswith("python"):
             held[pid] = held.get(pid, 0.0) + b - a
     if not held:
-        return {"start_s": 0.0, "end_s": 0.0, "span_s": 0.0, "engine_share": 0.0, "others_ms": 0.0, "others_runs": 0, "others": {}}
+        return dict(NO_COOK)
     engine = max(held, key=held.get)
     # Its idle wake-ups (a message, a poll) are holds of microseconds; cooking holds last until a
     # preemption or a pipe write, so the stretch is built from holds of 0.2 ms and more.
     mine = [(a, b) for a, b, _, pid in holds if pid == engine and b - a >= 2e-4]
     if not mine:
-        return {"start_s": 0.0, "end_s": 0.0, "span_s": 0.0, "engine_share": 0.0, "others_ms": 0.0, "others_runs": 0, "others": {}}
+        return dict(NO_COOK)
     best, lo, hi, got = (0.0, 0.0, 0.0), mine[0][0], mine[0][1], mine[0][1] - mine[0][0]
     for a, b in mine[1:] + [(float("inf"), float("inf"))]:
         if a - hi > 0.01:  # a gap: the stretch ends

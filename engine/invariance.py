@@ -50,8 +50,8 @@ def products_invariant(width: int = 256) -> bool:
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(max(PROBE_ROWS), width, generator=gen)  # (M, K)
     w = torch.randn(3 * width, width, generator=gen)  # (N, K)
-    first = torch.nn.functional.linear(x[:1], w)  # (1, N)
-    return all(torch.equal(torch.nn.functional.linear(x[:m], w)[:1], first) for m in PROBE_ROWS[1:])
+    first = F.linear(x[:1], w)  # (1, N)
+    return all(torch.equal(F.linear(x[:m], w)[:1], first) for m in PROBE_ROWS[1:])
 
 
 def require(device: str, dtype: str, quant: str | None, compile: bool) -> None:

@@ -39,7 +39,7 @@ class ServingConfig:
     compile: bool = False  # pure-decode steps through torch.compile (engine/compiled.py); needs a C++ compiler
     # compile=True: decode steps of more rows than this run eagerly (there the compiled step loses)
     compile_max_batch: int = COMPILE_MAX_BATCH
-    batch_invariant: bool = False  # decode attention per row over its own keys (engine/invariance.py)
+    batch_invariant: bool = False  # strict MKL sums and attention on a fixed key grid (engine/invariance.py)
 
 
 @dataclass(frozen=True)

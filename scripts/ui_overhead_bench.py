@@ -176,7 +176,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     if args.pool:
-        for row in pool(json.loads(args.pool.read_text())["series"]):
+        try:
+            series = json.loads(args.pool.read_text())["series"]
+            rows = pool(series)
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            print(f"error: --pool {args.pool}: not a results file with a 'series' list of reports "
+                  f"({type(err).__name__}: {err})", file=sys.stderr)  # fmt: skip
+            return 2
+        for row in rows:
             lo, hi = row["paired_ci95"]
             kind = "live view" if row["live_view"] else "A/A"
             print(f"{row['code']} · {kind}: {row['series']} series, {row['rounds']} rounds, "

@@ -117,3 +117,12 @@ def test_pool_joins_the_rounds_of_series_of_the_same_code_and_kind():
     assert rows[True]["series"] == 2 and rows[True]["rounds"] == 3
     assert rows[True]["paired_median"] == pytest.approx(0.02)
     assert rows[False]["rounds"] == 1 and rows[False]["paired_median"] == 0.0
+
+
+def test_pool_refuses_a_file_that_is_not_a_results_file_in_one_line(tmp_path, capsys):
+    bench = load_bench()
+    (tmp_path / "notes.json").write_text('{"rounds": 3}')
+    for path in (tmp_path / "missing.json", tmp_path / "notes.json"):
+        assert bench.main(["--pool", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"--pool {path}: not a results file with a 'series' list" in err

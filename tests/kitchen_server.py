@@ -59,8 +59,9 @@ def kitchen_process(*args: str):
     """`two-pot-kitchen serve --model chef ARGS` as its own process on a free loopback port (so its memory
     can be read: serving.loadgen.rss_kb); yields (url, process).
 
-    Its stderr goes to a file, read only if it fails to start: a pipe nobody drains during the test
-    fills at 64 KB, and the server's next log line then blocks its event loop and every stream."""
+    Its stderr goes to a file, shown only if it fails to start or the test fails: a pipe nobody
+    drains during the test fills at 64 KB, and the server's next log line then blocks its event
+    loop and every stream."""
     import os
     import subprocess
     import sys
@@ -95,7 +96,11 @@ def kitchen_process(*args: str):
             except httpx.HTTPError:
                 pass
             time.sleep(0.3)
-        yield url, proc
+        try:
+            yield url, proc
+        except BaseException:  # a failing test shows what the server said (pytest prints captured stderr)
+            print(f"--- the kitchen server's stderr ---\n{tail()}", file=sys.stderr)
+            raise
     finally:
         os.killpg(proc.pid, 15)
         try:

@@ -29,7 +29,7 @@ from starlette.routing import Route
 
 from engine.errors import EngineError
 from lab.registry import experiment
-from serving.engine_client import Handle
+from serving.handles import Handle
 from serving.kitchen_orders import sse_stream
 from serving.lab_wire import decode, encode
 from serving.openai_api import ApiError

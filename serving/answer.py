@@ -1,7 +1,7 @@
 """One order's answer, from the engine's events to OpenAI's response: streamed chunks or one body.
 
 The events come from the kitchen (serving/kitchen_http.py `KitchenRoutes._events`): (choice index,
-kind, value) for every table of the order, kind "token" (engine_client.Tok), "done"
+kind, value) for every table of the order, kind "token" (handles.Tok), "done"
 (RequestOutput), "error" (the engine process died) or "timeout" (the instructor's limit). Stop
 strings are the server's: the engine streams tokens, a `Choice` holds back the text where a stop
 string may start and cuts the answer where one is found (only once the request has its
@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from starlette.responses import JSONResponse
 
-from serving.engine_client import Handle
+from serving.handles import Handle
 from serving.openai_api import ApiError, CompletionRequest, chunk, logprobs_body, sse, timings, usage, whole
 
 

@@ -9,6 +9,10 @@ asyncio queue (thread-safely, through the event loop), so an HTTP handler just a
         ...
     client.cancel(handle.key)                              # a client that went away
 
+Nothing here blocks on the pipe: messages to the child go through one writer thread's queue, so
+the event loop (and whoever holds the lock) never waits for a child that is busy writing its own
+answers; only the writer waits, and the reader keeps draining the other way meanwhile.
+
 If the child dies (killed, out of memory), every request in flight gets ("error", line naming it),
 the reader starts a fresh child, and new requests wait for it to be ready. A child that is alive
 but silent (a deadlock, a wedged device) is the failure a dead pipe does not show: while anything
@@ -19,17 +23,17 @@ kills it, so the same restart follows and the requests in flight are told in one
 from __future__ import annotations
 
 import asyncio
-import collections
 import itertools
 import json
 import os
+import queue
 import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -37,6 +41,7 @@ from typing import Any
 from engine.errors import EngineError
 from serving import loop_messages as msgs
 from serving.class_board import ClassBoard
+from serving.handles import Handle, PolledHandle, Tok
 from serving.kitchen_loop import ENTRY_CODE
 from serving.loop_messages import SILENCE_ENV, LoopSettings, QueueState, ReadyInfo, StepInfo
 from serving.metrics import KitchenMetrics
@@ -65,77 +70,6 @@ def hung_line(model: str, limit_s: float) -> str:
             "and was stopped as hung; the kitchen restarts it for the next order")  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Tok:
-    token_id: int
-    text: str
-    index: int  # 0 = the request's first token
-    finished: bool
-    step: StepInfo | None
-    ttft_s: float | None  # on a request's first token: arrival -> this token, measured by the engine process
-    logprobs: tuple | None = None  # asked for: (token text, logprob, ((rival text, logprob), ...)), engine-measured
-
-
-class Refused(EngineError):
-    """The engine refused the request (one line naming the limit)."""
-
-
-class Handle:
-    """One request's events: iterate with `async for`; the last is ("done", RequestOutput) or
-    ("error", line)."""
-
-    def __init__(self, key: str, loop: asyncio.AbstractEventLoop):
-        self.key, self.loop, self.queue = key, loop, asyncio.Queue()
-        self.accepted: asyncio.Future = loop.create_future()
-        self.prompt_tokens = 0
-        self.finished = False
-
-    def put(self, item: tuple[str, Any]) -> None:
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
-
-    def settle(self, ok: bool, value: Any) -> None:
-        def set_result() -> None:
-            if not self.accepted.done():
-                if ok:
-                    self.accepted.set_result(value)
-                else:
-                    self.accepted.set_exception(Refused(value))
-
-        self.loop.call_soon_threadsafe(set_result)
-
-    def __aiter__(self):
-        return self
-
-    async def __anext__(self) -> tuple[str, Any]:
-        if self.finished:
-            raise StopAsyncIteration
-        kind, value = await self.queue.get()
-        self.finished = kind in ("done", "error", "cancelled")
-        return kind, value
-
-
-class PolledHandle(Handle):
-    """An order's handle that its reader drains on its own schedule (`drain()`), instead of being
-    woken for every step: the Kitchen's stream sends a message every 50 ms, and a wake-up per step
-    (every few ms) would cost the server process, whose cores the browser shares with the engine."""
-
-    def __init__(self, key: str, loop: asyncio.AbstractEventLoop):
-        super().__init__(key, loop)
-        self.pending: collections.deque = collections.deque()
-
-    def put(self, item: tuple[str, Any]) -> None:
-        self.pending.append(item)  # thread-safe; read by `drain()` on the event loop
-
-    def drain(self) -> list[tuple[str, Any]]:
-        """Everything put since the last call, in order (the last may be its end)."""
-        items = []
-        while self.pending:
-            items.append(self.pending.popleft())
-        if items and items[-1][0] in ("done", "error", "cancelled"):
-            self.finished = True
-        return items
-
-
 class EngineClient:
     def __init__(self, settings: LoopSettings, metrics: KitchenMetrics | None = None, board: ClassBoard | None = None):
         """`metrics` and `board` are updated from the reader thread at each step and each finished request."""
@@ -153,7 +87,9 @@ class EngineClient:
         self._longest_step_s = 0.0
         self._silence_floor_s = float(os.environ.get(SILENCE_ENV) or SILENCE_FLOOR_S)  # read once, at start
         self._hung: str | None = None  # why the watchdog killed the child
+        self._outbox: queue.SimpleQueue = queue.SimpleQueue()  # (connection, bytes), for the writer thread
         self._start()
+        threading.Thread(target=self._write, daemon=True, name="kitchen-loop-writer").start()
         threading.Thread(target=self._read, daemon=True, name="kitchen-loop-reader").start()
         threading.Thread(target=self._watch, daemon=True, name="kitchen-loop-watchdog").start()
         if not self._ready.wait(READY_TIMEOUT_S) or self.ready is None:
@@ -188,6 +124,7 @@ class EngineClient:
             self._proc.wait(10)
         except subprocess.TimeoutExpired:
             self._proc.kill()
+        self._outbox.put(None)  # the writer's last item
 
     # -- requests -------------------------------------------------------------------------------------
     async def submit(self, prompt, max_new_tokens: int, settings: dict) -> Handle:
@@ -256,11 +193,18 @@ class EngineClient:
         return len(self._handles)
 
     def _send(self, msg) -> None:
-        """`msg`: a message, or its bytes already encoded."""
-        try:
-            self._conn.send_bytes(msg if isinstance(msg, bytes) else msgs.encode(msg))
-        except (OSError, ValueError):
-            pass  # the reader sees the death and fails every request in flight
+        """Queue `msg` (a message, or its bytes already encoded) for the child now running; never blocks."""
+        self._outbox.put((self._conn, msg if isinstance(msg, bytes) else msgs.encode(msg)))
+
+    def _write(self) -> None:
+        """The one thread that writes to the pipe, in the order the messages were queued. A message
+        for a child that has since died goes nowhere: the reader has already failed its request."""
+        while (item := self._outbox.get()) is not None:
+            conn, raw = item
+            try:
+                conn.send_bytes(raw)
+            except (OSError, ValueError):
+                pass  # the reader sees the death and fails every request in flight
 
     # -- the reader thread ---------------------------------------------------------------------------------
     def handlers(self) -> dict[type, Callable]:

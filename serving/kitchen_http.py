@@ -23,7 +23,8 @@ from engine.errors import EngineError
 from serving.admission import Admission
 from serving.answer import OrderAnswer
 from serving.caps import Caps
-from serving.engine_client import EngineClient, Handle, Refused
+from serving.engine_client import EngineClient
+from serving.handles import Handle, Refused
 from serving.metrics import CONTENT_TYPE, KitchenMetrics
 from serving.openai_api import ApiError, CompletionRequest, jinja_template, parse_order, plain_template
 

@@ -47,7 +47,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from engine.errors import EngineError
-from serving.engine_client import PolledHandle, Refused
+from serving.handles import PolledHandle, Refused
 from serving.host import StreamClosed, checked
 from serving.openai_api import ApiError, _field, sse
 

@@ -19,6 +19,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see engine/__init__.py: shared cores, no spinning
+# Inductor compiles in this process, not in a pool of worker processes: a pool worker that dies
+# leaves its compile's future unanswered, and the test waits on it for many minutes.
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 # The shipped chef's context, read from its own config: tests about "too long" orders state it, not a copy.

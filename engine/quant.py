@@ -144,12 +144,34 @@ class Int8Weight(nn.Module):
         return int8_product(x, self.parts())
 
 
+_row_floor = 1  # fewest rows a float product runs with in this process (see `set_row_floor`)
+
+
+def set_row_floor(rows: int) -> None:
+    """Run every float product with at least `rows` rows in this process, zero rows added below
+    it and dropped after. Batch-invariant mode sets it (engine/invariance.py `require`) where this
+    CPU's BLAS sums a row the same way for every count of rows at or above the floor but takes
+    another kernel below it (a GEMV for one row). Process-wide, like the BLAS itself."""
+    global _row_floor
+    _row_floor = rows
+
+
 def matmul(x: torch.Tensor, w: torch.Tensor | Int8Weight | Int8Parts) -> torch.Tensor:
     """`x @ W_t` for a float weight of shape (in, out); an int8 weight (the module or its
     `Int8Parts`) runs the int8 op: the same code eager and compiled."""
     if isinstance(w, torch.Tensor):
+        if _row_floor > 1 and x.numel() < _row_floor * x.shape[-1]:
+            return _floored(x, w, _row_floor)
         return x @ w
     return int8_product(x, w.parts() if isinstance(w, Int8Weight) else w)
+
+
+def _floored(x: torch.Tensor, w: torch.Tensor, floor: int) -> torch.Tensor:
+    """x (..., in) with fewer than `floor` rows -> x @ w, computed as a `floor`-row product."""
+    rows = x.reshape(-1, x.shape[-1])  # (R, in)
+    padded = torch.zeros(floor, rows.shape[1], dtype=rows.dtype, device=rows.device)  # (floor, in)
+    padded[: rows.shape[0]] = rows
+    return (padded @ w)[: rows.shape[0]].view(*x.shape[:-1], w.shape[-1])  # (..., out)
 
 
 @dataclass(frozen=True)

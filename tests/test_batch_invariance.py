@@ -17,12 +17,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-import torch
 from kitchen_server import kitchen_process
 
 from engine import Engine
 from engine.errors import EngineError
-from engine.invariance import MKL_ENV, products_invariant
+from engine.invariance import FLOORS, MKL_ENV, no_floor_line, row_floor
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -82,8 +81,8 @@ def test_each_answer_in_a_crowd_is_the_same_bits_as_alone():
 
 
 def test_without_the_mode_the_crowd_rounds_differently():
-    """Why the mode exists: by default MKL sums one row (a GEMV) and a batch's rows (GEMMs of
-    several blockings) in different orders, so the crowd's log-probabilities differ in the last bits."""
+    """Why the mode exists: by default MKL sums one row (a GEMV) and a batch's rows (GEMMs)
+    in different orders, so the crowd's log-probabilities differ in the last bits."""
     got = crowd_run(invariant=False)
     assert got["probe"] is False
     differ = [a != c for a, c in zip(got["alone"], got["crowd"], strict=True)]
@@ -100,12 +99,27 @@ def test_the_mode_refuses_what_it_cannot_hold_in_one_line(monkeypatch):
         with pytest.raises(EngineError) as err:
             Engine.load("chef", batch_invariant=True, **kwargs)
         assert words in str(err.value) and "\n" not in str(err.value)
-    x = torch.randn(8, 64)
-    _ = x @ x.t()  # this process has multiplied without the strict mode: MKL's mode is fixed now
-    assert products_invariant() is False
-    with pytest.raises(EngineError) as err:
-        Engine.load("chef", batch_invariant=True)
-    assert f"needs {MKL_ENV}=AUTO,STRICT before this process's first matrix product" in str(err.value)
+
+
+def test_the_row_floor_is_measured_from_the_products_themselves():
+    """Row 0's bits against a 64-row product's: exact sums agree at every count (floor 1); sums taken
+    another way below 4 rows give floor 4; sums that move with every count give no floor, and the
+    mode refuses in one line."""
+
+    def exact(a, b):
+        return (a.double() @ b.double()).float()
+
+    def gemv_below_4(a, b):
+        return exact(a, b) if a.shape[0] >= 4 else a @ b  # float32 sums: other bits than exact's
+
+    def every_count_differs(a, b):
+        return exact(a, b) * (1 + a.shape[0] * 2.0**-20)
+
+    assert row_floor(exact) == 1
+    assert row_floor(gemv_below_4) == 4
+    assert row_floor(every_count_differs) is None
+    line = no_floor_line()
+    assert "\n" not in line and f"from at most {FLOORS[-1]} rows up" in line and f"{MKL_ENV}=AUTO,STRICT" in line
 
 
 def test_the_class_kitchen_serves_batch_invariant_over_http():

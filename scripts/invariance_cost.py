@@ -20,6 +20,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from bench.contestants import machine_facts  # noqa: E402
+from bench.peers_page import write_page  # noqa: E402
 
 ROUND = """
 import json, statistics, sys, time
@@ -48,7 +51,8 @@ def prefill(n=512, reps=3):
             eng.step()
         out.append(time.perf_counter() - t)
     return statistics.median(out)
-print(json.dumps({"tpot_s": {b: tpot(b) for b in (1, 8, 32)}, "prefill_512_s": prefill()}))
+from engine.invariance import row_floor
+print(json.dumps({"tpot_s": {b: tpot(b) for b in (1, 8, 32)}, "prefill_512_s": prefill(), "row_floor": row_floor()}))
 """
 
 
@@ -74,9 +78,10 @@ def main() -> int:
     med = {m: {"tpot_s": {b: statistics.median(r["tpot_s"][b] for r in rs) for b in ("1", "8", "32")},
                "prefill_512_s": statistics.median(r["prefill_512_s"] for r in rs)} for m, rs in samples.items()}  # fmt: skip
     out = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "model": args.model, "rounds": args.rounds,
+           "cpu": machine_facts()["cpu"], "row_floor": samples["batch_invariant"][0]["row_floor"],
            "load_average": load, "median": med, "samples": samples}  # fmt: skip
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    Path(args.out).with_suffix(".md").write_text(render(out))
+    write_page(Path(args.out).with_suffix(".md"), render(out))  # the findings below its marker are kept
     print(render(out))
     return 0
 
@@ -95,10 +100,11 @@ def render(d: dict) -> str:
         "every sample is in [batch-invariance-cpu.json](batch-invariance-cpu.json). The mode itself is "
         "engine/invariance.py; the class under load in both modes is in [class-server-cpu.md](class-server-cpu.md).", "",
         "| step | default | batch-invariant | ratio |", "|---|---:|---:|---:|", *rows, "",
-        "Where the mode spends: MKL's strict mode runs a one-row product as a GEMM instead of a GEMV; "
-        "decode rows attend through SDPA with a boolean mask over their key-grid block (one call per "
-        "group of rows on the same block) instead of two small matmuls over the longest row; a prompt "
-        "attends in one call per 64-slot block it touches.", "",
+        f"Where the mode spends (row floor {d.get('row_floor', '?')} on {d.get('cpu', 'this CPU')}): a product "
+        "of fewer rows than the floor runs as a floor-row GEMM (MKL's strict mode, where it holds, does the "
+        "same for one row); decode rows attend through SDPA with a boolean mask over their key-grid block "
+        "(one call per group of rows on the same block) instead of two small matmuls over the longest row; "
+        "a prompt's tokens attend as queries of their own over their grid block, one batch entry each.", "",
     ])  # fmt: skip
 
 

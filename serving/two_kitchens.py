@@ -289,7 +289,11 @@ def _two_processes(mode: str, model: str, orders: list, max_new_tokens: int, dty
         deadline = time.time() + timeout_s
         try:
             while len(done) < 2:
-                item = out.get(timeout=max(1.0, deadline - time.time()))
+                try:
+                    item = out.get(timeout=1.0)
+                except queue.Empty:  # a kitchen that died says nothing: notice it now, not at the deadline
+                    _check_alive(procs, done, deadline, timeout_s)
+                    continue
                 if item[0] == "error":
                     raise EngineError(f"a kitchen failed: {item[1]}")
                 if item[0] == "done":
@@ -302,6 +306,16 @@ def _two_processes(mode: str, model: str, orders: list, max_new_tokens: int, dty
                 if p.is_alive():
                     p.kill()
     return got
+
+
+def _check_alive(procs: list, done: set, deadline: float, timeout_s: float) -> None:
+    """Raise one line if a kitchen process ended before saying done, or the deadline passed."""
+    for rank, p in enumerate(procs):
+        if rank not in done and p.exitcode not in (None, 0):  # 0: it said done, the word is on its way
+            raise EngineError(f"the {('prefill', 'decode')[rank]} kitchen's process ended (exit code {p.exitcode}) "
+                              "before it finished")  # fmt: skip
+    if time.time() > deadline:
+        raise EngineError(f"the two kitchens did not finish within {timeout_s:,.0f} s")
 
 
 def run_two_kitchens(model: str, prompts: list, max_new_tokens: int = 32, dtype: str = "float32",

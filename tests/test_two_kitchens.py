@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import signal
+import threading
+import time
+
 import pytest
 import torch
 
@@ -58,3 +64,30 @@ def test_adopting_a_prefilled_request_checks_what_it_is_given(tiny_llama):
     while not eng.idle:
         done = [e for e in eng.step() if getattr(e, "request_id", None) == rid and type(e).__name__ == "Done"]
     assert done[0].result.tokens[0] == 5 and len(done[0].result.tokens) == 3
+
+
+def test_a_kitchen_process_that_dies_is_told_in_one_line_at_once(tiny_llama):
+    """A kitchen killed mid-run says nothing on the queue: the parent notices its exit within seconds
+    instead of waiting out the run's deadline."""
+    result = {}
+
+    def run():
+        try:
+            run_two_kitchens(str(tiny_llama.path), [[11, 57, 3]] * 4, max_new_tokens=400, timeout_s=600)
+        except EngineError as err:
+            result["error"], result["at"] = str(err), time.monotonic()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while len(multiprocessing.active_children()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(2)  # loading
+    kitchens = [p for p in multiprocessing.active_children() if p.name.startswith(("Process", "SpawnProcess"))]
+    assert len(kitchens) >= 2, multiprocessing.active_children()
+    killed_at = time.monotonic()
+    os.kill(kitchens[-1].pid, signal.SIGKILL)
+    thread.join(60)
+    assert not thread.is_alive(), "the parent still waits for a dead kitchen"
+    assert "\n" not in result["error"] and "kitchen's process ended (exit code -9) before it finished" in result["error"]
+    assert result["at"] - killed_at < 30

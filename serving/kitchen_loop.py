@@ -248,6 +248,9 @@ class Loop:
             self.send_msg(msgs.Steps(self.held))
             self.held, self.sent_at = [], now
         if self.hang_s:  # a test's slow engine: its step told, then alive and silent past the watchdog's limit
+            if self.held:  # told even when it came within BATCH_S of the last send
+                self.send_msg(msgs.Steps(self.held))
+                self.held, self.sent_at = [], now
             time.sleep(self.hang_s)
 
 

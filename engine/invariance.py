@@ -11,8 +11,8 @@ MKL's strict conditional numerical reproducibility (`MKL_CBWR=AUTO,STRICT`) fixe
 order per output, whatever the number of rows, on Intel CPUs. Where MKL ignores it (AMD CPUs),
 the same holds from a few rows up: every count of 4 rows or more sums a row the same way, and
 only 1 to 3 rows take other kernels. So the mode measures that floor (`row_floor`) and runs every
-smaller product with zero rows added up to it (engine/quant.py `set_row_floor`). Norms, RoPE, the activation and sampling are
-row-wise already. Attention is not: a query's softmax and its product with V sum over however
+smaller product with zero rows added up to it (engine/quant.py `set_row_floor`). Norms, RoPE,
+the activation and sampling are row-wise already. Attention is not: a query's softmax and its product with V sum over however
 many key slots the call reads, masked or not, and that count depends on the neighbours (the
 longest decode row), on where a prompt's chunk ends, and on how long the prompt that filled a
 reused prefix was. So in this mode every query attends on a fixed key grid (`attend_on_grid`):
@@ -26,8 +26,9 @@ and together, chunked and with reused prefixes, and compare log-probabilities bi
 
     eng = Engine.load("chef", batch_invariant=True)   # in a process that has not multiplied yet
 
-The cost: a single row's product runs as a GEMM (strict mode's, or the floor's) rather than a GEMV, and attention runs
-one call per grid block of a prompt and per group of decode rows on the same block (measured in
+The cost: a single row's product runs as a GEMM (strict mode's, or the floor's) rather than a
+GEMV, and attention runs one call per grid block of a prompt and per group of decode rows on the
+same block (measured in
 docs/benchmarks/batch-invariance-cpu.md). MKL reads the variable at its first product, so it must be set
 before the process multiplies anything; `require()` sets it if unset, then checks that it took.
 Float32 on CPU only: bfloat16 and int8 products run on oneDNN kernels that MKL's mode does not reach.

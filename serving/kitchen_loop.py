@@ -244,13 +244,11 @@ class Loop:
         # the server process is woken 20 times a second, not at every step (its cores are the
         # browser's: docs/benchmarks/ui-overhead.md).
         only_orders = len(self.key_of) == sum(len(o.rids) for o in self.orders.values())
-        if self.held and (not only_orders or done or engine.idle or now - self.sent_at >= BATCH_S):
+        # A test's slow engine (`hang_s`) tells its step at once, then stays alive and silent past the watchdog's limit.
+        if self.held and (self.hang_s or not only_orders or done or engine.idle or now - self.sent_at >= BATCH_S):
             self.send_msg(msgs.Steps(self.held))
             self.held, self.sent_at = [], now
-        if self.hang_s:  # a test's slow engine: its step told, then alive and silent past the watchdog's limit
-            if self.held:  # told even when it came within BATCH_S of the last send
-                self.send_msg(msgs.Steps(self.held))
-                self.held, self.sent_at = [], now
+        if self.hang_s:
             time.sleep(self.hang_s)
 
 

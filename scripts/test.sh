@@ -30,4 +30,5 @@ fi
 
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 .venv/bin/ruff check .
-.venv/bin/python -m pytest -q -rs "$@"
+# --durations: the slowest tests are named in every run, so the suite's time budget can be kept.
+.venv/bin/python -m pytest -q -rs --durations=25 "$@"

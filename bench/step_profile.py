@@ -15,6 +15,11 @@ each wrapper costs well under a microsecond):
 
 Decode steps after a 128-token prompt, one request, greedy. The engine's settings (threads,
 OpenMP's wait policy) are the process's: run it as the app runs (`--threads 1`, nothing exported).
+
+`--ops N` adds one more round under torch.profiler and names the N operators with the most self
+time, per step. That says what the `model` part is made of: the weight products (`aten::mm`) or
+the small operators around them, and, compiled, the guards dynamo checks before each call. The
+profiler adds its own cost to every operator it records, so read the shares, not the sums.
 """
 
 from __future__ import annotations
@@ -57,7 +62,8 @@ class Timer:
         setattr(obj, attr, timed)
 
 
-def profile(model: str, steps: int, threads: int, compile_: bool, rounds: int, prompt_len: int = 128) -> dict:
+def profile(model: str, steps: int, threads: int, compile_: bool, rounds: int, prompt_len: int = 128,
+            ops: int = 0) -> dict:  # fmt: skip
     torch.set_num_threads(threads)
     eng = engine.Engine.load(model, compile=compile_)
     prompt = [(7 * j) % eng.cfg.vocab_size for j in range(prompt_len)]
@@ -95,13 +101,35 @@ def profile(model: str, steps: int, threads: int, compile_: bool, rounds: int, p
             parts["events"].append(total - n["schedule"] - n["run"] - n["sample"])
             parts["step"].append(total)
         per_round.append({p: statistics.median(v) * 1e6 for p, v in parts.items()})
+    top = op_profile(eng, prompt, steps, ops) if ops else None
     return {
         "model": model, "threads": torch.get_num_threads(), "compile": compile_, "steps": steps, "prompt_tokens": prompt_len,
         "warmup_s": warmup_s,  # the first request: 1 prefill and 3 decode steps (compiled: the compile)
         "omp_wait_policy_in_effect": engine.OMP_WAIT_POLICY_IN_EFFECT, "load_average": list(os.getloadavg()),
         "us_median_of_rounds": {p: statistics.median(r[p] for r in per_round) for p in (*PARTS, "step")},
         "rounds_us": per_round,
+        "ops_per_step": top,
     }  # fmt: skip
+
+
+def op_profile(eng, prompt: list[int], steps: int, n: int) -> dict:
+    """One more round of `steps` decode steps under torch.profiler: the `n` operators with the most
+    self CPU time, in µs and calls per step, and the step's whole time as the profiler saw it."""
+    from torch.profiler import ProfilerActivity  # lazy: only an operator profile needs the profiler
+    from torch.profiler import profile as torch_profile  # lazy: as above
+
+    eng.submit(prompt, steps + 1, stop_at_eos=False)
+    eng.step()  # the prefill, outside the profile
+    t = time.perf_counter()
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        while not eng.idle:
+            eng.step()
+    step_us = (time.perf_counter() - t) / steps * 1e6
+    rows = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:n]
+    return {
+        "step_us_under_profiler": step_us,
+        "top": [{"op": e.key, "self_us": e.self_cpu_time_total / steps, "calls": e.count / steps} for e in rows],
+    }
 
 
 def main(argv: list[str]) -> int:
@@ -111,16 +139,21 @@ def main(argv: list[str]) -> int:
     p.add_argument("--rounds", type=int, default=5, help="rounds; each part's median step, median over rounds")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1, the Kitchen's)")
     p.add_argument("--compile", action="store_true", help="the compiled decode step (engine/compiled.py)")
+    p.add_argument("--ops", type=int, default=0, help="also name the N operators with the most self time (torch.profiler)")
     p.add_argument("--out", help="also write the JSON here")
     try:
         args = p.parse_args(argv)
-        report = profile(args.model, args.steps, args.threads, args.compile, args.rounds)
+        if args.ops < 0:
+            raise EngineError(f"--ops must be 0 or more (got {args.ops})")
+        report = profile(args.model, args.steps, args.threads, args.compile, args.rounds, ops=args.ops)
     except EngineError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     text = save_json(report, args.out, indent=1)
     med = report["us_median_of_rounds"]
     print("  ".join(f"{k} {v:.1f}" for k, v in med.items()), "µs", file=sys.stderr)
+    for row in (report["ops_per_step"] or {}).get("top", []):
+        print(f"  {row['op']:<48} {row['self_us']:9.1f} µs  {row['calls']:6.1f} calls a step", file=sys.stderr)
     print(text)
     return 0
 

@@ -226,6 +226,13 @@ def test_a_malformed_option_is_one_line_too(bench, argv, capsys):
     assert "invalid int value: 'abc'" in err and "\n" not in err
 
 
+def test_a_negative_operator_count_is_refused_in_one_line(capsys):
+    from bench import step_profile
+
+    assert step_profile.main(["--ops", "-1"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --ops must be 0 or more (got -1)"
+
+
 def test_quick_flag_picks_the_quick_plan():
     assert plan_from(parse_args(["--quick"])) == QUICK
     assert plan_from(parse_args(["--quick", "--repeats", "7"])).repeats == 7

@@ -77,6 +77,19 @@ def test_the_step_profile_splits_a_real_step_into_its_parts(tiny_llama):
     assert all(us[p] > 0 for p in PARTS)
     assert sum(us[p] for p in PARTS) == pytest.approx(us["step"], rel=0.25)  # medians of parts: near the step's
     assert us["model"] == max(us[p] for p in PARTS)
+    assert report["ops_per_step"] is None  # asked for no operator profile
+
+
+def test_the_step_profile_names_the_operators_of_a_step(tiny_llama):
+    report = profile(str(tiny_llama.path), steps=4, threads=1, compile_=False, rounds=1, prompt_len=16, ops=30)
+    ops = report["ops_per_step"]
+    top = ops["top"]
+    assert len(top) == 30
+    assert [r["self_us"] for r in top] == sorted((r["self_us"] for r in top), reverse=True)
+    by_name = {r["op"]: r for r in top}
+    # tiny_llama: 2 layers of 4 weight products each (qkv, out, gate_up, down), and the LM head
+    assert by_name["aten::mm"]["calls"] == 2 * 4 + 1
+    assert sum(r["self_us"] for r in top) < ops["step_us_under_profiler"]
 
 
 def _decode_inputs(eng):

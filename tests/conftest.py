@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,12 +32,16 @@ CHEF_CONTEXT = json.loads((REPO / "assets" / "models" / "chef" / "config.json").
 @pytest.fixture(autouse=True)
 def _environment_restored():
     """The launcher's main() exports its choices into os.environ (for the Streamlit process it
-    execs); a test that calls it must not hand them to the tests after it."""
-    saved = dict(os.environ)
+    execs); a test that calls it must not hand them to the tests after it. Nor may a test that
+    runs a page leave that page installed as the process's main module."""
+    saved, main = dict(os.environ), sys.modules["__main__"]
     yield
     if os.environ != saved:
         os.environ.clear()
         os.environ.update(saved)
+    # Streamlit's script runner installs the script it runs (app.py) as `__main__` and leaves it
+    # there; a `spawn` child started later in this process would then run app.py as its main.
+    sys.modules["__main__"] = main
 FABLE = Path("/work/shared/seed/two-pots-fable.txt")
 VOCAB = 320  # >= 256 byte symbols + a few merges, so a byte-level BPE tokenizer fits
 

@@ -32,7 +32,7 @@ export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 .venv/bin/ruff check .
 # --durations: the slowest tests are named in every run, so the suite's time budget can be kept.
 # -n 2 --dist loadfile (pytest-xdist): two worker processes, each test file whole on one of them, so
-# a file's module fixtures (an app server, a browser, compiled engines) start once. Run serially,
-# the suite keeps 2 cores only two-thirds busy (it waits on browsers, servers and child processes):
-# 24 min against 13 on this project's 2-core machine. `scripts/test.sh -n 0` runs it serially.
+# a file's module fixtures (an app server, a browser, compiled engines) start once. Much of the
+# suite waits on browsers, servers and child processes, and a second worker fills those waits.
+# `scripts/test.sh -n 0` runs it in one process.
 .venv/bin/python -m pytest -q -rs --durations=25 -n 2 --dist loadfile "$@"

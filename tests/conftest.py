@@ -42,6 +42,8 @@ def _environment_restored():
     # Streamlit's script runner installs the script it runs (app.py) as `__main__` and leaves it
     # there; a `spawn` child started later in this process would then run app.py as its main.
     sys.modules["__main__"] = main
+
+
 FABLE = Path("/work/shared/seed/two-pots-fable.txt")
 VOCAB = 320  # >= 256 byte symbols + a few merges, so a byte-level BPE tokenizer fits
 

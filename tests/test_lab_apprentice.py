@@ -95,3 +95,20 @@ def test_the_page_runs_through_the_kitchen_and_shows_charts_tables_and_verdict(t
     assert set(at.dataframe[0].value["draft"]) == {"ngram", "apprentice"}
     assert "draft" in at.info[0].value
     assert any(m.value.startswith("#### 4. The inspector's verdict (on the run: k = 4") for m in at.markdown)
+
+
+def _row(draft, batch, speedup):
+    from lab.apprentice import SpecRow
+
+    return SpecRow("copy", draft, batch, 100.0, 100.0 * speedup, speedup, True, 4, 16, 8, 0.5, 3.0, 0.6, 0.0, 1.0,
+                   1.5, (0.5, 0.5, 0.5))  # fmt: skip
+
+
+def test_close_speedups_at_one_batch_label_one_above_and_one_below():
+    from lab.apprentice import ApprenticeResult, batch_figure
+
+    rows = [_row("ngram", 1, 1.32), _row("apprentice", 1, 1.24), _row("ngram", 8, 0.9), _row("apprentice", 8, 0.1)]
+    fig = batch_figure(ApprenticeResult(ApprenticeSettings(), "chef", "cpu", rows))
+    sides = {t.name: list(t.textposition) for t in fig.data if t.text is not None}
+    # batch 1: the higher above, the lower below; batch 8: x0.1 is too near the axis for a label below
+    assert sides == {"ngram": ["top center", "top center"], "apprentice": ["bottom center", "middle right"]}

@@ -109,8 +109,8 @@ def test_the_same_order_in_two_fresh_sessions_cooks_every_prompt_token_and_reuse
         finally:
             page.close()
     assert notes == ["800 tokens cooked in the pass"] * 2  # 4 tables x 200: every token, both times
-    # Hidden reuse made the second cook 30x faster (1,950 vs 64 ms); a neighbour's load alone has made
-    # the two fresh cooks differ by 3.35x (587 vs 175 ms, beside compile tests in the other worker).
+    # Hidden reuse makes the second cook tens of times faster; the bound is loose because a busy
+    # neighbour (the other test worker) alone can make two fresh cooks differ several-fold.
     assert max(ttft) < 10 * min(ttft), ttft
     page = open_page(browser, order)
     try:  # the Leftovers lesson: reuse on, the same order again

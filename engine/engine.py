@@ -38,34 +38,37 @@ from engine.limits import Limits, RequestSettings, available_memory, check_reque
 from engine.loader import ModelInfo, load_model
 from engine.logprobs import row_extras, token_logprobs
 from engine.model import Transformer
+from engine.native import NativeDecode
 from engine.quant import parse_quant
 from engine.request_group import ORDER_SETTINGS, RequestGroup
 from engine.results import GenerationResult, RequestOutput, request_metrics
 from engine.runner import PassOutput
-from engine.sampling import SamplingParams, sample
+from engine.sampling import SamplingParams
 from engine.scheduler import SchedulerConfig
 from engine.sequence import Sequence, Status
 from engine.serving_core import (
+    DecodeStep,
     Serving,
     ServingConfig,
     ServingLimits,
     ServingState,
     budget_limits,
+    make_decode_step,
     order_limits,
 )
-from engine.speculative import verify
+from engine.speculative import pass_tokens
 from engine.text import IncrementalDecoder, TextCodec, encode_prompts
 from engine.trace import measured_step
 
-ORDER_ONLY = ("cache", "batching", "cuda_graph")  # settings of one order (generate/stream), not a served request
+ORDER_ONLY = ("cache", "batching", "cuda_graph", "native")  # settings of one order (generate/stream)
 
 
 class Engine:
     """One loaded model on one device."""
 
     def __init__(self, model: Transformer, codec: TextCodec | None, info: ModelInfo, kv_budget_bytes=None,
-                 serving: ServingConfig | None = None, compiled: CompiledDecode | None = None):  # fmt: skip
-        """`compiled`: a compiled decode step to share (another engine's over the same model)."""
+                 serving: ServingConfig | None = None, decode_step: DecodeStep | None = None):  # fmt: skip
+        """`decode_step`: the pure-decode step to share (another engine's over the same model)."""
         self.model, self.codec, self.info = model, codec, info
         self.cfg: ModelConfig = model.cfg
         self.device = model.device
@@ -74,9 +77,8 @@ class Engine:
         SchedulerConfig(self.serving_config.policy, self.serving_config.max_seqs,
                         self.serving_config.token_budget).check()  # fmt: skip
         self._serving: Serving | None = None  # built at the first submit: generate() never pays for it
-        # One compiled decode step for the serving core and every order's engine; compiles at first use
-        cfg = self.serving_config
-        self.compiled = compiled if compiled is not None else CompiledDecode(model, cfg.compile_max_batch) if cfg.compile else None
+        # One decode step for the serving core and every order's engine (engine/native.py, engine/compiled.py)
+        self.decode_step = decode_step if decode_step is not None else make_decode_step(model, self.serving_config)
         self._next_id, self._steps = 0, 0
         self._itemsize = model.dtype.itemsize  # read once: every step's record needs it
         self._t0 = time.perf_counter()
@@ -85,7 +87,7 @@ class Engine:
     def load(cls, model: str, device: str = "cpu", dtype: str = "float32", kv_budget_bytes: int | None = None,
              policy: str = "continuous", token_budget: int = 512, max_seqs: int = 64, max_seq_len: int | None = None,
              kv_tokens: int = 0, prefix_cache: bool = False, quant: str | None = None, compile: bool = False,
-             compile_max_batch: int = COMPILE_MAX_BATCH, batch_invariant: bool = False) -> Engine:  # fmt: skip
+             compile_max_batch: int = COMPILE_MAX_BATCH, batch_invariant: bool = False, native: bool = True) -> Engine:  # fmt: skip
         """Folder, `preset:NAME`, an embedded model's name (assets/models/NAME) or hub id -> a ready Engine.
 
         `quant="int8"`: matmul weights stored as int8 with a scale per output channel (engine/quant.py).
@@ -93,9 +95,12 @@ class Engine:
         a C++ compiler (or if compiling fails) they run eagerly, with a one-line warning. Steps of more
         than `compile_max_batch` rows run eagerly too: there the compiled step is slower (measured).
         `batch_invariant=True`: a request's tokens do not depend on its neighbours (engine/invariance.py).
+        `native=True` (the default): on CPU, pure-decode steps run in one C call (engine/native.py) where a
+        C compiler builds it; `native=False` runs them through the model's forward, one op at a time.
         """
         serving = ServingConfig(policy, token_budget, max_seqs, max_seq_len, kv_tokens, prefix_cache=prefix_cache,
-                                compile=compile, compile_max_batch=compile_max_batch, batch_invariant=batch_invariant)
+                                compile=compile, compile_max_batch=compile_max_batch, batch_invariant=batch_invariant,
+                                native=native)  # fmt: skip
         check_max_batch(compile_max_batch)
         SchedulerConfig(policy, max_seqs, token_budget).check()  # refuse bad settings before loading
         parse_quant(quant)  # a bad value is refused before loading too
@@ -103,6 +108,14 @@ class Engine:
             invariance.require(device, dtype, quant, compile)
         loaded = load_model(model, device, dtype, quant)
         return cls(loaded.model, loaded.codec, loaded.info, kv_budget_bytes, serving)
+
+    @property
+    def compiled(self) -> CompiledDecode | None:  # the torch.compile'd decode step, when compile=True
+        return self.decode_step if isinstance(self.decode_step, CompiledDecode) else None
+
+    @property
+    def native(self) -> NativeDecode | None:  # the native decode step, the CPU default; `problem` says why not
+        return self.decode_step if isinstance(self.decode_step, NativeDecode) else None
 
     @property
     def clock_start(self) -> float:
@@ -165,9 +178,11 @@ class Engine:
         config = replace(self.serving_config, policy="static", token_budget=max(1, sum(lengths)), max_seqs=seats,
                          max_seq_len=None, kv_tokens=0, prefix_cache=False)  # fmt: skip
         limits = order_limits(self.model, lengths, req.max_new_tokens, seats)
+        # native=False: this order decodes op by op (the portioning station, lab/overhead.py)
+        step = None if not req.native and isinstance(self.decode_step, NativeDecode) else self.decode_step
         kitchen = Engine(self.model, self.codec, self.info, self.limits(max(lengths), req.max_new_tokens).kv_budget_bytes,
-                         config, self.compiled)  # fmt: skip
-        kitchen._serving = Serving(self.model, config, limits, self.compiled, req.cuda_graph)
+                         replace(config, native=False), step)  # fmt: skip
+        kitchen._serving = Serving(self.model, config, limits, step, req.cuda_graph)
         sampling = {k: v for k, v in asdict(req).items() if k in ORDER_SETTINGS and k != "reuse_prefix"}
         group = RequestGroup(kitchen, ids, req.max_new_tokens, self._new_id(), path="seats",
                              kv_allocated=limits.pool_bytes, recorded=asdict(req), **sampling)  # fmt: skip
@@ -180,7 +195,7 @@ class Engine:
             budget = self.kv_budget_bytes or int(available_memory(self.device) * 0.5)
             cfg = self.serving_config
             limits = budget_limits(self.model, cfg, budget)
-            self._serving = Serving(self.model, cfg, limits, self.compiled, cfg.cuda_graphs and self.device.type == "cuda")
+            self._serving = Serving(self.model, cfg, limits, self.decode_step, cfg.cuda_graphs and self.device.type == "cuda")
         return self._serving
 
     def serving_limits(self) -> ServingLimits:
@@ -352,23 +367,7 @@ class Engine:
         return events
 
     def _sample(self, out: PassOutput) -> list[list[int]]:
-        """The tokens each sampled work appends: one, sampled with the sequence's own settings and
-        generator; or, for a speculating decode, the accepted drafts and one more (engine/speculative.py)."""
-        sampled = out.sampled
-        if len(sampled) == out.logits.shape[0] and all(w.seq.params.temperature == 0 for w in sampled):
-            return [[t] for t in out.logits.argmax(dim=-1).tolist()]  # every row greedy, no drafts: one argmax
-        best = out.logits.argmax(dim=-1).tolist() if any(w.seq.params.greedy for w in sampled) else []
-        picks, row = [], 0
-        for w in out.sampled:
-            seq = w.seq
-            if w.draft:
-                picks.append(verify(out.logits[row : row + w.length], list(w.draft), seq.params, seq.generator))
-                row += w.length
-                continue
-            picks.append([best[row]] if seq.params.greedy else [int(sample(out.logits[row : row + 1], seq.params,
-                                                                               seq.generator)[0])])  # fmt: skip
-            row += 1
-        return picks
+        return pass_tokens(out)  # a method of its own: bench/step_profile.py times it
 
     def _done(self, seq: Sequence, t_abs: float) -> Done:
         seq.finish_t = t_abs

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 
 import torch
 
+from engine import native_build
+
 KERNEL_MAX_ROWS = 8  # up to this many rows the W8A16 kernel beat a bf16 GEMM on widened weights (int8-cpu.md)
 W8A8_MAX_ROWS = 64  # up to this many rows W8A8 beat both W8A16 kernels at 1 thread (int8-cpu.md)
 KERNEL_WIDTH_MULTIPLE = 16  # the CPU W8A16 kernel's aligned loads need the input width in multiples of this
@@ -137,6 +139,7 @@ class Int8Parts:
     packed: torch.Tensor | None = None
     col_offsets: torch.Tensor | None = None
     zero_bias: torch.Tensor | None = None
+    rowsum: torch.Tensor | None = None  # (out,) int32, where the engine's own W8A8 product serves (native_build.py)
 
 
 def result_dtype(kernel_scale: torch.Tensor | None) -> torch.dtype:
@@ -148,7 +151,7 @@ def result_dtype(kernel_scale: torch.Tensor | None) -> torch.dtype:
 def int8_matmul(
     x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, kernel_scale: torch.Tensor | None, use_kernel: bool,
     packed: torch.Tensor | None = None, col_offsets: torch.Tensor | None = None,
-    zero_bias: torch.Tensor | None = None,
+    zero_bias: torch.Tensor | None = None, rowsum: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """x (M, in) -> x @ (q * scale)^T (M, out) in `result_dtype(kernel_scale)`; with a W8A8 pack
     (packed, col_offsets, zero_bias) x @ q^T in float32 instead, which the caller scales.
@@ -159,6 +162,10 @@ def int8_matmul(
     float32 instead, unrounded.
     """
     out_dtype = result_dtype(kernel_scale)
+    if rowsum is not None:  # the engine's own W8A8 (engine/native_step.c), the native decode step's arithmetic
+        if x.shape[0] <= W8A8_MAX_ROWS:
+            return native_build.int8_unscaled(x, q, rowsum)  # (M, out) float32
+        return (x.to(torch.bfloat16) @ q.t().to(torch.bfloat16)).float()  # (M, out); widening is exact
     if packed is not None:
         if x.shape[0] <= W8A8_MAX_ROWS:
             return _w8a8_unscaled(x, q, packed, col_offsets, zero_bias)  # (M, out) float32
@@ -176,7 +183,7 @@ def int8_matmul(
 
 
 @int8_matmul.register_fake
-def _(x, q, scale, kernel_scale, use_kernel, packed=None, col_offsets=None, zero_bias=None):
+def _(x, q, scale, kernel_scale, use_kernel, packed=None, col_offsets=None, zero_bias=None, rowsum=None):
     return x.new_empty((x.shape[0], q.shape[0]), dtype=result_dtype(kernel_scale))  # (M, out)
 
 
@@ -193,7 +200,7 @@ def int8_product(x: torch.Tensor, w: Int8Parts) -> torch.Tensor:
     x2 = x.reshape(-1, w.in_features)  # (M, in)
     if w.kernel_scale is None:
         x2 = x2.to(torch.bfloat16)
-    y = _OP(x2, w.q, w.scale, w.kernel_scale, w.use_kernel, w.packed, w.col_offsets, w.zero_bias)  # (M, out)
-    if w.packed is not None:  # the op left the scales to its caller
+    y = _OP(x2, w.q, w.scale, w.kernel_scale, w.use_kernel, w.packed, w.col_offsets, w.zero_bias, w.rowsum)  # (M, out)
+    if w.packed is not None or w.rowsum is not None:  # the op left the scales to its caller
         y = y.mul_(w.kernel_scale)
     return y.to(x.dtype).view(*lead, w.out_features)  # (..., out)

@@ -42,6 +42,7 @@ class RequestSettings:
     batching: str = "packed"
     stop_at_eos: bool = True
     cuda_graph: bool = False
+    native: bool = True  # an order's decode steps through the native step where it runs (engine/native.py)
     speculate: int = 0  # draft tokens per decode step (serving path only; engine/speculative.py)
     draft: str = "ngram"
     reuse_prefix: bool = True  # serving path: start from a cached prompt prefix when one matches
@@ -105,6 +106,8 @@ def check_request(cfg: ModelConfig, prompts: list[list[int]], req: RequestSettin
     if req.batching not in BATCHING_MODES:
         raise EngineError(f"unknown batching '{req.batching}' (choose {', '.join(BATCHING_MODES)})")
 
+    if not isinstance(req.native, bool):
+        raise EngineError(f"native must be True or False (got {req.native!r})")
     SamplingParams(req.temperature, req.top_k, req.top_p).check()
     if not isinstance(req.speculate, int) or not 0 <= req.speculate <= MAX_SPECULATE:
         raise EngineError(f"speculate must be 0..{MAX_SPECULATE} draft tokens per step (got {req.speculate})")

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from engine import native_build
 from engine.errors import EngineError
 from engine.int8_op import KERNEL_MAX_ROWS as KERNEL_MAX_ROWS  # re-exported: tests and docs name it here
 from engine.int8_op import KERNEL_WIDTH_MULTIPLE, Int8Parts, W8A8Pack, int8_product, pack_w8a8
@@ -120,7 +121,13 @@ class Int8Weight(nn.Module):
         self.in_features, self.out_features = w.shape[1], w.shape[0]
         dev = w_t.device
         self.kernel_dtype = kernel_dtype(dev)
-        self.w8a8: W8A8Pack | None = pack_w8a8(self.q, scale)
+        # The engine's own W8A8 product (engine/native_build.py) where it is built: it needs each
+        # row's sum of q, and applies no scale itself, so the float32 scales multiply its result.
+        # Plain attributes, not buffers, like the W8A8 pack: `weight_bytes` counts q and its scales once.
+        native = dev.type == "cpu" and native_build.ready()
+        self.rowsum = q.sum(1, dtype=torch.int32) if native else None  # (out,)
+        self.native_scale = scale.float() if native else None  # (out,) the scales as its result takes them
+        self.w8a8: W8A8Pack | None = None if native else pack_w8a8(self.q, scale)
         self.register_buffer("kernel_scale", scale.to(self.kernel_dtype) if dev.type != "cpu" else None)
         aligned = dev.type != "cpu" or self.in_features % KERNEL_WIDTH_MULTIPLE == 0
         self.use_kernel = aligned and kernel_works(dev)
@@ -133,6 +140,9 @@ class Int8Weight(nn.Module):
     def parts(self) -> Int8Parts:
         """The current buffers and constants, as the op (engine/int8_op.py) and a compiled step take them."""
         pack = self.w8a8
+        if self.rowsum is not None:
+            return Int8Parts(self.q, self.scale, self.native_scale, self.use_kernel, self.in_features,
+                             self.out_features, rowsum=self.rowsum)  # fmt: skip
         if pack is None:
             return Int8Parts(self.q, self.scale, self.kernel_scale, self.use_kernel, self.in_features,
                              self.out_features)  # fmt: skip

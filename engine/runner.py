@@ -24,6 +24,7 @@ from engine.cuda_graph import DecodeGraphs
 from engine.invariance import grid_end, grid_plan
 from engine.kv_pool import SeatBatch, SeatPool, Span
 from engine.model import Transformer
+from engine.native import NativeDecode
 from engine.scheduler import StepPlan, Work
 
 
@@ -41,13 +42,16 @@ class PassOutput:
 
 class Runner:
     def __init__(self, model: Transformer, pool: SeatPool, cuda_graphs: bool = False,
-                 compiled: CompiledDecode | None = None, invariant: bool = False):  # fmt: skip
-        """`compiled`: run pure-decode steps through the engine's compiled step (engine/compiled.py).
+                 compiled: CompiledDecode | NativeDecode | None = None, invariant: bool = False):  # fmt: skip
+        """`compiled`: run pure-decode steps through the engine's decode step: torch.compile'd
+        (engine/compiled.py) or native (engine/native.py); None: the model's forward.
         `invariant`: batch-invariant mode, every query on the key grid (engine/invariance.py)."""
         self.model, self.pool, self.device = model, pool, model.device
         self.invariant = invariant
         self.compiled = compiled
-        self.graphs = DecodeGraphs(model, pool, decode=compiled) if cuda_graphs else None
+        self.graphs = None
+        if cuda_graphs:
+            self.graphs = DecodeGraphs(model, pool, decode=compiled if isinstance(compiled, CompiledDecode) else None)
         self.slots = torch.arange(pool.seat_len, device=self.device)  # (T,) reused by every step's masks
         self.zero = torch.zeros((), dtype=model.dtype, device=self.device)
         self.neg_inf = torch.full((), float("-inf"), dtype=model.dtype, device=self.device)

@@ -16,6 +16,7 @@ from engine.costs import prefill_work_bytes
 from engine.draft import Drafter
 from engine.kv_pool import SeatPool
 from engine.model import Transformer
+from engine.native import NativeDecode
 from engine.prefix_cache import PrefixCache
 from engine.runner import Runner
 from engine.scheduler import Scheduler, SchedulerConfig
@@ -39,7 +40,22 @@ class ServingConfig:
     compile: bool = False  # pure-decode steps through torch.compile (engine/compiled.py); needs a C++ compiler
     # compile=True: decode steps of more rows than this run eagerly (there the compiled step loses)
     compile_max_batch: int = COMPILE_MAX_BATCH
+    # pure-decode steps on CPU in one C call (engine/native.py); False: the model's forward, op by op
+    native: bool = True
     batch_invariant: bool = False  # strict MKL sums and attention on a fixed key grid (engine/invariance.py)
+
+
+DecodeStep = CompiledDecode | NativeDecode
+
+
+def make_decode_step(model: Transformer, cfg: ServingConfig) -> DecodeStep | None:
+    """What runs the runner's pure-decode steps: torch.compile when asked, else the native step on
+    CPU (unless `native=False`), else None: the model's forward, one op at a time."""
+    if cfg.compile:
+        return CompiledDecode(model, cfg.compile_max_batch)
+    if cfg.native and model.device.type == "cpu" and not cfg.batch_invariant:
+        return NativeDecode(model)
+    return None
 
 
 @dataclass(frozen=True)
@@ -105,7 +121,7 @@ class Serving:
     """The serving path's state: seats, scheduler, runner, and the live sequences by id."""
 
     def __init__(self, model: Transformer, config: ServingConfig, limits: ServingLimits,
-                 compiled: CompiledDecode | None, cuda_graphs: bool):  # fmt: skip
+                 compiled: DecodeStep | None, cuda_graphs: bool):  # fmt: skip
         """`cuda_graphs`: the runner replays decode graphs per batch bucket (engine/cuda_graph.py)."""
         self.limits = limits
         self.pool = SeatPool(model.cfg, limits.seats, limits.seat_len, model.dtype, model.device)

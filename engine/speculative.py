@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.sampling import SamplingParams, filter_top_k, filter_top_p
+from engine.sampling import SamplingParams, filter_top_k, filter_top_p, sample
 
 MAX_SPECULATE = 16
 
@@ -113,3 +113,24 @@ def verify(logits: torch.Tensor, draft: list[int], params: SamplingParams, gener
             return out + [d]
         return out + [int(torch.multinomial(residual / residual.sum(), 1, generator=generator))]
     return out + [int(torch.multinomial(probs[len(draft)], 1, generator=generator))]
+
+
+def pass_tokens(out) -> list[list[int]]:
+    """The tokens each sampled work of a pass (engine.runner.PassOutput) appends: one, sampled with
+    the sequence's own settings and generator; or, for a speculating decode, the accepted drafts and
+    one more (`verify`)."""
+    sampled = out.sampled
+    if len(sampled) == out.logits.shape[0] and all(w.seq.params.temperature == 0 for w in sampled):
+        return [[t] for t in out.logits.argmax(dim=-1).tolist()]  # every row greedy, no drafts: one argmax
+    best = out.logits.argmax(dim=-1).tolist() if any(w.seq.params.greedy for w in sampled) else []
+    picks, row = [], 0
+    for w in out.sampled:
+        seq = w.seq
+        if w.draft:
+            picks.append(verify(out.logits[row : row + w.length], list(w.draft), seq.params, seq.generator))
+            row += w.length
+            continue
+        picks.append([best[row]] if seq.params.greedy else [int(sample(out.logits[row : row + 1], seq.params,
+                                                                           seq.generator)[0])])  # fmt: skip
+        row += 1
+    return picks

@@ -17,7 +17,7 @@ from engine.kv_pool import SeatPool
 
 
 def test_decode_steps_refill_the_same_input_buffers(tiny_llama):
-    eng = Engine.load(str(tiny_llama.path))
+    eng = Engine.load(str(tiny_llama.path), native=False)  # the model's forward sees the buffers
     eng.submit([3, 1, 4, 1, 5], 6, stop_at_eos=False)
     eng.submit([9, 2, 6], 6, stop_at_eos=False)
     runner, seen = eng.serving.runner, []
@@ -69,19 +69,22 @@ def test_the_compiled_step_is_the_models_own_forward(tiny_llama):
     assert len(calls) == 1 and type(calls[0][2]).__name__ == "SeatKV"
 
 
-def test_the_step_profile_splits_a_real_step_into_its_parts(tiny_llama):
+@pytest.mark.parametrize("native", [False, True])
+def test_the_step_profile_splits_a_real_step_into_its_parts(tiny_llama, native):
     report = profile(str(tiny_llama.path), steps=4, threads=torch.get_num_threads(), compile_=False, rounds=1,
-                     prompt_len=16)  # fmt: skip
+                     prompt_len=16, native=native)  # fmt: skip
     us = report["us_median_of_rounds"]
-    assert set(us) == {*PARTS, "step"}
+    assert set(us) == {*PARTS, "step"} and report["native"] is native
     assert all(us[p] > 0 for p in PARTS)
     assert sum(us[p] for p in PARTS) == pytest.approx(us["step"], rel=0.25)  # medians of parts: near the step's
-    assert us["model"] == max(us[p] for p in PARTS)
+    if not native:  # op by op, the model is the largest part; in one call it can be smaller than the events
+        assert us["model"] == max(us[p] for p in PARTS)
     assert report["ops_per_step"] is None  # asked for no operator profile
 
 
 def test_the_step_profile_names_the_operators_of_a_step(tiny_llama):
-    report = profile(str(tiny_llama.path), steps=4, threads=1, compile_=False, rounds=1, prompt_len=16, ops=30)
+    report = profile(str(tiny_llama.path), steps=4, threads=1, compile_=False, rounds=1, prompt_len=16, ops=30,
+                     native=False)  # fmt: skip
     ops = report["ops_per_step"]
     top = ops["top"]
     assert len(top) == 30
@@ -90,6 +93,16 @@ def test_the_step_profile_names_the_operators_of_a_step(tiny_llama):
     # tiny_llama: 2 layers of 4 weight products each (qkv, out, gate_up, down), and the LM head
     assert by_name["aten::mm"]["calls"] == 2 * 4 + 1
     assert sum(r["self_us"] for r in top) < ops["step_us_under_profiler"]
+
+
+def test_the_step_profile_sees_the_native_step_as_one_call_a_step(tiny_llama):
+    from engine.native import NATIVE_LABEL
+
+    report = profile(str(tiny_llama.path), steps=4, threads=1, compile_=False, rounds=1, prompt_len=16, ops=30)
+    by_name = {r["op"]: r for r in report["ops_per_step"]["top"]}
+    if not report["native"]:
+        pytest.skip("the native step could not be built here")
+    assert by_name[NATIVE_LABEL]["calls"] == 1 and "aten::mm" not in by_name  # no weight product op by op
 
 
 def _decode_inputs(eng):

@@ -32,6 +32,20 @@ def tiny(request):
     return request.getfixturevalue(request.param)
 
 
+def w8a8_serves(qw: Int8Weight) -> bool:
+    """A W8A8 kernel serves this weight's few-row products: the engine's own (engine/native_build.py,
+    where it is built) or, without it, fbgemm's pack (where this CPU's fbgemm passed its probe)."""
+    return qw.rowsum is not None or qw.w8a8 is not None
+
+
+@pytest.fixture
+def fbgemm(monkeypatch):
+    """Int8Weights made as where the engine's own kernels are not built: fbgemm's W8A8 pack, or W8A16."""
+    import engine.quant as quant
+
+    monkeypatch.setattr(quant.native_build, "ready", lambda: False)
+
+
 def test_bad_quant_is_refused_in_one_line(tiny_llama, capsys):
     with pytest.raises(EngineError, match="invalid quant 'int4'") as err:
         Engine.load(str(tiny_llama.path), quant="int4")
@@ -59,7 +73,7 @@ def test_int8_weight_matches_its_own_dequantized_product(rows, width):
     x = torch.randn(rows, width, generator=gen)
     qw = Int8Weight(w_t)
     assert qw.q.dtype == torch.int8 and qw.q.shape == (96, width) and qw.shape == (width, 96)
-    assert qw.w8a8 is not None  # this CPU's fbgemm passed its probe (w8a8_works)
+    assert w8a8_serves(qw)
     deq = qw.q.double() * qw.scale.double()[:, None]  # (out, in)
     assert (deq - w_t.t().double()).abs().le(qw.scale.double()[:, None] / 2 + 1e-6).all()  # rounding bound
     y = qw(x)
@@ -112,7 +126,7 @@ def test_logits_within_tolerance_of_transformers_fp32(tiny):
 def test_few_row_passes_are_w8a8_and_within_tolerance_of_transformers_fp32(tiny, length):
     """A pass of at most W8A8_MAX_ROWS tokens (a decode step's row count) runs every product in W8A8."""
     eng = Engine.load(str(tiny.path), quant="int8")
-    assert eng.model.lm_head_t.w8a8 is not None
+    assert w8a8_serves(eng.model.lm_head_t)
     tokens = torch.randint(0, 320, (1, length), generator=torch.Generator().manual_seed(length))
     with torch.inference_mode():
         ours = eng.model(tokens, torch.arange(length).expand(1, length))
@@ -162,7 +176,7 @@ def test_cli_generate_with_quant(tiny_llama, capsys):
     assert len(json.loads(capsys.readouterr().out)["tokens"][0]) == 4
 
 
-def test_without_a_working_kernel_every_product_takes_the_widened_path(monkeypatch):
+def test_without_a_working_kernel_every_product_takes_the_widened_path(monkeypatch, fbgemm):
     """Where both int8 kernels are missing or wrong (each probed once), the bf16 GEMM serves all rows."""
     import engine.quant as quant
 
@@ -183,7 +197,7 @@ def _saturating(x, q, packed, col_offsets, w_scale, w_zp, bias):
 
 
 @pytest.mark.parametrize("broken", ["missing", "saturating"])
-def test_without_w8a8_the_few_rows_take_the_w8a16_kernel_as_before(broken, tiny_llama, monkeypatch):
+def test_without_w8a8_the_few_rows_take_the_w8a16_kernel_as_before(broken, tiny_llama, monkeypatch, fbgemm):
     """A torch without fbgemm's legacy W8A8 entry points, or a CPU where it saturates, gets no pack and
     today's W8A16 kernel (the old Int8Weight.forward bit for bit), without an error."""
     monkeypatch.setattr(int8_op, "_W8A8_WORKS", {})
@@ -235,7 +249,7 @@ def _old_forward(qw: Int8Weight, x: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("width", [64, 40])
 @pytest.mark.parametrize("rows", [1, W8A8_MAX_ROWS, W8A8_MAX_ROWS + 1, 37])
-def test_the_int8_op_equals_its_kernels_bit_for_bit(rows, width, dtype):
+def test_the_int8_op_equals_its_kernels_bit_for_bit(rows, width, dtype, fbgemm):
     """`twopot::int8_matmul` (engine/int8_op.py) is what every int8 product runs, eager and compiled:
     eagerly it must be exactly the kernel its row count picks -- `w8a8_product` for few rows, for more
     the widened bf16 GEMM scaled in float32 -- also for a 3-D input and an unaligned view. (Without a
@@ -254,6 +268,29 @@ def test_the_int8_op_equals_its_kernels_bit_for_bit(rows, width, dtype):
         want = want.to(dtype).view(*x.shape[:-1], 96)
         assert torch.equal(y, want) and y.dtype == dtype
         assert torch.equal(y, matmul(x, qw.parts()))  # the compiled step's call: the same op
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("width", [64, 40, 200])  # 200: a 64-byte block and a tail
+@pytest.mark.parametrize("rows", [1, 3, W8A8_MAX_ROWS, W8A8_MAX_ROWS + 1])
+def test_the_int8_op_is_the_engines_own_w8a8_where_it_is_built(rows, width, dtype):
+    """Where engine/native_step.c is built, few-row products are its W8A8 (the native decode step's
+    arithmetic), scaled in float32: bit for bit, a row's product is the same alone or among others."""
+    from engine import native_build
+
+    if not native_build.ready():
+        pytest.skip("the engine's own kernels could not be built here")
+    gen = torch.Generator().manual_seed(5 * rows + width)
+    qw = Int8Weight(torch.randn(width, 96, generator=gen))
+    assert qw.w8a8 is None and torch.equal(qw.rowsum, qw.q.sum(1, dtype=torch.int32))  # no second int8 copy
+    x = torch.randn(rows, width, generator=gen).to(dtype)
+    y = qw(x)
+    if rows <= W8A8_MAX_ROWS:
+        want = native_build.int8_unscaled(x, qw.q, qw.rowsum).mul_(qw.native_scale)
+        assert torch.equal(y[-1:], qw(x[-1:].clone()))  # the last row alone: the same bits
+    else:
+        want = (x.bfloat16() @ qw.q.t().bfloat16()).float().mul_(qw.native_scale)
+    assert torch.equal(y, want.to(dtype)) and y.dtype == dtype
 
 
 def test_the_int8_op_passes_torch_library_checks():

@@ -1,0 +1,168 @@
+"""The native decode step: a whole pure-decode step of the model in one C call (engine/native_step.c).
+
+Why: on a CPU the soup pot's step is a chain of ~150 small torch ops between a few weight streams,
+and each op pays Python and dispatch whatever its size. For the chef (5 M parameters, weights in
+cache) that glue is most of the step; for a 135M model torch's fp32 GEMV reads the weights slower
+than one core can stream them. llama.cpp, what a CPU user would run instead, pays neither. The
+native step runs every layer -- norms, projections, RoPE, the K/V write into the seats, attention,
+the MLP -- and the LM head in C, over the model's own weights and the runner's own KV seats,
+through pointers: no copy, no second set of weights.
+
+When it runs: the runner's pure-decode steps of at most `max_batch` rows on CPU, float32
+activations, float32 or int8 weights (engine/quant.py), any family of engine/config.py. Prefill,
+mixed steps and batch-invariant mode stay on the model's forward, which remains the one
+definition of the math: tests/test_native.py holds this step to it and to transformers.
+
+How it is built: engine/native_build.py compiles native_step.c once per machine with its C compiler.
+Without a compiler, or if the build fails, `problem` says why in one line and every step runs the
+model's forward: the request never notices except in speed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+
+import torch
+
+from engine.attention import SeatKV
+from engine.errors import EngineError
+from engine.kv_pool import SeatBatch, SeatPool
+from engine.model import Transformer
+from engine.native_build import library
+from engine.quant import Int8Weight
+
+NATIVE_MAX_BATCH = 64  # decode steps of more rows run the model's forward (docs/benchmarks/native-cpu.md)
+NATIVE_LABEL = "twopot::native_decode_step"  # what a torch profiler calls the step's one C call
+ACTS = {"silu": 0, "gelu": 1, "gelu_new": 2, "gelu_pytorch_tanh": 2}
+
+
+class _Linear(ctypes.Structure):
+    _fields_ = [("w", ctypes.c_void_p), ("scale", ctypes.c_void_p), ("rowsum", ctypes.c_void_p),
+                ("bias", ctypes.c_void_p)]
+
+
+class _Layer(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_void_p) for n in ("norm1_w", "norm1_b", "norm2_w", "norm2_b")] + [
+        (n, _Linear) for n in ("qkv", "out", "up", "down")
+    ]
+
+
+class _Model(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_int) for n in ("d", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn", "vocab",
+                                            "max_context", "layer_norm", "act", "gated", "rope", "int8")] + [
+        ("eps", ctypes.c_float),
+        *[(n, ctypes.c_void_p) for n in ("embed", "embed_cols", "wpe", "rope_cos", "rope_sin", "final_w", "final_b")],
+        ("lm_head", _Linear),
+        ("layers", ctypes.POINTER(_Layer)),
+    ]  # fmt: skip
+
+
+def unsupported(model: Transformer) -> str | None:
+    """Why this model cannot take the native step, in one line; None when it can."""
+    if model.device.type != "cpu":
+        return f"the native decode step runs on CPU (the model is on {model.device.type})"
+    if model.dtype != torch.float32:
+        return f"the native decode step runs float32 activations (the model's are {model.dtype})"
+    cfg = model.cfg
+    if cfg.act not in ACTS:
+        return f"the native decode step has no activation '{cfg.act}'"
+    if cfg.positions == "rope" and cfg.head_dim % 2:
+        return "the native decode step needs an even head size for RoPE"
+    weights = [model.lm_head_t] + [w for b in model.layers for w in (b.attn.wqkv_t, b.attn.wo_t, b.mlp.w_up_t,
+                                                                      b.mlp.w_down_t)]  # fmt: skip
+    if len({isinstance(w, Int8Weight) for w in weights}) > 1:
+        return "the native decode step needs every weight int8 or every weight float32"
+    if any(isinstance(w, Int8Weight) and w.rowsum is None for w in weights):
+        return "the native decode step's int8 weights need the engine's W8A8 kernel, which was not built at load"
+    return None
+
+
+def _ptr(t: torch.Tensor | None) -> int | None:
+    if t is None:
+        return None
+    assert t.is_contiguous() and t.dtype in (torch.float32, torch.int8, torch.int32), "the native step reads packed tensors"
+    return t.data_ptr()
+
+
+class NativeDecode:
+    """The runner's pure-decode step as one C call; the model's forward where it cannot run.
+
+    Made once per Engine and shared by every Runner over its model (the serving core's and each
+    order's), like engine/compiled.py's step. `problem` is None when the step is ready.
+    """
+
+    def __init__(self, model: Transformer, max_batch: int = NATIVE_MAX_BATCH):
+        self.model, self.max_batch = model, max_batch
+        self.steps = 0  # decode steps that ran natively
+        self.eager_steps = 0  # pure-decode steps this object handed to the model's forward
+        self.problem: str | None = unsupported(model)
+        lib = library() if self.problem is None else None
+        if isinstance(lib, str):
+            self.problem, lib = lib, None
+        self.lib = lib
+        self._keep: list[torch.Tensor] = []  # tensors made here that the struct points into
+        self._seats: weakref.WeakKeyDictionary[SeatPool, tuple] = weakref.WeakKeyDictionary()
+        self.struct = self._describe(model) if lib is not None else None
+
+    def _linear(self, w, bias) -> _Linear:
+        if isinstance(w, Int8Weight):
+            # the float32 scales and row sums of the engine's W8A8 product (engine/quant.py)
+            return _Linear(_ptr(w.q), _ptr(w.native_scale), _ptr(w.rowsum), _ptr(bias))
+        return _Linear(_ptr(w), None, None, _ptr(bias))
+
+    def _describe(self, model: Transformer) -> _Model:
+        cfg = model.cfg
+        layers = (_Layer * cfg.n_layers)()
+        for i, b in enumerate(model.layers):
+            a, m = b.attn, b.mlp
+            layers[i] = _Layer(_ptr(b.attn_norm.weight), _ptr(b.attn_norm.bias), _ptr(b.mlp_norm.weight),
+                               _ptr(b.mlp_norm.bias), self._linear(a.wqkv_t, a.bqkv), self._linear(a.wo_t, a.bo),
+                               self._linear(m.w_up_t, m.b_up), self._linear(m.w_down_t, m.b_down))  # fmt: skip
+        self._layers = layers
+        int8 = isinstance(model.lm_head_t, Int8Weight)
+        rope = cfg.positions == "rope"
+        return _Model(
+            cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim, cfg.vocab_size,
+            cfg.max_context, int(cfg.norm == "layer"), ACTS[cfg.act], int(cfg.mlp_gated), int(rope), int(int8),
+            cfg.norm_eps, _ptr(model.embed), None if model.embed is not None else _ptr(model.lm_head_t),
+            _ptr(model.wpe), _ptr(model.rope_cos) if rope else None, _ptr(model.rope_sin) if rope else None,
+            _ptr(model.final_norm.weight), _ptr(model.final_norm.bias), self._linear(model.lm_head_t, None),
+            layers,
+        )  # fmt: skip
+
+    @property
+    def ready(self) -> bool:
+        return self.problem is None
+
+    def _bind(self, pool: SeatPool) -> tuple:
+        """Each layer's K and V seat pointers, and a scratch buffer sized for the pool's seats."""
+        bound = self._seats.get(pool)
+        if bound is None:
+            L = len(pool.k_layer)
+            ks = (ctypes.c_void_p * L)(*[_ptr(t) for t in pool.k_layer])
+            vs = (ctypes.c_void_p * L)(*[_ptr(t) for t in pool.v_layer])
+            scratch = torch.empty(self.lib.twopot_scratch_floats(ctypes.byref(self.struct), pool.seats, pool.seat_len))
+            bound = self._seats[pool] = (ks, vs, scratch)
+        return bound
+
+    def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, sb: SeatBatch, pool: SeatPool) -> torch.Tensor:
+        """Logits (B, V) of a pure-decode step; tokens and positions (B, 1) int64 of rows in seats 0..B-1."""
+        B = tokens.shape[0]
+        if self.problem is None and B <= self.max_batch and pool.dtype == torch.float32:
+            ks, vs, scratch = self._bind(pool)
+            logits = torch.empty(B, self.model.cfg.vocab_size)  # (B, V)
+            tok, pos = tokens.contiguous(), positions.contiguous()
+            args = (ctypes.byref(self.struct), B, tok.data_ptr(), pos.data_ptr(), ks, vs, pool.seat_len,
+                    logits.data_ptr(), scratch.data_ptr())  # fmt: skip
+            if torch.autograd.profiler._is_profiler_enabled:  # the lesson's profiler sees the call as one op
+                with torch.profiler.record_function(NATIVE_LABEL):
+                    rc = self.lib.twopot_decode_step(*args)
+            else:
+                rc = self.lib.twopot_decode_step(*args)
+            if rc == 0:
+                self.steps += 1
+                return logits
+            raise EngineError(f"native decode step: a position or token is outside the seats (seat_len {pool.seat_len})")
+        self.eager_steps += 1  # the model's own pass over the same seats
+        return self.model.forward(tokens, positions, SeatKV(sb, pool)).view(B, -1)

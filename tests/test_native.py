@@ -1,0 +1,162 @@
+"""The native decode step (engine/native.py, engine/native_step.c) against the model's own forward.
+
+Every family's shape (Llama with GQA, a tied Llama, Qwen2 with q/k/v bias, StarCoder2 and OLMo with
+LayerNorms and an ungated GELU MLP, GPT-2 with learned positions) serves a busy kitchen -- prompts of
+different lengths decoding together, one joining mid-way, batches shrinking as requests finish --
+with the model forward's greedy tokens and logits within 1e-4 at every step, in float32 and int8.
+A request's decode logits are the same bits alone or inside a batch. Prefill then N native steps
+give one full forward's logits, and generate() gives transformers' greedy tokens. Without a
+compiler, or where the build fails, the engine says why in one line and decodes through the model.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from test_compiled import (
+    INT8_ARRIVALS,
+    INT8_LOGITS_ATOL,
+    INT8_LOGITS_RTOL,
+    LOGITS_ATOL,
+    PROMPTS,
+    serve,
+)
+
+from engine import Engine, EngineError
+from engine.native import NATIVE_MAX_BATCH
+from engine.native_build import library
+
+FAMILIES = ["tiny_llama", "tiny_llama_tied", "tiny_qwen2", "tiny_starcoder2", "tiny_olmo", "tiny_gpt2"]
+pytestmark = pytest.mark.skipif(isinstance(library(), str), reason="the native step could not be built here")
+
+
+def pair(path, **kw) -> tuple[Engine, Engine]:
+    return Engine.load(str(path), max_seqs=4, **kw), Engine.load(str(path), max_seqs=4, native=False, **kw)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_serving_natively_gives_the_forwards_tokens_and_logits(request, family):
+    native, forward = pair(request.getfixturevalue(family).path)
+    tokens, logits = serve(native)
+    want, want_logits = serve(forward)
+    assert tokens == want
+    assert native.native.problem is None and native.native.steps >= 10 and native.native.eager_steps == 0
+    assert forward.native is None and forward.decode_step is None
+    assert len(logits) == len(want_logits)
+    for got, ref in zip(logits, want_logits, strict=True):
+        torch.testing.assert_close(got, ref, atol=LOGITS_ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("family", ["tiny_llama", "tiny_qwen2", "tiny_gpt2"])
+def test_int8_serving_natively_gives_the_forwards_tokens(request, family):
+    """The model's few-row int8 products run the same W8A8 kernel (engine/int8_op.py): same tokens."""
+    native, forward = pair(request.getfixturevalue(family).path, quant="int8")
+    assert native.model.lm_head_t.rowsum is not None  # the engine's own W8A8 product serves
+    tokens, logits = serve(native, INT8_ARRIVALS)
+    want, want_logits = serve(forward, INT8_ARRIVALS)
+    assert tokens == want and native.native.steps >= 30
+    for got, ref in zip(logits, want_logits, strict=True):
+        torch.testing.assert_close(got, ref, atol=INT8_LOGITS_ATOL, rtol=INT8_LOGITS_RTOL)
+
+
+def test_an_order_decodes_natively_with_transformers_greedy_tokens(tiny_llama):
+    eng = Engine.load(str(tiny_llama.path))
+    prompt = PROMPTS[0]
+    res = eng.generate([prompt], max_new_tokens=16, stop_at_eos=False)
+    with torch.inference_mode():
+        ref = tiny_llama.hf().generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False, min_new_tokens=16)
+    assert res.tokens[0] == ref[0, len(prompt) :].tolist()
+    assert eng.native.steps == 15 and res.trace.notes == []
+
+
+@pytest.mark.parametrize("family", ["tiny_llama", "tiny_gpt2"])
+def test_prefill_then_native_steps_equal_one_full_forward(request, family):
+    """Each of N native decode steps' logits == the full forward's logits at that position."""
+    eng = Engine.load(str(request.getfixturevalue(family).path), max_seqs=4)
+    prompt = PROMPTS[2]
+    tokens, logits = serve(eng, {0: [(prompt, 9)]})
+    seq = prompt + tokens[0]
+    with torch.inference_mode():
+        full = eng.model(torch.tensor([seq[:-1]]), torch.arange(len(seq) - 1)[None])[0]  # (T, V)
+    steps = torch.cat(logits)  # (9, V): the prefill's last row, then 8 decode steps
+    torch.testing.assert_close(steps, full[len(prompt) - 1 :], atol=LOGITS_ATOL, rtol=0)
+    assert eng.native.steps == 8
+
+
+@pytest.mark.parametrize("quant", [None, "int8"])
+def test_a_rows_logits_are_the_same_bits_alone_or_in_a_batch(tiny_llama, quant):
+    """Every output element sums its products in one order whatever the batch (native_step.c)."""
+    from engine.attention import BatchKV
+
+    eng = Engine.load(str(tiny_llama.path), max_seqs=4, quant=quant)
+    pool = eng.serving.pool
+    with torch.inference_mode():  # seats 0..2 hold a prompt's K/V (one fixed-batch pass), then decode slot 17
+        eng.model(torch.tensor([PROMPTS[2]] * 3), torch.arange(17).expand(3, 17), BatchKV(pool, torch.arange(17)))
+        alone = eng.native(torch.tensor([[7]]), torch.tensor([[17]]), None, pool)  # (1, V)
+        batch = eng.native(torch.tensor([[7], [9], [7]]), torch.tensor([[17], [17], [17]]), None, pool)  # (3, V)
+    assert torch.equal(batch[0], alone[0]) and not torch.equal(batch[1], alone[0])
+
+
+def test_steps_above_max_batch_run_the_models_forward(tiny_llama):
+    native, forward = pair(tiny_llama.path)
+    native.native.max_batch = 2
+    arrivals = {0: [(PROMPTS[0], 20), (PROMPTS[1], 12), (PROMPTS[2], 6)]}
+    tokens, _ = serve(native, arrivals)
+    assert tokens == serve(forward, arrivals)[0]
+    assert native.native.eager_steps == 5 and native.native.steps == 14  # 5 at batch 3, 14 at 2 and 1
+    assert NATIVE_MAX_BATCH >= 32
+
+
+def test_a_position_outside_the_seats_is_one_line(tiny_llama):
+    eng = Engine.load(str(tiny_llama.path), max_seqs=2)
+    pool = eng.serving.pool
+    with pytest.raises(EngineError, match=f"outside the seats \\(seat_len {pool.seat_len}\\)"):
+        eng.native(torch.tensor([[1]]), torch.tensor([[pool.seat_len]]), None, pool)
+
+
+def test_batch_invariant_mode_and_16_bit_models_take_the_forward(tiny_llama):
+    assert Engine.load(str(tiny_llama.path), batch_invariant=True).decode_step is None
+    bf16 = Engine.load(str(tiny_llama.path), dtype="bfloat16")
+    assert "float32 activations" in bf16.native.problem
+    res = bf16.generate([PROMPTS[0]], max_new_tokens=4)
+    assert len(res.tokens[0]) == 4 and bf16.native.eager_steps == 3
+
+
+def _in_child(code: str, env: dict[str, str]) -> str:
+    done = subprocess.run([sys.executable, "-c", code], env=os.environ | env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip()
+
+
+CHILD = """
+import engine
+eng = engine.Engine.load({path!r})
+res = eng.generate([[5, 6, 7]], max_new_tokens=6, stop_at_eos=False)
+print(eng.native.problem)
+print(res.tokens[0], eng.native.steps, eng.native.eager_steps)
+"""
+
+
+@pytest.mark.parametrize("cc, why", [("/nonexistent/cc", "needs a C compiler"), ("false", "building the native decode step failed")])
+def test_without_a_working_compiler_the_engine_says_why_and_decodes_through_the_model(tiny_llama, tmp_path, cc, why):
+    """An empty build cache and no usable compiler: one line in `problem`, the forward's tokens."""
+    want = Engine.load(str(tiny_llama.path), native=False).generate([[5, 6, 7]], max_new_tokens=6, stop_at_eos=False)
+    path = "/nonexistent" if cc.startswith("/") else os.environ["PATH"]
+    out = _in_child(CHILD.format(path=str(tiny_llama.path)),
+                    {"CC": cc, "PATH": path, "TWO_POT_NATIVE_CACHE": str(tmp_path)}).splitlines()  # fmt: skip
+    assert why in out[0] and "\n" not in out[0]
+    assert out[1] == f"{want.tokens[0]} 0 5"
+
+
+def test_the_build_is_cached_per_machine(tiny_llama, tmp_path):
+    """The first process builds the library into the cache; a later one loads it without a compiler."""
+    out = _in_child(CHILD.format(path=str(tiny_llama.path)), {"TWO_POT_NATIVE_CACHE": str(tmp_path)})
+    assert out.splitlines()[0] == "None" and len(list(tmp_path.glob("native_step-*.so"))) == 1
+    again = _in_child(CHILD.format(path=str(tiny_llama.path)),
+                      {"TWO_POT_NATIVE_CACHE": str(tmp_path), "CC": "/nonexistent/cc", "PATH": "/nonexistent"})  # fmt: skip
+    assert again.splitlines() == out.splitlines()

@@ -31,8 +31,9 @@ import torch
 import torch.nn.functional as F
 
 from bench.roofline import synchronize
+from engine import native_build
 from engine.model import Transformer
-from engine.quant import matmul
+from engine.quant import Int8Weight, matmul
 
 
 def layer_weights(model: Transformer) -> list:
@@ -74,6 +75,26 @@ def matmul_chain(model: Transformer, rows: int, head_rows: int):
     return run
 
 
+def native_chain(model: Transformer, rows: int):
+    """A function that runs the native decode step's own float32 products (engine/native_step.c) over
+    every weight and the LM head with x of `rows` rows; None where they are not built or the
+    weights are not float32 on CPU (int8 products already run natively through `matmul`)."""
+    weights = layer_weights(model) + [model.lm_head_t]
+    if isinstance(native_build.library(), str) or model.dtype != torch.float32 or model.device.type != "cpu" \
+            or any(isinstance(w, Int8Weight) for w in weights):  # fmt: skip
+        return None
+    lib = native_build.library()
+    x = torch.randn(rows, max(w.shape[0] for w in weights))  # (rows, widest in)
+    xs = {w.shape[0]: x[:, : w.shape[0]].contiguous() for w in weights}  # (rows, in) per input width
+    y = torch.empty(rows * max(w.shape[1] for w in weights))
+
+    def run() -> None:
+        for w in weights:
+            lib.twopot_gemm_f32(rows, w.shape[0], w.shape[1], xs[w.shape[0]].data_ptr(), w.data_ptr(), y.data_ptr())
+
+    return run
+
+
 def attention_chain(model: Transformer, tokens: int, batch: int = 1):
     """A function that runs the engine's prefill attention kernel once per layer on B x T tokens."""
     cfg, dev, dt = model.cfg, model.device, model.dtype
@@ -99,6 +120,8 @@ def measure_ceilings(model: Transformer, prefill_tokens: int, batches: tuple[int
         decode = {
             f"b{b}": time_chain(matmul_chain(model, b, b), dev, repeats) for b in batches
         }  # seconds per step
+        chains = {b: native_chain(model, b) for b in batches}
+        native = {f"b{b}": time_chain(fn, dev, repeats) for b, fn in chains.items() if fn is not None}
     return {
         "method": "the model's own weights through x @ W (and SDPA for prefill), nothing else; "
         f"median of {repeats} after a warm-up",
@@ -108,4 +131,5 @@ def measure_ceilings(model: Transformer, prefill_tokens: int, batches: tuple[int
         "prefill_attention_s": attn,
         "prefill_s": gemm + attn,
         "decode_step_s": decode,
+        "native_decode_step_s": native,  # the native step's float32 products alone; {} where they do not run
     }

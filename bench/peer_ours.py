@@ -33,7 +33,8 @@ class TimingSpec:
     folder: str  # the HF folder (the same weights llama.cpp's GGUF came from)
     quant: str | None = None  # None or "int8"
     compile: bool = False
-    threads: int = 2
+    native: bool = True  # the native decode step (engine/native.py), the engine's CPU default
+    threads: int = 1
     decode_prompt: list[int] | None = None  # batch-1 decode: these ids, then `decode_new` tokens
     decode_new: int = 128
     prefill_prompt: list[int] | None = None  # one prompt, timed as one prefill pass
@@ -46,7 +47,7 @@ class TimingSpec:
 
 def run(spec: TimingSpec) -> dict:
     torch.set_num_threads(spec.threads)
-    eng = engine.Engine.load(spec.folder, quant=spec.quant, compile=spec.compile)
+    eng = engine.Engine.load(spec.folder, quant=spec.quant, compile=spec.compile, native=spec.native)
     greedy = dict(temperature=0.0, stop_at_eos=False)
     out: dict = {"omp_wait_policy_in_effect": engine.OMP_WAIT_POLICY_IN_EFFECT, "threads": torch.get_num_threads()}
     if spec.greedy_prompt:
@@ -73,6 +74,11 @@ def run(spec: TimingSpec) -> dict:
         out["ceiling_decode_tps"] = 1 / c["decode_step_s"]["b1"]
         out["ceiling_batch_decode_tps"] = batch / c["decode_step_s"][f"b{batch}"]
         out["ceiling_prefill_tps"] = prefill / c["prefill_s"]
+        if c["native_decode_step_s"]:
+            out["ceiling_native_decode_tps"] = 1 / c["native_decode_step_s"]["b1"]
+            out["ceiling_native_batch_decode_tps"] = batch / c["native_decode_step_s"][f"b{batch}"]
+    if eng.native is not None:
+        out["native_steps"], out["native_problem"] = eng.native.steps, eng.native.problem
     if eng.compiled is not None:
         out["compiled_steps"], out["compile_failure"] = eng.compiled.steps, eng.compiled.failure
     return out

@@ -9,7 +9,8 @@ each wrapper costs well under a microsecond):
                lists, the seats' lengths (engine/runner.py `run` minus its pass)
   inputs       the pass's tensors: the write index, the mask bias, the host-to-device copy
                (`_forward` minus the model)
-  model        the model's forward pass (or the compiled step)
+  model        the model's forward pass, or the step that replaces it: the native step (the
+               default on CPU, engine/native.py) or the compiled one
   sample       the next token from the logits (Engine._sample)
   events       the rest of `step()`: Token, StepEnd and its StepRecord, the text decoder
 
@@ -63,9 +64,9 @@ class Timer:
 
 
 def profile(model: str, steps: int, threads: int, compile_: bool, rounds: int, prompt_len: int = 128,
-            ops: int = 0) -> dict:  # fmt: skip
+            ops: int = 0, native: bool = True) -> dict:  # fmt: skip
     torch.set_num_threads(threads)
-    eng = engine.Engine.load(model, compile=compile_)
+    eng = engine.Engine.load(model, compile=compile_, native=native)
     prompt = [(7 * j) % eng.cfg.vocab_size for j in range(prompt_len)]
     t = time.perf_counter()
     eng.submit(prompt, 4, stop_at_eos=False)  # builds the serving core (and, compiled, compiles)
@@ -77,7 +78,7 @@ def profile(model: str, steps: int, threads: int, compile_: bool, rounds: int, p
     timer.wrap(srv.runner, "run", "run")
     timer.wrap(srv.runner, "_forward", "forward")
     timer.wrap(srv.runner, "_forward_decode", "forward")  # the runner's pure-decode pass
-    if srv.runner.compiled is not None:  # the runner calls it in place of the model's pass
+    if srv.runner.compiled is not None:  # the compiled or native step: the runner calls it in place of the model's pass
         timer.wrap(srv.runner, "compiled", "model")
     else:
         timer.wrap(srv.runner.model, "forward", "model")
@@ -104,6 +105,7 @@ def profile(model: str, steps: int, threads: int, compile_: bool, rounds: int, p
     top = op_profile(eng, prompt, steps, ops) if ops else None
     return {
         "model": model, "threads": torch.get_num_threads(), "compile": compile_, "steps": steps, "prompt_tokens": prompt_len,
+        "native": eng.native is not None and eng.native.ready,
         "warmup_s": warmup_s,  # the first request: 1 prefill and 3 decode steps (compiled: the compile)
         "omp_wait_policy_in_effect": engine.OMP_WAIT_POLICY_IN_EFFECT, "load_average": list(os.getloadavg()),
         "us_median_of_rounds": {p: statistics.median(r[p] for r in per_round) for p in (*PARTS, "step")},
@@ -139,13 +141,15 @@ def main(argv: list[str]) -> int:
     p.add_argument("--rounds", type=int, default=5, help="rounds; each part's median step, median over rounds")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1, the Kitchen's)")
     p.add_argument("--compile", action="store_true", help="the compiled decode step (engine/compiled.py)")
+    p.add_argument("--op-by-op", action="store_true", help="the model's forward one torch op at a time, not the native step")
     p.add_argument("--ops", type=int, default=0, help="also name the N operators with the most self time (torch.profiler)")
     p.add_argument("--out", help="also write the JSON here")
     try:
         args = p.parse_args(argv)
         if args.ops < 0:
             raise EngineError(f"--ops must be 0 or more (got {args.ops})")
-        report = profile(args.model, args.steps, args.threads, args.compile, args.rounds, ops=args.ops)
+        report = profile(args.model, args.steps, args.threads, args.compile, args.rounds, ops=args.ops,
+                         native=not args.op_by_op)  # fmt: skip
     except EngineError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

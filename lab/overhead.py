@@ -38,6 +38,7 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from engine.errors import EngineError
+from engine.native import NATIVE_LABEL
 from lab.cpu_time import generate_timed
 from lab.experiment import Experiment, Prediction, StoryLink
 from lab.noise import (
@@ -66,7 +67,7 @@ class OverheadSettings:
 
 @dataclass(frozen=True)
 class OverheadPoint:
-    variant: str  # "eager" or "CUDA graphs"
+    variant: str  # "op by op" (the model's forward), "native step", "eager" or "CUDA graphs"
     step_ms: float  # median decode step, wall
     forward_ms: float  # median forward pass
     math_ms: float  # op self time per decode step (profiler)
@@ -101,7 +102,8 @@ def op_self_seconds(prof, on_gpu: bool) -> float:
     """Time spent in the math itself, from a profile.
 
     CPU: the summed self time of aten ops (time inside op code, children excluded, so nothing is
-    counted twice). GPU: the summed duration of the device's kernels, however they were launched;
+    counted twice), and of the native decode step's one C call (engine/native.py labels it
+    `NATIVE_LABEL` while a profiler runs): the whole layer math is inside that call. GPU: the summed duration of the device's kernels, however they were launched;
     with CUDA graphs the replayed kernels belong to no aten op, so op-attributed device time would
     read ~0.
     """
@@ -110,41 +112,41 @@ def op_self_seconds(prof, on_gpu: bool) -> float:
         if on_gpu:
             if ev.device_type == DeviceType.CUDA:
                 total_us += ev.self_device_time_total
-        elif ev.key.startswith("aten::"):
+        elif ev.key.startswith("aten::") or ev.key == NATIVE_LABEL:
             total_us += ev.self_cpu_time_total
     return total_us / 1e6
 
 
-def profiled_run(engine, prompts, new_tokens: int, cuda_graph: bool, on_gpu: bool) -> tuple[float, float]:
+def profiled_run(engine, prompts, new_tokens: int, order: dict, on_gpu: bool) -> tuple[float, float]:
     """(total aten op self time, summed wall time of the decode steps) of one profiled generation."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
     with profile(activities=activities) as prof:
         res = engine.generate(
-            prompts, max_new_tokens=new_tokens, temperature=0.0, stop_at_eos=False, cuda_graph=cuda_graph
+            prompts, max_new_tokens=new_tokens, temperature=0.0, stop_at_eos=False, **order
         )
     return op_self_seconds(prof, on_gpu), sum(st.seconds for st in res.trace.decode_steps)
 
 
-def decode_math_share(engine, prompts, s: OverheadSettings, cuda_graph: bool, on_gpu: bool) -> float:
+def decode_math_share(engine, prompts, s: OverheadSettings, order: dict, on_gpu: bool) -> float:
     """Share of the decode phase spent inside aten ops, both measured in the same profiled run.
 
     Decode op time = op time of an N-token run - op time of a 1-token run (same prompt, same
     prefill). Dividing by the profiled run's own decode wall time keeps the profiler's slowdown on
     both sides of the ratio.
     """
-    full_ops, decode_wall = profiled_run(engine, prompts, s.new_tokens, cuda_graph, on_gpu)
-    first_ops, _ = profiled_run(engine, prompts, 1, cuda_graph, on_gpu)
+    full_ops, decode_wall = profiled_run(engine, prompts, s.new_tokens, order, on_gpu)
+    first_ops, _ = profiled_run(engine, prompts, 1, order, on_gpu)
     return min(1.0, max(0.0, full_ops - first_ops) / decode_wall) if decode_wall > 0 else 0.0
 
 
-def measure_variant(engine, prompts, s: OverheadSettings, variant: str, cuda_graph: bool, on_gpu: bool):
+def measure_variant(engine, prompts, s: OverheadSettings, variant: str, order: dict, on_gpu: bool):
     """Repeats of: a plain run (step and forward times), then a profiled pair (the math share).
 
     The median math share is applied to the median plain step: the profiler never touches the
     times we report, and a load burst during one repeat moves one share, not the answer.
     """
     # Warm this variant up first: a CUDA graph is captured on its first use, which is not a step.
-    engine.generate(prompts, max_new_tokens=4, stop_at_eos=False, cuda_graph=cuda_graph)
+    engine.generate(prompts, max_new_tokens=4, stop_at_eos=False, **order)
     steps_s, cpus_s, forwards_s, shares, last = [], [], [], [], None
     for _ in range(max(MIN_REPEATS, s.repeats)):
         timed = generate_timed(
@@ -153,14 +155,14 @@ def measure_variant(engine, prompts, s: OverheadSettings, variant: str, cuda_gra
             max_new_tokens=s.new_tokens,
             temperature=0.0,
             stop_at_eos=False,
-            cuda_graph=cuda_graph,
+            **order,
         )
         last = timed.result
         cpus_s.append(median_of(timed.decode_cpu_s))
         step = median_of([st.seconds for st in last.trace.decode_steps])
         steps_s.append(step)
         forwards_s.append(median_of([st.forward_s for st in last.trace.decode_steps]))
-        shares.append(decode_math_share(engine, prompts, s, cuda_graph, on_gpu))
+        shares.append(decode_math_share(engine, prompts, s, order, on_gpu))
     step_s = median_of(steps_s)
     forward_s = min(median_of(forwards_s), step_s)
     math_s = min(median_of(shares) * step_s, forward_s)
@@ -187,48 +189,57 @@ def run_overhead(engine, settings: OverheadSettings, on_progress: ProgressFn | N
     check_fits(engine, settings.prompt_len, settings.new_tokens, "portioning station")
     device = str(engine.info.device)
     on_gpu = device.startswith("cuda") and torch.cuda.is_available()
-    variants = [("eager", False)] + ([("CUDA graphs", True)] if on_gpu else [])
+    variants = lesson_variants(engine, on_gpu)
     prompts = batch_prompts(engine, settings.batch, settings.prompt_len)
     tracker = ProgressTracker([1.0] * len(variants), on_progress)
     engine.generate(prompts, max_new_tokens=2, stop_at_eos=False)  # warm-up
     points, sample = [], None
-    for name, graphs in variants:
-        point, sample = measure_variant(engine, prompts, settings, name, graphs, on_gpu)
+    for name, order in variants:
+        point, sample = measure_variant(engine, prompts, settings, name, order, on_gpu)
         points.append(point)
         tracker.step(f"{name}: step {point.step_ms:.2f} ms, math {point.math_share:.0%}")
     eager = points[0]
     notes = [
-        f"eager decode step {eager.step_ms:.2f} ms: math {eager.math_ms:.2f} ms ({eager.math_share:.0%}), "
+        f"{eager.variant} decode step {eager.step_ms:.2f} ms: math {eager.math_ms:.2f} ms ({eager.math_share:.0%}), "
         f"glue inside forward {eager.glue_ms:.2f} ms, outside forward {eager.outside_ms:.2f} ms",
     ]
-    if on_gpu:
-        g = points[1]
-        notes.append(
-            f"CUDA graphs: step {eager.step_ms:.2f} -> {g.step_ms:.2f} ms ({eager.step_ms / g.step_ms:.1f}x)"
-        )
-    else:
-        notes.append(f"CUDA graphs need a GPU; this run is on {device}, so only the eager step is measured")
+    for g in points[1:]:
+        notes.append(f"{g.variant}: step {eager.step_ms:.2f} -> {g.step_ms:.2f} ms ({eager.step_ms / g.step_ms:.1f}x)")
+    if len(points) == 1:
+        notes.append(f"no portioning station here ({device}: CUDA graphs need a GPU, and the native step could "
+                     f"not be built: {engine.native.problem if engine.native else 'not this model'})")  # fmt: skip
     machine = watch.finish()
     notes += overhead_findings(points, machine)
     return OverheadResult(settings=settings, device=device, points=points, sample=sample, notes=notes,
                           machine=machine)  # fmt: skip
 
 
+def lesson_variants(engine, on_gpu: bool) -> list[tuple[str, dict]]:
+    """The step as the chores-per-ladle baseline, then with the portioning station: on a GPU the
+    same step replayed as CUDA graphs; on a CPU the native step, all layers in one C call
+    (engine/native.py), against the model's forward run one torch op at a time."""
+    if on_gpu:
+        return [("eager", {}), ("CUDA graphs", {"cuda_graph": True})]
+    if engine.native is not None and engine.native.ready:
+        return [("op by op", {"native": False}), ("native step", {"native": True})]
+    return [("op by op", {})]
+
+
 def overhead_findings(points: list[OverheadPoint], machine: Machine) -> list[str]:
     """What the repeats allow to be said: which part is larger, and whether CUDA graphs helped."""
     eager, out = points[0], []
     if eager.share.low > 0.5:
-        out.append(f"the math is most of the eager step ({eager.share.low:.0%} to {eager.share.high:.0%} "
+        out.append(f"the math is most of the {eager.variant} step ({eager.share.low:.0%} to {eager.share.high:.0%} "
                    "over the repeats)")  # fmt: skip
     elif eager.share.high < 0.5:
-        out.append(f"the overhead is most of the eager step: the math is {eager.share.low:.0%} to "
+        out.append(f"the overhead is most of the {eager.variant} step: the math is {eager.share.low:.0%} to "
                    f"{eager.share.high:.0%} of it over the repeats")  # fmt: skip
     else:
         out.append(machine.too_noisy("whether math or overhead is the larger part of the step"))
     for g in points[1:]:
         if clearly_apart(eager.step, g.step):
             word = "faster" if g.step.median < eager.step.median else "slower"
-            out.append(f"{g.variant}: the step is {word} than eager by more than the repeats vary")
+            out.append(f"{g.variant}: the step is {word} than {eager.variant} by more than the repeats vary")
         else:
             out.append(machine.too_noisy(f"whether {g.variant} change the step"))
     return out
@@ -289,7 +300,9 @@ EXPERIMENT = Experiment(
     "station does the chores once, ahead of time.",
     engineering="A decode step = one forward pass + sampling + bookkeeping. We split its wall time into the "
     "math (summed self time of the aten ops, from torch.profiler), glue inside the forward pass (Python, "
-    "modules, allocation, dispatch) and work outside it. On a GPU we also replay the step as a CUDA graph.",
+    "modules, allocation, dispatch) and work outside it, first with the model's forward run one torch op at a "
+    "time. Then the portioning station: on a CPU the engine's native step, every layer in one C call (its "
+    "time is the math); on a GPU the step replayed as a CUDA graph.",
     predict=Prediction(
         question="What % of a decode step is the model's math?",
         unit="%",

@@ -5,6 +5,7 @@
   python -m bench peers ...        our engine beside llama.cpp (bench/peers.py)
   python -m bench wait-policy ...  OpenMP's wait policies: our decode and a neighbour's share (bench/wait_policy.py)
   python -m bench step-profile ... one serving decode step's parts, in µs (bench/step_profile.py)
+  python -m bench native-sweep ... the native decode step against op by op, by batch (bench/native_sweep.py)
   python -m bench serve-bench ...  the Poisson load over the scheduler (bench/serve_bench.py)
 """
 
@@ -73,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         argv = argv[1:]
     if argv[:1] == ["peers"]:
         return peers.main(argv[1:])
+    if argv[:1] == ["native-sweep"]:  # its own process, like step-profile
+        return subprocess.run([sys.executable, "-m", "bench.native_sweep", *argv[1:]]).returncode
     if argv[:1] == ["step-profile"]:  # its own process: the engine's OpenMP defaults need engine before torch
         return subprocess.run([sys.executable, "-m", "bench.step_profile", *argv[1:]]).returncode
     if argv[:1] == ["wait-policy"]:

@@ -54,10 +54,28 @@ static inline v16 ld8(const int8_t *p) { /* 16 int8 -> 16 float32: sign-extend, 
 #endif
 }
 static inline v16 splat(float f) { return (v16){f, f, f, f, f, f, f, f, f, f, f, f, f, f, f, f}; }
-static inline float hsum(v16 v) {
-    float s = 0.0f;
-    for (int i = 0; i < 16; i++) s += v[i];
-    return s;
+static inline float hsum(v16 v) { /* a pairwise tree: four vector adds, not fifteen scalar ones */
+    typedef float v8 __attribute__((vector_size(32)));
+    typedef float v4 __attribute__((vector_size(16)));
+    const v8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    const v4 c = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+    return (c[0] + c[2]) + (c[1] + c[3]);
+}
+
+/* expf on 16 lanes for x <= 0 (softmax's exponents): x = n ln2 + r with |r| <= ln2 / 2, e^r from
+ * Cephes' degree-6 polynomial, 2^n put in the exponent bits. Within 2 ulp of expf; 0 below -87. */
+typedef int32_t v16i __attribute__((vector_size(64)));
+static inline v16 exp16(v16 x) {
+    const v16i low = x < splat(-87.0f); /* all ones where x is below the range */
+    x = (v16)(((v16i)x & ~low) | ((v16i)splat(-87.0f) & low));
+    const v16 n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x / ln2) */
+    const v16 r = (x - n * 0.693359375f) + n * 2.12194440e-4f;            /* ln2 in two parts */
+    v16 p = splat(1.9875691500e-4f);
+    p = p * r + 1.3981999507e-3f, p = p * r + 8.3334519073e-3f, p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f, p = p * r + 5.0000001201e-1f;
+    const v16 e = p * r * r + r + 1.0f;
+    const v16i bits = (__builtin_convertvector(n, v16i) + 127) << 23;
+    return e * (v16)bits;
 }
 
 /* Software prefetch into L2, PREFETCH_ROWS weight rows ahead of the rows being read. One core
@@ -362,14 +380,23 @@ static void attend(const float *q, const float *keys, const float *values, int n
             sg[s] = dot * scale;
             mx = sg[s] > mx ? sg[s] : mx;
         }
-        float total = 0.0f;
-        for (int s = 0; s < n; s++) total += (sg[s] = expf(sg[s] - mx));
+        v16 sum = splat(0.0f);
+        int s = 0;
+        for (; s + 16 <= n; s += 16) {
+            const v16 e = exp16(ld(sg + s) - mx);
+            st(sg + s, e), sum += e;
+        }
+        float total = hsum(sum);
+        for (; s < n; s++) total += (sg[s] = expf(sg[s] - mx));
         const float inv = 1.0f / total;
         float *og = out + (size_t)g * D;
         memset(og, 0, sizeof(float) * D);
-        for (int s = 0; s < n; s++) {
+        for (s = 0; s < n; s++) {
             const float p = sg[s] * inv, *vs = values + (size_t)s * D;
-            for (int i = 0; i < D; i++) og[i] += p * vs[i];
+            if ((D & 15) == 0)
+                for (int i = 0; i < D; i += 16) st(og + i, ld(og + i) + p * ld(vs + i));
+            else
+                for (int i = 0; i < D; i++) og[i] += p * vs[i];
         }
     }
 }

@@ -139,7 +139,8 @@ def test_two_orders_at_once_share_the_batch_and_equal_their_answers_alone(served
     url, _ = served
     mains = ["ROMEO:\nO she doth", "JULIET:\n"]
     guests = [[5, 17, 300, 41], "KING:\nWhat news", "QUEEN:"]
-    expected = {"a": ref.generate(mains, max_new_tokens=60).tokens, "b": ref.generate(guests, max_new_tokens=8).tokens}
+    # the first order is long enough that the second arrives while it cooks (a native step is ~1 ms)
+    expected = {"a": ref.generate(mains, max_new_tokens=400).tokens, "b": ref.generate(guests, max_new_tokens=8).tokens}
     results, errors = {}, []
     second = threading.Thread(target=lambda: run("b", guests, 8))
 
@@ -155,7 +156,7 @@ def test_two_orders_at_once_share_the_batch_and_equal_their_answers_alone(served
         if isinstance(ev, StepEnd) and not second.is_alive() and second.ident is None:
             second.start()
 
-    first = threading.Thread(target=run, args=("a", mains, 60, start_second))
+    first = threading.Thread(target=run, args=("a", mains, 400, start_second))
     first.start()
     first.join(120)
     second.join(120)

@@ -121,11 +121,14 @@ def test_metric_definitions_agree_with_the_engine(chef_one_thread):
 def test_overhead_parts_add_up_to_the_step(chef_one_thread):
     r = run_overhead(chef_one_thread, OverheadSettings(prompt_len=16, new_tokens=8, repeats=1))
     travels(r)
-    (eager,) = r.points  # no GPU here: no CUDA-graph variant
-    assert eager.variant == "eager"
-    assert 0 < eager.math_ms <= eager.forward_ms <= eager.step_ms
-    assert eager.math_ms + eager.glue_ms + eager.outside_ms == pytest.approx(eager.step_ms)
-    assert any("CUDA graphs need a GPU" in n for n in r.notes)
+    eager, station = r.points  # on a CPU: the forward op by op, then the portioning station (the native step)
+    assert (eager.variant, station.variant) == ("op by op", "native step")
+    for p in r.points:
+        assert 0 < p.math_ms <= p.forward_ms <= p.step_ms
+        assert p.math_ms + p.glue_ms + p.outside_ms == pytest.approx(p.step_ms)
+    # one C call holds the whole layer math: a larger share of a shorter step
+    assert station.math_share > eager.math_share and station.step_ms < eager.step_ms
+    assert any(n.startswith("native step: step ") for n in r.notes)
     assert eager.step.n == eager.share.n == 3  # repeats=1 asked, three measured: a median needs three
     assert eager.step.low <= eager.step.median <= eager.step.high
     assert eager.share.low <= eager.share.median <= eager.share.high

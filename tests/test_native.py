@@ -160,3 +160,16 @@ def test_the_build_is_cached_per_machine(tiny_llama, tmp_path):
     again = _in_child(CHILD.format(path=str(tiny_llama.path)),
                       {"TWO_POT_NATIVE_CACHE": str(tmp_path), "CC": "/nonexistent/cc", "PATH": "/nonexistent"})  # fmt: skip
     assert again.splitlines() == out.splitlines()
+
+
+def test_the_native_sweep_times_both_paths_on_a_real_engine(tiny_llama, capsys):
+    from bench.native_sweep import main, sweep
+
+    report = sweep(str(tiny_llama.path), None, [1, 3], prompt=4, new=5, rounds=1)
+    assert [r["batch"] for r in report["rows"]] == [1, 3]
+    for r in report["rows"]:
+        assert r["native_step_ms"] > 0 and r["op_by_op_step_ms"] > 0
+        assert r["ratio"] == r["op_by_op_step_ms"] / r["native_step_ms"]
+    capsys.readouterr()
+    assert main(["--model", str(tiny_llama.path), "--batches", "0,2"]) == 2
+    assert capsys.readouterr().err.strip().startswith("error: batches, --prompt")

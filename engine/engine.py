@@ -53,6 +53,7 @@ from engine.serving_core import (
     ServingLimits,
     ServingState,
     budget_limits,
+    describe_decode_step,
     make_decode_step,
     order_limits,
 )
@@ -79,6 +80,7 @@ class Engine:
         self._serving: Serving | None = None  # built at the first submit: generate() never pays for it
         # One decode step for the serving core and every order's engine (engine/native.py, engine/compiled.py)
         self.decode_step = decode_step if decode_step is not None else make_decode_step(model, self.serving_config)
+        self.info = replace(info, decode_step=describe_decode_step(self.decode_step))
         self._next_id, self._steps = 0, 0
         self._itemsize = model.dtype.itemsize  # read once: every step's record needs it
         self._t0 = time.perf_counter()

@@ -254,6 +254,7 @@ class ModelInfo:
     dtype: str
     has_tokenizer: bool = True
     quant: str | None = None  # "int8": matmul weights stored as int8 (engine/quant.py); None: in `dtype`
+    decode_step: str = ""  # how pure-decode steps run, in words (engine/serving_core.py `describe_decode_step`)
 
     @property
     def precision(self) -> str:

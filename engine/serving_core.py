@@ -58,6 +58,16 @@ def make_decode_step(model: Transformer, cfg: ServingConfig) -> DecodeStep | Non
     return None
 
 
+def describe_decode_step(step: DecodeStep | None) -> str:
+    """How pure-decode steps run, for the page's engineer's details: "native (one C call a step)",
+    "compiled (torch.compile)", or "op by op" with the reason the native step is not running."""
+    if isinstance(step, CompiledDecode):
+        return "compiled (torch.compile)" if step.failure is None else f"op by op ({step.failure})"
+    if isinstance(step, NativeDecode):
+        return "native (one C call a step)" if step.ready else f"op by op ({step.problem})"
+    return "op by op (the model's forward)"
+
+
 @dataclass(frozen=True)
 class ServingLimits:
     """What the serving path was sized to, from the memory budget (see `Engine.serving_limits`)."""

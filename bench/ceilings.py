@@ -79,11 +79,10 @@ def native_chain(model: Transformer, rows: int):
     """A function that runs the native decode step's own float32 products (engine/native_step.c) over
     every weight and the LM head with x of `rows` rows; None where they are not built or the
     weights are not float32 on CPU (int8 products already run natively through `matmul`)."""
-    weights = layer_weights(model) + [model.lm_head_t]
-    if isinstance(native_build.library(), str) or model.dtype != torch.float32 or model.device.type != "cpu" \
+    weights, lib = layer_weights(model) + [model.lm_head_t], native_build.library()
+    if isinstance(lib, str) or model.dtype != torch.float32 or model.device.type != "cpu" \
             or any(isinstance(w, Int8Weight) for w in weights):  # fmt: skip
         return None
-    lib = native_build.library()
     x = torch.randn(rows, max(w.shape[0] for w in weights))  # (rows, widest in)
     xs = {w.shape[0]: x[:, : w.shape[0]].contiguous() for w in weights}  # (rows, in) per input width
     y = torch.empty(rows * max(w.shape[1] for w in weights))

@@ -162,14 +162,12 @@ def int8_matmul(
     float32 instead, unrounded.
     """
     out_dtype = result_dtype(kernel_scale)
-    if rowsum is not None:  # the engine's own W8A8 (engine/native_step.c), the native decode step's arithmetic
-        if x.shape[0] <= W8A8_MAX_ROWS:
+    if rowsum is not None or packed is not None:  # a W8A8 kernel: the engine's own (native_step.c) or fbgemm's
+        if x.shape[0] > W8A8_MAX_ROWS:
+            return (x.to(torch.bfloat16) @ q.t().to(torch.bfloat16)).float()  # (M, out); widening is exact
+        if rowsum is not None:  # the native decode step's arithmetic
             return native_build.int8_unscaled(x, q, rowsum)  # (M, out) float32
-        return (x.to(torch.bfloat16) @ q.t().to(torch.bfloat16)).float()  # (M, out); widening is exact
-    if packed is not None:
-        if x.shape[0] <= W8A8_MAX_ROWS:
-            return _w8a8_unscaled(x, q, packed, col_offsets, zero_bias)  # (M, out) float32
-        return (x.to(torch.bfloat16) @ q.t().to(torch.bfloat16)).float()  # (M, out); widening is exact
+        return _w8a8_unscaled(x, q, packed, col_offsets, zero_bias)  # (M, out) float32
     if use_kernel and x.shape[0] <= KERNEL_MAX_ROWS:
         if x.device.type != "cpu":  # CUDA: float32 activations and scales
             xk = x.to(kernel_scale.dtype).contiguous()  # (M, in)

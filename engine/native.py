@@ -101,9 +101,9 @@ class NativeDecode:
         if isinstance(lib, str):
             self.problem, lib = lib, None
         self.lib = lib
-        self._keep: list[torch.Tensor] = []  # tensors made here that the struct points into
         self._seats: weakref.WeakKeyDictionary[SeatPool, tuple] = weakref.WeakKeyDictionary()
         self.struct = self._describe(model) if lib is not None else None
+        self._struct_ref = ctypes.byref(self.struct) if lib is not None else None  # made once, passed every step
 
     def _linear(self, w, bias) -> _Linear:
         if isinstance(w, Int8Weight):
@@ -119,7 +119,7 @@ class NativeDecode:
             layers[i] = _Layer(_ptr(b.attn_norm.weight), _ptr(b.attn_norm.bias), _ptr(b.mlp_norm.weight),
                                _ptr(b.mlp_norm.bias), self._linear(a.wqkv_t, a.bqkv), self._linear(a.wo_t, a.bo),
                                self._linear(m.w_up_t, m.b_up), self._linear(m.w_down_t, m.b_down))  # fmt: skip
-        self._layers = layers
+        self._layers = layers  # the struct points into this array: it lives as long as the step
         int8 = isinstance(model.lm_head_t, Int8Weight)
         rope = cfg.positions == "rope"
         return _Model(
@@ -142,7 +142,7 @@ class NativeDecode:
             L = len(pool.k_layer)
             ks = (ctypes.c_void_p * L)(*[_ptr(t) for t in pool.k_layer])
             vs = (ctypes.c_void_p * L)(*[_ptr(t) for t in pool.v_layer])
-            scratch = torch.empty(self.lib.twopot_scratch_floats(ctypes.byref(self.struct), pool.seats, pool.seat_len))
+            scratch = torch.empty(self.lib.twopot_scratch_floats(self._struct_ref, pool.seats, pool.seat_len))
             bound = self._seats[pool] = (ks, vs, scratch)
         return bound
 
@@ -153,7 +153,7 @@ class NativeDecode:
             ks, vs, scratch = self._bind(pool)
             logits = torch.empty(B, self.model.cfg.vocab_size)  # (B, V)
             tok, pos = tokens.contiguous(), positions.contiguous()
-            args = (ctypes.byref(self.struct), B, tok.data_ptr(), pos.data_ptr(), ks, vs, pool.seat_len,
+            args = (self._struct_ref, B, tok.data_ptr(), pos.data_ptr(), ks, vs, pool.seat_len,
                     logits.data_ptr(), scratch.data_ptr())  # fmt: skip
             if torch.autograd.profiler._is_profiler_enabled:  # the lesson's profiler sees the call as one op
                 with torch.profiler.record_function(NATIVE_LABEL):

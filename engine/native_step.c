@@ -23,8 +23,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#if defined(__SSE__)
-#include <immintrin.h>
+#if defined(__AVX512VNNI__)
+#include <immintrin.h> /* the int8 products' VNNI dot */
 #endif
 
 #ifndef NPANEL
@@ -33,26 +33,8 @@
 
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
-typedef int8_t v16b __attribute__((vector_size(16)));
-typedef int8_t v16bu __attribute__((vector_size(16), aligned(1), may_alias));
-
 static inline v16 ld(const float *p) { return *(const v16u *)p; }
 static inline void st(float *p, v16 v) { *(v16u *)p = v; }
-static inline v16 ld8(const int8_t *p) { /* 16 int8 -> 16 float32: sign-extend, then convert */
-#if defined(__AVX512F__)
-    return (v16)_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
-#elif defined(__AVX2__)
-    const __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
-    const __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8))));
-    v16 v;
-    memcpy(&v, &lo, 32), memcpy((char *)&v + 32, &hi, 32);
-    return v;
-#else
-    v16 v;
-    for (int i = 0; i < 16; i++) v[i] = p[i];
-    return v;
-#endif
-}
 static inline v16 splat(float f) { return (v16){f, f, f, f, f, f, f, f, f, f, f, f, f, f, f, f}; }
 static inline float hsum(v16 v) { /* a pairwise tree: four vector adds, not fifteen scalar ones */
     typedef float v8 __attribute__((vector_size(32)));
@@ -79,8 +61,8 @@ static inline v16 exp16(v16 x) {
 }
 
 /* Software prefetch into L2, PREFETCH_ROWS weight rows ahead of the rows being read. One core
- * keeps only so many cache misses in flight; asking early keeps the memory bus busy. Measured on
- * the 135M shape's weights (one core, AMD EPYC): 16 GB/s without, 23 GB/s with. */
+ * keeps only so many cache misses in flight; asking early keeps the memory bus busy
+ * (docs/benchmarks/native-cpu.md has what it gains). */
 #ifndef PREFETCH_ROWS
 #define PREFETCH_ROWS 8
 #endif

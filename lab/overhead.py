@@ -103,7 +103,8 @@ def op_self_seconds(prof, on_gpu: bool) -> float:
 
     CPU: the summed self time of aten ops (time inside op code, children excluded, so nothing is
     counted twice), and of the native decode step's one C call (engine/native.py labels it
-    `NATIVE_LABEL` while a profiler runs): the whole layer math is inside that call. GPU: the summed duration of the device's kernels, however they were launched;
+    `NATIVE_LABEL` while a profiler runs): the whole layer math is inside that call.
+    GPU: the summed duration of the device's kernels, however they were launched;
     with CUDA graphs the replayed kernels belong to no aten op, so op-attributed device time would
     read ~0.
     """

@@ -253,7 +253,7 @@ def overhead_figure(result, guess: float | None = None) -> go.Figure:
     df = result.to_frame()
     fig = go.Figure()
     parts = (
-        ("math_ms", "model math (op self time)", POT),
+        ("math_ms", "model math (op self time; the native step: its one C call)", POT),
         ("glue_ms", "glue inside forward", "#f0a202"),
         ("outside_ms", "outside forward (sampling, bookkeeping)", GREY),
     )

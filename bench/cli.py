@@ -5,7 +5,7 @@
   python -m bench peers ...        our engine beside llama.cpp (bench/peers.py)
   python -m bench wait-policy ...  OpenMP's wait policies: our decode and a neighbour's share (bench/wait_policy.py)
   python -m bench step-profile ... one serving decode step's parts, in µs (bench/step_profile.py)
-  python -m bench native-sweep ... the native decode step against op by op, by batch (bench/native_sweep.py)
+  python -m bench native-sweep ... the native step against op by op, by batch (bench/native_sweep.py)
   python -m bench serve-bench ...  the Poisson load over the scheduler (bench/serve_bench.py)
 """
 

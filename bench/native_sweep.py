@@ -1,8 +1,8 @@
-"""`python -m bench native-sweep`: the native decode step against the model's forward op by op, by batch.
+"""`python -m bench native-sweep`: the native step against the model's forward op by op, by batch.
 
-Why: engine/native.py runs pure-decode steps of up to NATIVE_MAX_BATCH rows natively. Whether that
-bound is right is a measurement: at batch 1 the step is bandwidth and overhead, at large batches
-it is arithmetic, where torch's GEMM (MKL) may win over the native step's products.
+Why: engine/native.py runs every pass natively, NATIVE_GROUP rows at a time. Whether that is right
+at every batch is a measurement: at batch 1 the step is bandwidth and overhead, at large batches
+it is arithmetic, where torch's GEMM (MKL) would win if the native step's products were slower.
 
 For each batch B, one order of B prompts (`--prompt` tokens each) and `--new` tokens is cooked
 through `generate()` natively and op by op (`native=False`), alternating, `--rounds` times after a

@@ -33,7 +33,7 @@ class TimingSpec:
     folder: str  # the HF folder (the same weights llama.cpp's GGUF came from)
     quant: str | None = None  # None or "int8"
     compile: bool = False
-    native: bool = True  # the native decode step (engine/native.py), the engine's CPU default
+    native: bool = True  # the native step (engine/native.py), the engine's CPU default
     threads: int = 1
     decode_prompt: list[int] | None = None  # batch-1 decode: these ids, then `decode_new` tokens
     decode_new: int = 128

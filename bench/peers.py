@@ -66,7 +66,7 @@ class Ours:
     name: str
     quant: str | None = None
     compile: bool = False
-    native: bool = True  # the native decode step (engine/native.py); False: the model's forward, op by op
+    native: bool = True  # the native step (engine/native.py); False: the model's forward, op by op
     env: tuple[tuple[str, str], ...] | None = None
     threads: int | None = None  # None: the run's --threads
 

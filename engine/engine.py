@@ -38,7 +38,7 @@ from engine.limits import Limits, RequestSettings, available_memory, check_reque
 from engine.loader import ModelInfo, load_model
 from engine.logprobs import row_extras, token_logprobs
 from engine.model import Transformer
-from engine.native import NativeDecode
+from engine.native import NativeStep
 from engine.quant import parse_quant
 from engine.request_group import ORDER_SETTINGS, RequestGroup
 from engine.results import GenerationResult, RequestOutput, request_metrics
@@ -97,8 +97,8 @@ class Engine:
         a C++ compiler (or if compiling fails) they run eagerly, with a one-line warning. Steps of more
         than `compile_max_batch` rows run eagerly too: there the compiled step is slower (measured).
         `batch_invariant=True`: a request's tokens do not depend on its neighbours (engine/invariance.py).
-        `native=True` (the default): on CPU, pure-decode steps run in one C call (engine/native.py) where a
-        C compiler builds it; `native=False` runs them through the model's forward, one op at a time.
+        `native=True` (the default): on CPU, every pass (prompts and decode steps) runs in one C call
+        (engine/native.py) where a C compiler builds it; `native=False` runs the model's forward op by op.
         """
         serving = ServingConfig(policy, token_budget, max_seqs, max_seq_len, kv_tokens, prefix_cache=prefix_cache,
                                 compile=compile, compile_max_batch=compile_max_batch, batch_invariant=batch_invariant,
@@ -116,8 +116,8 @@ class Engine:
         return self.decode_step if isinstance(self.decode_step, CompiledDecode) else None
 
     @property
-    def native(self) -> NativeDecode | None:  # the native decode step, the CPU default; `problem` says why not
-        return self.decode_step if isinstance(self.decode_step, NativeDecode) else None
+    def native(self) -> NativeStep | None:  # the native step, the CPU default; `problem` says why not
+        return self.decode_step if isinstance(self.decode_step, NativeStep) else None
 
     @property
     def clock_start(self) -> float:
@@ -181,7 +181,7 @@ class Engine:
                          max_seq_len=None, kv_tokens=0, prefix_cache=False)  # fmt: skip
         limits = order_limits(self.model, lengths, req.max_new_tokens, seats)
         # native=False: this order decodes op by op (the portioning station, lab/overhead.py)
-        step = None if not req.native and isinstance(self.decode_step, NativeDecode) else self.decode_step
+        step = None if not req.native and isinstance(self.decode_step, NativeStep) else self.decode_step
         kitchen = Engine(self.model, self.codec, self.info, self.limits(max(lengths), req.max_new_tokens).kv_budget_bytes,
                          replace(config, native=False), step)  # fmt: skip
         kitchen._serving = Serving(self.model, config, limits, step, req.cuda_graph)

@@ -165,7 +165,7 @@ def int8_matmul(
     if rowsum is not None or packed is not None:  # a W8A8 kernel: the engine's own (native_step.c) or fbgemm's
         if x.shape[0] > W8A8_MAX_ROWS:
             return (x.to(torch.bfloat16) @ q.t().to(torch.bfloat16)).float()  # (M, out); widening is exact
-        if rowsum is not None:  # the native decode step's arithmetic
+        if rowsum is not None:  # the native step's arithmetic
             return native_build.int8_unscaled(x, q, rowsum)  # (M, out) float32
         return _w8a8_unscaled(x, q, packed, col_offsets, zero_bias)  # (M, out) float32
     if use_kernel and x.shape[0] <= KERNEL_MAX_ROWS:

@@ -1,4 +1,4 @@
-"""Builds and loads engine/native_step.c, the engine's own CPU kernels: the native decode step
+"""Builds and loads engine/native_step.c, the engine's own CPU kernels: the native step
 (engine/native.py) and the int8 product every few-row int8 pass runs (engine/int8_op.py).
 
 The first process that wants them compiles native_step.c with the machine's C compiler (`$CC`,
@@ -56,7 +56,7 @@ def library() -> ctypes.CDLL | str:
     if not path.exists():
         cc = compiler()
         if cc is None:
-            return "the native decode step needs a C compiler (cc, gcc or clang on PATH, or set CC); none found"
+            return "the native step needs a C compiler (cc, gcc or clang on PATH, or set CC); none found"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
@@ -66,15 +66,14 @@ def library() -> ctypes.CDLL | str:
             if done.returncode != 0:
                 os.unlink(tmp)
                 first = next((ln for ln in done.stderr.splitlines() if "error" in ln), done.stderr.strip()[:200])
-                return f"building the native decode step failed ({cc}): {first}"
+                return f"building the native step failed ({cc}): {first}"
             os.replace(tmp, path)  # atomic: a process beside this one sees the whole file or none
         except (OSError, subprocess.SubprocessError) as err:
-            return f"building the native decode step failed: {type(err).__name__}: {err}"
+            return f"building the native step failed: {type(err).__name__}: {err}"
     lib = ctypes.CDLL(str(path))
-    lib.twopot_decode_step.restype = ctypes.c_int
     P, i32 = ctypes.c_void_p, ctypes.c_int
-    lib.twopot_decode_step.restype = i32
-    lib.twopot_decode_step.argtypes = [P, i32, P, P, P, P, i32, P, P]
+    lib.twopot_step.restype = i32
+    lib.twopot_step.argtypes = [P, i32, P, P, P, i32, P, P, i32, i32, P, P, P, i32]
     lib.twopot_scratch_floats.restype = ctypes.c_long
     lib.twopot_scratch_floats.argtypes = [P, i32, i32]
     lib.twopot_gemm_f32.restype = lib.twopot_gemm_int8.restype = None
@@ -91,7 +90,7 @@ def ready() -> bool:
 def int8_unscaled(x: torch.Tensor, q: torch.Tensor, rowsum: torch.Tensor) -> torch.Tensor:
     """x (M, K) float32 -> x @ q^T (M, N) float32, W8A8: each row of x rounded to 8 bits over its own
     range, int8 x int8 products summed exactly (native_step.c `gemm_int8`); q's scales not applied.
-    q (N, K) int8 and rowsum (N,) int32 = q.sum(1), both contiguous. The native decode step runs
+    q (N, K) int8 and rowsum (N,) int32 = q.sum(1), both contiguous. The native step runs
     the same function on its rows, so a row gets the same numbers in every pass."""
     lib = library()
     x = x.float().contiguous()

@@ -1,12 +1,13 @@
-/* The soup pot in one call: a whole pure-decode step of our Transformer, in C.
+/* The model's pass in one call, in C: decode steps (the soup pot) and prompts (the wok).
  *
  * Why: a batch-1 decode step of a small model is ~150 small operations between a few weight
  * streams. Run one torch op at a time, each pays Python and dispatch (a few microseconds), which
- * on the chef is most of the step; and torch's fp32 GEMV streams the weights at well under what one
- * core can read. Here the step is one call: every layer's norm, projections, RoPE, K/V write,
- * attention and MLP, then the LM head, over buffers made once. engine/native.py builds this file
- * with the machine's C compiler (-O3 -march=native), loads it with ctypes and hands it pointers
- * to the model's own weights and KV seats; nothing is copied.
+ * on the chef is most of the step; torch's fp32 GEMV streams the weights at well under what one
+ * core can read, and its GEMM at many rows reaches about 70% of a kernel shaped for these
+ * matrices. Here a pass is one call: every layer's norm, projections, RoPE, K/V write, attention
+ * and MLP, then the LM head for the rows that sample, over buffers made once. engine/native.py
+ * builds this file with the machine's C compiler (-O3 -march=native), loads it with ctypes and
+ * hands it pointers to the model's own weights and KV seats; nothing is copied.
  *
  * The math is the model's (engine/model.py, engine/attention.py, engine/layers.py), row for row:
  * tests/test_native.py holds it to the eager forward and to transformers.
@@ -14,11 +15,11 @@
  * Layouts (as the model keeps them):
  *   float32 weight    (in, out) row-major, used as y = x @ W          -> gemm_kmajor
  *   int8 weight       q (out, in) row-major, scale (out,) float32     -> gemm_int8
- *   KV seats, a layer (S, Hkv, T, D); decode row b sits in seat b and writes slot pos[b]
+ *   KV seats, a layer (S, Hkv, T, D); row b sits in seat seat[b] and writes slot pos[b]
  *   RoPE tables       cos, sin (ctx, D), sin's first half negated (rotate_half folded in)
  *
- * Every output element is summed over k in the same order whatever the batch, so a row's logits
- * are the same bits alone or beside other rows.
+ * Every output element of a product is summed over k in the same order whatever the batch, so a
+ * decode row's logits are the same bits alone or beside other rows.
  */
 #include <math.h>
 #include <stdint.h>
@@ -27,6 +28,9 @@
 #include <immintrin.h> /* the int8 products' VNNI dot */
 #endif
 
+#ifndef QTILE /* prompt rows whose attention shares one pass over the keys */
+#define QTILE 32
+#endif
 #ifndef NPANEL
 #define NPANEL 1024
 #endif
@@ -47,6 +51,7 @@ static inline float hsum(v16 v) { /* a pairwise tree: four vector adds, not fift
 /* expf on 16 lanes for x <= 0 (softmax's exponents): x = n ln2 + r with |r| <= ln2 / 2, e^r from
  * Cephes' degree-6 polynomial, 2^n put in the exponent bits. Within 2 ulp of expf; 0 below -87. */
 typedef int32_t v16i __attribute__((vector_size(64)));
+static inline v16 pick(v16i mask, v16 a, v16 b) { return (v16)(((v16i)a & mask) | ((v16i)b & ~mask)); }
 static inline v16 exp16(v16 x) {
     const v16i low = x < splat(-87.0f); /* all ones where x is below the range */
     x = (v16)(((v16i)x & ~low) | ((v16i)splat(-87.0f) & low));
@@ -156,17 +161,21 @@ static inline __attribute__((always_inline)) void kmajor_stream(int R, int K, in
     }
 }
 
-/* Many rows: a 4-row x 64-column block of y in registers while k runs; the weight panel
- * (K x 64) stays in cache for the next rows. Same per-element order as kmajor_stream. */
+/* Many rows: a 6-row x 64-column block of y in registers while k runs (24 accumulators, 4 weight
+ * vectors, 1 broadcast: 29 of AVX-512's 32 registers); the weight panel (K x 64) stays in cache for
+ * the next rows. Per k: 4 weight loads and 6 broadcasts feed 24 FMAs. Same per-element order as
+ * kmajor_stream. */
+#define BLOCK_ROWS 6
 static inline __attribute__((always_inline)) void kmajor_block(int R, int K, const float *x, int ldx,
                                                                const float *w, int ldw, float *y, int ldy) {
-    v16 acc[4][4];
+    v16 acc[BLOCK_ROWS][4];
     for (int r = 0; r < R; r++)
         for (int v = 0; v < 4; v++) acc[r][v] = splat(0.0f);
     for (int k = 0; k < K; k++) {
         const float *wk = w + (size_t)k * ldw;
         for (int i = 0; i < 64; i += 16) prefetch_l2(wk + (size_t)PREFETCH_ROWS * ldw + i);
-        const v16 w0 = ld(wk), w1 = ld(wk + 16), w2 = ld(wk + 32), w3 = ld(wk + 48);
+        v16 w0 = ld(wk), w1 = ld(wk + 16), w2 = ld(wk + 32), w3 = ld(wk + 48);
+        __asm__("" : "+v"(w0), "+v"(w1), "+v"(w2), "+v"(w3)); /* loaded once, not folded into each row's FMA */
         for (int r = 0; r < R; r++) {
             const v16 xr = splat(x[(size_t)r * ldx + k]);
             acc[r][0] += xr * w0, acc[r][1] += xr * w1, acc[r][2] += xr * w2, acc[r][3] += xr * w3;
@@ -176,30 +185,39 @@ static inline __attribute__((always_inline)) void kmajor_block(int R, int K, con
         for (int v = 0; v < 4; v++) st(y + (size_t)r * ldy + 16 * v, acc[r][v]);
 }
 
-static void gemm_kmajor(int B, int K, int N, const float *x, int ldx, const float *w, float *y, int ldy) {
+static void gemm_kmajor(int B, int K, int N, const float *x, int ldx, const float *w, int ldw, float *y, int ldy) {
     switch (B) {
-        case 1: kmajor_stream(1, K, N, x, ldx, w, N, y, ldy); return;
-        case 2: kmajor_stream(2, K, N, x, ldx, w, N, y, ldy); return;
-        case 3: kmajor_stream(3, K, N, x, ldx, w, N, y, ldy); return;
-        case 4: kmajor_stream(4, K, N, x, ldx, w, N, y, ldy); return;
+        case 1: kmajor_stream(1, K, N, x, ldx, w, ldw, y, ldy); return;
+        case 2: kmajor_stream(2, K, N, x, ldx, w, ldw, y, ldy); return;
+        case 3: kmajor_stream(3, K, N, x, ldx, w, ldw, y, ldy); return;
+        case 4: kmajor_stream(4, K, N, x, ldx, w, ldw, y, ldy); return;
     }
     const int N64 = N & ~63;
     for (int n0 = 0; n0 < N64; n0 += 64) {
-        for (int b0 = 0; b0 < B; b0 += 4) {
+        for (int b0 = 0; b0 < B; b0 += BLOCK_ROWS) {
             const float *xb = x + (size_t)b0 * ldx;
             float *yb = y + (size_t)b0 * ldy + n0;
-            switch (B - b0 < 4 ? B - b0 : 4) {
-                case 1: kmajor_block(1, K, xb, ldx, w + n0, N, yb, ldy); break;
-                case 2: kmajor_block(2, K, xb, ldx, w + n0, N, yb, ldy); break;
-                case 3: kmajor_block(3, K, xb, ldx, w + n0, N, yb, ldy); break;
-                default: kmajor_block(4, K, xb, ldx, w + n0, N, yb, ldy); break;
+            switch (B - b0 < BLOCK_ROWS ? B - b0 : BLOCK_ROWS) {
+                case 1: kmajor_block(1, K, xb, ldx, w + n0, ldw, yb, ldy); break;
+                case 2: kmajor_block(2, K, xb, ldx, w + n0, ldw, yb, ldy); break;
+                case 3: kmajor_block(3, K, xb, ldx, w + n0, ldw, yb, ldy); break;
+                case 4: kmajor_block(4, K, xb, ldx, w + n0, ldw, yb, ldy); break;
+                case 5: kmajor_block(5, K, xb, ldx, w + n0, ldw, yb, ldy); break;
+                default: kmajor_block(6, K, xb, ldx, w + n0, ldw, yb, ldy); break;
             }
         }
     }
-    if (N64 < N) { /* the last < 64 columns, a row at a time */
-        for (int b = 0; b < B; b++)
-            kmajor_stream(1, K, N - N64, x + (size_t)b * ldx, ldx, w + N64, N, y + (size_t)b * ldy + N64, ldy);
-    }
+    if (N64 < N) /* the last < 64 columns, four rows at a time */
+        for (int b0 = 0; b0 < B; b0 += 4) {
+            const float *xb = x + (size_t)b0 * ldx, *wn = w + N64;
+            float *yb = y + (size_t)b0 * ldy + N64;
+            switch (B - b0 < 4 ? B - b0 : 4) {
+                case 1: kmajor_stream(1, K, N - N64, xb, ldx, wn, ldw, yb, ldy); break;
+                case 2: kmajor_stream(2, K, N - N64, xb, ldx, wn, ldw, yb, ldy); break;
+                case 3: kmajor_stream(3, K, N - N64, xb, ldx, wn, ldw, yb, ldy); break;
+                default: kmajor_stream(4, K, N - N64, xb, ldx, wn, ldw, yb, ldy); break;
+            }
+        }
 }
 
 /* ---- int8 products, q (N, K) row-major, scale (N,), rowsum (N,) = sum_k q[n, k] ------------------
@@ -211,14 +229,30 @@ static void gemm_kmajor(int B, int K, int N, const float *x, int ldx, const floa
  * xq is stored as xu = xq + 128 (unsigned) and 128 * rowsum[n] is taken off again. Integer sums
  * are exact, so the result does not depend on the order of k, nor on the other rows. */
 static void quantize_rows(int B, int K, const float *x, uint8_t *xu, float *sx) {
+    typedef uint8_t v16b __attribute__((vector_size(16), aligned(1), may_alias));
+    const v16i absmask = (v16i)splat(-0.0f);
     for (int b = 0; b < B; b++) {
         const float *xb = x + (size_t)b * K;
+        uint8_t *ub = xu + (size_t)b * K;
+        const int kv = K & ~15;
+        v16 vmax = splat(0.0f);
+        for (int k = 0; k < kv; k += 16) {
+            const v16 a = (v16)((v16i)ld(xb + k) & ~absmask);
+            vmax = pick(a > vmax, a, vmax);
+        }
         float amax = 0.0f;
-        for (int k = 0; k < K; k++) amax = fabsf(xb[k]) > amax ? fabsf(xb[k]) : amax;
+        for (int i = 0; i < 16; i++) amax = vmax[i] > amax ? vmax[i] : amax;
+        for (int k = kv; k < K; k++) amax = fabsf(xb[k]) > amax ? fabsf(xb[k]) : amax;
         const float s = amax > 0.0f ? amax / 127.0f : 1.0f;
-        for (int k = 0; k < K; k++) {
-            long v = lrintf(xb[k] / s); /* round half to even, like torch.round */
-            xu[(size_t)b * K + k] = (uint8_t)((v > 127 ? 127 : v < -127 ? -127 : v) + 128);
+        for (int k = 0; k < kv; k += 16) { /* x / s to the nearest integer, ties to even (torch.round) */
+            v16 q = (ld(xb + k) / s + 12582912.0f) - 12582912.0f;
+            q = pick(q > splat(127.0f), splat(127.0f), q);
+            q = pick(q < splat(-127.0f), splat(-127.0f), q);
+            *(v16b *)(ub + k) = __builtin_convertvector(__builtin_convertvector(q, v16i) + 128, v16b);
+        }
+        for (int k = kv; k < K; k++) {
+            long v = lrintf(xb[k] / s);
+            ub[k] = (uint8_t)((v > 127 ? 127 : v < -127 ? -127 : v) + 128);
         }
         sx[b] = s;
     }
@@ -250,8 +284,25 @@ static inline __attribute__((always_inline)) void int8_block(int RB, int NB, int
             for (int r = 0; r < RB; r++) acc[r][b] = _mm512_dpbusd_epi32(acc[r][b], xv, wv[r]);
         }
     }
-    for (int r = 0; r < RB; r++)
-        for (int b = 0; b < NB; b++) sums[r][b] = _mm512_reduce_add_epi32(acc[r][b]);
+    if (RB == 4 && NB == 4) { /* the 16 sums at once: halve and pair vectors instead of 16 reductions */
+        __m512i u[4];
+        for (int b = 0; b < 4; b++) {
+            const __m512i a = acc[0][b], c = acc[1][b], e = acc[2][b], g = acc[3][b];
+            const __m512i ac = _mm512_add_epi32(_mm512_shuffle_i64x2(a, c, 0x44), _mm512_shuffle_i64x2(a, c, 0xEE));
+            const __m512i eg = _mm512_add_epi32(_mm512_shuffle_i64x2(e, g, 0x44), _mm512_shuffle_i64x2(e, g, 0xEE));
+            /* 128-bit lane r holds four partial sums of weight row r */
+            u[b] = _mm512_add_epi32(_mm512_shuffle_i64x2(ac, eg, 0x88), _mm512_shuffle_i64x2(ac, eg, 0xDD));
+        }
+        const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(u[0], u[1]), _mm512_unpackhi_epi32(u[0], u[1]));
+        const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(u[2], u[3]), _mm512_unpackhi_epi32(u[2], u[3]));
+        const __m512i t = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
+        int32_t out[16]; /* out[4 r + b] */
+        _mm512_storeu_si512((void *)out, t);
+        for (int r = 0; r < 4; r++)
+            for (int b = 0; b < 4; b++) sums[r][b] = out[4 * r + b];
+    } else
+        for (int r = 0; r < RB; r++)
+            for (int b = 0; b < NB; b++) sums[r][b] = _mm512_reduce_add_epi32(acc[r][b]);
 #else
     for (int r = 0; r < RB; r++)
         for (int b = 0; b < NB; b++) sums[r][b] = 0;
@@ -296,7 +347,7 @@ static void linear(const Model *m, const Linear *L, int B, int K, int N, const f
     if (m->int8)
         gemm_int8(B, K, N, x, (const int8_t *)L->w, L->scale, L->rowsum, y, N, xu, sx);
     else
-        gemm_kmajor(B, K, N, x, K, (const float *)L->w, y, N);
+        gemm_kmajor(B, K, N, x, K, (const float *)L->w, N, y, N);
     if (L->bias)
         for (int b = 0; b < B; b++)
             for (int n = 0; n < N; n++) y[(size_t)b * N + n] += L->bias[n];
@@ -331,6 +382,24 @@ static float activate(int act, float v) {
     return 0.5f * v * (1.0f + tanhf(c * (v + 0.044715f * v * v * v)));
 }
 
+/* SiLU (act 0) or tanh-GELU (act 2) on 16 lanes, both through e^-|y| (exp16's range):
+ *   sigmoid(v) = 1 / (1 + t) for v >= 0, t / (1 + t) for v < 0, with t = e^-|v|
+ *   tanh(y)    = sign(y) (1 - t) / (1 + t),                     with t = e^-2|y| */
+static inline v16 activate16(int act, v16 v) {
+    if (act == 0) {
+        const v16i neg = v < splat(0.0f);
+        const v16 a = (v16)((v16i)v & ~(v16i)splat(-0.0f)), t = exp16(-a);
+        const v16 num = (v16)(((v16i)t & neg) | ((v16i)splat(1.0f) & ~neg));
+        return v * (num / (1.0f + t));
+    }
+    const v16 y = 0.79788456080286536f * (v + 0.044715f * v * v * v); /* sqrt(2 / pi) (v + 0.044715 v^3) */
+    const v16i yneg = y < splat(0.0f);
+    const v16 a = (v16)((v16i)y & ~(v16i)splat(-0.0f)), t = exp16(-2.0f * a);
+    v16 th = (1.0f - t) / (1.0f + t);
+    th = (v16)((v16i)th ^ (yneg & (v16i)splat(-0.0f)));
+    return 0.5f * v * (1.0f + th);
+}
+
 /* Rotate each (i, i + D/2) pair of one head: x cos + swap_halves(x) sin, sin's sign folded in. */
 static void rope_head(float *h, const float *cos, const float *sin, int D) {
     const int half = D / 2;
@@ -341,13 +410,43 @@ static void rope_head(float *h, const float *cos, const float *sin, int D) {
     }
 }
 
+/* scores[0..n-1] (one query head's, scaled) -> their softmax, in place. */
+static void softmax(float *sg, int n) {
+    float mx = -INFINITY;
+    for (int s = 0; s < n; s++) mx = sg[s] > mx ? sg[s] : mx;
+    v16 sum = splat(0.0f);
+    int s = 0;
+    for (; s + 16 <= n; s += 16) {
+        const v16 e = exp16(ld(sg + s) - mx);
+        st(sg + s, e), sum += e;
+    }
+    float total = hsum(sum);
+    for (; s < n; s++) total += (sg[s] = expf(sg[s] - mx));
+    const float inv = 1.0f / total;
+    for (s = 0; s + 16 <= n; s += 16) st(sg + s, ld(sg + s) * inv);
+    for (; s < n; s++) sg[s] *= inv;
+}
+
+/* softmax(scores[0..n-1]) @ values (n, D) -> out (D). */
+static void softmax_values(float *sg, const float *values, int n, int D, float *og) {
+    softmax(sg, n);
+    memset(og, 0, sizeof(float) * D);
+    for (int s = 0; s < n; s++) {
+        const float p = sg[s], *vs = values + (size_t)s * D;
+        if ((D & 15) == 0)
+            for (int i = 0; i < D; i += 16) st(og + i, ld(og + i) + p * ld(vs + i));
+        else
+            for (int i = 0; i < D; i++) og[i] += p * vs[i];
+    }
+}
+
 /* One row's attention for one KV head: G query heads against slots 0..n-1 of its seat. */
 static void attend(const float *q, const float *keys, const float *values, int n, int G, int D, float *scores,
                    float *out) {
     const float scale = 1.0f / sqrtf((float)D);
     for (int g = 0; g < G; g++) {
         const float *qg = q + (size_t)g * D;
-        float *sg = scores + (size_t)g * n, mx = -INFINITY;
+        float *sg = scores + (size_t)g * n;
         for (int s = 0; s < n; s++) {
             const float *ks = keys + (size_t)s * D;
             float dot;
@@ -360,53 +459,85 @@ static void attend(const float *q, const float *keys, const float *values, int n
                 for (int i = 0; i < D; i++) dot += qg[i] * ks[i];
             }
             sg[s] = dot * scale;
-            mx = sg[s] > mx ? sg[s] : mx;
         }
-        v16 sum = splat(0.0f);
-        int s = 0;
-        for (; s + 16 <= n; s += 16) {
-            const v16 e = exp16(ld(sg + s) - mx);
-            st(sg + s, e), sum += e;
-        }
-        float total = hsum(sum);
-        for (; s < n; s++) total += (sg[s] = expf(sg[s] - mx));
-        const float inv = 1.0f / total;
-        float *og = out + (size_t)g * D;
-        memset(og, 0, sizeof(float) * D);
-        for (s = 0; s < n; s++) {
-            const float p = sg[s] * inv, *vs = values + (size_t)s * D;
-            if ((D & 15) == 0)
-                for (int i = 0; i < D; i += 16) st(og + i, ld(og + i) + p * ld(vs + i));
-            else
-                for (int i = 0; i < D; i++) og[i] += p * vs[i];
-        }
+        softmax_values(sg, values, n, D, out + (size_t)g * D);
     }
 }
 
-/* Floats of scratch one step of B rows needs (engine/native.py allocates it). */
+/* A prompt chunk's attention for one KV head: R consecutive rows of one seat at positions
+ * p0..p0+R-1, row r's G query heads at q + r * ldq, against slots 0..p0+r. Sixteen keys at a
+ * time are transposed into kt (D, 16), so each query head's sixteen scores are D broadcast
+ * multiply-adds, with no horizontal sum; the block is shared by all R x G query heads.
+ * scores: R * G * (p0 + R) floats; kt: 16 * D floats. */
+static void attend_chunk(const float *q, int ldq, int R, int p0, const float *keys, const float *values, int G,
+                         int D, float *scores, float *kt, float *out, int ldo) {
+    const float scale = 1.0f / sqrtf((float)D);
+    const int n = p0 + R, ld_s = n; /* the last row sees every slot the chunk reaches */
+    for (int s0 = 0; s0 < n; s0 += 16) {
+        const int ns = n - s0 < 16 ? n - s0 : 16;
+        for (int i = 0; i < D; i++)
+            for (int j = 0; j < 16; j++) kt[i * 16 + j] = j < ns ? keys[(size_t)(s0 + j) * D + i] : 0.0f;
+        /* query heads j = r * G + g, four at a time (independent sums keep the FMA pipes full);
+         * rows before s0 - p0 see none of these keys */
+        const int j1 = R * G;
+        for (int j0 = (s0 - p0 > 0 ? s0 - p0 : 0) * G; j0 < j1; j0 += 4) {
+            const int nj = j1 - j0 < 4 ? j1 - j0 : 4;
+            const float *qj[4];
+            for (int t = 0; t < 4; t++) {
+                const int j = j0 + (t < nj ? t : 0);
+                qj[t] = q + (size_t)(j / G) * ldq + (size_t)(j % G) * D;
+            }
+            v16 acc[4] = {splat(0.0f), splat(0.0f), splat(0.0f), splat(0.0f)};
+            for (int i = 0; i < D; i++) {
+                const v16 k = ld(kt + i * 16);
+                for (int t = 0; t < 4; t++) acc[t] += splat(qj[t][i]) * k;
+            }
+            for (int t = 0; t < nj; t++) {
+                const v16 a = acc[t] * scale;
+                float *sg = scores + (size_t)(j0 + t) * ld_s + s0;
+                if (ns == 16)
+                    st(sg, a);
+                else
+                    for (int c = 0; c < ns; c++) sg[c] = a[c];
+            }
+        }
+    }
+    /* each row's probabilities, 0 past its own position; then P (R, n) @ V (n, D) as one product a head */
+    for (int r = 0; r < R; r++)
+        for (int g = 0; g < G; g++) {
+            float *sg = scores + ((size_t)r * G + g) * ld_s;
+            softmax(sg, p0 + r + 1);
+            memset(sg + p0 + r + 1, 0, sizeof(float) * (size_t)(R - r - 1));
+        }
+    for (int g = 0; g < G; g++)
+        gemm_kmajor(R, n, D, scores + (size_t)g * ld_s, G * ld_s, values, D, out + (size_t)g * D, ldo);
+}
+
+/* Floats of scratch a group of B rows needs (engine/native.py allocates it). */
 long twopot_scratch_floats(const Model *m, int B, int seat_len) {
     const long qkv = (long)(m->n_heads + 2 * m->n_kv_heads) * m->head_dim;
     const long up = (m->gated ? 2L : 1L) * m->ffn;
     const long G = m->n_heads / m->n_kv_heads;
     long widest = m->d > m->ffn ? m->d : m->ffn;
     widest = widest > (long)m->n_heads * m->head_dim ? widest : (long)m->n_heads * m->head_dim;
-    return B * (2L * m->d + qkv + (long)m->n_heads * m->head_dim + up + m->ffn) + G * seat_len + B + (B * widest + 3) / 4;
+    return B * (2L * m->d + qkv + (long)m->n_heads * m->head_dim + up + m->ffn) + QTILE * G * seat_len +
+           16L * m->head_dim + B + (B * widest + 3) / 4;
 }
 
-/* One decode step: rows b = 0..B-1 feed token tok[b] at position pos[b] and sit in seat b of
- * k_seats[l], v_seats[l] ((S, Hkv, T, D) per layer, T = seat_len). Writes logits (B, V).
- * Returns 0, or 1 if a position is outside its seat or the context (nothing is written then). */
-int twopot_decode_step(const Model *m, int B, const int64_t *tok, const int64_t *pos, float *const *k_seats,
-                       float *const *v_seats, int seat_len, float *logits, float *scratch) {
+/* One group of at most `cap` rows through every layer: row b feeds token tok[b] at position pos[b]
+ * of the sequence in seat seat[b]. Each row writes its K/V into slot pos[b] before it attends to
+ * slots 0..pos[b], so rows of one seat in ascending positions -- a prompt chunk -- see each other
+ * causally, exactly as if they had been fed one step at a time. Leaves the rows' hidden states in x. */
+static void layers_pass(const Model *m, int B, const int64_t *tok, const int64_t *pos, const int64_t *seat,
+                        float *const *k_seats, float *const *v_seats, int seat_len, float *scratch, int cap) {
     const int d = m->d, H = m->n_heads, Hkv = m->n_kv_heads, D = m->head_dim, G = H / Hkv, F = m->ffn;
     const int qd = H * D, kvd = Hkv * D, nqkv = qd + 2 * kvd, nup = m->gated ? 2 * F : F;
-    for (int b = 0; b < B; b++)
-        if (pos[b] < 0 || pos[b] >= seat_len || pos[b] >= m->max_context || tok[b] < 0 || tok[b] >= m->vocab)
-            return 1;
-    float *x = scratch, *h = x + (size_t)B * d, *qkv = h + (size_t)B * d, *att = qkv + (size_t)B * nqkv;
-    float *up = att + (size_t)B * qd, *act = up + (size_t)B * nup, *scores = act + (size_t)B * F;
-    float *sx = scores + (size_t)G * seat_len; /* int8: each row's activation scale */
-    uint8_t *xu = (uint8_t *)(sx + B);        /* int8: the rows rounded to 8 bits, B * max(d, qd, F) */
+    /* scratch, laid out for `cap` rows: x, h (cap, d), qkv, att, up, act, scores (G, seat_len), sx, xu */
+    float *x = scratch, *h = x + (size_t)cap * d, *qkv = h + (size_t)cap * d, *att = qkv + (size_t)cap * nqkv;
+    float *up = att + (size_t)cap * qd, *act = up + (size_t)cap * nup, *scores = act + (size_t)cap * F;
+    float *kt = scores + (size_t)QTILE * G * seat_len; /* a block of 16 keys, transposed (D, 16) */
+    float *sx = kt + (size_t)16 * D;                   /* int8: each row's activation scale */
+    uint8_t *xu = (uint8_t *)(sx + cap);               /* int8: the rows rounded to 8 bits, cap * max(d, qd, F) */
 
     for (int b = 0; b < B; b++) { /* the embedding, plus GPT-2's learned position */
         float *xb = x + (size_t)b * d;
@@ -421,22 +552,33 @@ int twopot_decode_step(const Model *m, int B, const int64_t *tok, const int64_t 
         const Layer *L = m->layers + l;
         norm(m, B, x, L->norm1_w, L->norm1_b, h);
         linear(m, &L->qkv, B, d, nqkv, h, qkv, xu, sx); /* (B, q | k | v) */
-        for (int b = 0; b < B; b++) {
+        for (int b = 0; b < B; b++) { /* RoPE, then this token's K/V into its seat, slot pos[b] */
             float *row = qkv + (size_t)b * nqkv;
-            const size_t p = (size_t)pos[b];
+            const size_t p = (size_t)pos[b], st_ = (size_t)seat[b];
             if (m->rope)
                 for (int hh = 0; hh < H + Hkv; hh++) /* q heads then k heads, side by side */
                     rope_head(row + (size_t)hh * D, m->rope_cos + p * D, m->rope_sin + p * D, D);
-            for (int kh = 0; kh < Hkv; kh++) { /* this token's K/V into seat b, slot p */
-                const size_t at = (((size_t)b * Hkv + kh) * seat_len + p) * D;
+            for (int kh = 0; kh < Hkv; kh++) {
+                const size_t at = ((st_ * Hkv + kh) * seat_len + p) * D;
                 memcpy(k_seats[l] + at, row + qd + (size_t)kh * D, sizeof(float) * D);
                 memcpy(v_seats[l] + at, row + qd + kvd + (size_t)kh * D, sizeof(float) * D);
             }
+        }
+        /* Attention. A row reads only slots up to its own position, all written by now. Rows of one
+         * seat at consecutive positions (a prompt chunk) go QTILE at a time through attend_chunk. */
+        for (int b = 0; b < B;) {
+            int R = 1;
+            while (R < QTILE && b + R < B && seat[b + R] == seat[b] && pos[b + R] == pos[b] + R) R++;
+            const size_t st_ = (size_t)seat[b];
             for (int kh = 0; kh < Hkv; kh++) {
-                const size_t seat = ((size_t)b * Hkv + kh) * seat_len * D;
-                attend(row + (size_t)kh * G * D, k_seats[l] + seat, v_seats[l] + seat, (int)p + 1, G, D, scores,
-                       att + (size_t)b * qd + (size_t)kh * G * D);
+                const size_t at = (st_ * Hkv + kh) * seat_len * D;
+                float *qh = qkv + (size_t)b * nqkv + (size_t)kh * G * D, *oh = att + (size_t)b * qd + (size_t)kh * G * D;
+                if (R == 1)
+                    attend(qh, k_seats[l] + at, v_seats[l] + at, (int)pos[b] + 1, G, D, scores, oh);
+                else
+                    attend_chunk(qh, nqkv, R, (int)pos[b], k_seats[l] + at, v_seats[l] + at, G, D, scores, kt, oh, qd);
             }
+            b += R;
         }
         linear(m, &L->out, B, qd, d, att, h, xu, sx);
         for (size_t i = 0; i < (size_t)B * d; i++) x[i] += h[i];
@@ -445,22 +587,57 @@ int twopot_decode_step(const Model *m, int B, const int64_t *tok, const int64_t 
         for (int b = 0; b < B; b++) {
             const float *ub = up + (size_t)b * nup;
             float *ab = act + (size_t)b * F;
-            if (m->gated)
-                for (int i = 0; i < F; i++) ab[i] = activate(m->act, ub[i]) * ub[F + i];
-            else
-                for (int i = 0; i < F; i++) ab[i] = activate(m->act, ub[i]);
+            int i = 0;
+            if (m->act != 1) /* SiLU and tanh-GELU sixteen at a time; erf-GELU stays scalar */
+                for (; i + 16 <= F; i += 16) st(ab + i, m->gated ? activate16(m->act, ld(ub + i)) * ld(ub + F + i)
+                                                                   : activate16(m->act, ld(ub + i)));
+            for (; i < F; i++) ab[i] = m->gated ? activate(m->act, ub[i]) * ub[F + i] : activate(m->act, ub[i]);
         }
         linear(m, &L->down, B, F, d, act, h, xu, sx);
         for (size_t i = 0; i < (size_t)B * d; i++) x[i] += h[i];
     }
-    norm(m, B, x, m->final_w, m->final_b, h);
-    linear(m, &m->lm_head, B, d, m->vocab, h, logits, xu, sx);
+}
+
+/* One pass of B rows (any mix of decode rows and prompt chunks), `cap` rows at a time: scratch holds
+ * twopot_scratch_floats(m, cap, seat_len). A group runs every layer before the next group starts,
+ * so a later group's rows find the earlier ones' K/V in the seats: a 512-token prompt at cap 64 is
+ * eight chunks of chunked prefill. Logits (n_out, V) are made only for rows out[0] < out[1] < ...
+ * (the rows that sample); out NULL: every row, logits (B, V).
+ * Returns 0, or 1 if a position, seat or token is out of range (nothing is written then). */
+int twopot_step(const Model *m, int B, const int64_t *tok, const int64_t *pos, const int64_t *seat, int seats,
+                float *const *k_seats, float *const *v_seats, int seat_len, int n_out, const int64_t *out,
+                float *logits, float *scratch, int cap) {
+    for (int b = 0; b < B; b++)
+        if (pos[b] < 0 || pos[b] >= seat_len || pos[b] >= m->max_context || tok[b] < 0 || tok[b] >= m->vocab ||
+            seat[b] < 0 || seat[b] >= seats)
+            return 1;
+    for (int i = 0; i < (out ? n_out : 0); i++)
+        if (out[i] < 0 || out[i] >= B || (i && out[i] <= out[i - 1])) return 1;
+    const int d = m->d;
+    float *x = scratch, *h = x + (size_t)cap * d;
+    int next = 0; /* the next output row's index into out */
+    for (int g0 = 0; g0 < B; g0 += cap) {
+        const int n = B - g0 < cap ? B - g0 : cap;
+        layers_pass(m, n, tok + g0, pos + g0, seat + g0, k_seats, v_seats, seat_len, scratch, cap);
+        /* the group's sampling rows, packed to the front of x, through the final norm and the LM head */
+        int r = 0;
+        if (!out)
+            r = n;
+        else
+            for (; next < n_out && out[next] < g0 + n; next++, r++)
+                if (out[next] - g0 != r) memmove(x + (size_t)r * d, x + (size_t)(out[next] - g0) * d, sizeof(float) * d);
+        if (!r) continue;
+        float *sx = h + (size_t)cap * d; /* h's rows are free again: the LM head's own scratch follows */
+        norm(m, r, x, m->final_w, m->final_b, h);
+        linear(m, &m->lm_head, r, d, m->vocab, h, logits + (size_t)(out ? next - r : g0) * m->vocab,
+               (uint8_t *)(sx + r), sx);
+    }
     return 0;
 }
 
 /* The float32 product alone, for the bench's kernel ceilings and the tests. */
 void twopot_gemm_f32(int B, int K, int N, const float *x, const float *w, float *y) {
-    gemm_kmajor(B, K, N, x, K, w, y, N);
+    gemm_kmajor(B, K, N, x, K, w, N, y, N);
 }
 
 /* The int8 product alone: the model's forward runs its few-row int8 products here too

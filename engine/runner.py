@@ -24,7 +24,7 @@ from engine.cuda_graph import DecodeGraphs
 from engine.invariance import grid_end, grid_plan
 from engine.kv_pool import SeatBatch, SeatPool, Span
 from engine.model import Transformer
-from engine.native import NativeDecode
+from engine.native import NativeStep
 from engine.scheduler import StepPlan, Work
 
 
@@ -42,13 +42,16 @@ class PassOutput:
 
 class Runner:
     def __init__(self, model: Transformer, pool: SeatPool, cuda_graphs: bool = False,
-                 compiled: CompiledDecode | NativeDecode | None = None, invariant: bool = False):  # fmt: skip
+                 compiled: CompiledDecode | NativeStep | None = None, invariant: bool = False):  # fmt: skip
         """`compiled`: run pure-decode steps through the engine's decode step: torch.compile'd
         (engine/compiled.py) or native (engine/native.py); None: the model's forward.
         `invariant`: batch-invariant mode, every query on the key grid (engine/invariance.py)."""
         self.model, self.pool, self.device = model, pool, model.device
         self.invariant = invariant
         self.compiled = compiled
+        # the native step runs every pass on CPU, prefill and mixed ones too (engine/native.py)
+        native = isinstance(compiled, NativeStep) and compiled.usable(pool) and not invariant and not cuda_graphs
+        self.native = compiled if native else None
         self.graphs = None
         if cuda_graphs:
             self.graphs = DecodeGraphs(model, pool, decode=compiled if isinstance(compiled, CompiledDecode) else None)
@@ -69,10 +72,12 @@ class Runner:
         ids = [w.seq.tokens[w.start] for w in decodes]
         pos = [w.start for w in decodes]
         rows, spans, pairs = list(range(len(decodes))), [], sum(pos) + len(pos)
+        seats = [w.seq.seat for w in decodes]
         offset = len(decodes)
         for w in chunks:
             ids += w.fed
             pos += range(w.start, w.start + w.length)
+            seats += [w.seq.seat] * w.length
             spans.append(Span(w.seq.seat, w.start, w.length, self._span_mask(w)))
             pairs += w.length * w.start + w.length * (w.length + 1) // 2
             if w.draft:  # every position is checked against the draft
@@ -90,6 +95,8 @@ class Runner:
         graphed = self.graphs is not None and not chunks and self.graphs.fits(len(decodes))
         if graphed:
             logits = self.graphs.replay([w.seq.seat for w in decodes], ids, pos)
+        elif self.native is not None:
+            logits = self.native.run(ids, pos, seats, rows, self.pool)
         else:
             logits = self._forward(decodes, spans, ids, pos, None if not chunks else rows, uniform)
         for w in plan.work:

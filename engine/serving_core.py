@@ -16,7 +16,7 @@ from engine.costs import prefill_work_bytes
 from engine.draft import Drafter
 from engine.kv_pool import SeatPool
 from engine.model import Transformer
-from engine.native import NativeDecode
+from engine.native import NativeStep
 from engine.prefix_cache import PrefixCache
 from engine.runner import Runner
 from engine.scheduler import Scheduler, SchedulerConfig
@@ -45,26 +45,26 @@ class ServingConfig:
     batch_invariant: bool = False  # strict MKL sums and attention on a fixed key grid (engine/invariance.py)
 
 
-DecodeStep = CompiledDecode | NativeDecode
+DecodeStep = CompiledDecode | NativeStep
 
 
 def make_decode_step(model: Transformer, cfg: ServingConfig) -> DecodeStep | None:
-    """What runs the runner's pure-decode steps: torch.compile when asked, else the native step on
-    CPU (unless `native=False`), else None: the model's forward, one op at a time."""
+    """What runs the runner's passes: torch.compile when asked (pure-decode steps), else the native
+    step on CPU (every pass, unless `native=False`), else None: the model's forward, one op at a time."""
     if cfg.compile:
         return CompiledDecode(model, cfg.compile_max_batch)
     if cfg.native and model.device.type == "cpu" and not cfg.batch_invariant:
-        return NativeDecode(model)
+        return NativeStep(model)
     return None
 
 
 def describe_decode_step(step: DecodeStep | None) -> str:
-    """How pure-decode steps run, for the page's engineer's details: "native (one C call a step)",
+    """How the passes run, for the page's engineer's details: "native (one C call a pass)",
     "compiled (torch.compile)", or "op by op" with the reason the native step is not running."""
     if isinstance(step, CompiledDecode):
         return "compiled (torch.compile)" if step.failure is None else f"op by op ({step.failure})"
-    if isinstance(step, NativeDecode):
-        return "native (one C call a step)" if step.ready else f"op by op ({step.problem})"
+    if isinstance(step, NativeStep):
+        return "native (one C call a pass)" if step.ready else f"op by op ({step.problem})"
     return "op by op (the model's forward)"
 
 

@@ -39,7 +39,7 @@ with st.expander("Engineer's details", icon=":material/engineering:"):
         f"- context: {info.max_context:,} tokens (prompt + reply)\n"
         f"- KV cache: {info.kv_bytes_per_token:,} bytes per token\n"
         f"- engine threads: {svc.threads or 'default'}; the engine runs {svc.where}\n"
-        f"- decode step: {info.decode_step or 'op by op'}"
+        f"- passes (prompts and decode steps): {info.decode_step or 'op by op'}"
     )
 st.caption(order_caps().summary())
 

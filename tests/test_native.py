@@ -1,4 +1,4 @@
-"""The native decode step (engine/native.py, engine/native_step.c) against the model's own forward.
+"""The native step (engine/native.py, engine/native_step.c) against the model's own forward.
 
 Every family's shape (Llama with GQA, a tied Llama, Qwen2 with q/k/v bias, StarCoder2 and OLMo with
 LayerNorms and an ungated GELU MLP, GPT-2 with learned positions) serves a busy kitchen -- prompts of
@@ -27,7 +27,7 @@ from test_compiled import (
 )
 
 from engine import Engine, EngineError
-from engine.native import NATIVE_MAX_BATCH
+from engine.native import NATIVE_GROUP
 from engine.native_build import library
 
 FAMILIES = ["tiny_llama", "tiny_llama_tied", "tiny_qwen2", "tiny_starcoder2", "tiny_olmo", "tiny_gpt2"]
@@ -45,6 +45,7 @@ def test_serving_natively_gives_the_forwards_tokens_and_logits(request, family):
     want, want_logits = serve(forward)
     assert tokens == want
     assert native.native.problem is None and native.native.steps >= 10 and native.native.eager_steps == 0
+    assert native.native.passes >= 2  # the two first prompts, then the third beside their decode rows
     assert forward.native is None and forward.decode_step is None
     assert len(logits) == len(want_logits)
     for got, ref in zip(logits, want_logits, strict=True):
@@ -75,7 +76,7 @@ def test_an_order_decodes_natively_with_transformers_greedy_tokens(tiny_llama):
 
 @pytest.mark.parametrize("family", ["tiny_llama", "tiny_gpt2"])
 def test_prefill_then_native_steps_equal_one_full_forward(request, family):
-    """Each of N native decode steps' logits == the full forward's logits at that position."""
+    """A native prompt pass, then N native decode steps: each pass's logits == the full forward's at that position."""
     eng = Engine.load(str(request.getfixturevalue(family).path), max_seqs=4)
     prompt = PROMPTS[2]
     tokens, logits = serve(eng, {0: [(prompt, 9)]})
@@ -84,7 +85,7 @@ def test_prefill_then_native_steps_equal_one_full_forward(request, family):
         full = eng.model(torch.tensor([seq[:-1]]), torch.arange(len(seq) - 1)[None])[0]  # (T, V)
     steps = torch.cat(logits)  # (9, V): the prefill's last row, then 8 decode steps
     torch.testing.assert_close(steps, full[len(prompt) - 1 :], atol=LOGITS_ATOL, rtol=0)
-    assert eng.native.steps == 8
+    assert eng.native.passes == 1 and eng.native.steps == 8
 
 
 @pytest.mark.parametrize("quant", [None, "int8"])
@@ -101,21 +102,37 @@ def test_a_rows_logits_are_the_same_bits_alone_or_in_a_batch(tiny_llama, quant):
     assert torch.equal(batch[0], alone[0]) and not torch.equal(batch[1], alone[0])
 
 
-def test_steps_above_max_batch_run_the_models_forward(tiny_llama):
+def test_passes_longer_than_a_group_run_a_group_at_a_time(tiny_llama):
+    """Groups of 2 rows: a 17-token prompt is 9 groups, a batch of 3 is 2 groups; the forward's tokens."""
     native, forward = pair(tiny_llama.path)
-    native.native.max_batch = 2
+    native.native.group = 2
     arrivals = {0: [(PROMPTS[0], 20), (PROMPTS[1], 12), (PROMPTS[2], 6)]}
-    tokens, _ = serve(native, arrivals)
+    tokens, logits = serve(native, arrivals)
+    want, want_logits = serve(forward, arrivals)
+    assert tokens == want and native.native.eager_steps == 0
+    for got, ref in zip(logits, want_logits, strict=True):
+        torch.testing.assert_close(got, ref, atol=LOGITS_ATOL, rtol=0)
+    assert NATIVE_GROUP >= 32
+
+
+def test_chunked_prompts_beside_decode_rows_give_the_forwards_tokens(tiny_llama):
+    """A token budget of 6: long prompts are cut into chunks that share passes with decode rows."""
+    kw = dict(max_seqs=4, policy="chunked", token_budget=6)
+    native = Engine.load(str(tiny_llama.path), **kw)
+    forward = Engine.load(str(tiny_llama.path), native=False, **kw)
+    arrivals = {0: [(PROMPTS[0], 10)], 2: [(PROMPTS[2], 8)], 3: [(list(range(60, 80)), 5)]}
+    tokens, logits = serve(native, arrivals)
     assert tokens == serve(forward, arrivals)[0]
-    assert native.native.eager_steps == 5 and native.native.steps == 14  # 5 at batch 3, 14 at 2 and 1
-    assert NATIVE_MAX_BATCH >= 32
+    assert native.native.passes >= 5 and native.native.eager_steps == 0
 
 
 def test_a_position_outside_the_seats_is_one_line(tiny_llama):
     eng = Engine.load(str(tiny_llama.path), max_seqs=2)
     pool = eng.serving.pool
-    with pytest.raises(EngineError, match=f"outside the seats \\(seat_len {pool.seat_len}\\)"):
+    with pytest.raises(EngineError, match=f"outside the pool \\(seat_len {pool.seat_len}, 2 seats\\)"):
         eng.native(torch.tensor([[1]]), torch.tensor([[pool.seat_len]]), None, pool)
+    with pytest.raises(EngineError, match="outside the pool"):
+        eng.native.run([1, 2], [0, 1], [0, 2], [1], pool)  # seat 2 of 2
 
 
 def test_batch_invariant_mode_and_16_bit_models_take_the_forward(tiny_llama):
@@ -142,7 +159,7 @@ print(res.tokens[0], eng.native.steps, eng.native.eager_steps)
 """
 
 
-@pytest.mark.parametrize("cc, why", [("/nonexistent/cc", "needs a C compiler"), ("false", "building the native decode step failed")])
+@pytest.mark.parametrize("cc, why", [("/nonexistent/cc", "needs a C compiler"), ("false", "building the native step failed")])
 def test_without_a_working_compiler_the_engine_says_why_and_decodes_through_the_model(tiny_llama, tmp_path, cc, why):
     """An empty build cache and no usable compiler: one line in `problem`, the forward's tokens."""
     want = Engine.load(str(tiny_llama.path), native=False).generate([[5, 6, 7]], max_new_tokens=6, stop_at_eos=False)

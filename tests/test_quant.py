@@ -274,7 +274,7 @@ def test_the_int8_op_equals_its_kernels_bit_for_bit(rows, width, dtype, fbgemm):
 @pytest.mark.parametrize("width", [64, 40, 200])  # 200: a 64-byte block and a tail
 @pytest.mark.parametrize("rows", [1, 3, W8A8_MAX_ROWS, W8A8_MAX_ROWS + 1])
 def test_the_int8_op_is_the_engines_own_w8a8_where_it_is_built(rows, width, dtype):
-    """Where engine/native_step.c is built, few-row products are its W8A8 (the native decode step's
+    """Where engine/native_step.c is built, few-row products are its W8A8 (the native step's
     arithmetic), scaled in float32: bit for bit, a row's product is the same alone or among others."""
     from engine import native_build
 

@@ -13,6 +13,9 @@ measures that gap directly, on the weights the engine loaded:
                       logits for the last position only) and the causal attention kernel the
                       engine calls (SDPA), per layer: elementwise work and the cache writes left out.
 
+On CPU the same two chains also run through the native step's own products (engine/native_step.c),
+the kernels the engine's default calls there: `native_decode_step_s` and `native_prefill_gemm_s`.
+
 Each chain is timed `repeats` times after a warm-up and the median kept. A chain streams 400+ MB of
 distinct weights for a 135M model, so the matrices come from DRAM, as in a real step (a single
 matrix timed in a loop would sit in the cache and flatter the kernel).
@@ -75,10 +78,11 @@ def matmul_chain(model: Transformer, rows: int, head_rows: int):
     return run
 
 
-def native_chain(model: Transformer, rows: int):
-    """A function that runs the native decode step's own float32 products (engine/native_step.c) over
-    every weight and the LM head with x of `rows` rows; None where they are not built or the
-    weights are not float32 on CPU (int8 products already run natively through `matmul`)."""
+def native_chain(model: Transformer, rows: int, head_rows: int | None = None):
+    """A function that runs the native step's own float32 products (engine/native_step.c) over every
+    weight with x of `rows` rows, and the LM head with `head_rows` (default `rows`); None where they
+    are not built or the weights are not float32 on CPU (int8 products already run natively through
+    `matmul`)."""
     weights, lib = layer_weights(model) + [model.lm_head_t], native_build.library()
     if isinstance(lib, str) or model.dtype != torch.float32 or model.device.type != "cpu" \
             or any(isinstance(w, Int8Weight) for w in weights):  # fmt: skip
@@ -87,9 +91,12 @@ def native_chain(model: Transformer, rows: int):
     xs = {w.shape[0]: x[:, : w.shape[0]].contiguous() for w in weights}  # (rows, in) per input width
     y = torch.empty(rows * max(w.shape[1] for w in weights))
 
+    heads = rows if head_rows is None else head_rows
+
     def run() -> None:
         for w in weights:
-            lib.twopot_gemm_f32(rows, w.shape[0], w.shape[1], xs[w.shape[0]].data_ptr(), w.data_ptr(), y.data_ptr())
+            n = heads if w is weights[-1] else rows
+            lib.twopot_gemm_f32(n, w.shape[0], w.shape[1], xs[w.shape[0]].data_ptr(), w.data_ptr(), y.data_ptr())
 
     return run
 
@@ -121,6 +128,8 @@ def measure_ceilings(model: Transformer, prefill_tokens: int, batches: tuple[int
         }  # seconds per step
         chains = {b: native_chain(model, b) for b in batches}
         native = {f"b{b}": time_chain(fn, dev, repeats) for b, fn in chains.items() if fn is not None}
+        prefill_chain = native_chain(model, prefill_batch * prefill_tokens, prefill_batch)
+        native_prefill = None if prefill_chain is None else time_chain(prefill_chain, dev, repeats)
     return {
         "method": "the model's own weights through x @ W (and SDPA for prefill), nothing else; "
         f"median of {repeats} after a warm-up",
@@ -131,4 +140,5 @@ def measure_ceilings(model: Transformer, prefill_tokens: int, batches: tuple[int
         "prefill_s": gemm + attn,
         "decode_step_s": decode,
         "native_decode_step_s": native,  # the native step's float32 products alone; {} where they do not run
+        "native_prefill_gemm_s": native_prefill,  # the same for the prefill's rows; None where they do not run
     }

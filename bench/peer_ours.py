@@ -77,6 +77,7 @@ def run(spec: TimingSpec) -> dict:
         if c["native_decode_step_s"]:
             out["ceiling_native_decode_tps"] = 1 / c["native_decode_step_s"]["b1"]
             out["ceiling_native_batch_decode_tps"] = batch / c["native_decode_step_s"][f"b{batch}"]
+            out["ceiling_native_prefill_tps"] = prefill / c["native_prefill_gemm_s"]
     if eng.native is not None:
         out["native_steps"], out["native_problem"] = eng.native.steps, eng.native.problem
     if eng.compiled is not None:

@@ -249,9 +249,9 @@ def bench_model(build: LlamaBuild, model: str, prep: dict, plan: PeerPlan, progr
     r = ratios(medians)
     # what our fp32 GEMMs alone would reach against llama.cpp: the ceiling of any fp32 configuration
     peers = {n: m for n, m in medians.items() if n.startswith("llama.cpp")}
-    # the default decodes with the native step's own products where they are built: their chain is its ceiling
+    # the default runs the native step's own products where they are built: their chain is its ceiling
     best = {k.removeprefix("ceiling_"): v for k, v in ceilings.items() if not k.startswith("ceiling_native_")}
-    for key in ("decode_tps", "batch_decode_tps"):
+    for key in ("decode_tps", "prefill_tps", "batch_decode_tps"):
         best[key] = ceilings.get(f"ceiling_native_{key}", best.get(key))
     ceiling = {"ours fp32 default": best}
     return {"plan": plan.__dict__, "folder": folder, "gguf": ggufs, "greedy_tokens_matching_hf": agreement, "greedy_of": plan.greedy_new,

@@ -34,7 +34,8 @@ def page(report: dict) -> str:
                          f"{ceil['ceiling_prefill_tps']:,.0f} | {ceil['ceiling_batch_decode_tps']:,.0f} | |")  # fmt: skip
             if "ceiling_native_decode_tps" in ceil:
                 lines.append(f"| kernel ceiling (the native step's products alone, fp32) | "
-                             f"{ceil['ceiling_native_decode_tps']:,.0f} | | "
+                             f"{ceil['ceiling_native_decode_tps']:,.0f} | "
+                             f"{ceil.get('ceiling_native_prefill_tps', 0):,.0f} | "
                              f"{ceil['ceiling_native_batch_decode_tps']:,.0f} | |")  # fmt: skip
         lines += ["", "| ratio (ours / llama.cpp) | measured | target | met | kernel ceiling |", "|---|---:|---:|---|---:|"]
         for k, v in m["ratios"].items():

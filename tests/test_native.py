@@ -190,3 +190,14 @@ def test_the_native_sweep_times_both_paths_on_a_real_engine(tiny_llama, capsys):
     capsys.readouterr()
     assert main(["--model", str(tiny_llama.path), "--batches", "0,2"]) == 2
     assert capsys.readouterr().err.strip().startswith("error: batches, --prompt")
+
+
+def test_the_kernel_ceilings_time_the_native_products_for_decode_and_prefill(tiny_llama):
+    """bench/ceilings.py: the native step's own products, decode rows and a prompt's rows (LM head one row)."""
+    from bench.ceilings import measure_ceilings
+
+    eng = Engine.load(str(tiny_llama.path))
+    c = measure_ceilings(eng.model, 24, (1, 4), repeats=2)
+    assert set(c["native_decode_step_s"]) == {"b1", "b4"} and all(v > 0 for v in c["native_decode_step_s"].values())
+    assert c["native_prefill_gemm_s"] > 0
+    assert measure_ceilings(Engine.load(str(tiny_llama.path), quant="int8").model, 8, (1,), 1)["native_prefill_gemm_s"] is None

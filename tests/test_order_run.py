@@ -112,7 +112,8 @@ def test_the_chef_cooks_the_kitchens_order_on_seats():
 
 
 def test_equal_prompts_take_one_batched_prefill_pass(tiny_qwen2, monkeypatch):
-    """The order's wok on seats is laid out (B, T) like the fixed batch's, and its K/V serve the decode."""
+    """The forward's wok on seats is laid out (B, T) like the fixed batch's, and its K/V serve the decode.
+    (The native step, the CPU default, takes any layout as rows: this is the op-by-op path's.)"""
     import engine.runner as runner
 
     layouts = []
@@ -130,7 +131,7 @@ def test_equal_prompts_take_one_batched_prefill_pass(tiny_qwen2, monkeypatch):
 
     monkeypatch.setattr(runner.Runner, "_forward", spy)
     monkeypatch.setattr(runner.Runner, "_forward_decode", spy_decode)
-    eng = Engine.load(str(tiny_qwen2.path))
+    eng = Engine.load(str(tiny_qwen2.path), native=False)
     kw = dict(max_new_tokens=8, stop_at_eos=False)
     assert eng.generate(SAME, **kw).tokens == result(fixed(eng, SAME, **kw)).tokens
     assert layouts == [True] + [False] * 7

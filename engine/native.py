@@ -40,6 +40,7 @@ from engine.native_build import library
 from engine.quant import Int8Weight
 
 NATIVE_GROUP = 64  # rows the C side runs through every layer at a time: the scratch is sized for it
+THREADS_MIN_BYTES = 64 << 20  # below this the weights stay in cache and waking threads costs more than it gains
 NATIVE_LABEL = "twopot::native_decode_step"  # what a torch profiler calls the step's one C call
 ACTS = {"silu": 0, "gelu": 1, "gelu_new": 2, "gelu_pytorch_tanh": 2}
 
@@ -85,6 +86,14 @@ def unsupported(model: Transformer) -> str | None:
     return None
 
 
+def _weight_bytes(model: Transformer) -> int:
+    """Bytes a decode step reads: every product's weight, int8 or float32 (a token's embedding is one row)."""
+    ws = [model.lm_head_t] + [w for b in model.layers for w in (b.attn.wqkv_t, b.attn.wo_t, b.mlp.w_up_t,
+                                                                           b.mlp.w_down_t)]  # fmt: skip
+    ws = [w.q if isinstance(w, Int8Weight) else w for w in ws if w is not None]
+    return sum(w.numel() * w.element_size() for w in ws)
+
+
 def _ptr(t: torch.Tensor | None) -> int | None:
     if t is None:
         return None
@@ -111,6 +120,7 @@ class NativeStep:
         self.lib = lib
         self._seats: weakref.WeakKeyDictionary[SeatPool, tuple] = weakref.WeakKeyDictionary()
         self.struct = self._describe(model) if lib is not None else None
+        self.weight_bytes = _weight_bytes(model)
         self._struct_ref = ctypes.byref(self.struct) if lib is not None else None  # made once, passed every step
 
     def _linear(self, w, bias) -> _Linear:
@@ -155,6 +165,11 @@ class NativeStep:
             bound = self._seats[pool] = (ks, vs, scratch, in_order)
         return bound
 
+    def threads(self) -> int:
+        """The engine's threads (torch.get_num_threads) share a pass's products when the weights are
+        larger than `THREADS_MIN_BYTES`; a model whose weights sit in cache runs on one."""
+        return torch.get_num_threads() if self.weight_bytes >= THREADS_MIN_BYTES else 1
+
     def usable(self, pool: SeatPool) -> bool:
         return self.problem is None and pool.dtype == torch.float32
 
@@ -162,7 +177,7 @@ class NativeStep:
               logits: torch.Tensor) -> None:  # fmt: skip
         ks, vs, scratch, in_order = self._bind(pool)
         args = (self._struct_ref, B, tok, pos, seat or in_order.data_ptr(), pool.seats, ks, vs, pool.seat_len, n_out,
-                out, logits.data_ptr(), scratch.data_ptr(), self.group)  # fmt: skip
+                out, logits.data_ptr(), scratch.data_ptr(), self.group, self.threads())  # fmt: skip
         if torch.autograd.profiler._is_profiler_enabled:  # the lesson's profiler sees the call as one op
             with torch.profiler.record_function(NATIVE_LABEL):
                 rc = self.lib.twopot_step(*args)

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 SOURCE = Path(__file__).with_name("native_step.c")
+HEADERS = (Path(__file__).with_name("native_crew.h"),)  # included by SOURCE: part of the cache key
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno")
 
 
@@ -50,7 +51,7 @@ def _cpu_flags() -> str:
 @functools.lru_cache(maxsize=1)
 def library() -> ctypes.CDLL | str:
     """The built step as a loaded library, or one line saying why there is none. Built once per process."""
-    source = SOURCE.read_bytes()
+    source = SOURCE.read_bytes() + b"".join(h.read_bytes() for h in HEADERS)
     key = hashlib.sha256(source + " ".join(FLAGS).encode() + _cpu_flags().encode()).hexdigest()[:16]
     path = cache_dir() / f"native_step-{key}.so"
     if not path.exists():
@@ -61,7 +62,7 @@ def library() -> ctypes.CDLL | str:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
             os.close(fd)
-            done = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE), "-lm"], capture_output=True, text=True,
+            done = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE), "-lm", "-lpthread"], capture_output=True, text=True,
                                   timeout=300)  # fmt: skip
             if done.returncode != 0:
                 os.unlink(tmp)
@@ -73,7 +74,7 @@ def library() -> ctypes.CDLL | str:
     lib = ctypes.CDLL(str(path))
     P, i32 = ctypes.c_void_p, ctypes.c_int
     lib.twopot_step.restype = i32
-    lib.twopot_step.argtypes = [P, i32, P, P, P, i32, P, P, i32, i32, P, P, P, i32]
+    lib.twopot_step.argtypes = [P, i32, P, P, P, i32, P, P, i32, i32, P, P, P, i32, i32]
     lib.twopot_scratch_floats.restype = ctypes.c_long
     lib.twopot_scratch_floats.argtypes = [P, i32, i32]
     lib.twopot_gemm_f32.restype = lib.twopot_gemm_int8.restype = None

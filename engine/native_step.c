@@ -166,6 +166,9 @@ static inline __attribute__((always_inline)) void kmajor_stream(int R, int K, in
  * the next rows. Per k: 4 weight loads and 6 broadcasts feed 24 FMAs. Same per-element order as
  * kmajor_stream. */
 #define BLOCK_ROWS 6
+#ifndef BLOCK_PREFETCH_ROWS /* the panel's k rows are a stride apart: ask early enough for DRAM's latency */
+#define BLOCK_PREFETCH_ROWS 32
+#endif
 static inline __attribute__((always_inline)) void kmajor_block(int R, int K, const float *x, int ldx,
                                                                const float *w, int ldw, float *y, int ldy) {
     v16 acc[BLOCK_ROWS][4];
@@ -173,7 +176,7 @@ static inline __attribute__((always_inline)) void kmajor_block(int R, int K, con
         for (int v = 0; v < 4; v++) acc[r][v] = splat(0.0f);
     for (int k = 0; k < K; k++) {
         const float *wk = w + (size_t)k * ldw;
-        for (int i = 0; i < 64; i += 16) prefetch_l2(wk + (size_t)PREFETCH_ROWS * ldw + i);
+        for (int i = 0; i < 64; i += 16) prefetch_l2(wk + (size_t)BLOCK_PREFETCH_ROWS * ldw + i);
         v16 w0 = ld(wk), w1 = ld(wk + 16), w2 = ld(wk + 32), w3 = ld(wk + 48);
         __asm__("" : "+v"(w0), "+v"(w1), "+v"(w2), "+v"(w3)); /* loaded once, not folded into each row's FMA */
         for (int r = 0; r < R; r++) {
@@ -284,9 +287,9 @@ static inline __attribute__((always_inline)) void int8_block(int RB, int NB, int
             for (int r = 0; r < RB; r++) acc[r][b] = _mm512_dpbusd_epi32(acc[r][b], xv, wv[r]);
         }
     }
-    if (RB == 4 && NB == 4) { /* the 16 sums at once: halve and pair vectors instead of 16 reductions */
-        __m512i u[4];
-        for (int b = 0; b < 4; b++) {
+    if (RB == 4) { /* up to 16 sums at once: halve and pair vectors instead of one reduction each */
+        __m512i u[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+        for (int b = 0; b < NB; b++) {
             const __m512i a = acc[0][b], c = acc[1][b], e = acc[2][b], g = acc[3][b];
             const __m512i ac = _mm512_add_epi32(_mm512_shuffle_i64x2(a, c, 0x44), _mm512_shuffle_i64x2(a, c, 0xEE));
             const __m512i eg = _mm512_add_epi32(_mm512_shuffle_i64x2(e, g, 0x44), _mm512_shuffle_i64x2(e, g, 0xEE));
@@ -299,7 +302,7 @@ static inline __attribute__((always_inline)) void int8_block(int RB, int NB, int
         int32_t out[16]; /* out[4 r + b] */
         _mm512_storeu_si512((void *)out, t);
         for (int r = 0; r < 4; r++)
-            for (int b = 0; b < 4; b++) sums[r][b] = out[4 * r + b];
+            for (int b = 0; b < NB; b++) sums[r][b] = out[4 * r + b];
     } else
         for (int r = 0; r < RB; r++)
             for (int b = 0; b < NB; b++) sums[r][b] = _mm512_reduce_add_epi32(acc[r][b]);
@@ -331,23 +334,56 @@ static inline __attribute__((always_inline)) void int8_rows(int RB, int B, int K
     }
 }
 
+/* Weight rows n0..n1-1 of y (B, N) = x @ (q * scale)^T, x already rounded (xu, sx): 4 rows at a
+ * time from n0, which callers keep a multiple of 4 so every row is summed the same way. */
+static void int8_span(int B, int K, int n0, int n1, const uint8_t *xu, const float *sx, const int8_t *q,
+                      const float *scale, const int32_t *rowsum, float *y, int ldy) {
+    int n = n0;
+    for (; n + 4 <= n1; n += 4)
+        int8_rows(4, B, K, xu, sx, q + (size_t)n * K, scale ? scale + n : 0, rowsum + n, y + n, ldy);
+    for (; n < n1; n++) int8_rows(1, B, K, xu, sx, q + (size_t)n * K, scale ? scale + n : 0, rowsum + n, y + n, ldy);
+}
+
 /* y (B, N) = x (B, K) @ (q * scale)^T; xu (B * K bytes) and sx (B floats) are scratch. */
 static void gemm_int8(int B, int K, int N, const float *x, const int8_t *q, const float *scale,
                       const int32_t *rowsum, float *y, int ldy, uint8_t *xu, float *sx) {
     quantize_rows(B, K, x, xu, sx);
-    int n = 0;
-    for (; n + 4 <= N; n += 4)
-        int8_rows(4, B, K, xu, sx, q + (size_t)n * K, scale ? scale + n : 0, rowsum + n, y + n, ldy);
-    for (; n < N; n++) int8_rows(1, B, K, xu, sx, q + (size_t)n * K, scale ? scale + n : 0, rowsum + n, y + n, ldy);
+    int8_span(B, K, 0, N, xu, sx, q, scale, rowsum, y, ldy);
 }
 
-/* y (B, N) = x (B, K) @ W (+ bias) */
+#include "native_crew.h"
+
+typedef struct {
+    const Model *m;
+    const Linear *L;
+    int B, K, N;
+    const float *x;
+    float *y;
+    const uint8_t *xu;
+    const float *sx;
+} LinearJob;
+
+/* Share t of T of one product: a run of 64-column panels (float32) or of 4-row groups (int8). */
+static void linear_share(const void *job, int t, int T) {
+    const LinearJob *j = job;
+    int a, b;
+    if (j->m->int8) {
+        crew_share((j->N + 3) / 4, t, T, &a, &b);
+        const int n1 = 4 * b < j->N ? 4 * b : j->N;
+        int8_span(j->B, j->K, 4 * a, n1, j->xu, j->sx, (const int8_t *)j->L->w, j->L->scale, j->L->rowsum, j->y, j->N);
+    } else {
+        crew_share((j->N + 63) / 64, t, T, &a, &b);
+        const int n0 = 64 * a, n1 = 64 * b < j->N ? 64 * b : j->N;
+        if (n1 > n0) gemm_kmajor(j->B, j->K, n1 - n0, j->x, j->K, (const float *)j->L->w + n0, j->N, j->y + n0, j->N);
+    }
+}
+
+/* y (B, N) = x (B, K) @ W (+ bias), on T threads (native_crew.h) */
 static void linear(const Model *m, const Linear *L, int B, int K, int N, const float *x, float *y, uint8_t *xu,
-                   float *sx) {
-    if (m->int8)
-        gemm_int8(B, K, N, x, (const int8_t *)L->w, L->scale, L->rowsum, y, N, xu, sx);
-    else
-        gemm_kmajor(B, K, N, x, K, (const float *)L->w, N, y, N);
+                   float *sx, int T) {
+    if (m->int8) quantize_rows(B, K, x, xu, sx); /* once, before the rows are shared */
+    const LinearJob job = {m, L, B, K, N, x, y, xu, sx};
+    crew_run(T, linear_share, &job);
     if (L->bias)
         for (int b = 0; b < B; b++)
             for (int n = 0; n < N; n++) y[(size_t)b * N + n] += L->bias[n];
@@ -529,7 +565,7 @@ long twopot_scratch_floats(const Model *m, int B, int seat_len) {
  * slots 0..pos[b], so rows of one seat in ascending positions -- a prompt chunk -- see each other
  * causally, exactly as if they had been fed one step at a time. Leaves the rows' hidden states in x. */
 static void layers_pass(const Model *m, int B, const int64_t *tok, const int64_t *pos, const int64_t *seat,
-                        float *const *k_seats, float *const *v_seats, int seat_len, float *scratch, int cap) {
+                        float *const *k_seats, float *const *v_seats, int seat_len, float *scratch, int cap, int T) {
     const int d = m->d, H = m->n_heads, Hkv = m->n_kv_heads, D = m->head_dim, G = H / Hkv, F = m->ffn;
     const int qd = H * D, kvd = Hkv * D, nqkv = qd + 2 * kvd, nup = m->gated ? 2 * F : F;
     /* scratch, laid out for `cap` rows: x, h (cap, d), qkv, att, up, act, scores (G, seat_len), sx, xu */
@@ -551,7 +587,7 @@ static void layers_pass(const Model *m, int B, const int64_t *tok, const int64_t
     for (int l = 0; l < m->n_layers; l++) {
         const Layer *L = m->layers + l;
         norm(m, B, x, L->norm1_w, L->norm1_b, h);
-        linear(m, &L->qkv, B, d, nqkv, h, qkv, xu, sx); /* (B, q | k | v) */
+        linear(m, &L->qkv, B, d, nqkv, h, qkv, xu, sx, T); /* (B, q | k | v) */
         for (int b = 0; b < B; b++) { /* RoPE, then this token's K/V into its seat, slot pos[b] */
             float *row = qkv + (size_t)b * nqkv;
             const size_t p = (size_t)pos[b], st_ = (size_t)seat[b];
@@ -580,10 +616,10 @@ static void layers_pass(const Model *m, int B, const int64_t *tok, const int64_t
             }
             b += R;
         }
-        linear(m, &L->out, B, qd, d, att, h, xu, sx);
+        linear(m, &L->out, B, qd, d, att, h, xu, sx, T);
         for (size_t i = 0; i < (size_t)B * d; i++) x[i] += h[i];
         norm(m, B, x, L->norm2_w, L->norm2_b, h);
-        linear(m, &L->up, B, d, nup, h, up, xu, sx);
+        linear(m, &L->up, B, d, nup, h, up, xu, sx, T);
         for (int b = 0; b < B; b++) {
             const float *ub = up + (size_t)b * nup;
             float *ab = act + (size_t)b * F;
@@ -593,7 +629,7 @@ static void layers_pass(const Model *m, int B, const int64_t *tok, const int64_t
                                                                    : activate16(m->act, ld(ub + i)));
             for (; i < F; i++) ab[i] = m->gated ? activate(m->act, ub[i]) * ub[F + i] : activate(m->act, ub[i]);
         }
-        linear(m, &L->down, B, F, d, act, h, xu, sx);
+        linear(m, &L->down, B, F, d, act, h, xu, sx, T);
         for (size_t i = 0; i < (size_t)B * d; i++) x[i] += h[i];
     }
 }
@@ -602,23 +638,24 @@ static void layers_pass(const Model *m, int B, const int64_t *tok, const int64_t
  * twopot_scratch_floats(m, cap, seat_len). A group runs every layer before the next group starts,
  * so a later group's rows find the earlier ones' K/V in the seats: a 512-token prompt at cap 64 is
  * eight chunks of chunked prefill. Logits (n_out, V) are made only for rows out[0] < out[1] < ...
- * (the rows that sample); out NULL: every row, logits (B, V).
+ * (the rows that sample); out NULL: every row, logits (B, V). The products run on `threads` threads
+ * (native_crew.h), the rest on the caller's.
  * Returns 0, or 1 if a position, seat or token is out of range (nothing is written then). */
 int twopot_step(const Model *m, int B, const int64_t *tok, const int64_t *pos, const int64_t *seat, int seats,
                 float *const *k_seats, float *const *v_seats, int seat_len, int n_out, const int64_t *out,
-                float *logits, float *scratch, int cap) {
+                float *logits, float *scratch, int cap, int threads) {
     for (int b = 0; b < B; b++)
         if (pos[b] < 0 || pos[b] >= seat_len || pos[b] >= m->max_context || tok[b] < 0 || tok[b] >= m->vocab ||
             seat[b] < 0 || seat[b] >= seats)
             return 1;
     for (int i = 0; i < (out ? n_out : 0); i++)
         if (out[i] < 0 || out[i] >= B || (i && out[i] <= out[i - 1])) return 1;
-    const int d = m->d;
+    const int d = m->d, T = crew_begin(threads);
     float *x = scratch, *h = x + (size_t)cap * d;
     int next = 0; /* the next output row's index into out */
     for (int g0 = 0; g0 < B; g0 += cap) {
         const int n = B - g0 < cap ? B - g0 : cap;
-        layers_pass(m, n, tok + g0, pos + g0, seat + g0, k_seats, v_seats, seat_len, scratch, cap);
+        layers_pass(m, n, tok + g0, pos + g0, seat + g0, k_seats, v_seats, seat_len, scratch, cap, T);
         /* the group's sampling rows, packed to the front of x, through the final norm and the LM head */
         int r = 0;
         if (!out)
@@ -630,8 +667,9 @@ int twopot_step(const Model *m, int B, const int64_t *tok, const int64_t *pos, c
         float *sx = h + (size_t)cap * d; /* h's rows are free again: the LM head's own scratch follows */
         norm(m, r, x, m->final_w, m->final_b, h);
         linear(m, &m->lm_head, r, d, m->vocab, h, logits + (size_t)(out ? next - r : g0) * m->vocab,
-               (uint8_t *)(sx + r), sx);
+               (uint8_t *)(sx + r), sx, T);
     }
+    crew_end(T);
     return 0;
 }
 

@@ -201,3 +201,50 @@ def test_the_kernel_ceilings_time_the_native_products_for_decode_and_prefill(tin
     assert set(c["native_decode_step_s"]) == {"b1", "b4"} and all(v > 0 for v in c["native_decode_step_s"].values())
     assert c["native_prefill_gemm_s"] > 0
     assert measure_ceilings(Engine.load(str(tiny_llama.path), quant="int8").model, 8, (1,), 1)["native_prefill_gemm_s"] is None
+
+
+@pytest.mark.parametrize("quant", [None, "int8"])
+def test_threads_share_the_products_with_the_same_bits(tiny_llama, monkeypatch, quant):
+    """Two threads split each product's columns (int8: weight rows); every element is still summed by
+    one thread in one order, so tokens and every pass's logits are the same bits as on one thread."""
+    import engine.native as native_mod
+
+    monkeypatch.setattr(native_mod, "THREADS_MIN_BYTES", 0)  # the tiny model's weights sit in cache
+    before = torch.get_num_threads()
+    runs = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            eng = Engine.load(str(tiny_llama.path), max_seqs=4, quant=quant)
+            assert eng.native.threads() == threads
+            runs.append(serve(eng))
+    finally:
+        torch.set_num_threads(before)
+    (tokens1, logits1), (tokens2, logits2) = runs
+    assert tokens1 == tokens2 and all(torch.equal(a, b) for a, b in zip(logits1, logits2, strict=True))
+
+
+def test_a_forked_child_runs_threaded_passes_without_the_parents_threads(tiny_llama, monkeypatch):
+    """The crew's threads do not survive fork(): the child must start its own, not wait on the parent's."""
+    import multiprocessing
+
+    import engine.native as native_mod
+
+    monkeypatch.setattr(native_mod, "THREADS_MIN_BYTES", 0)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        eng = Engine.load(str(tiny_llama.path), max_seqs=2)
+        want = eng.generate([PROMPTS[0]], max_new_tokens=6, stop_at_eos=False).tokens[0]
+        out = multiprocessing.get_context("fork").Queue()
+
+        def child():
+            out.put(eng.generate([PROMPTS[0]], max_new_tokens=6, stop_at_eos=False).tokens[0])
+
+        proc = multiprocessing.get_context("fork").Process(target=child)
+        proc.start()
+        proc.join(timeout=120)
+        assert proc.exitcode == 0, "the child hung or died"
+        assert out.get(timeout=5) == want
+    finally:
+        torch.set_num_threads(before)

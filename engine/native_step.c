@@ -276,6 +276,17 @@ static inline __attribute__((always_inline)) void int8_block(int RB, int NB, int
     __m512i acc[4][4];
     for (int r = 0; r < RB; r++)
         for (int b = 0; b < NB; b++) acc[r][b] = _mm512_setzero_si512();
+    if (NB == 1) { /* one activation row: read the weight rows one after another, a single stream */
+        const int kv = K & ~63;
+        for (int r = 0; r < RB; r++)
+            for (int k = 0; k < kv; k += 64) {
+                const int8_t *wr = q + (size_t)r * K + k;
+                prefetch_l2(wr + (size_t)INT8_PREFETCH_ROWS * K);
+                acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], _mm512_loadu_si512((const void *)(xu + k)),
+                                                _mm512_loadu_si512((const void *)wr));
+            }
+        k0 = kv;
+    }
     for (; k0 + 64 <= K; k0 += 64) {
         __m512i wv[4];
         for (int r = 0; r < RB; r++) {

@@ -165,10 +165,13 @@ class NativeStep:
             bound = self._seats[pool] = (ks, vs, scratch, in_order)
         return bound
 
-    def threads(self) -> int:
+    def threads(self, rows: int = 1) -> int:
         """The engine's threads (torch.get_num_threads) share a pass's products when the weights are
-        larger than `THREADS_MIN_BYTES`; a model whose weights sit in cache runs on one."""
-        return torch.get_num_threads() if self.weight_bytes >= THREADS_MIN_BYTES else 1
+        larger than `THREADS_MIN_BYTES` (reading them is the step), or when the pass fills a whole
+        group of rows (a prompt: the products are arithmetic). A decode step of a model whose weights
+        sit in cache runs on one: waking a second thread costs more than it gains (measured)."""
+        big = self.weight_bytes >= THREADS_MIN_BYTES or rows >= self.group
+        return torch.get_num_threads() if big else 1
 
     def usable(self, pool: SeatPool) -> bool:
         return self.problem is None and pool.dtype == torch.float32
@@ -177,7 +180,7 @@ class NativeStep:
               logits: torch.Tensor) -> None:  # fmt: skip
         ks, vs, scratch, in_order = self._bind(pool)
         args = (self._struct_ref, B, tok, pos, seat or in_order.data_ptr(), pool.seats, ks, vs, pool.seat_len, n_out,
-                out, logits.data_ptr(), scratch.data_ptr(), self.group, self.threads())  # fmt: skip
+                out, logits.data_ptr(), scratch.data_ptr(), self.group, self.threads(B))  # fmt: skip
         if torch.autograd.profiler._is_profiler_enabled:  # the lesson's profiler sees the call as one op
             with torch.profiler.record_function(NATIVE_LABEL):
                 rc = self.lib.twopot_step(*args)

@@ -224,6 +224,18 @@ def test_threads_share_the_products_with_the_same_bits(tiny_llama, monkeypatch, 
     assert tokens1 == tokens2 and all(torch.equal(a, b) for a, b in zip(logits1, logits2, strict=True))
 
 
+def test_a_small_model_shares_only_passes_of_a_whole_group(tiny_llama):
+    """Weights in cache: decode steps on one thread, a prompt's group of 64 rows on all of them."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        native = Engine.load(str(tiny_llama.path)).native
+        assert native.weight_bytes < 64 << 20
+        assert native.threads(1) == native.threads(NATIVE_GROUP - 1) == 1 and native.threads(NATIVE_GROUP) == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_a_forked_child_runs_threaded_passes_without_the_parents_threads(tiny_llama, monkeypatch):
     """The crew's threads do not survive fork(): the child must start its own, not wait on the parent's."""
     import multiprocessing

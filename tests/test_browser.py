@@ -114,7 +114,7 @@ def test_while_cooking_live_the_scene_draws_the_panels_then_the_page_draws_them(
     page = browser.new_page(viewport={"width": 1500, "height": 1250})
     fed = []
     page.on("request", lambda r: fed.append(r.url) if "/two-pot/feed/" in r.url else None)
-    page.goto(url_with(server, "?prompt=16&new=480&live=1"))  # a cook long enough for several updates
+    page.goto(url_with(server, "?prompt=16&new=480&batch=8&live=1"))  # 8 tables: a cook long enough for several updates
     page.get_by_role("button", name="Cook").wait_for(timeout=COOK_TIMEOUT_MS)
     page.get_by_role("button", name="Cook").click()
     box = page.locator(".st-key-kitchen-scene .tpk-live-panels")  # Playwright pierces the shadow root
@@ -145,7 +145,7 @@ def test_a_scene_that_cannot_read_its_feed_falls_back_to_fragment_ticks(server, 
     page = browser.new_page(viewport={"width": 1500, "height": 1250})
     refused = []
     page.route("**/two-pot/feed/**", lambda route: (refused.append(route.request.url), route.abort()))
-    page.goto(url_with(server, "?prompt=16&new=480&live=1"))
+    page.goto(url_with(server, "?prompt=16&new=480&batch=8&live=1"))  # 8 tables: still cooking when the ticks start
     page.get_by_role("button", name="Cook").wait_for(timeout=COOK_TIMEOUT_MS)
     page.get_by_role("button", name="Cook").click()
     box = page.locator(".st-key-kitchen-scene .tpk-live-panels")

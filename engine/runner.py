@@ -71,14 +71,13 @@ class Runner:
         chunks = [w for w in plan.work if not w.is_decode or w.draft]  # prompt chunks and draft checks
         ids = [w.seq.tokens[w.start] for w in decodes]
         pos = [w.start for w in decodes]
-        rows, spans, pairs = list(range(len(decodes))), [], sum(pos) + len(pos)
+        rows, pairs = list(range(len(decodes))), sum(pos) + len(pos)
         seats = [w.seq.seat for w in decodes]
         offset = len(decodes)
         for w in chunks:
             ids += w.fed
             pos += range(w.start, w.start + w.length)
             seats += [w.seq.seat] * w.length
-            spans.append(Span(w.seq.seat, w.start, w.length, self._span_mask(w)))
             pairs += w.length * w.start + w.length * (w.length + 1) // 2
             if w.draft:  # every position is checked against the draft
                 rows += range(offset, offset + w.length)
@@ -86,18 +85,19 @@ class Runner:
                 rows.append(offset + w.length - 1)
             offset += w.length
         sampled = decodes + [w for w in chunks if w.samples]
-        # B whole prompts of one length in seats 0..B-1 (an order's wok, or a rush of equal prompts):
-        # laid out (B, T) so attention is one batched causal pass instead of one call per prompt
-        uniform = not decodes and len(chunks) > 1 and not self.invariant and all(
-            w.start == 0 and not w.draft and w.length == chunks[0].length and w.seq.seat == i
-            for i, w in enumerate(chunks)
-        )
         graphed = self.graphs is not None and not chunks and self.graphs.fits(len(decodes))
         if graphed:
             logits = self.graphs.replay([w.seq.seat for w in decodes], ids, pos)
-        elif self.native is not None:
+        elif self.native is not None:  # rows name their seats: no spans, masks or layouts to build
             logits = self.native.run(ids, pos, seats, rows, self.pool)
         else:
+            spans = [Span(w.seq.seat, w.start, w.length, self._span_mask(w)) for w in chunks]
+            # B whole prompts of one length in seats 0..B-1 (an order's wok, or a rush of equal prompts):
+            # laid out (B, T) so attention is one batched causal pass instead of one call per prompt
+            uniform = not decodes and len(chunks) > 1 and not self.invariant and all(
+                w.start == 0 and not w.draft and w.length == chunks[0].length and w.seq.seat == i
+                for i, w in enumerate(chunks)
+            )
             logits = self._forward(decodes, spans, ids, pos, None if not chunks else rows, uniform)
         for w in plan.work:
             w.seq.num_cached = w.start + w.length

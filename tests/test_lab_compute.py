@@ -72,14 +72,18 @@ def test_kv_cache_recompute_grows_while_static_stays_flat(chef_one_thread):
     # and on the fastest tenth of each fifth of the steps: a neighbour on the same core can slow a
     # step even in CPU time (shared caches), but never speed one up. Recompute's late steps
     # (positions ~145-176) re-feed ~5x the tokens of its early ones (~17-48), so its ratio must
-    # exceed 1.5 (medians measured 2.5-4.4); the static cache repeats the same work, so its ratio
-    # must stay under 1.3.
+    # exceed 1.5 (measured 2.5-4.5). The static cache reads the same weights every step; only its
+    # attention reads more keys (5x), a small share of the step, so its ratio stays near 1 (measured
+    # 0.9-1.25 alone, up to 1.4 beside a memory-bound neighbour, whose traffic slows the late
+    # steps' key reads most). Hence: under 1.6, and recompute's growth at least 1.5x the cache's
+    # (measured 2-4x).
     def late_over_early(times):
         fifth = len(times) // 5
         return np.percentile(times[-fifth:], 10) / np.percentile(times[:fifth], 10)
 
     assert late_over_early(none.cpu_s) > 1.5
-    assert late_over_early(static.cpu_s) < 1.3
+    assert late_over_early(static.cpu_s) < 1.6
+    assert late_over_early(none.cpu_s) > 1.5 * late_over_early(static.cpu_s)
     assert max(none.kv_mb) == 0.0  # nothing is kept between steps
     assert growing.kv_mb == sorted(growing.kv_mb) and growing.kv_mb[-1] > growing.kv_mb[0]
     assert static.kv_allocated_mb >= max(static.kv_mb)

@@ -23,6 +23,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #if defined(__AVX512VNNI__)
 #include <immintrin.h> /* the int8 products' VNNI dot */

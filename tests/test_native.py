@@ -260,3 +260,22 @@ def test_a_forked_child_runs_threaded_passes_without_the_parents_threads(tiny_ll
         assert out.get(timeout=5) == want
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("n", [16400, 1000])  # k rows 64 KB apart (packed panel by panel, plus a tail), and not
+def test_the_float32_product_gives_each_row_the_same_bits_at_every_row_count(n):
+    """gemm_kmajor streams 1-4 rows, runs 6-row blocks above, and copies a panel of a weight whose
+    rows lie far apart for the blocks after the first: every row's sums keep one order throughout."""
+    lib = library()
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(32, 64, generator=g), torch.randn(64, n, generator=g)  # (B, K), (K, N)
+
+    def product(rows: torch.Tensor) -> torch.Tensor:
+        y = torch.empty(rows.shape[0], n)
+        lib.twopot_gemm_f32(rows.shape[0], 64, n, rows.data_ptr(), w.data_ptr(), y.data_ptr())
+        return y
+
+    alone = torch.cat([product(x[i : i + 1].contiguous()) for i in range(32)])  # (32, N), one row at a time
+    for rows in (5, 7, 13, 32):
+        assert torch.equal(product(x[:rows].contiguous()), alone[:rows])
+    torch.testing.assert_close(alone, x @ w, rtol=1e-4, atol=1e-4)

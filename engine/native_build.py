@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 SOURCE = Path(__file__).with_name("native_step.c")
-HEADERS = tuple(Path(__file__).with_name(n) for n in ("native_products.h", "native_crew.h"))  # in the cache key
+HEADERS = tuple(Path(__file__).with_name(n) for n in ("native_products.h", "native_crew.h", "native_attention.h"))  # in the cache key
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno")
 
 

@@ -1,12 +1,13 @@
-/* The native step's crew: the engine's extra threads for the products of one pass.
+/* The native step's crew: the engine's extra threads for the products and attention of one pass.
  *
  * Why: a decode step of a model whose weights do not fit in cache reads every weight once, and one
  * core cannot pull memory as fast as the bus delivers it; a second core streaming its own half of
  * each weight matrix nearly doubles what is read per second. The products are ~95% of such a
- * step, so only they are shared: each product's output columns (float32) or weight rows (int8)
- * are cut into equal runs, one per thread, and the calling thread takes the first run itself.
- * Every output element is still summed by one thread in the same order, so the result is the same
- * bits with any number of threads.
+ * step and most of a prompt's, and attention most of the rest, so those two are shared: each
+ * product's output columns (float32) or weight rows (int8), and the pass's attention units (a row
+ * or prompt chunk against one KV head), are cut into equal runs, one per thread, and the calling
+ * thread takes the first run itself. Every output element is still computed by one thread in the
+ * same order, so the result is the same bits with any number of threads.
  *
  * How the threads wait: between passes they sleep on a condition variable, so an idle engine
  * costs nothing beside a browser. During a pass they spin (with `pause`) for the next product,

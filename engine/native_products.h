@@ -119,17 +119,22 @@ static inline __attribute__((always_inline)) void kmajor_block(int R, int K, con
 #define PACK_STRIDE_BYTES (64 << 10)
 #endif
 
-/* The calling thread's panel buffer (K x 64 floats), grown on demand and kept: NULL if out of memory. */
+/* A buffer of at least `floats`, kept in *buf between calls and grown on demand; NULL if out of
+ * memory. Each user keeps its own thread-local *buf, so threads never share one. */
+static float *grow_floats(float **buf, size_t *have, size_t floats) {
+    if (floats > *have) {
+        free(*buf);
+        *buf = aligned_alloc(64, (floats * sizeof(float) + 63) & ~(size_t)63);
+        *have = *buf ? floats : 0;
+    }
+    return *buf;
+}
+
+/* The calling thread's panel copy, K x 64 floats. */
 static float *panel_buffer(int K) {
     static __thread float *buf;
     static __thread size_t have;
-    const size_t need = (size_t)K * 64;
-    if (need > have) {
-        free(buf);
-        buf = aligned_alloc(64, need * sizeof(float));
-        have = buf ? need : 0;
-    }
-    return buf;
+    return grow_floats(&buf, &have, (size_t)K * 64);
 }
 
 static void gemm_kmajor(int B, int K, int N, const float *x, int ldx, const float *w, int ldw, float *y, int ldy) {

@@ -20,6 +20,9 @@
  *
  * Every output element of a product is summed over k in the same order whatever the batch, so a
  * decode row's logits are the same bits alone or beside other rows.
+ *
+ * Included pieces: native_products.h (the products), native_crew.h (the threads),
+ * native_attention.h (attention).
  */
 #include <math.h>
 #include <stdint.h>
@@ -190,108 +193,7 @@ static void rope_head(float *h, const float *cos, const float *sin, int D) {
     }
 }
 
-/* scores[0..n-1] (one query head's, scaled) -> their softmax, in place. */
-static void softmax(float *sg, int n) {
-    float mx = -INFINITY;
-    for (int s = 0; s < n; s++) mx = sg[s] > mx ? sg[s] : mx;
-    v16 sum = splat(0.0f);
-    int s = 0;
-    for (; s + 16 <= n; s += 16) {
-        const v16 e = exp16(ld(sg + s) - mx);
-        st(sg + s, e), sum += e;
-    }
-    float total = hsum(sum);
-    for (; s < n; s++) total += (sg[s] = expf(sg[s] - mx));
-    const float inv = 1.0f / total;
-    for (s = 0; s + 16 <= n; s += 16) st(sg + s, ld(sg + s) * inv);
-    for (; s < n; s++) sg[s] *= inv;
-}
-
-/* softmax(scores[0..n-1]) @ values (n, D) -> out (D). */
-static void softmax_values(float *sg, const float *values, int n, int D, float *og) {
-    softmax(sg, n);
-    memset(og, 0, sizeof(float) * D);
-    for (int s = 0; s < n; s++) {
-        const float p = sg[s], *vs = values + (size_t)s * D;
-        if ((D & 15) == 0)
-            for (int i = 0; i < D; i += 16) st(og + i, ld(og + i) + p * ld(vs + i));
-        else
-            for (int i = 0; i < D; i++) og[i] += p * vs[i];
-    }
-}
-
-/* One row's attention for one KV head: G query heads against slots 0..n-1 of its seat. */
-static void attend(const float *q, const float *keys, const float *values, int n, int G, int D, float *scores,
-                   float *out) {
-    const float scale = 1.0f / sqrtf((float)D);
-    for (int g = 0; g < G; g++) {
-        const float *qg = q + (size_t)g * D;
-        float *sg = scores + (size_t)g * n;
-        for (int s = 0; s < n; s++) {
-            const float *ks = keys + (size_t)s * D;
-            float dot;
-            if ((D & 15) == 0) {
-                v16 acc = splat(0.0f);
-                for (int i = 0; i < D; i += 16) acc += ld(qg + i) * ld(ks + i);
-                dot = hsum(acc);
-            } else {
-                dot = 0.0f;
-                for (int i = 0; i < D; i++) dot += qg[i] * ks[i];
-            }
-            sg[s] = dot * scale;
-        }
-        softmax_values(sg, values, n, D, out + (size_t)g * D);
-    }
-}
-
-/* A prompt chunk's attention for one KV head: R consecutive rows of one seat at positions
- * p0..p0+R-1, row r's G query heads at q + r * ldq, against slots 0..p0+r. Sixteen keys at a
- * time are transposed into kt (D, 16), so each query head's sixteen scores are D broadcast
- * multiply-adds, with no horizontal sum; the block is shared by all R x G query heads.
- * scores: R * G * (p0 + R) floats; kt: 16 * D floats. */
-static void attend_chunk(const float *q, int ldq, int R, int p0, const float *keys, const float *values, int G,
-                         int D, float *scores, float *kt, float *out, int ldo) {
-    const float scale = 1.0f / sqrtf((float)D);
-    const int n = p0 + R, ld_s = n; /* the last row sees every slot the chunk reaches */
-    for (int s0 = 0; s0 < n; s0 += 16) {
-        const int ns = n - s0 < 16 ? n - s0 : 16;
-        for (int i = 0; i < D; i++)
-            for (int j = 0; j < 16; j++) kt[i * 16 + j] = j < ns ? keys[(size_t)(s0 + j) * D + i] : 0.0f;
-        /* query heads j = r * G + g, four at a time (independent sums keep the FMA pipes full);
-         * rows before s0 - p0 see none of these keys */
-        const int j1 = R * G;
-        for (int j0 = (s0 - p0 > 0 ? s0 - p0 : 0) * G; j0 < j1; j0 += 4) {
-            const int nj = j1 - j0 < 4 ? j1 - j0 : 4;
-            const float *qj[4];
-            for (int t = 0; t < 4; t++) {
-                const int j = j0 + (t < nj ? t : 0);
-                qj[t] = q + (size_t)(j / G) * ldq + (size_t)(j % G) * D;
-            }
-            v16 acc[4] = {splat(0.0f), splat(0.0f), splat(0.0f), splat(0.0f)};
-            for (int i = 0; i < D; i++) {
-                const v16 k = ld(kt + i * 16);
-                for (int t = 0; t < 4; t++) acc[t] += splat(qj[t][i]) * k;
-            }
-            for (int t = 0; t < nj; t++) {
-                const v16 a = acc[t] * scale;
-                float *sg = scores + (size_t)(j0 + t) * ld_s + s0;
-                if (ns == 16)
-                    st(sg, a);
-                else
-                    for (int c = 0; c < ns; c++) sg[c] = a[c];
-            }
-        }
-    }
-    /* each row's probabilities, 0 past its own position; then P (R, n) @ V (n, D) as one product a head */
-    for (int r = 0; r < R; r++)
-        for (int g = 0; g < G; g++) {
-            float *sg = scores + ((size_t)r * G + g) * ld_s;
-            softmax(sg, p0 + r + 1);
-            memset(sg + p0 + r + 1, 0, sizeof(float) * (size_t)(R - r - 1));
-        }
-    for (int g = 0; g < G; g++)
-        gemm_kmajor(R, n, D, scores + (size_t)g * ld_s, G * ld_s, values, D, out + (size_t)g * D, ldo);
-}
+#include "native_attention.h"
 
 /* Floats of scratch a group of B rows needs (engine/native.py allocates it). */
 long twopot_scratch_floats(const Model *m, int B, int seat_len) {
@@ -318,6 +220,8 @@ static void layers_pass(const Model *m, int B, const int64_t *tok, const int64_t
     float *kt = scores + (size_t)QTILE * G * seat_len; /* a block of 16 keys, transposed (D, 16) */
     float *sx = kt + (size_t)16 * D;                   /* int8: each row's activation scale */
     uint8_t *xu = (uint8_t *)(sx + cap);               /* int8: the rows rounded to 8 bits, cap * max(d, qd, F) */
+    int run_at[B + 1]; /* attention: where each run of rows starts (a decode row, or a chunk of <= QTILE) */
+    int missed[CREW_MAX] = {0};
 
     for (int b = 0; b < B; b++) { /* the embedding, plus GPT-2's learned position */
         float *xb = x + (size_t)b * d;
@@ -346,20 +250,14 @@ static void layers_pass(const Model *m, int B, const int64_t *tok, const int64_t
         }
         /* Attention. A row reads only slots up to its own position, all written by now. Rows of one
          * seat at consecutive positions (a prompt chunk) go QTILE at a time through attend_chunk. */
-        for (int b = 0; b < B;) {
-            int R = 1;
-            while (R < QTILE && b + R < B && seat[b + R] == seat[b] && pos[b + R] == pos[b] + R) R++;
-            const size_t st_ = (size_t)seat[b];
-            for (int kh = 0; kh < Hkv; kh++) {
-                const size_t at = (st_ * Hkv + kh) * seat_len * D;
-                float *qh = qkv + (size_t)b * nqkv + (size_t)kh * G * D, *oh = att + (size_t)b * qd + (size_t)kh * G * D;
-                if (R == 1)
-                    attend(qh, k_seats[l] + at, v_seats[l] + at, (int)pos[b] + 1, G, D, scores, oh);
-                else
-                    attend_chunk(qh, nqkv, R, (int)pos[b], k_seats[l] + at, v_seats[l] + at, G, D, scores, kt, oh, qd);
-            }
-            b += R;
+        int runs = 0;
+        for (int b = 0; b < B; runs++) {
+            run_at[runs] = b++;
+            while (b - run_at[runs] < QTILE && b < B && seat[b] == seat[b - 1] && pos[b] == pos[b - 1] + 1) b++;
         }
+        run_at[runs] = B;
+        const AttendJob job = {m, l, pos, seat, k_seats, v_seats, seat_len, qkv, att, run_at, runs * Hkv, scores, kt, missed};
+        attention(&job, T);
         linear(m, &L->out, B, qd, d, att, h, xu, sx, T);
         for (size_t i = 0; i < (size_t)B * d; i++) x[i] += h[i];
         norm(m, B, x, L->norm2_w, L->norm2_b, h);
@@ -382,7 +280,7 @@ static void layers_pass(const Model *m, int B, const int64_t *tok, const int64_t
  * twopot_scratch_floats(m, cap, seat_len). A group runs every layer before the next group starts,
  * so a later group's rows find the earlier ones' K/V in the seats: a 512-token prompt at cap 64 is
  * eight chunks of chunked prefill. Logits (n_out, V) are made only for rows out[0] < out[1] < ...
- * (the rows that sample); out NULL: every row, logits (B, V). The products run on `threads` threads
+ * (the rows that sample); out NULL: every row, logits (B, V). The products and attention run on `threads` threads
  * (native_crew.h), the rest on the caller's.
  * Returns 0, or 1 if a position, seat or token is out of range (nothing is written then). */
 int twopot_step(const Model *m, int B, const int64_t *tok, const int64_t *pos, const int64_t *seat, int seats,

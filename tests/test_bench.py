@@ -128,7 +128,9 @@ def test_a_target_beyond_the_roofline_says_so():
 
 def test_kernel_ceilings_are_measured_and_bound_the_ratios(report, small_roof):
     """The kernel-only chains are timed, the bounds follow from them, and our real decode step,
-    which does those GEMMs plus everything else, is slower than the GEMMs alone."""
+    which runs the native step's products plus everything else, is slower than those products
+    alone. (Torch's GEMMs alone bound the forward op by op, not the native step: on this tiny model
+    their dispatch alone can exceed the whole native step.)"""
     ceil = report["kernel_ceilings"]
     assert ceil["prefill_gemm_s"] > 0 and ceil["prefill_attention_s"] > 0
     assert ceil["prefill_s"] == pytest.approx(ceil["prefill_gemm_s"] + ceil["prefill_attention_s"])
@@ -138,7 +140,8 @@ def test_kernel_ceilings_are_measured_and_bound_the_ratios(report, small_roof):
     assert report["ratio_kernel_bounds"]["decode_tpot_vs_hf_b1"] == pytest.approx(
         ceil["decode_step_s"]["b1"] / b1["hf"]["tpot_s"]["median"]
     )
-    assert ceil["decode_step_s"]["b1"] < b1["ours"]["tpot_s"]["median"]
+    assert set(ceil["native_decode_step_s"]) == {"b1", "b3"}  # the engine's default runs the native step
+    assert ceil["native_decode_step_s"]["b1"] < b1["ours"]["tpot_s"]["median"]
     t = report["targets"]["decode_tpot_vs_hf_b1"]
     assert t["kernel_share_needed"] == pytest.approx(t["kernel_bound"] / 0.5)
 

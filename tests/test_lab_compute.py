@@ -16,7 +16,7 @@ from conftest import CHEF_CONTEXT, travels
 
 from engine import Engine
 from engine.errors import EngineError
-from lab.banquet import BanquetSettings, run_banquet
+from lab.banquet import BanquetSettings, run_banquet, saturation_point
 from lab.kv_cache import KvSettings, run_kv_cache
 from lab.metrics_defs import MetricsSettings, run_metrics
 from lab.overhead import OverheadSettings, run_overhead
@@ -43,7 +43,12 @@ def test_banquet_ttft_grows_with_prompt_and_reports_progress(chef_one_thread):
     assert all(p.ttft_s >= p.prefill_s > 0 for p in r.points)
     shares = [p.attention_share for p in r.points]
     assert shares == sorted(shares) and 0 < shares[0] < shares[-1] < 1
-    assert r.saturation_tokens in (16, 64, 256)
+    # Where the wok is full follows the lab's own rule on these measured rates (hand-made rates in
+    # test_lab_support.py pin the rule); when the repeats' spread does not allow saying, the page
+    # says so instead of drawing a mark.
+    assert r.saturation_tokens == saturation_point(r.points)
+    assert r.saturation_tokens in (16, 64, 256, None)
+    assert r.notes[0].startswith("the wok's speed" if r.saturation_tokens else "too noisy to say where the wok is full")
     assert [s.done for s in seen] == [1, 2, 3] and seen[-1].fraction == pytest.approx(1.0)
     assert r.sample.trace.prefill.tokens == 256
     assert list(r.to_frame().columns)[:3] == ["prompt_tokens", "ttft_s", "prefill_s"]

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from engine.attention import SeatKV
+from engine.costs import weight_bytes
 from engine.errors import EngineError
 from engine.kv_pool import SeatBatch, SeatPool
 from engine.model import Transformer
@@ -86,14 +87,6 @@ def unsupported(model: Transformer) -> str | None:
     return None
 
 
-def _weight_bytes(model: Transformer) -> int:
-    """Bytes a decode step reads: every product's weight, int8 or float32 (a token's embedding is one row)."""
-    ws = [model.lm_head_t] + [w for b in model.layers for w in (b.attn.wqkv_t, b.attn.wo_t, b.mlp.w_up_t,
-                                                                           b.mlp.w_down_t)]  # fmt: skip
-    ws = [w.q if isinstance(w, Int8Weight) else w for w in ws if w is not None]
-    return sum(w.numel() * w.element_size() for w in ws)
-
-
 def _ptr(t: torch.Tensor | None) -> int | None:
     if t is None:
         return None
@@ -119,8 +112,9 @@ class NativeStep:
             self.problem, lib = lib, None
         self.lib = lib
         self._seats: weakref.WeakKeyDictionary[SeatPool, tuple] = weakref.WeakKeyDictionary()
+        self.int8 = isinstance(model.lm_head_t, Int8Weight)  # unsupported() holds every weight to one kind
+        self.weight_bytes = weight_bytes(model.cfg, 4, quant="int8" if self.int8 else None)  # what a decode step reads
         self.struct = self._describe(model) if lib is not None else None
-        self.weight_bytes = _weight_bytes(model)
         self._struct_ref = ctypes.byref(self.struct) if lib is not None else None  # made once, passed every step
 
     def _linear(self, w, bias) -> _Linear:
@@ -138,11 +132,10 @@ class NativeStep:
                                _ptr(b.mlp_norm.bias), self._linear(a.wqkv_t, a.bqkv), self._linear(a.wo_t, a.bo),
                                self._linear(m.w_up_t, m.b_up), self._linear(m.w_down_t, m.b_down))  # fmt: skip
         self._layers = layers  # the struct points into this array: it lives as long as the step
-        int8 = isinstance(model.lm_head_t, Int8Weight)
         rope = cfg.positions == "rope"
         return _Model(
             cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim, cfg.vocab_size,
-            cfg.max_context, int(cfg.norm == "layer"), ACTS[cfg.act], int(cfg.mlp_gated), int(rope), int(int8),
+            cfg.max_context, int(cfg.norm == "layer"), ACTS[cfg.act], int(cfg.mlp_gated), int(rope), int(self.int8),
             cfg.norm_eps, _ptr(model.embed), None if model.embed is not None else _ptr(model.lm_head_t),
             _ptr(model.wpe), _ptr(model.rope_cos) if rope else None, _ptr(model.rope_sin) if rope else None,
             _ptr(model.final_norm.weight), _ptr(model.final_norm.bias), self._linear(model.lm_head_t, None),
@@ -166,9 +159,9 @@ class NativeStep:
         return bound
 
     def threads(self, rows: int = 1) -> int:
-        """The engine's threads (torch.get_num_threads) share a pass's products when the weights are
-        larger than `THREADS_MIN_BYTES` (reading them is the step), or when the pass fills a whole
-        group of rows (a prompt: the products are arithmetic). A decode step of a model whose weights
+        """The engine's threads (torch.get_num_threads) share a pass's products and attention when
+        the weights are larger than `THREADS_MIN_BYTES` (reading them is the step), or when the pass
+        fills a whole group of rows (a prompt: the products are arithmetic). A decode step of a model whose weights
         sit in cache runs on one: waking a second thread costs more than it gains (measured)."""
         big = self.weight_bytes >= THREADS_MIN_BYTES or rows >= self.group
         return torch.get_num_threads() if big else 1

@@ -113,8 +113,8 @@ static inline __attribute__((always_inline)) void kmajor_block(int R, int K, con
 
 /* Weights whose k rows lie PACK_STRIDE_BYTES or more apart (an LM head: one row per vocab-wide
  * stride, each in its own pages) are copied, panel by panel, by the first block of rows as it reads
- * them, and the later blocks read that contiguous K x 64 copy. On the 135M shape's head (rows 192 KB
- * apart) at 32 rows this runs 17-20% faster; on rows 12 KB apart, 2% slower, hence the threshold. */
+ * them, and the later blocks read that contiguous K x 64 copy. Nearer rows are read in place: there
+ * the copy costs more than it saves (docs/benchmarks/native-cpu.md). */
 #ifndef PACK_STRIDE_BYTES
 #define PACK_STRIDE_BYTES (64 << 10)
 #endif

@@ -19,6 +19,7 @@
  * threads) runs on its own thread alone.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 #define CREW_MAX 64
@@ -41,15 +42,27 @@ typedef struct {
 
 static Crew crew = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
 
-static inline void crew_pause(void) { __asm__ __volatile__("pause"); }
+/* One spin of a wait. A wait that lasts SPIN_YIELD spins (~0.2 ms here) is not a product's few microseconds:
+ * the thread waited on is off its core (more threads than cores: a browser, a second test process),
+ * so each later spin gives the core away instead of holding it from that thread. */
+#ifndef SPIN_YIELD
+#define SPIN_YIELD (1 << 13)
+#endif
+static inline void crew_pause(unsigned *spins) {
+    if (++*spins < SPIN_YIELD)
+        __asm__ __volatile__("pause");
+    else
+        sched_yield();
+}
 
 static void *crew_worker(void *arg) {
     const int t = (int)(long)arg;
     unsigned seen = crew.hired_at[t]; /* the products before this thread was hired are not its */
     for (;;) {
+        unsigned spins = 0;
         while (atomic_load_explicit(&crew.gen, memory_order_acquire) == seen) {
             if (atomic_load_explicit(&crew.active, memory_order_relaxed)) {
-                crew_pause();
+                crew_pause(&spins);
                 continue;
             }
             pthread_mutex_lock(&crew.mu);
@@ -88,6 +101,11 @@ static int crew_begin(int T) {
         crew.hired++;
     }
     T = T < crew.hired + 1 ? T : crew.hired + 1;
+    if (T <= 1) { /* no worker could be started: the pass runs alone and the crew stays free */
+        pthread_mutex_unlock(&crew.mu);
+        pthread_mutex_unlock(&crew.busy);
+        return 1;
+    }
     atomic_store(&crew.active, 1);
     pthread_cond_broadcast(&crew.wake);
     pthread_mutex_unlock(&crew.mu);
@@ -110,7 +128,8 @@ static void crew_run(int T, crew_fn fn, const void *job) {
     atomic_store_explicit(&crew.done, 0, memory_order_relaxed);
     atomic_fetch_add_explicit(&crew.gen, 1, memory_order_release);
     fn(job, 0, T);
-    while (atomic_load_explicit(&crew.done, memory_order_acquire) < T - 1) crew_pause();
+    unsigned spins = 0;
+    while (atomic_load_explicit(&crew.done, memory_order_acquire) < T - 1) crew_pause(&spins);
 }
 
 /* Share t of T of `units` equal pieces: [*a, *b). */

@@ -12,10 +12,11 @@ One run, one machine, one set of random weights, so every ratio compares like wi
        decode at batch 1 and at batch B: n new tokens after a short prompt    -> TPOT, tokens/s
   4. derive the ratios (ours / HF, achieved / roof), all from medians over repeats after warm-up.
 
-How each side is timed (wall clock, synchronised on GPU):
-  HF   TTFT = t(generate with 1 new token);   TPOT = (t(n) - t(1)) / (n - 1)
-  ours TTFT, TPOT from `res.metrics`; the wall-clock versions (same formulas as HF) are reported
-       beside them, so a flattering internal timer would show up as a gap.
+How each side is timed (the caller's clock, synchronised on GPU; bench/contestants.py `Run`):
+  both  each step's tokens are stamped as they reach the caller (HF through a `generate` streamer,
+        ours through `Engine.stream`): TTFT = the first stamp, TPOT = (last - first) / (n - 1)
+  ours  also TTFT and TPOT from `res.metrics`, the engine's own timer; the caller's-clock versions
+        are reported beside them, so a flattering internal timer would show up as a gap.
 Achieved decode bandwidth = (weight bytes read per step + KV bytes read per step) / TPOT.
 Worked example: 538 MB of fp32 weights and 3 MB of KV at TPOT 25 ms -> 21.6 GB/s; with a measured
 roof of 29 GB/s the fraction is 0.75.

@@ -1,5 +1,5 @@
 """The two contestants of the main bench, HF and our engine, on the same weights, and how one run
-of each is timed (wall clock, synchronised on GPU). bench/bench.py and its siblings share these."""
+of each is timed (one clock, the caller's, synchronised on GPU). bench/bench.py and its siblings share these."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from transformers.utils import logging as hf_logging
 
 from bench.roofline import synchronize
 from engine import OMP_WAIT_POLICY_IN_EFFECT, Engine
+from engine.events import Done, Token
 from engine.loader import parse_device, parse_dtype, resolve_source
 from engine.presets import PRESETS, preset_config
 
@@ -108,26 +109,77 @@ def random_prompts(vocab_size: int, batch: int, length: int, seed: int) -> list[
     return ids.tolist()
 
 
-def run_hf(hf: torch.nn.Module, prompts: list[list[int]], n: int, device: torch.device) -> tuple[float, list]:
-    """Wall seconds of one greedy HF `generate` making exactly n tokens per sequence."""
+@dataclass
+class Run:
+    """One greedy run of n tokens per sequence, timed from the caller's side with one clock.
+
+    `token_times[i]`: seconds from the call until step i's tokens reached the caller (step 0 is
+    the token sampled from prefill's logits). TPOT is then the span between the first and last
+    token over the n - 1 steps between them: one run, no subtraction of two noisy runs. Example:
+    token_times [0.020, 0.025, 0.031, 0.035] -> TTFT 20 ms, TPOT (35 - 20) / 3 = 5 ms.
+    """
+
+    wall_s: float
+    token_times: list[float]
+    tokens: list[list[int]]  # (B, n) the generated ids
+    result: object = None  # ours: the engine's GenerationResult (its own per-token metrics)
+
+    @property
+    def ttft_s(self) -> float:
+        return self.token_times[0]
+
+    @property
+    def tpot_s(self) -> float:
+        n = len(self.token_times)
+        if n < 2:
+            raise ValueError("TPOT needs at least 2 tokens per sequence")
+        return (self.token_times[-1] - self.token_times[0]) / (n - 1)
+
+
+class _Stamps:
+    """A `generate` streamer that keeps when each step's tokens came out (its `put` gets the
+    prompt first, then each step's (B,) tokens, already copied to the CPU)."""
+
+    def __init__(self, t0: float):
+        self.t0, self.times, self.prompt_seen = t0, [], False
+
+    def put(self, value) -> None:
+        if self.prompt_seen:
+            self.times.append(time.perf_counter() - self.t0)
+        self.prompt_seen = True
+
+    def end(self) -> None:
+        pass
+
+
+def run_hf(hf: torch.nn.Module, prompts: list[list[int]], n: int, device: torch.device) -> Run:
+    """One greedy HF `generate` making exactly n tokens per sequence."""
     ids = torch.tensor(prompts, device=device)  # (B, T), equal lengths: no padding
     mask = torch.ones_like(ids)
     synchronize(device)
     t0 = time.perf_counter()
+    stamps = _Stamps(t0)
     out = hf.generate(
-        ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0
-    )
+        ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0,
+        streamer=stamps,
+    )  # fmt: skip
     synchronize(device)
-    return time.perf_counter() - t0, out[:, ids.shape[1] :].tolist()
+    wall = time.perf_counter() - t0
+    return Run(wall, stamps.times, out[:, ids.shape[1] :].tolist())
 
 
-def run_ours(eng, prompts: list[list[int]], n: int, device: torch.device, cuda_graph: bool = False):
-    """Wall seconds and the GenerationResult of one greedy engine request of n tokens."""
+def run_ours(eng, prompts: list[list[int]], n: int, device: torch.device, cuda_graph: bool = False) -> Run:
+    """One greedy engine request of n tokens per sequence, its tokens timed as they stream out."""
     synchronize(device)
     t0 = time.perf_counter()
-    res = eng.generate(prompts, max_new_tokens=n, temperature=0.0, stop_at_eos=False, cuda_graph=cuda_graph)
+    times, result = [], None
+    for ev in eng.stream(prompts, max_new_tokens=n, temperature=0.0, stop_at_eos=False, cuda_graph=cuda_graph):
+        if isinstance(ev, Token) and ev.step == len(times):
+            times.append(time.perf_counter() - t0)
+        elif isinstance(ev, Done):
+            result = ev.result
     synchronize(device)
-    return time.perf_counter() - t0, res
+    return Run(time.perf_counter() - t0, times, result.tokens, result)
 
 
 # ---------------------------------------------------------------- the three scenarios

@@ -8,7 +8,7 @@ HF comparison. For each model (default: the SmolLM2-135M preset shape, then the 
      float32;
   2. every repeat times each variant once, in an order rotated by one each repeat, so a noisy
      moment on shared cores hits every variant alike: TPOT at batch 1 (n tokens after a short
-     prompt; ours from the trace, HF as (t(n) - t(1)) / (n - 1)) and the prefill pass of one long
+     prompt; ours from the trace, HF from one run's token stamps, bench/contestants.py `Run`) and the prefill pass of one long
      prompt. One untimed warm-up of every shape comes first;
   3. the kernel ceilings of the int8 and float32 weights (bench/ceilings.py: the batch-1 matmul
      chain with nothing in between), so a missed target says whether the kernels allow it;
@@ -91,9 +91,7 @@ def _time_prefill(eng, prompt: list[list[int]]) -> float:
 
 
 def _hf_tpot(hf, prompt: list[list[int]], n: int) -> float:
-    t1, _ = run_hf(hf, prompt, 1, torch.device("cpu"))
-    tn, _ = run_hf(hf, prompt, n, torch.device("cpu"))
-    return (tn - t1) / (n - 1)
+    return run_hf(hf, prompt, n, torch.device("cpu")).tpot_s
 
 
 def agreement(a: list[int], b: list[int]) -> dict:
@@ -117,7 +115,7 @@ def measure_model(model: str, plan: QuantPlan, progress) -> Int8ModelResult:
 
     def one(variant: str, timed: bool) -> None:
         if variant == "hf":
-            t, p = _hf_tpot(hf, short, n), run_hf(hf, long, 1, torch.device("cpu"))[0]
+            t, p = _hf_tpot(hf, short, n), run_hf(hf, long, 1, torch.device("cpu")).ttft_s
         else:
             t, p = _time_ours(engines[variant], short, n), _time_prefill(engines[variant], long)
         if timed:

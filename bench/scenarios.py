@@ -26,12 +26,11 @@ def measure_prefill(c: Contestants, plan: BenchPlan, dev: torch.device, progress
     for i in range(plan.warmup + plan.repeats):
         progress(f"prefill {plan.prefill_batch} x {plan.prefill_tokens} tokens: run {i + 1}/{plan.warmup + plan.repeats}")
         timed = i >= plan.warmup
-        (hf_s, _), (wall, res) = alternate(
-            i, lambda: run_hf(c.hf, prompt, 1, dev), lambda: run_ours(c.engine, prompt, 1, dev)
-        )
+        hf, ours = alternate(i, lambda: run_hf(c.hf, prompt, 1, dev), lambda: run_ours(c.engine, prompt, 1, dev))
+        res = ours.result
         if timed:
-            hf_ttft.values.append(hf_s)
-            ours_wall.values.append(wall)
+            hf_ttft.values.append(hf.ttft_s)
+            ours_wall.values.append(ours.ttft_s)
             ours_ttft.values.append(res.metrics.ttft_s)
             ours_prefill.values.append(res.metrics.prefill_s)
             flops = res.trace.prefill.flops
@@ -49,19 +48,11 @@ def measure_prefill(c: Contestants, plan: BenchPlan, dev: torch.device, progress
     }
 
 
-def time_hf_pair(c: Contestants, prompts: list[list[int]], n: int, dev: torch.device) -> dict:
-    t1, _ = run_hf(c.hf, prompts, 1, dev)
-    tn, tokens = run_hf(c.hf, prompts, n, dev)
-    return {"t1": t1, "tn": tn, "tokens": tokens}
-
-
-def time_ours_runs(c: Contestants, prompts: list[list[int]], n: int, dev: torch.device) -> dict:
-    """t(1) and t(n) like HF's, plus (on CUDA) the same request replayed through CUDA graphs."""
-    t1, _ = run_ours(c.engine, prompts, 1, dev)
-    tn, res = run_ours(c.engine, prompts, n, dev)
-    out = {"t1": t1, "tn": tn, "res": res}
+def time_ours(c: Contestants, prompts: list[list[int]], n: int, dev: torch.device) -> dict:
+    """One run of n tokens, plus (on CUDA) the same request replayed through CUDA graphs."""
+    out = {"run": run_ours(c.engine, prompts, n, dev)}
     if dev.type == "cuda":
-        out["graph"] = run_ours(c.engine, prompts, n, dev, cuda_graph=True)[1]
+        out["graph"] = run_ours(c.engine, prompts, n, dev, cuda_graph=True).result
     return out
 
 
@@ -70,8 +61,8 @@ def measure_decode(
 ) -> dict:
     """TPOT at one batch size: n tokens per sequence, the soup pot's one-token-per-step loop.
 
-    Each repeat times t(1) and t(n) for both sides back to back, so (t(n) - t(1)) / (n - 1)
-    subtracts a prefill measured moments earlier under the same noise.
+    Both sides' TPOT come from one run each, timed on the caller's clock as each step's tokens
+    come out (bench/contestants.py `Run`); ours also reports its engine's own per-token metrics.
     """
     n = plan.decode_tokens
     prompts = random_prompts(c.vocab_size, batch, prompt_len, seed=2)
@@ -81,21 +72,21 @@ def measure_decode(
     for i in range(plan.warmup + plan.repeats):
         progress(f"decode batch {batch}, {n} tokens: run {i + 1}/{plan.warmup + plan.repeats}")
         hf, ours = alternate(
-            i, lambda: time_hf_pair(c, prompts, n, dev), lambda: time_ours_runs(c, prompts, n, dev)
+            i, lambda: run_hf(c.hf, prompts, n, dev), lambda: time_ours(c, prompts, n, dev)
         )
         if i < plan.warmup:
             continue
-        hf_tpot.values.append((hf["tn"] - hf["t1"]) / (n - 1))
-        res = ours["res"]
+        hf_tpot.values.append(hf.tpot_s)
+        res = ours["run"].result
         ours_tpot.values.append(res.metrics.tpot_s)
         ours_tps.values.append(res.metrics.decode_tps)
-        ours_wall_tpot.values.append((ours["tn"] - ours["t1"]) / (n - 1))
+        ours_wall_tpot.values.append(ours["run"].tpot_s)
         if "graph" in ours:  # step 1 of a graphed request also records the graph: keep it apart
             graph_tpot_all.values.append(ours["graph"].metrics.tpot_s)
             graph_tpot.values.append(statistics.fmean(ours["graph"].metrics.itl_s[1:] or [0.0]))
         steps = res.trace.decode_steps
         kv_read = statistics.fmean(s.kv_tokens for s in steps) * c.engine.info.kv_bytes_per_token
-        match = min(common_prefix(a, b) for a, b in zip(res.tokens, hf["tokens"], strict=True))
+        match = min(common_prefix(a, b) for a, b in zip(res.tokens, hf.tokens, strict=True))
     out = {
         "batch": batch,
         "prompt_tokens": prompt_len,

@@ -14,6 +14,7 @@ import torch
 from bench.bench import run_bench
 from bench.ceilings import matmul_chain
 from bench.cli import main, parse_args, plan_from
+from bench.contestants import load_contestants, random_prompts, run_hf, run_ours
 from bench.plan import QUICK, BenchPlan
 from bench.report import check_targets, derive_ratios, kernel_bounds, roofline_bounds
 from bench.roofline import Roofline, measure_roofline
@@ -78,6 +79,22 @@ def test_every_timing_has_one_positive_sample_per_repeat(report):
         assert min(t["samples"]) <= t["median"] <= max(t["samples"])
     # prefill's forward pass is part of TTFT, never more than it
     assert report["prefill"]["ours"]["prefill_s"]["median"] <= report["prefill"]["ours"]["ttft_s"]["median"]
+
+
+def test_both_sides_time_each_step_of_one_run_on_the_callers_clock(tiny_llama_tied):
+    """TPOT comes from one run's token times (never a difference of two runs, which noise can make
+    negative): n increasing times per run, the first being TTFT, all inside the run's wall time."""
+    c = load_contestants(str(tiny_llama_tied.path), "cpu", "float32", str(tiny_llama_tied.path))
+    prompts = random_prompts(c.vocab_size, 2, 5, seed=2)
+    cpu = torch.device("cpu")
+    for run in (run_hf(c.hf, prompts, 4, cpu), run_ours(c.engine, prompts, 4, cpu)):
+        assert len(run.token_times) == 4 and len(run.tokens) == 2 and all(len(t) == 4 for t in run.tokens)
+        assert 0 < run.ttft_s and all(a < b for a, b in zip(run.token_times, run.token_times[1:], strict=False))
+        assert run.token_times[-1] <= run.wall_s
+        assert run.tpot_s == pytest.approx((run.token_times[3] - run.token_times[0]) / 3)
+    assert run.result.tokens == run.tokens
+    with pytest.raises(ValueError, match="at least 2 tokens"):
+        _ = run_ours(c.engine, prompts, 1, cpu).tpot_s
 
 
 def test_ratios_follow_from_the_measured_parts(report, small_roof):

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.browser_kit import CHROMIUM, CHROMIUM_ARGS, app, chromium, needs_chromium  # noqa: F401
 
@@ -56,14 +57,24 @@ def metric_value(page, label: str) -> str:
 
 
 def wait_for_cooked(page) -> None:
-    """Until the TTFT panel shows a measured number and the generated text is on the page."""
-    page.wait_for_function(
-        """() => [...document.querySelectorAll('[data-testid="stMetric"]')].some(m =>
-              m.innerText.includes('TTFT') && /\\d/.test(m.querySelector('[data-testid="stMetricValue"]').innerText))""",
-        timeout=COOK_TIMEOUT_MS,
-    )
-    page.get_by_text("Diagnosis", exact=False).first.wait_for(timeout=COOK_TIMEOUT_MS)
-    page.locator(".tpk-text span").first.wait_for(timeout=COOK_TIMEOUT_MS)
+    """Until the TTFT panel shows a measured number and the generated text is on the page. A cook
+    that never ends fails with what the page showed (and a screenshot), so a failure says where
+    the order stood: never started, waiting in line, cooking, or refused."""
+    try:
+        page.wait_for_function(
+            """() => [...document.querySelectorAll('[data-testid="stMetric"]')].some(m =>
+                  m.innerText.includes('TTFT') && /\\d/.test(m.querySelector('[data-testid="stMetricValue"]').innerText))""",
+            timeout=COOK_TIMEOUT_MS,
+        )
+        page.get_by_text("Diagnosis", exact=False).first.wait_for(timeout=COOK_TIMEOUT_MS)
+        page.locator(".tpk-text span").first.wait_for(timeout=COOK_TIMEOUT_MS)
+    except PlaywrightTimeout:
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "cook-never-ended.png"), full_page=True)
+        running = page.locator('[data-testid="stStatusWidget"]').inner_text() if page.locator(
+            '[data-testid="stStatusWidget"]').count() else "(no status widget)"  # fmt: skip
+        body = " | ".join(line for line in page.inner_text("body").splitlines() if line.strip())
+        pytest.fail(f"the cook never ended; status widget: {running!r}; the page read: {body[-3000:]}")
 
 
 def full_texts(page) -> list[str]:

@@ -107,8 +107,13 @@ def _row(draft, batch, speedup):
 def test_close_speedups_at_one_batch_label_one_above_and_one_below():
     from lab.apprentice import ApprenticeResult, batch_figure
 
-    rows = [_row("ngram", 1, 1.32), _row("apprentice", 1, 1.24), _row("ngram", 8, 0.9), _row("apprentice", 8, 0.1)]
+    rows = [_row("ngram", 1, 2.9), _row("apprentice", 1, 2.8), _row("ngram", 8, 0.58), _row("apprentice", 8, 0.53)]
     fig = batch_figure(ApprenticeResult(ApprenticeSettings(), "chef", "cpu", rows))
     sides = {t.name: list(t.textposition) for t in fig.data if t.text is not None}
-    # batch 1: the higher above, the lower below; batch 8: x0.1 is too near the axis for a label below
-    assert sides == {"ngram": ["top center", "top center"], "apprentice": ["bottom center", "middle right"]}
+    # at each batch the higher labels above, the lower below, even near the axis (x0.53 under x0.58)
+    assert sides == {"ngram": ["top center", "top center"], "apprentice": ["bottom center", "bottom center"]}
+    # the room under zero holds a label row, and no tick is drawn there
+    low, high = fig.layout.yaxis.range
+    assert low == pytest.approx(-0.1 * high) and high == pytest.approx(2.9 * 1.3)
+    assert fig.layout.yaxis.tick0 == 0 and fig.layout.yaxis.dtick > -low
+    assert list(fig.layout.xaxis.tickvals) == [1, 8]  # each measured batch is named under its points

@@ -31,7 +31,6 @@ pass grows k + 1 times faster than plain decode's -- the slowdown at large batch
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import asdict, dataclass, field
 from statistics import median
@@ -44,7 +43,7 @@ from engine.events import Done, StepEnd
 from engine.speculative import MAX_SPECULATE, SpecCounters
 from lab.experiment import Experiment, Prediction, StoryLink
 from lab.noise import MIN_REPEATS, SPREAD_LEGEND, Machine, MachineWatch, Spread, error_bars, spread_of
-from lab.plot_kit import POT, WOK, finish, guess_marker, reference_line
+from lab.plot_kit import POT, WOK, finish, guess_marker, labels_below_too, reference_line
 from lab.progress import ProgressFn, ProgressTracker, median_of
 from lab.serving_verdicts import SpecNumbers, diagnose_speculation
 
@@ -318,19 +317,12 @@ def batch_figure(result: ApprenticeResult) -> go.Figure:
                                  textposition=[_label_side(r, copy) for r in rows]))  # fmt: skip
     reference_line(fig, 1, "plain decoding (x1)")
     fig.update_xaxes(title="tables (batch)", type="log")
-    high = max(1.0, top) * 1.3  # room above the highest label
-    step = _tick_step(high)
-    fig.update_yaxes(title="decode tokens/s, x plain decoding", range=[-LABEL_ROOM * high, high], tick0=0, dtick=step)
+    fig.update_yaxes(title="decode tokens/s, x plain decoding")
+    labels_below_too(fig, max(1.0, top) * 1.3)  # room above the highest label, and under the lowest
     fig = finish(fig, "The copy order at larger batches: each check feeds k + 1 tokens per table")
     batches = sorted({r.batch for r in copy})
     fig.update_xaxes(tickvals=batches, ticktext=[str(b) for b in batches])  # the batches measured, each named
     return fig
-
-
-# Under zero the y axis keeps this share of its height free: a label below the lowest point (even a
-# point at x0.05) fits inside the plot. A text row is 1.4 x 16 px in presenter mode, 7% of the
-# 340 px plot (lab/plot_kit.py), plus the marker.
-LABEL_ROOM = 0.1
 
 
 def _label_side(row: SpecRow, rows: list[SpecRow]) -> str:
@@ -338,14 +330,6 @@ def _label_side(row: SpecRow, rows: list[SpecRow]) -> str:
     below it, so two helpers measuring close speedups (x1.32 and x1.24, or x0.58 and x0.53 near
     the axis) print apart: the two labels sit on either side of the two points."""
     return "top center" if row.speedup >= max(r.speedup for r in rows if r.batch == row.batch) else "bottom center"
-
-
-def _tick_step(high: float) -> float:
-    """The y axis's tick step: the smallest 1, 2, 2.5 or 5 x 10^n giving at most 6 steps to `high`.
-    It is over `LABEL_ROOM * high`, so no tick (and no negative number) falls in the room under zero.
-    Example: high 3.9 -> 1 (0, 1, 2, 3); high 1.3 -> 0.25."""
-    scale = 10 ** math.floor(math.log10(high / 6))
-    return next(m * scale for m in (1, 2, 2.5, 5, 10) if m * scale >= high / 6)
 
 
 # -- the experiment -------------------------------------------------------------------------------

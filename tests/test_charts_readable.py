@@ -7,7 +7,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from kitchen_viz.charts import LABEL_POSITIONS, finish, log_ticks, tick_text
-from lab.plot_kit import PRESENTER_TEXT_PX, readable, wrap
+from lab.plot_kit import LABEL_ROOM, PRESENTER_TEXT_PX, labels_below_too, readable, wrap
 
 
 def test_log_ticks_are_one_two_five_on_short_ranges_and_decades_on_long_ones():
@@ -57,3 +57,13 @@ def test_wrap_breaks_at_spaces_and_keeps_a_long_word_whole():
     assert wrap("the wok is full from here", 10) == ["the wok is", "full from", "here"]
     assert wrap("a<br>b", 10) == ["a b"]
     assert wrap("supercalifragilistic x", 5) == ["supercalifragilistic", "x"]
+
+
+def test_labels_below_too_leaves_a_label_row_under_zero_with_no_tick_in_it():
+    for high, step in ((3.9, 1), (1.3, 0.25), (0.9, 0.2), (13, 2.5), (6.0, 1)):
+        fig = go.Figure()
+        labels_below_too(fig, high)
+        low, top = fig.layout.yaxis.range
+        assert top == high and low == -LABEL_ROOM * high
+        assert fig.layout.yaxis.tick0 == 0 and fig.layout.yaxis.dtick == step
+        assert step > -low and high / step <= 6  # no tick under zero, at most 6 steps above it

@@ -316,13 +316,11 @@ def batch_figure(result: ApprenticeResult) -> go.Figure:
                                  name=d, line=dict(color=COLOURS[d]), text=[f"x{r.speedup:.2f}" for r in rows],
                                  textposition=[_label_side(r, copy) for r in rows]))  # fmt: skip
     reference_line(fig, 1, "plain decoding (x1)")
-    fig.update_xaxes(title="tables (batch)", type="log")
+    batches = sorted({r.batch for r in copy})
+    fig.update_xaxes(title="tables (batch)", type="log", tickvals=batches, ticktext=[str(b) for b in batches])
     fig.update_yaxes(title="decode tokens/s, x plain decoding")
     labels_below_too(fig, max(1.0, top) * 1.3)  # room above the highest label, and under the lowest
-    fig = finish(fig, "The copy order at larger batches: each check feeds k + 1 tokens per table")
-    batches = sorted({r.batch for r in copy})
-    fig.update_xaxes(tickvals=batches, ticktext=[str(b) for b in batches])  # the batches measured, each named
-    return fig
+    return finish(fig, "The copy order at larger batches: each check feeds k + 1 tokens per table")
 
 
 def _label_side(row: SpecRow, rows: list[SpecRow]) -> str:

@@ -221,10 +221,11 @@ def tick_text(v: float) -> str:
 
 
 def label_log_axes(fig: go.Figure) -> None:
-    """Give every log axis explicit, readable ticks computed from the data drawn on it."""
+    """Give every log axis explicit, readable ticks computed from the data drawn on it, unless the
+    figure chose its ticks itself (the batch sizes it measured, say)."""
     for name in [k for k in fig.layout.to_plotly_json() if k.startswith(("xaxis", "yaxis"))]:
         axis = fig.layout[name]
-        if axis.type != "log":
+        if axis.type != "log" or axis.tickvals is not None:
             continue
         letter, suffix = name[0], name[5:]
         values = []

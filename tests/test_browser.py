@@ -71,8 +71,8 @@ def wait_for_cooked(page) -> None:
     except PlaywrightTimeout:
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "cook-never-ended.png"), full_page=True)
-        running = page.locator('[data-testid="stStatusWidget"]').inner_text() if page.locator(
-            '[data-testid="stStatusWidget"]').count() else "(no status widget)"  # fmt: skip
+        status = page.locator('[data-testid="stStatusWidget"]')
+        running = status.inner_text() if status.count() else "(no status widget)"
         body = " | ".join(line for line in page.inner_text("body").splitlines() if line.strip())
         pytest.fail(f"the cook never ended; status widget: {running!r}; the page read: {body[-3000:]}")
 

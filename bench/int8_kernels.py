@@ -21,17 +21,17 @@ import statistics
 import sys
 import time
 import warnings
-from pathlib import Path
 
 import torch
 
 from engine.config import config_from_hf
 from engine.int8_op import pack_w8a8, w8a8_product
+from engine.loader import EMBEDDED_MODELS
 from engine.presets import preset_config
 
 ROWS = (1, 4, 8, 16, 64, 128, 256)  # decode batches, and where the widened kernel takes over
 REPEATS = 5
-CHEF = Path(__file__).resolve().parents[1] / "assets" / "models" / "chef" / "config.json"
+CHEF = EMBEDDED_MODELS / "chef" / "config.json"
 
 
 def model_shapes(cfg) -> list[tuple[int, int]]:

@@ -141,7 +141,7 @@ def op_profile(eng, prompt: list[int], steps: int, n: int) -> dict:
 
 def main(argv: list[str]) -> int:
     p = OneLineParser(prog="python -m bench step-profile", description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="assets/models/chef", help="model folder or preset: name (default the chef)")
+    p.add_argument("--model", default="chef", help="model folder or preset: name (default the chef)")
     p.add_argument("--steps", type=int, default=128, help="decode steps per round (default 128)")
     p.add_argument("--rounds", type=int, default=5, help="rounds; each part's median step, median over rounds")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1, the Kitchen's)")

@@ -1,7 +1,7 @@
 """Two-Pot Kitchen's inference engine: prefill (the wok) and decode (the soup pot), in plain PyTorch.
 
     from engine import Engine
-    eng = Engine.load("assets/models/chef", device="cpu", dtype="float32")
+    eng = Engine.load("chef", device="cpu", dtype="float32")
     res = eng.generate(["ROMEO:"], max_new_tokens=32)
 
 See docs/engine-api.md for the contract. This package never imports streamlit.

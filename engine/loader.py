@@ -165,7 +165,7 @@ def load_weights(folder: Path, cfg: ModelConfig, device, dtype) -> Transformer:
     return model
 
 
-EMBEDDED_MODELS = Path(__file__).resolve().parent.parent / "assets" / "models"
+EMBEDDED_MODELS = Path(__file__).resolve().parent / "models"
 EMBEDDED_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 
 
@@ -173,7 +173,7 @@ def resolve_source(model: str) -> str:
     """Turn what the user typed into a local folder or `preset:NAME`.
 
     Order: `preset:` prefix, an existing folder, the name of a model embedded in the repo
-    (`chef` -> assets/models/chef), then a hub id (downloaded with huggingface_hub; offline or
+    (`chef` -> engine/models/chef), then a hub id (downloaded with huggingface_hub; offline or
     unknown -> one-line EngineError). The app's menu of models (names, labels, an instructor's extra
     entries) is not the engine's business: it lives in `serving/catalog.py`, which hands
     `Engine.load` one of these sources.
@@ -190,7 +190,7 @@ def resolve_source(model: str) -> str:
     if model.count("/") == 1 and not model.startswith((".", "/", "~")):
         return _download(model)
     raise EngineError(
-        f"model '{model}' not found: not a folder, preset:NAME, embedded model (assets/models/NAME) or hub id"
+        f"model '{model}' not found: not a folder, preset:NAME, embedded model (engine/models/NAME) or hub id"
     )
 
 

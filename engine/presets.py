@@ -10,7 +10,7 @@ Memory is checked BEFORE building: Llama-3.2-1B in float32 needs ~4.9 GB of weig
 with less free memory gets one line saying so instead of an out-of-memory kill.
 
 Simplification: `llama-3.2-1b` uses plain RoPE (theta 500,000) without Llama 3's frequency scaling;
-it changes no timing. Text prompts use the chef's tokenizer when `assets/models/chef` exists; ids
+it changes no timing. Text prompts use the chef's tokenizer when `engine/models/chef` exists; ids
 the tokenizer does not know decode as a ⟨id⟩ placeholder. Token-id prompts always work.
 """
 
@@ -26,7 +26,7 @@ from engine.limits import available_memory
 from engine.model import Transformer
 from engine.text import TextCodec
 
-CHEF_DIR = Path(__file__).resolve().parents[1] / "assets" / "models" / "chef"
+CHEF_DIR = Path(__file__).resolve().parent / "models" / "chef"
 INIT_STD = 0.02
 SEED = 1234
 

@@ -17,6 +17,7 @@ import streamlit as st
 import torch
 
 from engine.errors import EngineError
+from engine.loader import EMBEDDED_MODELS
 from kitchen_viz.live_feed import base_path
 from lab.on_server import LabRoutes
 from lab.runlog import RunLog
@@ -26,8 +27,8 @@ from serving.host import HttpHost, KitchenHost
 from serving.kitchen_client import ServerKitchen
 from serving.mounted import PREFIX, own_kitchens
 
-REPO = Path(__file__).resolve().parent.parent
-CHEF_FOLDER = REPO / "assets" / "models" / "chef"
+APP_DIR = Path(__file__).resolve().parent / "web"  # the Streamlit entry (app.py); page paths are relative to it
+CHEF_FOLDER = EMBEDDED_MODELS / "chef"
 DTYPES = ["float32", "bfloat16", "float16"]
 PRECISIONS = [*DTYPES, "int8"]  # "int8": int8 weight matrices, float32 for the rest (engine/quant.py)
 PRECISION_LABELS = {"int8": "int8 weights (float32 KV)"}

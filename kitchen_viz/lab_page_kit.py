@@ -29,7 +29,7 @@ from functools import partial
 
 import streamlit as st
 
-from kitchen_viz.app_state import REPO, current_settings, service_for
+from kitchen_viz.app_state import APP_DIR, current_settings, service_for
 from kitchen_viz.icons import nav_icon
 from lab.cache import (
     CachedResult,
@@ -222,7 +222,7 @@ def page_target(link: str) -> str | st.Page | None:
     if link.startswith("lab_"):
         key = link.removeprefix("lab_")
         return lab_page(experiment(key)) if any(e.key == key for e in EXPERIMENTS) else None
-    return link if (REPO / link).is_file() else None
+    return link if (APP_DIR / link).is_file() else None
 
 
 def render_experiment(exp: Experiment) -> None:

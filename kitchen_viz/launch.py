@@ -32,7 +32,7 @@ from serving.caps import use_caps_file
 from serving.catalog import use_extra_catalogs
 from serving.server import main as serve_main
 
-APP = Path(__file__).resolve().parent.parent / "app.py"
+APP = Path(__file__).resolve().parent / "web" / "app.py"
 SERVE = APP.parent / "serve.py"  # app.py served through st.App, with the live feed's route
 DEFAULT_FLAGS = ["--server.headless", "true", "--browser.gatherUsageStats", "false"]
 

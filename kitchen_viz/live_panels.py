@@ -6,7 +6,7 @@ engine. Re-rendering the Streamlit panels every tick (columns, metrics, a chart 
 size) made Chromium re-lay-out and re-rasterize the page below them: perf sampling the engine's
 core during a live Cook showed 10-15 % of it taken by Chromium's raster threads in bursts at each
 tick, and none of those bursts with the panels left out (docs/benchmarks/ui-overhead.md). While
-cooking, the scene component (kitchen_viz/scene.py, assets/art/scene.js) draws these panels in a
+cooking, the scene component (kitchen_viz/scene.py, kitchen_viz/art/scene.js) draws these panels in a
 fixed-height box above the kitchen, from `scene_data()["panels"]`: one element updated per tick
 instead of two, changing the text of a few nodes and one SVG polyline (the ITL of every step so
 far). When the order is done the page draws the ordinary panels (kitchen_viz.panels) with the

@@ -17,7 +17,7 @@ import streamlit as st
 
 from engine.errors import EngineError
 from kitchen_viz import live_feed
-from kitchen_viz.app_state import REPO
+from kitchen_viz.app_state import APP_DIR
 from kitchen_viz.order_control import is_cooking, order_caps, say_refused
 from kitchen_viz.orders import (
     DEFAULT_PROMPT,
@@ -251,7 +251,7 @@ def order_ui(svc: ServerKitchen, seed: int) -> Order | None:
             "panels, the drawing and the diagnosis say how many tokens were reused.",
         )
         wok_win_button(svc, caps, disabled=is_cooking())
-        if (REPO / LESSONS_PAGE).is_file():
+        if (APP_DIR / LESSONS_PAGE).is_file():
             st.page_link(LESSONS_PAGE, label="Suggested orders (lesson plan)", icon=":material/menu_book:")
     st.session_state[K_FROM_URL] = {}  # a link's values are explained once; later moves are the controls'
     keep_order_in_url()

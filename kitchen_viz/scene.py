@@ -3,12 +3,12 @@
 Why a Streamlit Components v2 component (not `st.html` or an iframe): a v2 component stays mounted
 between reruns and just receives new `data`, so the page's fragment can hand it fresh events four
 times a second while its animation keeps one continuous clock. The script
-(`assets/art/scene.js`) draws the kitchen at engine time T = screen time / slowdown; this module
+(`kitchen_viz/art/scene.js`) draws the kitchen at engine time T = screen time / slowdown; this module
 only registers it and passes `LiveRun.scene_data()` (plus, while cooking live, the panels'
 numbers: the scene draws the live panels too, so each update touches one element, not two; and,
 under `two-pot-kitchen`, the URL of the order's feed, which the script polls itself).
 
-The art lives in `assets/art/` (kitchen.svg, scene.css, scene.js), drawn for this project.
+The art lives in `kitchen_viz/art/` (kitchen.svg, scene.css, scene.js), drawn for this project.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import streamlit as st
 
-ART = Path(__file__).resolve().parent.parent / "assets" / "art"
+ART = Path(__file__).resolve().parent / "art"
 COMPONENT_NAME = "two_pot_kitchen_scene"
 
 

@@ -2,7 +2,7 @@
 
 The panels, the drawing (its Python-side strings), the timeline bar, the comparison and the
 diagnosis all print through these two functions; the drawing's script follows the same rule for
-the times it animates (assets/art/scene.js `fmtTime`).
+the times it animates (kitchen_viz/art/scene.js `fmtTime`).
 
     fmt_s(0.03081) -> "30.81 ms"    fmt_s(0.2503) -> "250.3 ms"    fmt_s(1.95) -> "1.95 s"
     fmt_tps(103.4) -> "103 tok/s"   fmt_tps(None) -> "—"

@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO))
 from bench.serve_bench import Dist  # noqa: E402
 from serving.loadgen import make_load, rss_kb, run_load, serve_alone, summarize  # noqa: E402
 
-CHEF = str(REPO / "assets" / "models" / "chef")
+CHEF = str(REPO / "engine" / "models" / "chef")
 RUSH_BEGIN = "<!-- rush: scripts/class_rush.py -->"
 
 

@@ -4,7 +4,7 @@
         --shots docs/images --out docs/benchmarks/llama-cpp-backend.json
 
 Optional (not in CI): it needs a llama.cpp build (scripts/build_llama_cpp.sh) and the chef
-converted to GGUF (llama.cpp's convert_hf_to_gguf.py on assets/models/chef). It starts
+converted to GGUF (llama.cpp's convert_hf_to_gguf.py on engine/models/chef). It starts
 `llama-server -m GGUF --host 127.0.0.1 --port P --metrics`, then:
 
   1. orders from it as the Order page does (serving/remote_order.py): text, client-side TTFT /

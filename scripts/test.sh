@@ -13,20 +13,7 @@ if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/prometheus ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium fonts-noto-color-emoji prometheus >/dev/null
 fi
 
-[ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-# torch is pinned exactly in pyproject.toml, but the pin does not avoid the CUDA build: on Linux
-# x86-64 the public index serves the CUDA wheel and its nvidia-* packages (several GB). Without an
-# NVIDIA GPU, take the same version from PyTorch's CPU wheel index first (only when torch is missing).
-if ! .venv/bin/python -c "import torch" 2>/dev/null && [ "$(uname -s)-$(uname -m)" = "Linux-x86_64" ] \
-   && ! command -v nvidia-smi >/dev/null; then
-  TORCH_PIN=$(sed -n 's/^ *"\(torch==[^"]*\)",.*/\1/p' pyproject.toml)
-  # --retries 0: where that index cannot be reached (an offline mirror), pip falls back at once to
-  # the other sources it is configured with instead of retrying each package for minutes.
-  .venv/bin/python -m pip install -q "$TORCH_PIN" --index-url https://download.pytorch.org/whl/cpu \
-    --retries 0 --timeout 10
-fi
-.venv/bin/python -m pip install -q -e ".[dev]"
+bash scripts/setup.sh dev
 
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 .venv/bin/ruff check .

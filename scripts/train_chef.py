@@ -25,11 +25,11 @@ chef's: growing the context must not cost the text it could already write.
 
 Examples (the model cards record the exact command of each shipped run):
     .venv/bin/python scripts/train_chef.py --data ../shared/data/tinyshakespeare.txt \\
-        --size chef --out assets/models/chef --steps 2400 --minutes 30
+        --size chef --out engine/models/chef --steps 2400 --minutes 30
     .venv/bin/python scripts/train_chef.py --data ../shared/data/tinyshakespeare.txt \\
-        --size apprentice --tokenizer-from assets/models/chef --out assets/models/apprentice --minutes 7
+        --size apprentice --tokenizer-from engine/models/chef --out engine/models/apprentice --minutes 7
     .venv/bin/python scripts/train_chef.py --data ../shared/data/tinyshakespeare.txt \\
-        --init assets/models/chef --context 2560 --batch 2 --lr 6e-4 --warmup 10 --minutes 40 --out /tmp/chef-long
+        --init engine/models/chef --context 2560 --batch 2 --lr 6e-4 --warmup 10 --minutes 40 --out /tmp/chef-long
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The model catalog: the one allow-listed menu of models the app may load.
 
 Why an allow-list: the browser must never name an arbitrary path or hub id; it picks a *catalog name*
-and the server resolves it. The menu lives in `catalog.toml` at the repo root; an instructor adds
+and the server resolves it. The menu lives in `catalog.toml` beside this module; an instructor adds
 entries with server-side files only (env `TWO_POT_CATALOG=extra.toml[:more.toml]`, or the launcher's
 `--catalog`, which calls `use_extra_catalogs`).
 
@@ -11,7 +11,7 @@ A catalog file:
 
     [[model]]
     name = "chef"                        # what the browser picks; unique across all files
-    path = "assets/models/chef"          # exactly one of path / preset / hub
+    path = "/srv/models/chef"            # exactly one of path / preset / hub
     label = "The chef"                   # short text for a picker
     trained = true                       # optional; presets are always false
     description = "..."                  # optional
@@ -20,8 +20,8 @@ A catalog file:
     name = "preset:smollm2-135m"
     preset = "smollm2-135m"              # a real architecture's shape, random weights, built locally
 
-Relative paths are relative to the file that names them. Local folders must sit under the repo's
-`assets/models/` or one of the `allowed_roots`. Every refusal is one `EngineError` line.
+Relative paths are relative to the file that names them. Local folders must sit under
+the engine's embedded models (`engine/models/`) or one of the `allowed_roots`. Every refusal is one `EngineError` line.
 
 `describe(entry)` gives the facts a picker shows (parameters, bytes per dtype, KV bytes per token)
 from config.json or the preset's config alone: no weights are read, so a 5 GB preset costs nothing
@@ -40,10 +40,10 @@ import tomllib
 
 from engine.config import ModelConfig, config_from_hf
 from engine.errors import EngineError
+from engine.loader import EMBEDDED_MODELS
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CATALOG = REPO_ROOT / "catalog.toml"
-MODELS_ROOT = REPO_ROOT / "assets" / "models"
+DEFAULT_CATALOG = Path(__file__).resolve().parent / "catalog.toml"
+MODELS_ROOT = EMBEDDED_MODELS
 ENV_VAR = "TWO_POT_CATALOG"
 RANDOM_WEIGHTS_NOTE = "random weights: timing is real, text is not"
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}

@@ -48,6 +48,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from engine.errors import EngineError
+from engine.loader import EMBEDDED_MODELS
 from serving.admission import Full
 from serving.auth import KeyCheck
 from serving.caps import load_caps
@@ -134,7 +135,7 @@ def served_name(model: str) -> tuple[str, str]:
 
     source = resolve_source(model)
     if source is not None:  # an embedded model keeps its name, so the engine's info says "chef", not a folder
-        embedded = Path(__file__).resolve().parent.parent / "assets" / "models" / model
+        embedded = EMBEDDED_MODELS / model
         return model, model if Path(source).resolve() == embedded.resolve() else source
     return (Path(model).name if Path(model).is_dir() else model), model
 

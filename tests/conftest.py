@@ -26,7 +26,7 @@ os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 # The shipped chef's context, read from its own config: tests about "too long" orders state it, not a copy.
-CHEF_CONTEXT = json.loads((REPO / "assets" / "models" / "chef" / "config.json").read_text())["max_position_embeddings"]
+CHEF_CONTEXT = json.loads((REPO / "engine" / "models" / "chef" / "config.json").read_text())["max_position_embeddings"]
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 from engine.events import Token
 from serving.loop_messages import TEST_HANG_ENV
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parent.parent / "kitchen_viz" / "web" / "app.py")
 WAIT_S = 120
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -20,7 +20,7 @@ from app_kit import open_kitchen
 from conftest import CHEF_CONTEXT
 from streamlit.testing.v1 import AppTest
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parent.parent / "kitchen_viz" / "web" / "app.py")
 WAIT_S = 120
 
 

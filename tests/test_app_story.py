@@ -14,7 +14,7 @@ FABLE = Path("/work/shared/seed/two-pots-fable.txt")
 
 
 def test_story_page_renders_the_fable_and_the_mapping():
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at = AppTest.from_file(str(ROOT / "kitchen_viz" / "web" / "app.py"), default_timeout=60)
     at.run()
     at.switch_page("pages/story.py").run()
     assert not at.exception, at.exception
@@ -30,7 +30,7 @@ def test_every_mapping_links_to_a_page_that_exists_or_is_listed_by_the_lab():
 
     known = {KITCHEN} | {e.url_path for e in EXPERIMENTS} | {DASHBOARD.path}
     assert {m.link for m in MAPPINGS} <= known
-    assert (ROOT / KITCHEN).is_file()
+    assert (ROOT / "kitchen_viz" / "web" / KITCHEN).is_file()
     kinds = " ".join(m.engineering for m in MAPPINGS)
     for idea in ("Prefill", "Decode", "KV cache", "batch", "roofline", "overhead", "TTFT", "TPOT"):
         assert idea.lower() in kinds.lower()
@@ -69,7 +69,7 @@ def test_every_lab_experiment_is_linked_from_its_element_of_the_story():
 
 
 def test_story_page_links_the_serving_lessons():
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at = AppTest.from_file(str(ROOT / "kitchen_viz" / "web" / "app.py"), default_timeout=60)
     at.run()
     at.switch_page("pages/story.py").run()
     assert not at.exception, at.exception

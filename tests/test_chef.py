@@ -1,6 +1,6 @@
 """The shipped chef and apprentice: standard HF folders, the engine agrees with transformers, quality bar.
 
-Everything here runs on the committed weights in assets/models/, so a test failure means the shipped
+Everything here runs on the committed weights in engine/models/, so a test failure means the shipped
 model (or the engine reading it) is wrong, not a freshly trained one.
 """
 
@@ -16,8 +16,8 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
-CHEF = REPO / "assets" / "models" / "chef"
-APPRENTICE = REPO / "assets" / "models" / "apprentice"
+CHEF = REPO / "engine" / "models" / "chef"
+APPRENTICE = REPO / "engine" / "models" / "apprentice"
 CORPUS = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
 HF_FILES = [
     "config.json",

@@ -77,7 +77,7 @@ def test_the_page_orders_and_shows_both_kinds_of_numbers(monkeypatch):
 
     with kitchen() as (url, _):
         monkeypatch.setenv("TWO_POT_BACKEND", url)
-        page = AppTest.from_file(str(REPO / "pages" / "class_order.py"), default_timeout=120)
+        page = AppTest.from_file(str(REPO / "kitchen_viz" / "web" / "pages" / "class_order.py"), default_timeout=120)
         page.run()
         assert not page.exception and page.selectbox(key="order-model").value == "chef"
         page.button(key="order-go").click().run()

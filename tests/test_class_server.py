@@ -108,7 +108,7 @@ def test_tables_seeds_and_stop(oai):
     [
         (b"{not json", 400, "not valid JSON"),
         ({"model": "gpt-4", "prompt": "hi"}, 404, "model 'gpt-4' is not served here"),
-        ({"model": "/work/main/assets/models/chef", "prompt": "hi"}, 404, "is not served here"),
+        ({"model": "/work/main/engine/models/chef", "prompt": "hi"}, 404, "is not served here"),
         ({"model": "chef", "prompt": "hi", "max_tokens": -5}, 422, "field 'max_tokens' must be an integer >= 1"),
         ({"model": "chef", "prompt": "hi", "max_tokens": 10**6}, 400, "instructor's limit is 200 new tokens"),
         ({"model": "chef", "prompt": "x " * (CHEF_CONTEXT + 100), "max_tokens": 5}, 400, "the model's context is"),

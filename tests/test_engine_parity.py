@@ -127,9 +127,9 @@ def test_the_trained_chef_matches_transformers():
     """The shipped model, not a random one: same greedy text as HF `generate` for 48 tokens."""
     from conftest import REPO
 
-    chef = REPO / "assets" / "models" / "chef"
+    chef = REPO / "engine" / "models" / "chef"
     if not (chef / "model.safetensors").is_file():
-        pytest.skip("assets/models/chef not present")
+        pytest.skip("engine/models/chef not present")
     from transformers import AutoModelForCausalLM
 
     eng = Engine.load(str(chef))

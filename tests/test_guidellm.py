@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from kitchen_server import kitchen
 
-CHEF = Path(__file__).resolve().parent.parent / "assets" / "models" / "chef"
+CHEF = Path(__file__).resolve().parent.parent / "engine" / "models" / "chef"
 GUIDELLM = shutil.which("guidellm", path=str(Path(sys.executable).parent)) or shutil.which("guidellm")
 REQUESTS, PROMPT, OUTPUT = 16, 32, 16
 

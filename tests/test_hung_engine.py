@@ -23,7 +23,7 @@ from kitchen_viz.orders import Order, cook
 from serving.loop_messages import SILENCE_ENV, TEST_HANG_ENV
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parent.parent / "kitchen_viz" / "web" / "app.py")
 WAIT_S = 120
 ORDER = Order(batch=1, max_new_tokens=4, temperature=0.0, seed=0, text="ROMEO:")
 LONG = Order(batch=2, max_new_tokens=400, temperature=0.0, seed=0, prompt_tokens=16)

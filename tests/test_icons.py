@@ -14,11 +14,11 @@ from kitchen_viz.icons import EMOJI, has_emoji, nav_icon, without_emoji
 REPO = Path(__file__).resolve().parent.parent
 # The files whose strings reach the Kitchen, the Story, the lesson plan, the Dashboard and the navigation.
 DRAWN = [
-    "app.py",
-    "pages/kitchen.py",
-    "pages/dashboard.py",
-    "pages/lessons.py",
-    "pages/story.py",
+    "kitchen_viz/web/app.py",
+    "kitchen_viz/web/pages/kitchen.py",
+    "kitchen_viz/web/pages/dashboard.py",
+    "kitchen_viz/web/pages/lessons.py",
+    "kitchen_viz/web/pages/story.py",
     *[f"kitchen_viz/{name}.py" for name in (
         "kitchen_ui", "order_form", "outcome", "panels", "timeline", "scene", "live_panels", "order_control",
         "orders", "compare", "class_rail", "whole_class", "style", "charts", "story", "lessons", "wok_win",
@@ -43,7 +43,7 @@ def test_the_emoji_test_knows_an_emoji_from_a_material_icon():
 def test_no_string_the_kitchen_pages_draw_depends_on_an_emoji():
     found = [(f, s[:40]) for f in DRAWN for s in strings_of(REPO / f) if has_emoji(s) and "EMOJI" not in s]
     assert not found, found
-    for art in (REPO / "assets/art").iterdir():  # the drawing and its live panels
+    for art in (REPO / "kitchen_viz/art").iterdir():  # the drawing and its live panels
         assert not EMOJI.search(art.read_text()), art.name
 
 
@@ -62,7 +62,7 @@ def test_every_page_in_the_navigation_and_the_tab_have_a_material_icon(monkeypat
 
     monkeypatch.setattr(streamlit, "navigation", navigation)
     monkeypatch.setattr(streamlit, "set_page_config", set_page_config)
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60).run()
+    at = AppTest.from_file(str(REPO / "kitchen_viz" / "web" / "app.py"), default_timeout=60).run()
     assert not at.exception
     icons = [p if isinstance(p, str) else p.icon for p in seen]
     assert len(icons) >= 6  # the tab, the Kitchen's pages, the class kitchen's, the Lab's

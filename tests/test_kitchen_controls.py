@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 
 from kitchen_viz.orders import control_limits, prompt_ceiling, reply_ceiling, rounded_down
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parent.parent / "kitchen_viz" / "web" / "app.py")
 
 
 @dataclass(frozen=True)

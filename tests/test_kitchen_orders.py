@@ -205,7 +205,7 @@ def cancelled_count(url: str) -> float:
     "body, status, words",
     [
         ({"model": "gpt-4", "prompts": ["hi"]}, 404, "model 'gpt-4' is not served here"),
-        ({"model": "/work/main/assets/models/chef", "prompts": ["hi"]}, 404, "is not served here"),
+        ({"model": "/work/main/engine/models/chef", "prompts": ["hi"]}, 404, "is not served here"),
         ({"prompts": ["hi"]}, 422, "field 'model' is required"),
         ({"model": "chef"}, 422, "field 'prompts' is required"),
         ({"model": "chef", "prompts": "hi"}, 422, "field 'prompts' must be a list of 1 to 64 prompts"),
@@ -478,7 +478,7 @@ def test_kitchen_rooms_open_catalog_models_only():
     assert refusal("chef", "cpu", "int8") is None and refusal("chef", "cuda:1", "bfloat16") is None
     lines = {
         ("nope", "cpu", "float32"): "no model 'nope' in this server's catalog (chef, apprentice",
-        ("/work/main/assets/models/chef", "cpu", "float32"): "no model '/work/main/assets/models/chef'",
+        ("/work/main/engine/models/chef", "cpu", "float32"): "no model '/work/main/engine/models/chef'",
         ("../chef", "cpu", "float32"): "no model '../chef'",
         ("chef", "gpu", "float32"): "device must be cpu or cuda[:N] (got 'gpu')",
         ("chef", "cuda:x", "float32"): "device must be cpu or cuda[:N]",

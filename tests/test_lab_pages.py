@@ -42,8 +42,8 @@ def run_buttons(at: AppTest) -> list:
 def test_every_experiment_gets_its_page_from_the_registry_with_no_page_file():
     assert len({e.key for e in EXPERIMENTS}) == len(EXPERIMENTS) >= 7
     assert [e.url_path for e in EXPERIMENTS] == [f"lab_{k}" for k in PAGES]
-    assert not list((REPO / "pages").glob("lab_*.py"))  # one module and one registry line, nothing else
-    assert (REPO / DASHBOARD.path).is_file()
+    assert not list((REPO / "kitchen_viz" / "web" / "pages").glob("lab_*.py"))  # one module and one registry line, nothing else
+    assert (REPO / "kitchen_viz" / "web" / DASHBOARD.path).is_file()
     with pytest.raises(KeyError, match="no lab experiment 'cold_soup' \\(known: banquet, tables"):
         experiment("cold_soup")
 
@@ -133,7 +133,7 @@ def test_dashboard_renders_empty_then_with_a_recorded_run():
     from engine import Engine
     from kitchen_viz.app_state import run_log
 
-    at = AppTest.from_file(str(REPO / DASHBOARD.path), default_timeout=60).run()
+    at = AppTest.from_file(str(REPO / "kitchen_viz" / "web" / DASHBOARD.path), default_timeout=60).run()
     assert not at.exception, at.exception
     log = run_log()
     if len(log) == 0:

@@ -11,7 +11,7 @@ from kitchen_viz.lessons import LESSONS, LONGEST, plan_markdown, query
 from kitchen_viz.orders import MAX_TABLES
 
 REPO = Path(__file__).resolve().parent.parent
-APP = str(REPO / "app.py")
+APP = str(REPO / "kitchen_viz" / "web" / "app.py")
 
 
 def test_every_lesson_is_an_order_the_chef_accepts():

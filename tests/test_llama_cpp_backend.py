@@ -73,7 +73,7 @@ def test_each_page_says_what_llama_cpp_cannot_give_in_one_info_line(llama, monke
 
     monkeypatch.setenv("TWO_POT_BACKEND", llama)
     # The Kitchen is the app's home page: run it inside the app, whose navigation knows its links.
-    path = REPO / "app.py" if page == "kitchen.py" else REPO / "pages" / page
+    path = REPO / "kitchen_viz" / "web" / "app.py" if page == "kitchen.py" else REPO / "kitchen_viz" / "web" / "pages" / page
     app = AppTest.from_file(str(path), default_timeout=120)
     app.run()
     if page == "class_order.py":

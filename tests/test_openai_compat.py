@@ -16,7 +16,7 @@ from kitchen_server import kitchen
 
 from serving.caps import Caps
 
-CHEF = Path(__file__).resolve().parent.parent / "assets" / "models" / "chef"
+CHEF = Path(__file__).resolve().parent.parent / "engine" / "models" / "chef"
 
 
 @pytest.fixture(scope="module")

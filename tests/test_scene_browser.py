@@ -3,7 +3,7 @@
 The live view hands the scene an update twice a second while the engine cooks on the same
 machine, so an update that brings nothing new must change nothing in the page (no attribute, no
 text, no element: each change costs the browser style and layout work on the engine's cores;
-docs/benchmarks/ui-overhead.md). Here the script (assets/art/scene.js, as kitchen_viz/scene.py
+docs/benchmarks/ui-overhead.md). Here the script (kitchen_viz/art/scene.js, as kitchen_viz/scene.py
 serves it) is mounted in headless Chromium and fed a real chef order's timeline; a
 MutationObserver counts what each update changed.
 """

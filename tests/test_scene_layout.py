@@ -1,6 +1,6 @@
 """The drawn kitchen at projector widths: no label over another, none cut off, key figures large.
 
-The scene's script (assets/art/scene.js, as kitchen_viz/scene.py serves it) is mounted alone in
+The scene's script (kitchen_viz/art/scene.js, as kitchen_viz/scene.py serves it) is mounted alone in
 headless Chromium at 1024, 1280, 1366 and 1920 px, presenter mode off and on, and shown the last
 moment of an order: a real chef order (measured here), and the widest labels the controls allow
 (64 tables x 448 tokens, seconds-long times). Every text's box is measured against every other

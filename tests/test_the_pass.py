@@ -58,7 +58,7 @@ def test_a_real_kitchen_read_from_outside_and_its_page():
         assert w.observed["time_to_first_token_seconds"] == 3 and w.observed["inter_token_latency_seconds"] == 21
         assert 0 < w.ttft_s["p50"] <= w.ttft_s["p99"] and w.itl_s["p50"] > 0 and w.running == 0
         assert w.tokens_per_s > 0
-        page = AppTest.from_file(str(REPO / "pages" / "the_pass.py"), default_timeout=60)
+        page = AppTest.from_file(str(REPO / "kitchen_viz" / "web" / "pages" / "the_pass.py"), default_timeout=60)
         page.session_state["pass-url"] = url
         page.run()
         assert not page.exception

@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 from kitchen_viz.wok_win import FEWEST_NEW, TARGET_SHARE, Rates, wok_win_order
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parent.parent / "kitchen_viz" / "web" / "app.py")
 
 
 def chef_like(context: int):

@@ -45,7 +45,7 @@ def navigation_ui():
         ]
         + (
             [st.Page("pages/lessons.py", title="Suggested orders", icon=icons.LESSONS)]
-            if (app_state.REPO / "pages/lessons.py").is_file()
+            if (app_state.APP_DIR / "pages/lessons.py").is_file()
             else []
         )
     }

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from engine.cli import OneLineParser
-from engine.engine import Engine, ServingConfig
+from engine.engine import Engine
 from engine.errors import EngineError
 from engine.events import Done
 
@@ -53,8 +53,9 @@ def _ttft(engine: Engine, prompt: list[int]) -> tuple[float, int]:
 
 def time_reuse(base: Engine, prompt_len: int, shared: float, repeats: int, seed: int = 0) -> ReuseTiming:
     def engine(reuse: bool) -> Engine:
-        return Engine(base.model, base.codec, base.info, base.kv_budget_bytes,
-                      ServingConfig("continuous", max(prompt_len, 512), 8, prefix_cache=reuse))  # fmt: skip
+        settings = base.settings.but(policy="continuous", token_budget=max(prompt_len, 512), max_seqs=8,
+                                     prefix_cache=reuse)  # fmt: skip
+        return Engine(base.model, base.codec, base.info, settings)
 
     rng, n_shared = random.Random(seed), int(prompt_len * shared)
     cold_eng, warm_eng = engine(False), engine(True)

@@ -35,7 +35,7 @@ import torch
 
 from bench.decode_step import time_decode_step
 from engine.cli import OneLineParser
-from engine.engine import Engine, ServingConfig
+from engine.engine import Engine
 from engine.errors import EngineError
 from engine.events import Done
 from engine.results import RequestOutput
@@ -150,8 +150,9 @@ def report(results: list[RequestOutput], span_s: float, steps: int, slo_ttft: fl
 
 
 def run_policy(base: Engine, policy: str, requests: list[Request], args) -> PolicyReport:
-    serving = ServingConfig(policy, args.token_budget, args.max_seqs, args.max_seq_len)
-    engine = Engine(base.model, base.codec, base.info, base.kv_budget_bytes, serving)
+    settings = base.settings.but(policy=policy, token_budget=args.token_budget, max_seqs=args.max_seqs,
+                                 max_seq_len=args.max_seq_len)  # fmt: skip
+    engine = Engine(base.model, base.codec, base.info, settings)
     warm = make_requests(4, 1e9, Dist("fixed", (8,)), Dist("fixed", (4,)), 1, base.cfg.vocab_size)
     replay(engine, warm)  # first-call costs (allocator, kernels' workspaces) stay out of the numbers
     results, span, steps = replay(engine, [Request(r.arrival_s, r.prompt, r.max_new_tokens) for r in requests])

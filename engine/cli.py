@@ -17,6 +17,7 @@ from dataclasses import asdict
 from engine.engine import Engine
 from engine.errors import EngineError
 from engine.events import Done
+from engine.settings import EngineSettings
 
 EXIT_BAD_INPUT = 2
 
@@ -47,9 +48,6 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--quant", default=None, help="int8: int8 matmul weights (engine/quant.py); default none")
     gen.add_argument("--compile", action="store_true",
                      help="decode steps through torch.compile (engine/compiled.py; needs a C++ compiler)")  # fmt: skip
-    gen.add_argument("--cache", default="static", help="static (growing and none are the lab's kitchens)")
-    gen.add_argument("--batching", default="packed",
-                     help="packed | padded (padded with mixed lengths is the lab's kitchen)")  # fmt: skip
     gen.add_argument("--kv-budget-bytes", type=int, default=None)
     gen.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens")
     gen.add_argument("--cuda-graph", action="store_true", help="replay decode as a CUDA graph")
@@ -83,14 +81,14 @@ def run_generate(args) -> int:
 
         torch.set_num_threads(args.threads)  # process-wide: fine for a one-shot CLI run
     prompt = args.prompt if args.prompt is not None else parse_ids(args.prompt_ids)
-    eng = Engine.load(args.model, device=args.device, dtype=args.dtype, kv_budget_bytes=args.kv_budget_bytes,
-                      quant=args.quant, compile=args.compile)  # fmt: skip
+    settings = EngineSettings(device=args.device, dtype=args.dtype, kv_budget_bytes=args.kv_budget_bytes,
+                              quant=args.quant, compile=args.compile)  # fmt: skip
+    eng = Engine.load(args.model, settings)
     if args.speculate:
         return run_speculative(eng, prompt, args)
     res = eng.generate(
         [prompt] * args.batch, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-        top_k=args.top_k, top_p=args.top_p, seed=args.seed, cache=args.cache, batching=args.batching,
-        stop_at_eos=not args.ignore_eos, cuda_graph=args.cuda_graph,
+        top_k=args.top_k, top_p=args.top_p, seed=args.seed, stop_at_eos=not args.ignore_eos, cuda_graph=args.cuda_graph,
     )  # fmt: skip
     if args.json:
         print(json.dumps(res.to_dict()))
@@ -133,7 +131,7 @@ def run_speculative(eng, prompt, args) -> int:
 
 def run_info(args) -> int:
 
-    print(json.dumps(asdict(Engine.load(args.model, device=args.device, dtype=args.dtype).info)))
+    print(json.dumps(asdict(Engine.load(args.model, EngineSettings(device=args.device, dtype=args.dtype)).info)))
     return 0
 
 

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 
 from bench.serve_bench import Request
-from engine.engine import Engine, ServingConfig, ServingState
+from engine.engine import Engine, ServingState
 from engine.events import Done, StepEnd
 from engine.results import RequestOutput
 
@@ -68,8 +68,9 @@ def serving_engine(
     prefix_cache: bool = False,
 ) -> Engine:
     """An engine on `base`'s weights with these serving settings (refused in one line when invalid)."""
-    serving = ServingConfig(policy, token_budget, max_seqs, max_seq_len, prefix_cache=prefix_cache)
-    return Engine(base.model, base.codec, base.info, base.kv_budget_bytes, serving)
+    settings = base.settings.but(policy=policy, token_budget=token_budget, max_seqs=max_seqs, max_seq_len=max_seq_len,
+                                 prefix_cache=prefix_cache)  # fmt: skip
+    return Engine(base.model, base.codec, base.info, settings)
 
 
 def replay(engine: Engine, requests: list[Request]) -> ReplayResult:

@@ -28,6 +28,7 @@ from engine import Engine, EngineError
 from engine.events import Done, StepEnd, Token
 from engine.quant import precision_parts
 from engine.request_group import RequestGroup, shared_check, shared_limits
+from engine.settings import EngineSettings, precision_settings
 from serving import loop_messages as msgs
 from serving.loop_messages import TEST_HANG_ENV, LoopSettings, QueueState, ReadyInfo, StepInfo
 from serving.order_wire import to_wire
@@ -57,10 +58,10 @@ def load(conn, s: LoopSettings) -> Engine | None:
     try:
         if s.threads:
             torch.set_num_threads(s.threads)
-        dtype, quant = precision_parts(s.dtype)  # `--dtype int8`: int8 matrices, float32 for the rest
-        engine = Engine.load(s.model, s.device, dtype, policy=s.policy, token_budget=s.token_budget,
-                             max_seqs=s.max_seqs, max_seq_len=s.max_seq_len, prefix_cache=s.prefix_cache,
-                             quant=quant, batch_invariant=s.batch_invariant)  # fmt: skip
+        settings = precision_settings(s.dtype, device=s.device, policy=s.policy, token_budget=s.token_budget,
+                                      max_seqs=s.max_seqs, max_seq_len=s.max_seq_len, prefix_cache=s.prefix_cache,
+                                      batch_invariant=s.batch_invariant)  # fmt: skip
+        engine = Engine.load(s.model, settings)
         engine.submit([1], 2)  # first-call setup stays out of the first student's TTFT
         while not engine.idle:
             engine.step()
@@ -185,7 +186,7 @@ class Loop:
             if self.sweep_engine is None:
                 info = self.engine.info
                 dtype, quant = precision_parts(info.precision)
-                self.sweep_engine = Engine.load(self.engine_source, str(self.engine.device), dtype, quant=quant)
+                self.sweep_engine = Engine.load(self.engine_source, EngineSettings(str(self.engine.device), dtype, quant))
                 self.sweep_engine.generate([[1]], max_new_tokens=2, temperature=0.0)  # first-call setup
             result = run(self.sweep_engine, m.settings, lambda record: self.sweep_progress(m.key, record))
             self.send_msg(msgs.SweepDone(m.key, True, result))

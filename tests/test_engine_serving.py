@@ -205,7 +205,7 @@ def test_the_chef_serves_a_busy_kitchen_like_a_quiet_one():
         ({}, (list(range(100)), {"max_new_tokens": 40}), "exceeds the model's context of 128"),
         ({"kv_tokens": 30}, (PROMPTS[0], {"max_new_tokens": 40}), "exceeds the KV memory of 30 tokens"),
         ({"kv_budget_bytes": 60_000}, (list(range(80)), {"max_new_tokens": 8}), "prefill working memory"),
-        ({}, (PROMPTS[0], {"cache": "growing"}), "applies to one order (generate/stream)"),
+        ({}, (PROMPTS[0], {"native": False}), "applies to one order (generate/stream)"),
         ({}, ([PROMPTS[0], PROMPTS[1]], {}), "submit takes one prompt"),
         ({}, ([], {}), "prompt 1 is empty"),
         ({}, (PROMPTS[0], {"max_new_tokens": 0}), "max_new_tokens must be at least 1"),

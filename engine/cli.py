@@ -10,23 +10,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from dataclasses import asdict
 
 from engine.engine import Engine
-from engine.errors import EngineError
+from engine.errors import EngineError, OneLineParser
 from engine.events import Done
 from engine.settings import EngineSettings
 
 EXIT_BAD_INPUT = 2
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse prints usage + error over several lines; we promise a single line."""
-
-    def error(self, message: str):
-        raise EngineError(f"{self.prog}: {message}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -136,10 +128,14 @@ def run_info(args) -> int:
 
 
 def run_bench(argv: list[str]) -> int:
-    """`python -m engine bench | serve-bench ...` runs the top-level `bench` package's command line
-    (`python -m bench ...`, bench/cli.py) as a program of its own: the engine imports nothing of
-    the project outside engine/, and the benchmarks are built on the engine, not inside it."""
-    return subprocess.run([sys.executable, "-m", "bench", *argv]).returncode
+    """`python -m engine bench | serve-bench ...`: the benchmarks' command line (engine/bench/cli.py).
+    The bench is the engine's own subpackage, built on the engine and imported by nothing else in
+    it, so the inference code never loads it."""
+    from engine.bench.cli import (
+        main as bench_main,  # lazy: the bench's imports (HF transformers, the peers) only for bench commands
+    )
+
+    return bench_main(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -349,7 +349,7 @@ class Engine:
         return events
 
     def _sample(self, out: PassOutput) -> list[list[int]]:
-        return pass_tokens(out)  # a method of its own: bench/step_profile.py times it
+        return pass_tokens(out)  # a method of its own: engine/bench/step_profile.py times it
 
     def _done(self, seq: Sequence, t_abs: float) -> Done:
         seq.finish_t = t_abs

@@ -39,7 +39,7 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.serve_bench import Dist  # noqa: E402
+from engine.workload import Dist  # noqa: E402
 from serving.loadgen import make_load, rss_kb, run_load, serve_alone, summarize  # noqa: E402
 
 CHEF = str(REPO / "engine" / "models" / "chef")

@@ -48,8 +48,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.cook_probe import CoreProbe, cpu_list  # noqa: E402
-from bench.report import paired  # noqa: E402
+from engine.bench.cook_probe import CoreProbe, cpu_list  # noqa: E402
+from engine.bench.report import paired  # noqa: E402
 from kitchen_viz.launch import free_port, spawn, stop, wait_healthy  # noqa: E402
 from serving.cores import (  # noqa: E402
     ALL_CORES,

@@ -20,6 +20,6 @@ The kitchen host (`two-pot-kitchen serve`, and the app's own: one continuous bat
     order), loadgen (a class of simulated students), rush (overload: a rush, a slow reader), scrape
     (its /metrics), token_confidence (the Order page's per-token probabilities).
 
-Import direction: entry points -> kitchen_viz/ -> lab/ -> serving/ -> bench/ -> engine/
+Import direction: entry points -> kitchen_viz/ -> lab/ -> serving/ -> engine/
 (tests/test_import_graph.py). Nothing here imports streamlit, kitchen_viz or lab.
 """

@@ -31,8 +31,8 @@ from urllib.parse import urlparse
 
 import httpx
 
-from bench.serve_bench import Dist, percentiles
 from engine.errors import EngineError
+from engine.workload import Dist, percentiles
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 WORDS = ("the", "king", "queen", "night", "love", "sweet", "good", "lord", "what", "shall", "come", "speak",
@@ -191,7 +191,7 @@ def make_load(n: int, rate: float, prompt_len: Dist, seed: int, vocab: int, kind
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from engine.cli import OneLineParser  # lazy: the command line only
+    from engine.errors import OneLineParser  # lazy: the command line only
 
     p = OneLineParser(prog="python -m serving.loadgen", description=__doc__.splitlines()[0])
     p.add_argument("--url", default="http://127.0.0.1:8000")

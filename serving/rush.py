@@ -26,7 +26,7 @@ from urllib.parse import urlparse
 
 import httpx
 
-from bench.serve_bench import percentiles
+from engine.workload import percentiles
 from serving.loadgen import Outcome, rss_kb, run_load, serve_alone
 
 MAX_CLIENTS = 2000

@@ -105,7 +105,7 @@ def close_app(app: Starlette) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from engine.cli import OneLineParser  # lazy: the command line only
+    from engine.errors import OneLineParser  # lazy: the command line only
 
     p = OneLineParser(prog="two-pot-kitchen serve", description="one kitchen server for a whole class")
     p.add_argument("--model", default="chef", help="a catalog name, preset:NAME or a local model folder")

@@ -231,7 +231,7 @@ def test_cli_generate_and_bench_take_compile(tiny_llama, tmp_path, capsys):
     assert cli_main([*args, "--max-new-tokens", "6"]) == 0
     assert compiled["tokens"] == json.loads(capsys.readouterr().out)["tokens"]
     out = tmp_path / "compiled.json"
-    from bench.cli import main as bench_main
+    from engine.bench.cli import main as bench_main
 
     code = bench_main(["--compile", "--model", str(tiny_llama.path), "--repeats", "1", "--decode-tokens", "4",
                      "--batch", "3", "--out", str(out), "--quiet"])  # fmt: skip

@@ -171,7 +171,7 @@ def test_cli_info_and_bench_dispatch(tiny_llama, capfd):
     assert main(["info", "--model", str(tiny_llama.path)]) == 0
     info = json.loads(capfd.readouterr().out)
     assert info["family"] == "llama" and info["n_layers"] == 2 and info["trained"] is True
-    # `bench` runs `python -m bench` as a program of its own: its refusal arrives as its one line and exit code
+    # `bench` is the engine's bench subpackage's command line: its refusal is its one line and exit code 2
     assert main(["bench", "--repeats", "abc"]) == 2
     err = capfd.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--repeats" in err[0] and "python -m bench" in err[0]
+    assert len(err) == 1 and "--repeats" in err[0] and "python -m engine bench" in err[0]

@@ -5,7 +5,7 @@ turned into `Metrics` by the project's own `compute_metrics`, so the inspector s
 sees after a real run.
 """
 
-from bench.roofline import Roofline
+from engine.bench.roofline import Roofline
 from engine.trace import StepRecord, Trace, compute_metrics
 from lab.inspector import diagnose
 from lab.serving_verdicts import (

@@ -51,7 +51,7 @@ def test_only_this_projects_dataclasses_are_rebuilt():
         encode(object())
 
     @dataclass
-    class Elsewhere:  # defined in a test module, not in lab/, engine/ or bench/
+    class Elsewhere:  # defined in a test module, not in lab/, engine/ or engine/bench/
         x: int
 
     with pytest.raises(TypeError, match="not one of this project's classes"):

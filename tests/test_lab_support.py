@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.roofline import Roofline
+from engine.bench.roofline import Roofline
 from kitchen_viz.charts import SLOW_TAIL
 from lab.banquet import BanquetPoint, saturation_point
 from lab.cache import ResultCache, cache_key, latest_roof, model_fingerprint, remember_roof

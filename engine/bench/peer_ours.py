@@ -1,4 +1,4 @@
-"""Our engine in one configuration, timed in a process of its own: `python -m bench.peer_ours SPEC_JSON`.
+"""Our engine in one configuration, timed in a process of its own: `python -m engine.bench.peer_ours SPEC_JSON`.
 
 Why a process per round: OpenMP reads its wait policy (OMP_WAIT_POLICY, GOMP_SPINCOUNT) once, when
 torch loads it, so each setting needs a fresh interpreter with its environment set before `engine`
@@ -23,7 +23,7 @@ import engine  # first: it sets the engine's OpenMP defaults before torch loads 
 import torch
 # isort: on
 
-from bench.ceilings import measure_ceilings
+from engine.bench.ceilings import measure_ceilings
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class TimingSpec:
     batch_new: int = 32
     greedy_prompt: list[int] | None = None  # agreement: its greedy continuation of `greedy_new` tokens
     greedy_new: int = 32
-    ceilings: bool = False  # also time the kernel-only chains (bench/ceilings.py) on the loaded weights
+    ceilings: bool = False  # also time the kernel-only chains (engine/bench/ceilings.py) on the loaded weights
 
 
 def run(spec: TimingSpec) -> dict:

@@ -1,4 +1,4 @@
-"""`python -m bench.int8_ab MODEL REPEATS TOKENS OUT.json`: int8 decode kernels A/B, batch 1, 1 thread.
+"""`python -m engine.bench.int8_ab MODEL REPEATS TOKENS OUT.json`: int8 decode kernels A/B, batch 1, 1 thread.
 
 Six engines over one model, loaded side by side in one process: float32, int8 with its W8A8
 decode kernel, int8 with the W8A16 kernel (as on a torch without fbgemm: no pack at load), each
@@ -17,8 +17,8 @@ import tempfile
 
 import torch
 
-from bench.contestants import common_prefix, random_prompts, reference_folder
 from engine import Engine, int8_op
+from engine.bench.contestants import common_prefix, random_prompts, reference_folder
 
 
 def load_all(folder: str) -> dict:

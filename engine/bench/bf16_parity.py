@@ -6,7 +6,7 @@ implementations that round in different places. What can be asked is that ours i
 sides run the same weights in bf16, the float32 HF forward is the reference, and we compare the two
 errors. Both share the floor set by rounding the logits themselves to bf16.
 
-    python -m bench.bf16_parity --model chef [--tokens 256] [--device cuda] [--json]
+    python -m engine.bench.bf16_parity --model chef [--tokens 256] [--device cuda] [--json]
 
 `measure(folder, tokens)` runs one forward pass over a prompt on each side and returns a
 `Bf16Parity`. The tests call it on tiny random models of every family (tests/test_bf16_parity.py).
@@ -73,7 +73,7 @@ def measure(folder: str, tokens: list[int], device: str = "cpu") -> Bf16Parity:
 
 def main(argv: list[str] | None = None) -> int:
 
-    p = argparse.ArgumentParser(prog="python -m bench.bf16_parity", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m engine.bench.bf16_parity", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="chef", help="a local HF folder or embedded model name (not a preset)")
     p.add_argument("--tokens", type=int, default=256, help="prompt length of the one forward pass")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")

@@ -1,4 +1,4 @@
-"""`python -m bench wait-policy`: what each OpenMP wait policy costs our decode, and a neighbour.
+"""`python -m engine bench wait-policy`: what each OpenMP wait policy costs our decode, and a neighbour.
 
 Between two parallel regions an OpenMP worker thread either sleeps (PASSIVE: the next region pays
 a wake-up, tens of microseconds, ~30 times a step), spins for ever (ACTIVE: no wake-up, but the
@@ -6,7 +6,7 @@ core is never free for anything else), or spins a bounded number of times and th
 (GNU OpenMP's GOMP_SPINCOUNT, read only when OMP_WAIT_POLICY is not PASSIVE). The app runs beside
 a browser, so the question has two sides, and this measures both, each setting in a fresh process
 (libgomp reads its environment once, when torch loads it):
-  * our batch-1 decode tokens/s (bench/peer_ours.py), alone and beside a neighbour;
+  * our batch-1 decode tokens/s (engine/bench/peer_ours.py), alone and beside a neighbour;
   * the neighbour: one busy-loop process counting loop iterations per second, the stand-in for a
     browser's main thread, alone and beside our decode. Its rate beside us over its rate alone is
     the share of a core it kept.
@@ -23,12 +23,11 @@ import sys
 import time
 from pathlib import Path
 
-from bench.contestants import random_prompts
-from bench.peer_ours import TimingSpec
-from bench.peers import Ours, run_ours, summary
-from bench.report import save_json
-from engine.cli import OneLineParser
-from engine.errors import EngineError
+from engine.bench.contestants import random_prompts
+from engine.bench.peer_ours import TimingSpec
+from engine.bench.peers import Ours, run_ours, summary
+from engine.bench.report import save_json
+from engine.errors import EngineError, OneLineParser
 from engine.presets import CHEF_DIR
 
 # GOMP_SPINCOUNT counts only where the policy is not PASSIVE: the empty policy is libgomp's default
@@ -118,7 +117,7 @@ def measure(folder: str, rounds: int, threads: int, new: int, progress) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    p = OneLineParser(prog="python -m bench wait-policy", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m engine bench wait-policy", description=__doc__.splitlines()[0])
     p.add_argument("--model", default=str(CHEF_DIR), help="an HF folder (default: the chef)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)

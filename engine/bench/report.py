@@ -1,6 +1,6 @@
 """The benchmark's verdicts: ratios from the measurements, the targets, roofline bounds, the text report.
 
-`bench/bench.py` measures; this module only computes and formats, so its arithmetic can be
+`engine/bench/bench.py` measures; this module only computes and formats, so its arithmetic can be
 tested on hand-made measurement dicts. Every ratio is ours / reference (times: under 1 is better;
 rates: over 1 is better) or achieved / roof.
 """
@@ -11,7 +11,7 @@ import json
 import random
 import statistics
 
-from bench.roofline import Roofline
+from engine.bench.roofline import Roofline
 
 # name -> (comparison, target): "<=" means ours / reference must stay at or under the target.
 TARGETS = {
@@ -93,7 +93,7 @@ def roofline_bounds(roof: Roofline, prefill: dict, b1: dict, bbig: dict, elem_by
 def kernel_bounds(ceil: dict, roof: Roofline, prefill: dict, b1: dict, bbig: dict) -> dict:
     """The best each ratio could be if our side were nothing but its GEMM (and attention) kernels.
 
-    `ceil` is bench/ceilings.py's measurement: the model's own weights through the same calls,
+    `ceil` is engine/bench/ceilings.py's measurement: the model's own weights through the same calls,
     nothing in between. Unlike `roofline_bounds` these are speeds real kernels reach on this
     machine, so a target beyond them cannot be met by cutting overhead: it needs faster kernels.
     Decode bandwidth counts the step's K/V bytes too, which the chain does not read: generous.
@@ -114,7 +114,7 @@ def check_targets(ratios: dict, bounds: dict | None = None, kernels: dict | None
 
     `roof_share_needed` = the fraction of the roofline-limited speed the target demands: over 1
     means no implementation can meet it on this machine at the measured roofs.
-    `kernel_share_needed` = the same against the kernel ceiling (bench/ceilings.py): over 1
+    `kernel_share_needed` = the same against the kernel ceiling (engine/bench/ceilings.py): over 1
     means no engine calling these GEMM kernels can meet it, however little else it does.
     """
     out = {}

@@ -1,12 +1,12 @@
-"""`python -m bench [peers | serve-bench] ...`: the command line of every benchmark in bench/.
+"""`python -m engine bench [peers | serve-bench] ...`: the command line of every benchmark in engine/bench/.
 
-  python -m bench ...              the main bench (bench/bench.py); `--quant int8` (bench/int8.py) and
-                                   `--compile` (bench/compiled.py) time those comparisons instead
-  python -m bench peers ...        our engine beside llama.cpp (bench/peers.py)
-  python -m bench wait-policy ...  OpenMP's wait policies: our decode and a neighbour's share (bench/wait_policy.py)
-  python -m bench step-profile ... one serving decode step's parts, in µs (bench/step_profile.py)
-  python -m bench native-sweep ... the native step against op by op, by batch (bench/native_sweep.py)
-  python -m bench serve-bench ...  the Poisson load over the scheduler (bench/serve_bench.py)
+  python -m engine bench ...              the main bench (engine/bench/bench.py); `--quant int8` (engine/bench/int8.py) and
+                                   `--compile` (engine/bench/compiled.py) time those comparisons instead
+  python -m engine bench peers ...        our engine beside llama.cpp (engine/bench/peers.py)
+  python -m engine bench wait-policy ...  OpenMP's wait policies: our decode and a neighbour's share (engine/bench/wait_policy.py)
+  python -m engine bench step-profile ... one serving decode step's parts, in µs (engine/bench/step_profile.py)
+  python -m engine bench native-sweep ... the native step against op by op, by batch (engine/bench/native_sweep.py)
+  python -m engine bench serve-bench ...  the Poisson load over the scheduler (engine/bench/serve_bench.py)
 """
 
 from __future__ import annotations
@@ -19,17 +19,16 @@ from dataclasses import asdict
 
 import torch
 
-from bench import compiled, int8, peers, serve_bench, wait_policy
-from bench.bench import run_bench
-from bench.plan import DEFAULT_MODEL, FULL, QUICK, BenchPlan
-from bench.report import emit, format_report
-from engine.cli import OneLineParser
-from engine.errors import EngineError
+from engine.bench import compiled, int8, peers, serve_bench, wait_policy
+from engine.bench.bench import run_bench
+from engine.bench.plan import DEFAULT_MODEL, FULL, QUICK, BenchPlan
+from engine.bench.report import emit, format_report
+from engine.errors import EngineError, OneLineParser
 from engine.quant import parse_quant
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = OneLineParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m engine bench", description=__doc__.splitlines()[0])
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"model to time (default {DEFAULT_MODEL})")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
@@ -46,9 +45,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--threads", type=int, help="torch threads for every measurement (default: torch's)")
     p.add_argument("--profile", type=int, default=0, metavar="STEPS", help="also profile STEPS decode steps")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p.add_argument("--quant", help="int8: time int8 weights against float32/bfloat16 and HF instead (bench/int8.py)")
+    p.add_argument("--quant", help="int8: time int8 weights against float32/bfloat16 and HF instead (engine/bench/int8.py)")
     p.add_argument("--compile", action="store_true",
-                   help="time compile=True against eager decode instead (bench/compiled.py); "
+                   help="time compile=True against eager decode instead (engine/bench/compiled.py); "
                         "with --quant int8: also our float32 and int8 compiled")  # fmt: skip
     p.add_argument("--engine-compile", action="store_true",
                    help="the whole bench with our engine loaded compile=True: the targets judge the compiled step")  # fmt: skip
@@ -75,9 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["peers"]:
         return peers.main(argv[1:])
     if argv[:1] == ["native-sweep"]:  # its own process, like step-profile
-        return subprocess.run([sys.executable, "-m", "bench.native_sweep", *argv[1:]]).returncode
+        return subprocess.run([sys.executable, "-m", "engine.bench.native_sweep", *argv[1:]]).returncode
     if argv[:1] == ["step-profile"]:  # its own process: the engine's OpenMP defaults need engine before torch
-        return subprocess.run([sys.executable, "-m", "bench.step_profile", *argv[1:]]).returncode
+        return subprocess.run([sys.executable, "-m", "engine.bench.step_profile", *argv[1:]]).returncode
     if argv[:1] == ["wait-policy"]:
         return wait_policy.main(argv[1:])
     if argv[:1] == ["serve-bench"]:
@@ -118,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_quant(args: argparse.Namespace, argv: list[str], progress) -> int:
-    """`--quant int8`: the smaller-portions comparison (bench/int8.py), on --model or its two defaults;
+    """`--quant int8`: the smaller-portions comparison (engine/bench/int8.py), on --model or its two defaults;
     with `--compile`, our float32 and int8 also run compile=True in the same rotation."""
     try:
         parse_quant(args.quant)
@@ -135,7 +134,7 @@ def run_quant(args: argparse.Namespace, argv: list[str], progress) -> int:
 
 
 def run_compile(args: argparse.Namespace, argv: list[str], progress) -> int:
-    """`--compile`: the compiled decode step against eager (bench/compiled.py), on --model or its two defaults."""
+    """`--compile`: the compiled decode step against eager (engine/bench/compiled.py), on --model or its two defaults."""
     batches = (1, args.batch) if args.batch is not None else None  # --batch B: batch 1 and B only
     plan = compiled.CompilePlan(**{k: v for k, v in (("repeats", args.repeats), ("decode_tokens", args.decode_tokens),
                                             ("batches", batches)) if v is not None})  # fmt: skip

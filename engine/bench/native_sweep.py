@@ -1,4 +1,4 @@
-"""`python -m bench native-sweep`: the native step against the model's forward op by op, by batch.
+"""`python -m engine bench native-sweep`: the native step against the model's forward op by op, by batch.
 
 Why: engine/native.py runs every pass natively, NATIVE_GROUP rows at a time. Whether that is right
 at every batch is a measurement: at batch 1 the step is bandwidth and overhead, at large batches
@@ -23,10 +23,9 @@ import engine  # first: it sets the engine's OpenMP defaults before torch loads 
 import torch
 # isort: on
 
-from bench.contestants import machine_facts, random_prompts
-from bench.report import save_json
-from engine.cli import OneLineParser
-from engine.errors import EngineError
+from engine.bench.contestants import machine_facts, random_prompts
+from engine.bench.report import save_json
+from engine.errors import EngineError, OneLineParser
 
 
 def step_ms(eng, prompts: list[list[int]], new: int, native: bool) -> float:
@@ -61,7 +60,7 @@ def sweep(model: str, quant: str | None, batches: list[int], prompt: int, new: i
 
 
 def main(argv: list[str]) -> int:
-    p = OneLineParser(prog="python -m bench native-sweep", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m engine bench native-sweep", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="chef", help="model (default the chef)")
     p.add_argument("--quant", choices=["int8"], help="int8 weights")
     p.add_argument("--batches", default="1,2,4,8,16,32,64", help="comma-separated batch sizes")

@@ -1,4 +1,4 @@
-"""`python -m bench step-profile`: where one batch-1 decode step of the serving core goes, in µs.
+"""`python -m engine bench step-profile`: where one batch-1 decode step of the serving core goes, in µs.
 
 The Kitchen's pot is `Engine.step()` over the serving core. This times its parts on a real engine,
 wall clock, by wrapping the methods that do each part on the loaded instances (nothing is mocked;
@@ -35,9 +35,8 @@ import engine  # first: it sets the engine's OpenMP defaults before torch loads 
 import torch
 # isort: on
 
-from bench.report import save_json
-from engine.cli import OneLineParser
-from engine.errors import EngineError
+from engine.bench.report import save_json
+from engine.errors import EngineError, OneLineParser
 
 PARTS = ("schedule", "runner", "inputs", "model", "sample", "events")
 
@@ -140,7 +139,7 @@ def op_profile(eng, prompt: list[int], steps: int, n: int) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    p = OneLineParser(prog="python -m bench step-profile", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m engine bench step-profile", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="chef", help="model folder or preset: name (default the chef)")
     p.add_argument("--steps", type=int, default=128, help="decode steps per round (default 128)")
     p.add_argument("--rounds", type=int, default=5, help="rounds; each part's median step, median over rounds")

@@ -1,4 +1,4 @@
-"""`python -m bench.int8_kernels OUT.json`: torch's int8 products over a whole model's weights, on this CPU.
+"""`python -m engine.bench.int8_kernels OUT.json`: torch's int8 products over a whole model's weights, on this CPU.
 
 Rows 1 to 256 (`ROWS`), one thread, every matmul weight of the chef and of the SmolLM2-135M
 shape (random values of the real shapes), each product run once per weight in call order, as a

@@ -1,5 +1,5 @@
 """The two contestants of the main bench, HF and our engine, on the same weights, and how one run
-of each is timed (one clock, the caller's, synchronised on GPU). bench/bench.py and its siblings share these."""
+of each is timed (one clock, the caller's, synchronised on GPU). engine/bench/bench.py and its siblings share these."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 
-from bench.roofline import synchronize
 from engine import OMP_WAIT_POLICY_IN_EFFECT, Engine
+from engine.bench.roofline import synchronize
 from engine.events import Done, Token
 from engine.loader import parse_device, parse_dtype, resolve_source
 from engine.presets import PRESETS, preset_config

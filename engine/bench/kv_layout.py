@@ -1,6 +1,6 @@
 """Seats or blocks? What the KV layout costs one decode step's attention, measured on this machine.
 
-    python -m bench.kv_layout [--json]
+    python -m engine.bench.kv_layout [--json]
 
 Two layouts for a cache that sequences join and leave at any step (docs/design/kv-cache.md):
 
@@ -96,7 +96,7 @@ def time_layouts(shape: KVShape, batch: int, context: int, repeats: int = 20) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.kv_layout", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m engine.bench.kv_layout", description=__doc__.splitlines()[0])
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     rows = [time_layouts(s, b, c) for s in SHAPES for b in (1, 32) for c in (128, 512)]

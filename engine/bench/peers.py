@@ -1,4 +1,4 @@
-"""`python -m bench peers`: our engine beside llama.cpp, the engine a CPU user would pick instead.
+"""`python -m engine bench peers`: our engine beside llama.cpp, the engine a CPU user would pick instead.
 
 One run, same weights, same threads:
   1. find llama.cpp's build (scripts/build_llama_cpp.sh; --llama-cpp PREFIX) and convert each
@@ -8,10 +8,10 @@ One run, same weights, same threads:
   3. time, in alternating rounds (the order reverses every round, so neither side always runs in
      the quieter moment): llama.cpp with `llama-bench` (batch-1 decode after a cached prompt,
      prefill) and `llama-batched-bench` (32 sequences), and our engine in each configuration
-     (bench/peer_ours.py, one process per round, its OpenMP settings in its environment);
+     (engine/bench/peer_ours.py, one process per round, its OpenMP settings in its environment);
   4. report medians and ranges, the load average, ratios ours / llama.cpp and the targets, as JSON
      and as a page (docs/benchmarks/peers-cpu.md); where a target is missed the kernel ceiling
-     (our GEMMs alone on the same weights, bench/ceilings.py) stands beside it.
+     (our GEMMs alone on the same weights, engine/bench/ceilings.py) stands beside it.
 
 Worked example of a ratio: llama.cpp f32 decodes the chef at 700 tokens/s and ours at 350, so
 `decode fp32 default vs f32` is 0.50; the kernel-only chain at 1,400 tokens/s would say the kernels
@@ -34,8 +34,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
-from bench.contestants import machine_facts, random_prompts, reference_folder
-from bench.peer_llama import (
+from engine.bench.contestants import machine_facts, random_prompts, reference_folder
+from engine.bench.peer_llama import (
     DEFAULT_PREFIX,
     OUTTYPES,
     LlamaBuild,
@@ -46,11 +46,10 @@ from bench.peer_llama import (
     greedy_tokens,
     llama_bench,
 )
-from bench.peer_ours import TimingSpec, spec_json
-from bench.peers_page import page, write_page
-from bench.report import save_json
-from engine.cli import OneLineParser
-from engine.errors import EngineError
+from engine.bench.peer_ours import TimingSpec, spec_json
+from engine.bench.peers_page import page, write_page
+from engine.bench.report import save_json
+from engine.errors import EngineError, OneLineParser
 from engine.presets import CHEF_DIR
 
 WORK = Path("/work/peers")  # GGUF files and the random-weight HF folders live outside the repository
@@ -145,7 +144,7 @@ def check_targets(r: dict[str, float]) -> dict[str, dict]:
 
 def hf_folder(model: str, work: Path) -> str:
     """The HF folder of `model`: the chef as it ships; the 135M shape built once with seeded random
-    weights (bench/contestants.py) and the chef's tokenizer beside them (GGUF needs a vocabulary)."""
+    weights (engine/bench/contestants.py) and the chef's tokenizer beside them (GGUF needs a vocabulary)."""
     source = MODELS[model]
     if source is None:
         return str(CHEF_DIR)
@@ -178,7 +177,7 @@ def prepare(build: LlamaBuild, models: list[str], work: Path, progress) -> dict[
 def run_ours(cfg: Ours, spec: TimingSpec, timeout: float = 900) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in OMP_VARS} | dict(cfg.env or ())
     spec = replace(spec, quant=cfg.quant, compile=cfg.compile, native=cfg.native, threads=cfg.threads or spec.threads)
-    cmd = [sys.executable, "-m", "bench.peer_ours", spec_json(spec)]
+    cmd = [sys.executable, "-m", "engine.bench.peer_ours", spec_json(spec)]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     if done.returncode != 0:
         tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
@@ -263,7 +262,7 @@ def bench_model(build: LlamaBuild, model: str, prep: dict, plan: PeerPlan, progr
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = OneLineParser(prog="python -m bench peers", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m engine bench peers", description=__doc__.splitlines()[0])
     p.add_argument("--llama-cpp", default=str(DEFAULT_PREFIX), help=f"llama.cpp's build prefix (default {DEFAULT_PREFIX})")
     p.add_argument("--work", default=str(WORK), help=f"where GGUF files and built HF folders go (default {WORK})")
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")

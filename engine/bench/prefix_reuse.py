@@ -1,6 +1,6 @@
 """Leftovers, measured: the TTFT of an order whose prefix is already cached, against the same order cold.
 
-    python -m bench.prefix_reuse --model chef --prompt-len 400 --shared 0.9 --repeats 7 [--json]
+    python -m engine.bench.prefix_reuse --model chef --prompt-len 400 --shared 0.9 --repeats 7 [--json]
 
 Each repeat draws a fresh house prefix (`shared` x prompt-len tokens) and two orders that start
 with it. Cold: the second order on an engine without prefix reuse. Warm: the first order runs to
@@ -19,9 +19,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from engine.cli import OneLineParser
 from engine.engine import Engine
-from engine.errors import EngineError
+from engine.errors import EngineError, OneLineParser
 from engine.events import Done
 
 
@@ -75,7 +74,7 @@ def time_reuse(base: Engine, prompt_len: int, shared: float, repeats: int, seed:
 
 def main(argv: list[str] | None = None) -> int:
 
-    p = OneLineParser(prog="python -m bench.prefix_reuse", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m engine.bench.prefix_reuse", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="chef")
     p.add_argument("--prompt-len", type=int, default=400)
     p.add_argument("--shared", type=float, default=0.9, help="fraction of the prompt that is the shared prefix")

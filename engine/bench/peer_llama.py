@@ -76,7 +76,7 @@ def convert(build: LlamaBuild, hf_folder: str, out: Path, outtype: str) -> Path:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".part")
-    cmd = [sys.executable, "-m", "bench.peer_llama", "convert", str(build.tree), hf_folder, str(tmp), outtype]
+    cmd = [sys.executable, "-m", "engine.bench.peer_llama", "convert", str(build.tree), hf_folder, str(tmp), outtype]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0 or not tmp.is_file():
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
@@ -203,5 +203,5 @@ def greedy_tokens(build: LlamaBuild, gguf: Path, prompt: list[int], n: int, thre
 
 if __name__ == "__main__":  # the converter's child process (see `convert`)
     if sys.argv[1:2] != ["convert"] or len(sys.argv) != 6:
-        raise SystemExit("usage: python -m bench.peer_llama convert TREE HF_FOLDER OUT.gguf f32|q8_0")
+        raise SystemExit("usage: python -m engine.bench.peer_llama convert TREE HF_FOLDER OUT.gguf f32|q8_0")
     _run_converter(*sys.argv[2:])

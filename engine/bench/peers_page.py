@@ -11,7 +11,7 @@ def page(report: dict) -> str:
     lines = [
         "# Our engine beside llama.cpp on this CPU",
         "",
-        "Written by `python -m bench peers` (bench/peers.py); the JSON beside it has every sample.",
+        "Written by `python -m engine bench peers` (engine/bench/peers.py); the JSON beside it has every sample.",
         f"Measured {report['timestamp_utc']} on {report['machine']['cpu']} ({report['machine']['cpu_count']} cores), "
         f"{p['threads']} thread{'s' if p['threads'] > 1 else ''} each, {p['rounds']} alternating rounds, load average "
         f"{report['load_average']['min']:.2f}-{report['load_average']['max']:.2f}; llama.cpp {' '.join(report['llama_cpp'].split())}.",

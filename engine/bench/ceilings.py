@@ -1,6 +1,6 @@
 """Kernel ceilings: how fast the model's own matrix multiplies run with nothing else in between.
 
-The roofline (bench/roofline.py) says what the memory bus and the FPUs could do in principle. A
+The roofline (engine/bench/roofline.py) says what the memory bus and the FPUs could do in principle. A
 target can sit between that and what any real implementation reaches, because the GEMMs an
 engine calls (MKL/oneDNN on CPU, cuBLAS on GPU) do not run these shapes at the roof. This module
 measures that gap directly, on the weights the engine loaded:
@@ -33,8 +33,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from bench.roofline import synchronize
 from engine import native_build
+from engine.bench.roofline import synchronize
 from engine.model import Transformer
 from engine.quant import Int8Weight, matmul
 

@@ -1,6 +1,6 @@
 """The main bench's scenarios: prefill (TTFT), decode at one batch size (TPOT), and a per-op profile.
 
-Each alternates HF and ours (bench/contestants.py `alternate`) so neighbours' noise hits both alike.
+Each alternates HF and ours (engine/bench/contestants.py `alternate`) so neighbours' noise hits both alike.
 """
 
 from __future__ import annotations
@@ -10,11 +10,19 @@ import statistics
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from bench.contestants import Contestants, Samples, alternate, common_prefix, random_prompts, run_hf, run_ours
-from bench.plan import BenchPlan
-from bench.roofline import synchronize
 from engine import decode_one_token, prefill
 from engine.batching import build_batch
+from engine.bench.contestants import (
+    Contestants,
+    Samples,
+    alternate,
+    common_prefix,
+    random_prompts,
+    run_hf,
+    run_ours,
+)
+from engine.bench.plan import BenchPlan
+from engine.bench.roofline import synchronize
 from engine.kv_pool import SeatPool
 
 
@@ -62,7 +70,7 @@ def measure_decode(
     """TPOT at one batch size: n tokens per sequence, the soup pot's one-token-per-step loop.
 
     Both sides' TPOT come from one run each, timed on the caller's clock as each step's tokens
-    come out (bench/contestants.py `Run`); ours also reports its engine's own per-token metrics.
+    come out (engine/bench/contestants.py `Run`); ours also reports its engine's own per-token metrics.
     """
     n = plan.decode_tokens
     prompts = random_prompts(c.vocab_size, batch, prompt_len, seed=2)

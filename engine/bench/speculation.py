@@ -1,6 +1,6 @@
 """The apprentice chef, measured: decode tokens/s with and without drafts (prompt lookup, a draft model).
 
-    python -m bench.speculation --model chef --speculate 4 --new-tokens 128 --repeats 5 [--draft ngram,apprentice] [--json]
+    python -m engine.bench.speculation --model chef --speculate 4 --new-tokens 128 --repeats 5 [--draft ngram,apprentice] [--json]
 
 Two kinds of order, each served alone through the engine's serving path, greedy, plain and
 speculating interleaved, median of repeats:
@@ -24,9 +24,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from engine.cli import OneLineParser
 from engine.engine import Engine
-from engine.errors import EngineError
+from engine.errors import EngineError, OneLineParser
 from engine.events import Done
 
 COPY_OPENING = "KING RICHARD II:\nNow is the hour to speak of kings and crowns;\nWhat say you, cousin?\n"
@@ -75,7 +74,7 @@ def time_speculation(engine: Engine, prompt, name: str, k: int, new: int, repeat
 
 def main(argv: list[str] | None = None) -> int:
 
-    p = OneLineParser(prog="python -m bench.speculation", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m engine.bench.speculation", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="chef")
     p.add_argument("--speculate", type=int, default=4)
     p.add_argument("--new-tokens", type=int, default=128)

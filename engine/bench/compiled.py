@@ -4,7 +4,7 @@
 comparison. For each model (default: the SmolLM2-135M preset shape, then the chef) and each batch of
 the plan (1, 2, 4, 8, 16, 32: where the compiled step stops paying sets ServingConfig.compile_max_batch):
 
-  1. one HF folder (a preset is built with random weights and saved, as bench/contestants.py `reference_folder` does);
+  1. one HF folder (a preset is built with random weights and saved, as engine/bench/contestants.py `reference_folder` does);
      our engine loads it twice, eager and `compile=True`, so both run the same tensors;
   2. the first run of every shape on each engine is timed on its own: on the compiled engine it
      includes compiling (batch 1 and batch > 1 are one graph each), reported as `first_run_s`;
@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from bench.contestants import Samples, machine_facts, random_prompts, reference_folder
-from bench.report import emit
 from engine import Engine
+from engine.bench.contestants import Samples, machine_facts, random_prompts, reference_folder
+from engine.bench.report import emit
 
 DEFAULT_MODELS = ("preset:smollm2-135m", "chef")
 VARIANTS = ("eager", "compiled")

@@ -12,7 +12,7 @@ One run, one machine, one set of random weights, so every ratio compares like wi
        decode at batch 1 and at batch B: n new tokens after a short prompt    -> TPOT, tokens/s
   4. derive the ratios (ours / HF, achieved / roof), all from medians over repeats after warm-up.
 
-How each side is timed (the caller's clock, synchronised on GPU; bench/contestants.py `Run`):
+How each side is timed (the caller's clock, synchronised on GPU; engine/bench/contestants.py `Run`):
   both  each step's tokens are stamped as they reach the caller (HF through a `generate` streamer,
         ours through `Engine.stream`): TTFT = the first stamp, TPOT = (last - first) / (n - 1)
   ours  also TTFT and TPOT from `res.metrics`, the engine's own timer; the caller's-clock versions
@@ -31,18 +31,18 @@ from dataclasses import asdict
 
 import torch
 
-from bench.ceilings import measure_ceilings
-from bench.contestants import load_contestants, machine_facts
-from bench.plan import DEFAULT_MODEL, FULL, QUICK, BenchPlan, validate
-from bench.report import (
+from engine.bench.ceilings import measure_ceilings
+from engine.bench.contestants import load_contestants, machine_facts
+from engine.bench.plan import DEFAULT_MODEL, FULL, QUICK, BenchPlan, validate
+from engine.bench.report import (
     check_targets,
     derive_ratios,
     gpu_goal_ratios,
     kernel_bounds,
     roofline_bounds,
 )
-from bench.roofline import Roofline, best_roof, measure_roofline
-from bench.scenarios import measure_decode, measure_prefill, profile_decode
+from engine.bench.roofline import Roofline, best_roof, measure_roofline
+from engine.bench.scenarios import measure_decode, measure_prefill, profile_decode
 from engine.errors import EngineError
 from engine.loader import parse_device, parse_dtype
 

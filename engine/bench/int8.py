@@ -3,14 +3,14 @@
 `python -m engine bench --quant int8 [--model M ...] [--out report.json]` runs this instead of the
 HF comparison. For each model (default: the SmolLM2-135M preset shape, then the chef):
 
-  1. one HF folder (a preset is built with random weights and saved, as bench/contestants.py `reference_folder` does);
+  1. one HF folder (a preset is built with random weights and saved, as engine/bench/contestants.py `reference_folder` does);
      our engine loads it three times -- float32, bfloat16, int8 -- and HF `generate` loads it in
      float32;
   2. every repeat times each variant once, in an order rotated by one each repeat, so a noisy
      moment on shared cores hits every variant alike: TPOT at batch 1 (n tokens after a short
-     prompt; ours from the trace, HF from one run's token stamps, bench/contestants.py `Run`) and the prefill pass of one long
+     prompt; ours from the trace, HF from one run's token stamps, engine/bench/contestants.py `Run`) and the prefill pass of one long
      prompt. One untimed warm-up of every shape comes first;
-  3. the kernel ceilings of the int8 and float32 weights (bench/ceilings.py: the batch-1 matmul
+  3. the kernel ceilings of the int8 and float32 weights (engine/bench/ceilings.py: the batch-1 matmul
      chain with nothing in between), so a missed target says whether the kernels allow it;
   4. greedy agreement of int8 with float32 over `agreement_tokens` tokens (the chef: 256).
 
@@ -34,11 +34,18 @@ from dataclasses import asdict, dataclass
 import torch
 from transformers import AutoModelForCausalLM
 
-from bench.ceilings import matmul_chain, time_chain
-from bench.contestants import Samples, common_prefix, machine_facts, random_prompts, reference_folder, run_hf
-from bench.report import emit
-from bench.roofline import synchronize
 from engine import Engine
+from engine.bench.ceilings import matmul_chain, time_chain
+from engine.bench.contestants import (
+    Samples,
+    common_prefix,
+    machine_facts,
+    random_prompts,
+    reference_folder,
+    run_hf,
+)
+from engine.bench.report import emit
+from engine.bench.roofline import synchronize
 
 VARIANTS = ("float32", "bfloat16", "int8")  # ours; "hf" (float32 generate) is the fourth contestant
 COMPILED = ("float32_compiled", "int8_compiled")  # ours with compile=True, when QuantPlan.compile
@@ -67,7 +74,7 @@ class Int8ModelResult:
     tpot_s: dict  # variant -> Samples.to_dict(), "hf" included
     prefill_s: dict  # variant -> Samples.to_dict(), "hf" = TTFT of a 1-token generate
     weight_bytes: dict  # variant -> bytes on the device (ModelInfo.weight_bytes)
-    kernel_b1_s: dict  # "float32" / "int8" -> batch-1 matmul chain seconds (bench/ceilings.py)
+    kernel_b1_s: dict  # "float32" / "int8" -> batch-1 matmul chain seconds (engine/bench/ceilings.py)
     greedy_agreement: dict  # int8 vs float32: tokens compared, common prefix, positions equal
     ratios: dict
     compiled: dict  # with plan.compile: variant -> steps run compiled / eagerly, failure; agreement with eager

@@ -167,7 +167,7 @@ class Engine:
         kitchen._serving = Serving(self.model, config, limits, step, req.cuda_graph)
         sampling = {k: v for k, v in asdict(req).items() if k in ORDER_SETTINGS and k != "reuse_prefix"}
         group = RequestGroup(kitchen, ids, req.max_new_tokens, self._new_id(), path="seats",
-                             kv_allocated=limits.pool_bytes, recorded=asdict(req), **sampling)  # fmt: skip
+                             kv_allocated=limits.pool_bytes, recorded=asdict(req), checked=True, **sampling)  # fmt: skip
         yield from group.follow()
 
     # --- serving: many requests, one step at a time ------------------------------------------------

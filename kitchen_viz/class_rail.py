@@ -1,6 +1,6 @@
 """The whole class on the rail: every order in the class kitchen as a ticket, yours highlighted.
 
-A class kitchen's board (serving/class_board.py) says which tickets are in the kitchen, which are
+A class kitchen's board (serving/http/board.py) says which tickets are in the kitchen, which are
 yours, and what each recent step held. This turns it into what a student sees on the order page:
 
   rail_html     the tickets cooking or waiting now, left to right in arrival order: yours in the
@@ -30,7 +30,7 @@ def rail_html(board: dict, counts: bool = True) -> str:
     """The tickets as cards. `counts=False` leaves out each ticket's tokens so far: the Kitchen's live
     scene then redraws the rail only when a ticket joins, leaves or gets its seat (a browser's redraw
     on every token shares the engine's cores; docs/benchmarks/ui-overhead.md). A board marked
-    `pending` (serving/kitchen_client.py, before its first read) draws one placeholder card: the
+    `pending` (serving/host_client.py, before its first read) draws one placeholder card: the
     rail has its height from the Cook's first drawing, so its first read while the engine cooks
     does not push the kitchen below it down (a relayout and repaint of the whole page)."""
     tickets = board.get("tickets", [])

@@ -26,11 +26,11 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from engine.errors import EngineError
-from lab.on_server import LabRoutes
+from lab.sweeps import LabSweeps
 from serving.app_settings import ENV, AppSettings
 from serving.caps import use_caps_file
 from serving.catalog import use_extra_catalogs
-from serving.server import main as serve_main
+from serving.http.server import main as serve_main
 
 APP = Path(__file__).resolve().parent / "web" / "app.py"
 SERVE = APP.parent / "serve.py"  # app.py served through st.App, with the live feed's route
@@ -114,8 +114,8 @@ def streamlit_command(passthrough: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["serve"]:  # the class kitchen server (serving/server.py), no Streamlit
-        return serve_main(argv[1:], extensions=(LabRoutes,))  # the kitchen server runs the Lab's sweeps too
+    if argv[:1] == ["serve"]:  # the class kitchen server (serving/http/server.py), no Streamlit
+        return serve_main(argv[1:], sweeps=LabSweeps())  # the kitchen server runs the Lab's sweeps too
     args, passthrough = parse(argv)
     if not (APP.is_file() and SERVE.is_file()):
         print(
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         print("two-pot-kitchen: --backend and --class-kitchen both name the class kitchen: choose one",
               file=sys.stderr)  # fmt: skip
         return 2
-    # Without --backend the Kitchen cooks in the app's own kitchens (serving/mounted.py), and the
+    # Without --backend the Kitchen cooks in the app's own kitchens (serving/http/mounted.py), and the
     # class pages order from the class kitchen mounted beside them unless --no-class-kitchen.
     classroom = not backend and not args.no_class_kitchen
     settings = AppSettings(

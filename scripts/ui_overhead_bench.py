@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet_query = base + "&live=0"  # the no-UI side
     threads = args.threads or engine_threads()
     os.environ["TWO_POT_THREADS"] = str(threads)  # the app's kitchen reads it
-    split = split_cores(threads)  # the app's kitchen loop is pinned to split.engine (serving/mounted.py)
+    split = split_cores(threads)  # the app's kitchen loop is pinned to split.engine (serving/http/mounted.py)
 
     def no_ui_side() -> float | None:
         return tpot_with_live_kitchen(page, url, quiet_query, probe=probe, side="no_ui")

@@ -14,7 +14,7 @@ order to a classroom-sized share. They are server-side: a TOML file the launcher
 Every key is optional (the defaults below). A request over a cap is refused before it queues, in
 one line naming the cap and its value; an order past its time is cancelled in one line
 (`time_line`); a request that finds `max_waiting` requests already waiting for a seat is refused
-at once with 503 and Retry-After (serving/admission.py). The default bound is generous: 2,048
+at once with 503 and Retry-After (serving/http/admission.py). The default bound is generous: 2,048
 waiting, so a class of a thousand streaming at once is queued, not refused. Lab experiments are
 not orders: they pace themselves and are not capped here.
 """

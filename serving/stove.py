@@ -5,7 +5,7 @@ the other's work as its own, so its panels and its diagnosis describe a kitchen 
 exist (docs/benchmarks/ui-overhead.md shows how much a neighbour on the engine's core costs). Every kitchen
 of this server process takes its device's `Stove` before it cooks and gives it back after, so jobs
 for different models wait in ONE line per device, first come first served. Orders of one kitchen
-host (a ticket's `kitchen`, serving/kitchen_client.py) share the stove: they cook in one batch of
+host (a ticket's `kitchen`, serving/host_client.py) share the stove: they cook in one batch of
 one engine, so they may cook together; a ticket without a kitchen cooks alone.
 
 The stove cannot hold back what runs outside this server (another program, a lab script in its own

@@ -166,12 +166,13 @@ def chef_one_thread():
 
 
 def travels(result) -> None:
-    """A lab result survives the trip a kitchen server sends it on (serving/lab_wire.py): JSON and
-    back, the same value (compared through its encoding, so a NaN equals itself)."""
+    """A lab result survives the trip a host's pipe and its routes send it on (serving/host/wire.py):
+    JSON and back, the same value (compared through its encoding, so a NaN equals itself)."""
     import json
 
-    from serving.lab_wire import decode, encode
+    import lab.registry  # noqa: F401 -- registers the Lab's types with the wire
+    from serving.host.wire import from_json, to_json
 
-    sent = json.dumps(encode(result))
-    back = decode(json.loads(sent))
-    assert type(back) is type(result) and json.dumps(encode(back)) == sent
+    sent = json.dumps(to_json(result))
+    back = from_json(json.loads(sent))
+    assert type(back) is type(result) and json.dumps(to_json(back)) == sent

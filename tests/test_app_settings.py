@@ -64,17 +64,17 @@ def test_the_launcher_reads_a_settings_file_and_refuses_a_bad_one(tmp_path, monk
 def test_batch_invariant_reaches_the_float32_cpu_kitchens(tmp_path, monkeypatch):
     """`--batch-invariant` (or `batch_invariant = true` in [app]) travels to the app's process, and
     the kitchens it can hold in (float32 on CPU) start their engine in that mode."""
-    from serving.mounted import loop_settings
+    from serving.http.mounted import loop_settings
 
     for name in ENV.values():
         monkeypatch.delenv(name, raising=False)
     assert main(["--batch-invariant", "--print-command"]) == 0
     assert AppSettings.from_env().batch_invariant is True
     monkeypatch.delenv(ENV["pin_server"])  # loop_settings would pin this test process to one core
-    assert loop_settings("chef", "cpu", "float32").batch_invariant is True
-    assert loop_settings("chef", "cpu", "bfloat16").batch_invariant is False  # the mode is float32 only
+    assert loop_settings("chef", "cpu", "float32").engine.batch_invariant is True
+    assert loop_settings("chef", "cpu", "bfloat16").engine.batch_invariant is False  # the mode is float32 only
     monkeypatch.delenv(ENV["batch_invariant"])
-    assert loop_settings("chef", "cpu", "float32").batch_invariant is False
+    assert loop_settings("chef", "cpu", "float32").engine.batch_invariant is False
     f = tmp_path / "app.toml"
     f.write_text("[app]\nbatch_invariant = true\n")
     assert AppSettings.from_toml(f).batch_invariant is True

@@ -10,7 +10,8 @@ from browser_kit import app, chromium, needs_chromium
 
 from engine.errors import EngineError
 from kitchen_viz.launch import main
-from serving.remote_order import board, models, order_remote
+from serving.caps import Caps
+from serving.clients.remote_order import board, models, order_remote
 
 
 def ready(url: str, key: str, timeout_s: float = 120) -> list[dict]:
@@ -137,29 +138,33 @@ def test_the_kitchen_finds_its_kitchen_host_whatever_the_launch(monkeypatch):
     for its own choice, a room of its own otherwise), called in process; without a launcher (plain
     `streamlit run app.py`) in the same rooms opened in process; `--backend` over HTTP."""
     from kitchen_viz import app_state
-    from serving import mounted
-    from serving.host import HttpHost, NotReady
-    from serving.kitchen_orders import LocalHost
+    from serving.app_settings import ENV
+    from serving.clients.remote import RemoteHost
+    from serving.host.api import NotReady
+    from serving.host.host import EngineHost
+    from serving.http import mounted
 
     monkeypatch.delenv("TWO_POT_BACKEND", raising=False)
-    monkeypatch.setenv(mounted.ENV_MODEL, "chef")
+    monkeypatch.setenv(ENV["class_model"], "chef")
     monkeypatch.setattr(mounted, "_SERVED", [])
-    opened = app_state.kitchen_host_for("chef", "cpu", "float32")  # nothing mounted: rooms opened here
-    assert isinstance(opened, LocalHost) and mounted.served_here().rooms is not None
-    assert mounted.served_here().mount is None  # no class kitchen without the launcher
-    mounted._SERVED.clear()
-    class_mount = mounted.ClassKitchenMount("chef", None)  # not started: it says it is loading
-    mounted._SERVED.append(mounted.AppKitchens(class_mount, mounted.KitchenRooms(None)))
-    host = app_state.kitchen_host_for("chef", "cpu", "float32")
-    assert isinstance(host, LocalHost)
-    with pytest.raises(NotReady, match="loading chef on cpu"):
-        host.about()
+    find = app_state.kitchen_host_for("nope", "cpu", "float32")  # nothing mounted: rooms opened here, on first use
     with pytest.raises(EngineError, match="no model 'nope'"):
-        app_state.kitchen_host_for("nope", "cpu", "float32").about()
+        find()
+    assert mounted.served_here().rooms is not None and mounted.served_here().mount is None  # no class kitchen
+    mounted._SERVED.clear()
+    class_host = mounted.open_host("chef", mounted.loop_settings("chef", "cpu", "float32"), Caps())
+    try:  # the class kitchen's own host, called directly (it says it is loading until it is ready)
+        mounted._SERVED.append(mounted.AppHosts(mounted.HostMount(class_host, None), mounted.HostRooms(None)))
+        host = app_state.kitchen_host_for("chef", "cpu", "float32")()
+        assert host is class_host and isinstance(host, EngineHost)
+        with pytest.raises(NotReady, match="loading chef on cpu"):
+            host.about()
+    finally:
+        class_host.close()
     monkeypatch.setenv("TWO_POT_BACKEND", "http://10.0.0.5:8000")
     monkeypatch.setenv("TWO_POT_BACKEND_KEY", "s")
     backend = app_state.kitchen_host_for("chef", "cpu", "float32")
-    assert isinstance(backend, HttpHost) and backend.url == "http://10.0.0.5:8000"
+    assert isinstance(backend, RemoteHost) and backend.url == "http://10.0.0.5:8000"
 
 
 @needs_chromium

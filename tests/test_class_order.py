@@ -9,7 +9,7 @@ import pytest
 from kitchen_server import kitchen
 
 from engine.errors import EngineError
-from serving.remote_order import RemoteOrder, _take, models, order_remote
+from serving.clients.remote_order import RemoteOrder, _take, models, order_remote
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,7 +38,7 @@ def test_an_order_measured_at_the_client_and_by_the_kitchen():
 def test_per_token_confidence_is_the_servers_logprobs():
     import math
 
-    from serving.token_confidence import confidence_html, summarize
+    from serving.clients.token_confidence import confidence_html, summarize
 
     with kitchen() as (url, _):
         out = order_remote(url, "chef", "ROMEO:", 12, logprobs=1)

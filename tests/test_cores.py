@@ -1,6 +1,6 @@
 """Which cores the engine's kitchen loop keeps, and how many torch threads it runs (serving/cores.py).
 
-The loop here is the real one the app starts for a kitchen (serving/mounted.py `loop_settings`),
+The loop here is the real one the app starts for a kitchen (serving/http/mounted.py `loop_settings`),
 pinned before it imports torch.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from own_kitchen import loop_of, own_kitchen
+from own_kitchen import own_kitchen, process_of
 
 from serving import cores
 from serving.cores import CoreSplit, engine_threads, split_cores
@@ -40,7 +40,7 @@ def test_the_kitchen_loop_keeps_its_own_cores_when_there_are_cores_to_spare(monk
     if split is None:
         pytest.skip("a single core: nothing to split")
     with own_kitchen("chef") as (svc, kitchens):
-        pid = loop_of(kitchens).pid
+        pid = process_of(kitchens).pid
         assert pid != os.getpid() and svc.engine_pid == pid  # the engine runs in another process
         assert os.sched_getaffinity(pid) == split.engine
         assert os.sched_getaffinity(0) != split.engine  # the test process itself was not pinned

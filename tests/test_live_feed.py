@@ -20,7 +20,7 @@ from starlette.testclient import TestClient
 
 from engine.events import StepEnd
 from kitchen_viz import live_feed
-from kitchen_viz.orders import Order, cook
+from kitchen_viz.orders import Order
 from kitchen_viz.timeline import LiveRun
 from serving.stove import StoveTicket
 
@@ -44,9 +44,9 @@ def client():
 
 def fed_order(kitchen, new_tokens: int, **kw):
     order = Order(batch=2, max_new_tokens=new_tokens, temperature=0.0, seed=0, prompt_tokens=12)
-    ids = kitchen.check(order.prompts(kitchen), order.max_new_tokens, temperature=0.0, seed=0)
-    job = kitchen.submit(cook(order), order.label, **kw)
-    run = LiveRun.for_order("order-1", [len(p) for p in ids])
+    checked = kitchen.check(order.form())
+    job = kitchen.submit(checked, order.label, **kw)
+    run = LiveRun.for_order("order-1", checked.prompt_tokens)
     url = live_feed.open_feed(kitchen, job, run, presenter=False, wok_capacity=4096)
     return job, url
 
@@ -177,7 +177,7 @@ def test_the_live_view_is_the_default_where_the_feed_is_served(monkeypatch):
 
 
 def test_the_scene_gets_the_class_rail_while_a_class_kitchen_order_cooks():
-    """A job on a class kitchen carries the board its client reads while it cooks (serving/kitchen_client.py);
+    """A job on a class kitchen carries the board its client reads while it cooks (serving/host_client.py);
     the scene's data then holds the rail: tickets only, yours highlighted, and none once the job is done."""
     from types import SimpleNamespace
 
@@ -197,7 +197,7 @@ def test_the_scene_gets_the_class_rail_while_a_class_kitchen_order_cooks():
     assert live_feed.live_scene_data(svc, job, run, presenter=False, wok_capacity=4096, panels=None)["class_rail"] is None
     # Before its first read the board is pending: one placeholder card keeps the rail's place, so the
     # first read (while the engine cooks) changes the cards without moving the kitchen below them.
-    from serving.kitchen_client import PENDING_BOARD
+    from serving.host_client import PENDING_BOARD
 
     job.board = dict(PENDING_BOARD)
     rail = live_feed.live_scene_data(svc, job, run, presenter=False, wok_capacity=4096, panels=None)["class_rail"]

@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from serving.remote_order import board, models, order_remote
-from serving.scrape import scrape, window
+from serving.clients.remote_order import board, models, order_remote
+from serving.clients.scrape import scrape, window
 
 REPO = Path(__file__).resolve().parents[1]
 LLAMA = os.environ.get("LLAMA_SERVER", "/work/peers/llama.cpp/build/bin/llama-server")

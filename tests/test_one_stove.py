@@ -1,6 +1,6 @@
 """One stove per machine on the kitchen host: two models never cook at the same time on one device.
 
-Two real kitchens of this process (serving/mounted.py `KitchenRooms`, the chef and the apprentice,
+Two real kitchens of this process (serving/http/mounted.py `KitchenRooms`, the chef and the apprentice,
 each in its kitchen-loop process) reached in process, as the Kitchen reaches them whatever the
 launch. The chef's engine pauses 20 ms after every step (its test hook), so its order is long.
 """
@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from kitchen_viz.orders import Order, cook
-from serving.kitchen_client import ServerKitchen
-from serving.loop_messages import TEST_HANG_ENV
-from serving.mounted import AppKitchens, KitchenRooms
+from kitchen_viz.orders import Order
+from serving.host.loop import TEST_HANG_ENV
+from serving.host_client import HostClient
+from serving.http.mounted import AppHosts, HostRooms
 from serving.stove import Stove, StoveTicket
 
 WAIT_S = 120
@@ -58,20 +58,20 @@ def test_tickets_of_one_kitchen_cook_together_and_another_kitchen_waits():
 def test_two_models_on_the_kitchen_host_never_cook_at_once_and_the_second_is_told_why(monkeypatch):
     monkeypatch.setenv("TWO_POT_THREADS", "1")
     monkeypatch.setenv(TEST_HANG_ENV, "0.02")  # the chef's loop only: it starts first
-    kitchens = AppKitchens(None, KitchenRooms(None))
-    chef = ServerKitchen(kitchens.host("chef", "cpu", "float32"), "chef")
+    kitchens = AppHosts(None, HostRooms(None))
+    chef = HostClient(kitchens.host_for("chef", "cpu", "float32"), "chef")
     apprentice = None
     try:
         assert chef.wait_ready(WAIT_S) and chef.state == "ready", chef.load_error
         monkeypatch.delenv(TEST_HANG_ENV)
-        apprentice = ServerKitchen(kitchens.host("apprentice", "cpu", "float32"), "apprentice")
+        apprentice = HostClient(kitchens.host_for("apprentice", "cpu", "float32"), "apprentice")
         assert apprentice.wait_ready(WAIT_S) and apprentice.state == "ready", apprentice.load_error
         long = Order(batch=2, max_new_tokens=200, temperature=0.0, seed=0, text="ROMEO:")
-        chef_job = chef.submit(cook(long), "the chef's long order")
+        chef_job = chef.submit(chef.check(long.form()), "the chef's long order")
         assert wait_for(lambda: chef_job.events, WAIT_S), chef_job.error
-        also_chef = chef.submit(cook(long), "the chef's second order")  # the same kitchen: joins its batch
+        also_chef = chef.submit(chef.check(long.form()), "the chef's second order")  # the same kitchen: joins its batch
         small = Order(batch=1, max_new_tokens=4, temperature=0.0, seed=0, text="ROMEO:")
-        app_job = apprentice.submit(cook(small), "a tiny order")
+        app_job = apprentice.submit(apprentice.check(small.form()), "a tiny order")
         assert wait_for(lambda: app_job.stove_line() is not None, 30)
         line = app_job.stove_line()
         assert "Waiting for the stove (cpu" in line and "chef: the chef's long order is cooking" in line, line

@@ -3,8 +3,8 @@
 A class kitchen cooks every student's order in one continuous batch, so the lesson a student can
 watch is the batch itself: tickets joining the pot mid-service, the pot's batch size going up and
 down, and their own TTFT and TPOT beside the kitchen's. The board keeps what the kitchen loop
-reports after each step (serving/kitchen_loop.py `StepInfo`, with the keys of the requests in it)
-and answers `GET /kitchen/board?order=ID&since=N` (serving/server.py):
+reports after each step (serving/host/loop.py `StepInfo`, with the keys of the requests in it)
+and answers `GET /kitchen/board?order=ID&since=N` (serving/http/server.py):
 
     {"now": 1733..., "last_step": 57, "steps": [{"index": 41, "t": ..., "phase": "decode", "batch": 3, "seconds": ..., "mine": 1,
                               "joined": 0, ...}, ...],                   steps after index N, oldest first
@@ -28,7 +28,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from engine.results import RequestOutput
-from serving.kitchen_loop import StepInfo
+from serving.host.wire import StepInfo
 
 STEPS_KEPT = 4096  # recent steps (at 3 ms a step: a dozen seconds of decode; at 100 ms: minutes)
 FINISHED_WINDOW_S = 60.0  # the kitchen's TTFT / TPOT are over the requests finished this recently

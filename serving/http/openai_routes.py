@@ -1,7 +1,7 @@
-"""The class kitchen's HTTP side: parses orders, admits them, hands them to the engine client.
+"""The class kitchen's OpenAI routes: parse a request, admit it, hand it to the host.
 
-The routes themselves are listed in serving/server.py; the answer's shape is serving/answer.py;
-the queue bound serving/admission.py. A request is checked in this order, each refusal one line:
+The routes themselves are listed in serving/http/server.py; the answer's shape is
+serving/http/answer.py; the queue bound serving/http/admission.py. A request is checked in this order, each refusal one line:
 its body (413 over the size limit, 400 not JSON, 422 a malformed field), its model (404 another
 one; no model at all means the one served here, as vLLM), the instructor's caps (400), the queue
 bound (503 + Retry-After), then the engine's own limits (400, the engine's line).
@@ -20,13 +20,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from engine.errors import EngineError
-from serving.admission import Admission
-from serving.answer import OrderAnswer
 from serving.caps import Caps
-from serving.engine_client import EngineClient
-from serving.handles import Handle, Refused
-from serving.metrics import CONTENT_TYPE, KitchenMetrics
-from serving.openai_api import ApiError, CompletionRequest, jinja_template, parse_order, plain_template
+from serving.host.handles import Handle, Refused
+from serving.host.host import EngineHost
+from serving.http.admission import Admission
+from serving.http.answer import OrderAnswer
+from serving.http.metrics import CONTENT_TYPE
+from serving.http.openai_api import ApiError, CompletionRequest, jinja_template, parse_order, plain_template
 
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: a 128k-token prompt as text or ids fits; a runaway upload does not
 DEFAULT_CHAT_TOKENS = 256
@@ -40,15 +40,16 @@ class ServerConfig:
     max_body_bytes: int = MAX_BODY_BYTES
 
 
-class KitchenRoutes:
-    """A kitchen host's HTTP routes (OpenAI's and /kitchen/*) over its engine client: admission, caps, streams."""
+class OpenAIRoutes:
+    """A host's OpenAI routes and its status routes (/health, /metrics, /kitchen, the board): admission, streams."""
 
-    def __init__(self, client: EngineClient, config: ServerConfig, metrics: KitchenMetrics):
-        self.client, self.config, self.metrics = client, config, metrics
-        ready = client.ready
+    def __init__(self, host: EngineHost, config: ServerConfig):
+        self.host, self.config, self.metrics = host, config, host.metrics
+        ready = host.process.ready
         self.template = (jinja_template(ready.chat_template, ready.bos_token, ready.eos_token)
                          if ready.chat_template else plain_template)  # fmt: skip
-        self.admission = Admission(lambda: client.in_flight, ready.seats, config.caps.max_waiting, metrics.refused.inc)
+        self.admission = Admission(lambda: host.in_flight, ready.serving.seats, config.caps.max_waiting,
+                                   self.metrics.refused.inc)  # fmt: skip
 
     def served(self, model: str | None) -> str:
         """The served model's name for a request that names `model` (None: the one served here)."""
@@ -59,31 +60,31 @@ class KitchenRoutes:
 
     # -- routes -------------------------------------------------------------------------------------------
     async def models(self, request: Request) -> Response:
-        ready = self.client.ready
+        ready = self.host.process.ready
         return JSONResponse({"object": "list", "data": [{
             "id": self.config.served_name, "object": "model", "created": 0, "owned_by": "two-pot-kitchen",
             "max_model_len": ready.max_context,
         }]})  # fmt: skip
 
     async def health(self, request: Request) -> Response:
-        ok = self.client.is_ready
-        body = {"status": "ok" if ok else "starting", "model": self.config.served_name, "restarts": self.client.restarts}
+        ok = self.host.process.is_ready
+        body = {"status": "ok" if ok else "starting", "model": self.config.served_name, "restarts": self.host.process.restarts}
         return JSONResponse(body, status_code=200 if ok else 503)
 
     async def about(self, request: Request) -> Response:
-        ready, caps = self.client.ready, self.config.caps
+        ready, caps = self.host.process.ready, self.config.caps
         return JSONResponse({
             "model": self.config.served_name, "device": ready.device, "dtype": ready.dtype, "policy": ready.policy,
-            "seats": ready.seats, "kv_tokens": ready.kv_tokens, "max_context": ready.max_context,
+            "seats": ready.serving.seats, "kv_tokens": ready.serving.kv_tokens, "max_context": ready.max_context,
             "batch_invariant": ready.batch_invariant,
             "caps": {"max_order_tokens": caps.max_order_tokens, "max_new_tokens": caps.max_new_tokens,
                      "max_order_seconds": caps.max_order_seconds, "max_waiting": caps.max_waiting},
-            "caps_line": caps.summary(), "restarts": self.client.restarts,
-            "queue": {"held": self.client.in_flight, "bound": self.admission.bound, "refused": self.admission.refused},
+            "caps_line": caps.summary(), "restarts": self.host.process.restarts,
+            "queue": {"held": self.host.in_flight, "bound": self.admission.bound, "refused": self.admission.refused},
         })  # fmt: skip
 
     async def board(self, request: Request) -> Response:
-        board = self.client.board
+        board = self.host.class_board
         if board is None:
             raise ApiError(404, "this kitchen keeps no class board", kind="not_found_error")
         since = request.query_params.get("since", "-1")
@@ -121,10 +122,10 @@ class KitchenRoutes:
             self._cancel(handles)
             raise ApiError(400, str(err), "prompt") from None
         rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
-        if self.client.board is not None:
-            self.client.board.order(rid, [h.key for h in handles])
+        if self.host.class_board is not None:
+            self.host.class_board.order(rid, [h.key for h in handles])
         events = self._events(request, handles, time.monotonic() + caps.max_order_seconds)
-        answer = OrderAnswer(order, rid, handles, self.client.cancel)
+        answer = OrderAnswer(order, rid, handles, self.host.cancel)
         if order.stream:
             return StreamingResponse(answer.stream(events), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})  # fmt: skip
@@ -150,7 +151,7 @@ class KitchenRoutes:
         seed = order.seed if order.seed is not None else secrets.randbelow(2**31)
         try:
             for i in range(order.n):
-                handles.append(await self.client.submit(order.prompt, max_new, order.engine_settings(seed + i)))
+                handles.append(await self.host.submit(order.prompt, max_new, order.engine_settings(seed + i)))
         except Refused as err:
             self._cancel(handles)
             raise ApiError(400, str(err), "prompt") from None
@@ -162,7 +163,7 @@ class KitchenRoutes:
     def _cancel(self, handles: list[Handle]) -> None:
         for h in handles:
             if not h.finished:
-                self.client.cancel(h.key)
+                self.host.cancel(h.key)
 
     async def _events(self, request: Request, handles: list[Handle], deadline: float):
         """(choice index, kind, value) from every table, until each is done; cancels what is left if

@@ -20,7 +20,7 @@ import statistics
 import time
 from collections import deque
 
-from serving.openai_api import ApiError
+from serving.http.openai_api import ApiError
 
 WINDOW_S = 60.0  # Retry-After is the median time of the orders finished this recently
 

@@ -96,7 +96,7 @@ def order_remote(url: str, model: str, prompt: str, max_tokens: int, temperature
 
 def board(url: str, order_id: str | None = None, since: int = -1, api_key: str | None = None,
           timeout_s: float = 2.0, client: httpx.Client | None = None) -> dict | None:  # fmt: skip
-    """A Two-Pot class kitchen's board (serving/class_board.py), your order's tickets marked; None from a
+    """A Two-Pot class kitchen's board (serving/http/board.py), your order's tickets marked; None from a
     server that keeps none (vLLM, llama.cpp) or does not answer in time: the page then shows no rail.
     `client`: a caller's own (kept-alive) client, with its key in its headers."""
     params = {"since": since} | ({"order": order_id} if order_id else {})

@@ -1,55 +1,59 @@
-"""The class kitchen's engine process: one Engine, one step loop, every student's order in it.
+"""The host's engine process: one Engine, one step loop, every client's order in it.
 
-The kitchen host (serving/server.py) never touches torch: it starts this loop as a child process
-and talks to it over one pipe (serving/engine_client.py). The loop owns the Engine (an Engine is
-not thread-safe), so every submit and cancel is a message it applies between two steps, and every
-step's events go back as one message. Orders from different students join the same running batch
-at the next step. The messages are serving/loop_messages.py's dataclasses, one JSON object each
-on the pipe (its `encode` / `decode`); `Loop.handlers` is the one table that dispatches them.
+The host (serving/host/host.py) never touches torch: it starts this loop as a child process and
+talks to it over one pipe (serving/host/process.py). The loop owns the Engine (an Engine is not
+thread-safe), so every check, submit and cancel is a message it applies between two steps, and
+every step's news goes back as one message. Orders from different clients join the same running
+batch at the next step. The messages are serving/host/wire.py's; `Loop.handlers` is the one table
+that dispatches them.
 
-Run as `python -c ENTRY_CODE FD SETTINGS_JSON` (LoopSettings as JSON; serving/engine_client.py
-does this). The code pins the process to its cores before it imports torch, so every thread torch
-starts inherits them.
+`main(conn, settings, sweeps)` is the child's entry, started through `multiprocessing`'s spawn
+context (a fresh interpreter on every OS). `sweeps` is what runs the Lab's experiments by key
+(lab/sweeps.py), given by whoever started the host; None: this loop runs no sweeps.
 """
 
 from __future__ import annotations
 
-import importlib
-import json
 import os
+import signal
 import sys
 import time
-from dataclasses import asdict
-from multiprocessing.connection import Connection
+from dataclasses import dataclass, field
 
 import torch
 
 from engine import Engine, EngineError
 from engine.events import Done, StepEnd, Token
-from engine.quant import precision_parts
-from engine.request_group import RequestGroup, shared_check, shared_limits
-from engine.settings import EngineSettings, precision_settings
-from serving import loop_messages as msgs
-from serving.loop_messages import TEST_HANG_ENV, LoopSettings, QueueState, ReadyInfo, StepInfo
-from serving.order_wire import to_wire
+from engine.request_group import RequestGroup, shared_check
+from engine.settings import EngineSettings
+from serving.cores import pin_this_process
+from serving.host import wire
+from serving.host.api import OrderForm, generated_prompts
+from serving.host.wire import QueueState, ReadyInfo, StepInfo, StepNews
 
-__all__ = ["ENTRY_CODE", "LoopSettings", "QueueState", "ReadyInfo", "StepInfo", "entry"]
-
-ENTRY_CODE = ("import json, os, sys; cores = json.loads(sys.argv[2]).get('cores'); "
-              "cores and os.sched_setaffinity(0, set(cores)); "
-              "from serving.kitchen_loop import entry; entry(sys.argv[1:])")  # fmt: skip
+TEST_HANG_ENV = "TWO_POT_TEST_HANG_S"  # a test hook: the loop pauses this many seconds after every step
 IDLE_POLL_S = 1.0  # an idle loop wakes this often to notice a parent that went away
-BATCH_S = 0.05  # while only Kitchen orders cook, their steps go to the server together this often
+BATCH_S = 0.05  # while only Kitchen orders cook, their steps go to the host together this often
 
 
-def entry(argv: list[str]) -> None:
-    fd, settings = argv
-    s = json.loads(settings)
-    s["cores"] = tuple(s.get("cores", ()))
-    conn = Connection(int(fd))
-    engine = load(conn, LoopSettings(**s))
+@dataclass(frozen=True)
+class LoopSettings:
+    """What the loop loads (`model`, with `engine`'s settings), its torch threads and its cores."""
+
+    model: str = "chef"
+    engine: EngineSettings = field(default_factory=lambda: EngineSettings(policy="chunked", prefix_cache=True))
+    threads: int = 0  # 0: torch's default
+    cores: tuple[int, ...] = ()  # pin the loop's process to these cores (serving/cores.py); () = any
+
+
+def main(conn, settings: LoopSettings, sweeps=None) -> None:
+    """The child's entry: pin, load, say Ready (or LoadError), then run until Stop or EOF."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's to handle: it stops its loops
+    if settings.cores:
+        pin_this_process(frozenset(settings.cores))  # before torch starts its threads: they inherit these cores
+    engine = load(conn, settings)
     if engine is not None:
-        Loop(conn, engine, s["model"]).run()
+        Loop(conn, engine, settings.model, sweeps).run()
 
 
 def load(conn, s: LoopSettings) -> Engine | None:
@@ -58,30 +62,37 @@ def load(conn, s: LoopSettings) -> Engine | None:
     try:
         if s.threads:
             torch.set_num_threads(s.threads)
-        settings = precision_settings(s.dtype, device=s.device, policy=s.policy, token_budget=s.token_budget,
-                                      max_seqs=s.max_seqs, max_seq_len=s.max_seq_len, prefix_cache=s.prefix_cache,
-                                      batch_invariant=s.batch_invariant)  # fmt: skip
-        engine = Engine.load(s.model, settings)
+        engine = Engine.load(s.model, s.engine)
         engine.submit([1], 2)  # first-call setup stays out of the first student's TTFT
         while not engine.idle:
             engine.step()
     except Exception as err:  # noqa: BLE001 -- the parent gets one line, whatever went wrong
-        conn.send_bytes(msgs.encode(msgs.LoadError(" ".join(f"could not load {s.model}: {err}".split()))))
+        conn.send_bytes(wire.encode(wire.LoadError(" ".join(f"could not load {s.model}: {err}".split()))))
         return None
-    codec = engine.codec
+    codec, cfg = engine.codec, engine.cfg
     special = (lambda i: codec.decode([i]) if i is not None else "") if codec is not None else (lambda i: "")
-    lim = engine.serving_limits()
-    conn.send_bytes(msgs.encode(msgs.Ready(ReadyInfo(
-        engine.info.name, str(engine.device), engine.info.precision, s.policy, engine.cfg.max_context,
-        engine.cfg.vocab_size, lim.seats, lim.kv_tokens, getattr(codec, "chat_template", None),
-        special(engine.cfg.bos_id), special(next(iter(engine.cfg.eos_ids), None)), time.perf_counter() - t0,
-        asdict(engine.info), s.token_budget, s.batch_invariant,
-    ))))  # fmt: skip
+    info = ReadyInfo(engine.info.name, str(engine.device), engine.info.precision, s.engine.policy, cfg.max_context,
+                     cfg.vocab_size, getattr(codec, "chat_template", None), special(cfg.bos_id),
+                     special(next(iter(cfg.eos_ids), None)), time.perf_counter() - t0, engine.info,
+                     engine.serving_limits(), s.engine.token_budget, s.engine.batch_invariant)  # fmt: skip
+    conn.send_bytes(wire.encode(wire.Ready(info)))
     return engine
 
 
 def one_line(err: BaseException) -> str:
     return " ".join(str(err).split())
+
+
+def order_prompts(engine: Engine, form: OrderForm) -> list:
+    """The form's prompts; generated ones cut from its filler by this engine's own tokenizer (a
+    model without one gets in-vocabulary ids: its text is noise anyway)."""
+    if form.filler is None:
+        return form.prompts
+    if engine.codec is not None:
+        filler = engine.encode(form.filler)
+    else:
+        filler = [(7919 * i) % engine.cfg.vocab_size for i in range(1, 257)]
+    return generated_prompts(filler, max(1, form.prompt_tokens), form.tables)
 
 
 class SweepCancelled(Exception):
@@ -91,27 +102,28 @@ class SweepCancelled(Exception):
 class Loop:
     """The step loop and what it remembers between steps: which key each engine request has."""
 
-    def __init__(self, conn, engine: Engine, source: str = ""):
+    def __init__(self, conn, engine: Engine, source: str = "", sweeps=None):
         self.conn, self.engine = conn, engine
         self.engine_source = source  # what the engine was loaded from: a sweep's engine loads it too
+        self.sweeps_runner = sweeps
         self.key_of: dict[int, str] = {}  # engine request id -> the host's key ("r3", "o1/0")
         self.id_of: dict[str, int] = {}
         self.arrived: dict[str, float] = {}
         self.orders: dict[str, RequestGroup] = {}
-        self.held: list[tuple] = []  # steps not yet sent (see BATCH_S)
+        self.held: list[StepNews] = []  # steps not yet sent (see BATCH_S)
         self.sent_at = time.perf_counter()
         self.hang_s = float(os.environ.get(TEST_HANG_ENV) or 0)
-        self.sweeps: list[msgs.RunSweep] = []  # waiting for the engine to be idle
+        self.sweeps: list[wire.RunSweep] = []  # waiting for the engine to be idle
         self.backlog: list = []  # messages that arrived while a sweep ran
         self.sweep_engine: Engine | None = None
-        self.handlers = {msgs.Submit: self.submit, msgs.PlaceOrder: self.place_order, msgs.Ask: self.ask,
-                         msgs.RunSweep: self.sweeps.append, msgs.Cancel: self.cancel}  # fmt: skip
+        self.handlers = {wire.Submit: self.submit, wire.Check: self.check, wire.PlaceOrder: self.place_order,
+                         wire.RunSweep: self.sweeps.append, wire.Cancel: self.cancel}  # fmt: skip
 
     def send_msg(self, msg) -> None:
-        self.conn.send_bytes(msgs.encode(msg))
+        self.conn.send_bytes(wire.encode(msg))
 
-    def recv_msg(self):
-        return msgs.decode(self.conn.recv_bytes())
+    def receive(self):
+        return wire.decode(self.conn.recv_bytes())
 
     def run(self) -> None:
         """Apply everything that arrived, then step; a sweep once nothing cooks; until Stop or the
@@ -123,10 +135,10 @@ class Loop:
                 continue
             while self.backlog or conn.poll(0):
                 try:
-                    msg = self.backlog.pop(0) if self.backlog else self.recv_msg()
+                    msg = self.backlog.pop(0) if self.backlog else self.receive()
                 except (EOFError, OSError):
                     return
-                if isinstance(msg, msgs.Stop):
+                if isinstance(msg, wire.Stop):
                     return
                 self.handlers[type(msg)](msg)
             if not engine.idle:
@@ -135,75 +147,73 @@ class Loop:
                 self.sweep(self.sweeps.pop(0))
 
     # -- the messages ----------------------------------------------------------------------------------
-    def submit(self, m: msgs.Submit) -> None:
+    def submit(self, m: wire.Submit) -> None:
         try:
             rid = self.engine.submit(m.prompt, m.max_new_tokens, **m.settings)
         except EngineError as err:
-            self.send_msg(msgs.Refusal(m.key, str(err)))
+            self.send_msg(wire.Refusal(m.key, str(err)))
             return
         self.key_of[rid], self.id_of[m.key], self.arrived[m.key] = m.key, rid, time.perf_counter()
-        self.send_msg(msgs.Accepted(m.key, len(self.engine.serving.seqs[rid].prompt)))
+        self.send_msg(wire.Accepted(m.key, len(self.engine.serving.seqs[rid].prompt)))
 
-    def place_order(self, m: msgs.PlaceOrder) -> None:
+    def check(self, m: wire.Check) -> None:
+        """The order's token ids, within this kitchen's limits (the engine's one check of an order)."""
+        form = m.form
         try:
-            order = RequestGroup(self.engine, m.prompts, m.max_new_tokens, **m.settings)
+            ids = shared_check(self.engine, order_prompts(self.engine, form), form.max_new_tokens, **form.settings)
         except Exception as err:  # noqa: BLE001 -- a refusal (or a bug) is one line, the kitchen goes on
-            self.send_msg(msgs.Refusal(m.key, one_line(err)))
+            self.send_msg(wire.Refusal(m.key, one_line(err)))
+            return
+        self.send_msg(wire.Checked(m.key, ids))
+
+    def place_order(self, m: wire.PlaceOrder) -> None:
+        try:
+            order = RequestGroup(self.engine, m.prompt_ids, m.max_new_tokens, checked=True, **m.settings)
+        except Exception as err:  # noqa: BLE001 -- a refusal (or a bug) is one line, the kitchen goes on
+            self.send_msg(wire.Refusal(m.key, one_line(err)))
             return
         self.orders[m.key] = order
         for table, rid in enumerate(order.rids):
             self.key_of[rid] = f"{m.key}/{table}"
             self.arrived[self.key_of[rid]] = time.perf_counter()
-        self.send_msg(msgs.OrderAccepted(m.key, [len(p) for p in order.prompts]))
+        self.send_msg(wire.OrderAccepted(m.key, [len(p) for p in order.prompts]))
 
-    def ask(self, m: msgs.Ask) -> None:
-        try:
-            if m.question == "limits":
-                value = asdict(shared_limits(self.engine, *m.args))
-            else:
-                prompts, max_new, settings = m.args
-                value = shared_check(self.engine, prompts, max_new, **settings)
-            self.send_msg(msgs.AskReply(m.key, True, value))
-        except Exception as err:  # noqa: BLE001 -- a refusal (or a bug) is one line, the kitchen goes on
-            self.send_msg(msgs.AskReply(m.key, False, one_line(err)))
-
-    def cancel(self, m: msgs.Cancel) -> None:
+    def cancel(self, m: wire.Cancel) -> None:
         waiting = next((w for w in self.sweeps if w.key == m.key), None)
         if waiting is not None:
             self.sweeps.remove(waiting)
-            self.send_msg(msgs.SweepDone(m.key, False, "the sweep was cancelled before it started"))
+            self.send_msg(wire.SweepDone(m.key, False, "the sweep was cancelled before it started"))
         elif m.key in self.orders:
             self.orders[m.key].cancel()
         elif m.key in self.id_of:
             self.engine.cancel(self.id_of[m.key])
 
     # -- one sweep, between orders --------------------------------------------------------------------
-    def sweep(self, m: msgs.RunSweep) -> None:
+    def sweep(self, m: wire.RunSweep) -> None:
         """Run a Lab sweep to its end; orders that arrive meanwhile wait in `backlog` (one stove)."""
         try:
-            sys.path += [p for p in m.path if p not in sys.path]
-            run = getattr(importlib.import_module(m.module), m.name)
-            if self.sweep_engine is None:
-                info = self.engine.info
-                dtype, quant = precision_parts(info.precision)
-                self.sweep_engine = Engine.load(self.engine_source, EngineSettings(str(self.engine.device), dtype, quant))
+            if self.sweeps_runner is None:
+                raise EngineError("this kitchen runs no Lab sweeps")
+            if self.sweep_engine is None:  # the lessons measure the engine's defaults, not the class's scheduling
+                settings = EngineSettings(str(self.engine.device), self.engine.settings.dtype, self.engine.settings.quant)
+                self.sweep_engine = Engine.load(self.engine_source, settings)
                 self.sweep_engine.generate([[1]], max_new_tokens=2, temperature=0.0)  # first-call setup
-            result = run(self.sweep_engine, m.settings, lambda record: self.sweep_progress(m.key, record))
-            self.send_msg(msgs.SweepDone(m.key, True, result))
+            emit = lambda record: self.sweep_progress(m.key, record)  # noqa: E731
+            self.send_msg(wire.SweepDone(m.key, True, self.sweeps_runner.run(self.sweep_engine, m.experiment, m.settings, emit)))
         except SweepCancelled:
-            self.send_msg(msgs.SweepDone(m.key, False, "the sweep was cancelled"))
+            self.send_msg(wire.SweepDone(m.key, False, "the sweep was cancelled"))
         except Exception as err:  # noqa: BLE001 -- a refusal (or a bug) is one line, the kitchen goes on
-            self.send_msg(msgs.SweepDone(m.key, False, one_line(err)))
+            self.send_msg(wire.SweepDone(m.key, False, one_line(err)))
 
     def sweep_progress(self, key: str, record) -> None:
         """A finished point goes up; a Cancel of this sweep (or Stop) ends it here, between points."""
-        self.send_msg(msgs.SweepProgress(key, record))
+        self.send_msg(wire.SweepProgress(key, record))
         while self.conn.poll(0):
-            msg = self.recv_msg()
-            if isinstance(msg, msgs.Cancel) and msg.key == key:
+            msg = self.receive()
+            if isinstance(msg, wire.Cancel) and msg.key == key:
                 raise SweepCancelled
             self.backlog.append(msg)
-            if isinstance(msg, msgs.Stop):
+            if isinstance(msg, wire.Stop):
                 raise SweepCancelled
 
     # -- one step --------------------------------------------------------------------------------------
@@ -216,7 +226,7 @@ class Loop:
             taken = order.take(events)
             end = None if not order.done else "cancelled" if order.cancelled else "done"
             if taken or end:
-                order_news.append((key, [to_wire(e) for e in taken], end))
+                order_news.append((key, taken, end))
             if end:
                 del self.orders[key]
         for ev in events:
@@ -239,19 +249,19 @@ class Loop:
         if info is not None or done or order_news:
             state = engine.serving_state()
             queue = QueueState(state.running, state.waiting, state.kv_usage, state.prefix_queries, state.prefix_hits)
-            self.held.append((info, tokens, done, queue, order_news))
+            self.held.append(StepNews(info, tokens, done, queue, order_news))
         # Every step goes out at once while a request streams to a client; while only the Kitchen's
         # orders cook (their pages read every 250 ms) the steps go out together every BATCH_S, so
-        # the server process is woken 20 times a second, not at every step (its cores are the
+        # the host's process is woken 20 times a second, not at every step (its cores are the
         # browser's: docs/benchmarks/ui-overhead.md).
         only_orders = len(self.key_of) == sum(len(o.rids) for o in self.orders.values())
         # A test's slow engine (`hang_s`) tells its step at once, then stays alive and silent past the watchdog's limit.
         if self.held and (self.hang_s or not only_orders or done or engine.idle or now - self.sent_at >= BATCH_S):
-            self.send_msg(msgs.Steps(self.held))
+            self.send_msg(wire.Steps(self.held))
             self.held, self.sent_at = [], now
         if self.hang_s:
             time.sleep(self.hang_s)
 
 
 if __name__ == "__main__":
-    entry(sys.argv[1:])
+    sys.exit("the loop is started by its host (serving/host/process.py), not as a program")

@@ -28,7 +28,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from engine.results import RequestOutput
-from serving.kitchen_loop import QueueState, StepInfo
+from serving.host.wire import QueueState, StepInfo
 
 PREFIX = "twopot:"
 BUCKETS = (0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075,
@@ -36,7 +36,7 @@ BUCKETS = (0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.01
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-class KitchenMetrics:
+class HostMetrics:
     """One registry per server (tests run several servers in one process)."""
 
     def __init__(self, model: str):

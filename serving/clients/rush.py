@@ -27,7 +27,7 @@ from urllib.parse import urlparse
 import httpx
 
 from engine.workload import percentiles
-from serving.loadgen import Outcome, rss_kb, run_load, serve_alone
+from serving.clients.loadgen import Outcome, rss_kb, run_load, serve_alone
 
 MAX_CLIENTS = 2000
 PROMPTS = ("ROMEO:", "JULIET:", "NURSE:", "MERCUTIO:", "TYBALT:", "FRIAR LAURENCE:", "CAPULET:", "BENVOLIO:")

@@ -1,6 +1,6 @@
 """One order's answer, from the engine's events to OpenAI's response: streamed chunks or one body.
 
-The events come from the kitchen (serving/kitchen_http.py `KitchenRoutes._events`): (choice index,
+The events come from the kitchen (serving/http/openai_routes.py `OpenAIRoutes._events`): (choice index,
 kind, value) for every table of the order, kind "token" (handles.Tok), "done"
 (RequestOutput), "error" (the engine process died) or "timeout" (the instructor's limit). Stop
 strings are the server's: the engine streams tokens, a `Choice` holds back the text where a stop
@@ -16,8 +16,17 @@ from collections.abc import Callable
 
 from starlette.responses import JSONResponse
 
-from serving.handles import Handle
-from serving.openai_api import ApiError, CompletionRequest, chunk, logprobs_body, sse, timings, usage, whole
+from serving.host.handles import Handle
+from serving.http.openai_api import (
+    ApiError,
+    CompletionRequest,
+    chunk,
+    logprobs_body,
+    sse,
+    timings,
+    usage,
+    whole,
+)
 
 
 class Choice:

@@ -1,6 +1,6 @@
 """The server never blocks on the pipe to its engine process.
 
-The host writes every message to the kitchen loop from its event loop, and the loop answers every
+The host writes every message to its loop from its event loop, and the loop answers every
 one (Accepted, then the steps). Both directions of the pipe are bounded kernel buffers: if the
 host wrote while holding the lock its reader needs, a rush that filled both at once would stop the
 server for good (its reader waiting for the lock, the writer for a child that is itself waiting to
@@ -16,15 +16,16 @@ import signal
 import threading
 import time
 
-from serving.engine_client import EngineClient
-from serving.loop_messages import LoopSettings
-from serving.rush import PROMPTS
+from engine.settings import EngineSettings
+from serving.clients.rush import PROMPTS
+from serving.host.loop import LoopSettings
+from serving.host.process import EngineProcess
 
 RUSH = 1000  # far more messages than the pipe's buffer holds
 
 
 def test_a_child_that_stops_reading_never_blocks_the_event_loop():
-    client = EngineClient(LoopSettings("chef", threads=1, token_budget=64))
+    client = EngineProcess(LoopSettings("chef", EngineSettings(policy="chunked", token_budget=64), threads=1))
     pid = client.pid
     ticks: list[float] = []
     answers: dict = {}

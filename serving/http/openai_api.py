@@ -22,7 +22,7 @@ import json
 import time
 from dataclasses import dataclass
 
-from serving.kitchen_loop import StepInfo
+from serving.host.wire import StepInfo
 
 MAX_N = 16  # tables per order: choices generated for one request
 MAX_STOP = 4  # OpenAI's own limit on stop strings

@@ -13,13 +13,13 @@ import secrets
 
 from starlette.responses import JSONResponse
 
-from serving.openai_api import ApiError
+from serving.http.openai_api import ApiError
 
 OPEN_PATHS = ("/health", "/metrics")
 
 
 class KeyCheck:
-    """ASGI middleware; inside a mount (serving/mounted.py) the paths are the mount's own."""
+    """ASGI middleware; inside a mount (serving/http/mounted.py) the paths are the mount's own."""
 
     def __init__(self, app, key: str | None, open_paths: tuple[str, ...] = OPEN_PATHS):
         self.app, self.key, self.open_paths = app, key, open_paths

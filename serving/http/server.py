@@ -2,33 +2,34 @@
 
     two-pot-kitchen serve --model chef --policy chunked --host 0.0.0.0 --port 8000 --api-key KEY
 
-Every student's order joins the same running batch (serving/kitchen_loop.py steps it in its own
-process), so the class itself is the dinner rush the lessons are about. The API is OpenAI's, so
+Every student's order joins the same running batch (serving/host/loop.py steps it in its own
+process), so the class itself is the dinner rush the lessons are about. The routes are an adapter
+over the host (serving/host/host.py `EngineHost`), the same object the app's own pages call directly. The API is OpenAI's, so
 the `openai` client, curl, vLLM's benchmark scripts and the app itself can all order:
 
     POST /v1/completions, /v1/chat/completions   streaming (SSE, `data: [DONE]`) or not
     GET  /v1/models                              the served model (clients never name a path)
     GET  /health                                 200 when the engine is ready, else 503
-    GET  /metrics                                Prometheus text (serving/metrics.py)
+    GET  /metrics                                Prometheus text (serving/http/metrics.py)
     GET  /kitchen                                the policy, seats and the instructor's caps in force
     GET  /kitchen/board?order=ID&since=N         the whole class in the pot: tickets (yours marked when
                                                  you name your order's id), recent steps, the kitchen's
-                                                 TTFT and TPOT (serving/class_board.py)
+                                                 TTFT and TPOT (serving/http/board.py)
     POST /kitchen/orders (and /kitchen/model, /limits, /check)
                                                  the Kitchen page's order of B tables in the same batch,
-                                                 every engine event streamed (serving/kitchen_orders.py)
+                                                 every engine event streamed (serving/http/order_routes.py)
     POST /kitchen/lab/{key}                      a Lab sweep in the server's own engine process, its
-                                                 progress streamed (lab/on_server.py: an extension
-                                                 the launcher and the app pass to `create_app`)
+                                                 progress streamed (the host runs the experiments it
+                                                 was started with: lab/sweeps.py)
 
 Requests may leave out `model` (the one served here); chat content may be text or a list of text
 parts; `max_completion_tokens`, vLLM's `ignore_eos` and `min_tokens`, and `logprobs` (with
-`top_logprobs` on chat) are honoured, the logprobs being the engine's own (serving/answer.py).
+`top_logprobs` on chat) are honoured, the logprobs being the engine's own (serving/http/answer.py).
 
 Errors are one line in OpenAI's error object: 400 a request the kitchen refuses (over the context,
-the KV memory or an instructor's cap), 401 a wrong key (serving/auth.py), 404 an unknown model or
+the KV memory or an instructor's cap), 401 a wrong key (serving/http/auth.py), 404 an unknown model or
 path, 413 a body over the size limit, 422 a malformed body (naming the field), 503 with
-`Retry-After` when the line waiting for a seat is at the instructor's bound (serving/admission.py). A client that disconnects has its
+`Retry-After` when the line waiting for a seat is at the instructor's bound (serving/http/admission.py). A client that disconnects has its
 sequences cancelled; an order past the instructor's time limit is cancelled and its stream ends
 with an error event; if the engine process dies, streams in flight end with an error event
 naming it and a new engine is started.
@@ -38,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -47,27 +47,27 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from engine.errors import EngineError
+from engine.errors import EngineError, OneLineParser
 from engine.loader import EMBEDDED_MODELS
-from serving.admission import Full
-from serving.auth import KeyCheck
+from engine.settings import precision_settings
 from serving.caps import load_caps
-from serving.class_board import ClassBoard
-from serving.engine_client import EngineClient, LoopSettings
-from serving.kitchen_http import KitchenRoutes, ServerConfig
-from serving.kitchen_orders import KitchenOrders
-from serving.metrics import KitchenMetrics
-from serving.openai_api import ApiError
+from serving.catalog import resolve_source
+from serving.host.host import EngineHost
+from serving.host.loop import LoopSettings
+from serving.http.admission import Full
+from serving.http.auth import KeyCheck
+from serving.http.board import ClassBoard
+from serving.http.metrics import HostMetrics
+from serving.http.openai_api import ApiError
+from serving.http.openai_routes import OpenAIRoutes, ServerConfig
+from serving.http.order_routes import OrderRoutes
 
-__all__ = ["ServerConfig", "close_app", "create_app", "main", "served_name"]
+__all__ = ["ServerConfig", "create_app", "main", "open_host", "served_name"]
 
 
-def create_app(client: EngineClient, config: ServerConfig, metrics: KitchenMetrics,
-               extensions: Sequence[Callable] = ()) -> Starlette:  # fmt: skip
-    """The server's app. `extensions`: factories `f(kitchen)` of objects with `routes()` and `close()`
-    (the Lab's, lab/on_server.py); `close_app(app)` closes them when the server stops."""
-    kitchen = KitchenRoutes(client, config, metrics)
-    extras = [make(kitchen) for make in extensions]
+def create_app(host: EngineHost, config: ServerConfig) -> Starlette:
+    """The server's app over a ready host: OpenAI's routes, the status routes, the Kitchen's and the Lab's."""
+    api = OpenAIRoutes(host, config)
 
     async def api_error(request: Request, err: ApiError) -> Response:
         headers = {"Retry-After": str(err.retry_after)} if isinstance(err, Full) else None
@@ -78,35 +78,31 @@ def create_app(client: EngineClient, config: ServerConfig, metrics: KitchenMetri
         return JSONResponse(ApiError(500, line, kind="server_error").body(), status_code=500)
 
     routes = [
-        Route("/v1/completions", kitchen.completions, methods=["POST"]),
-        Route("/v1/chat/completions", kitchen.chat, methods=["POST"]),
-        Route("/v1/models", kitchen.models, methods=["GET"]),
-        Route("/health", kitchen.health, methods=["GET"]),
-        Route("/metrics", kitchen.prometheus, methods=["GET"]),
-        Route("/kitchen", kitchen.about, methods=["GET"]),
-        Route("/kitchen/board", kitchen.board, methods=["GET"]),
-        *KitchenOrders(kitchen).routes(),
-        *[route for extra in extras for route in extra.routes()],
+        Route("/v1/completions", api.completions, methods=["POST"]),
+        Route("/v1/chat/completions", api.chat, methods=["POST"]),
+        Route("/v1/models", api.models, methods=["GET"]),
+        Route("/health", api.health, methods=["GET"]),
+        Route("/metrics", api.prometheus, methods=["GET"]),
+        Route("/kitchen", api.about, methods=["GET"]),
+        Route("/kitchen/board", api.board, methods=["GET"]),
+        *OrderRoutes(api).routes(),
     ]
     app = Starlette(routes=routes, exception_handlers={ApiError: api_error, Exception: unexpected})
-    app.state.extensions = extras
-    app.state.kitchen = kitchen  # for a client in this process (serving/kitchen_orders.py `LocalHost`)
     app.add_middleware(KeyCheck, key=config.api_key)
     return app
 
 
-def close_app(app: Starlette) -> None:
-    """Stop what the app's extensions started (the Lab's engine process, if a sweep started one)."""
-    for extra in app.state.extensions:
-        extra.close()
+def open_host(model: str, settings: LoopSettings, caps, sweeps=None, label: str = "this server's own kitchen") -> EngineHost:
+    """A host for a catalog name, `preset:NAME` or a folder, with a class board and metrics of its own;
+    it starts loading at once (`host.wait_ready`)."""
+    name, source = served_name(model)
+    return EngineHost(name, replace(settings, model=source), caps, HostMetrics(name), ClassBoard(), sweeps, label)
 
 
 # -- the command ---------------------------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from engine.errors import OneLineParser  # lazy: the command line only
-
     p = OneLineParser(prog="two-pot-kitchen serve", description="one kitchen server for a whole class")
     p.add_argument("--model", default="chef", help="a catalog name, preset:NAME or a local model folder")
     p.add_argument("--device", default="cpu")
@@ -131,8 +127,6 @@ def build_parser() -> argparse.ArgumentParser:
 def served_name(model: str) -> tuple[str, str]:
     """(what clients call it, what Engine.load gets): a catalog name keeps its name; a folder is
     served under its own name, so no path ever appears in the API."""
-    from serving.catalog import resolve_source  # lazy: the command line only
-
     source = resolve_source(model)
     if source is not None:  # an embedded model keeps its name, so the engine's info says "chef", not a folder
         embedded = EMBEDDED_MODELS / model
@@ -140,7 +134,8 @@ def served_name(model: str) -> tuple[str, str]:
     return (Path(model).name if Path(model).is_dir() else model), model
 
 
-def main(argv: list[str] | None = None, extensions: Sequence[Callable] = ()) -> int:
+def main(argv: list[str] | None = None, sweeps=None) -> int:
+    """`two-pot-kitchen serve`; `sweeps` runs the Lab's experiments (lab/sweeps.py) when the launcher has the Lab."""
     import uvicorn  # lazy: uvicorn only when serving
 
     try:
@@ -150,17 +145,19 @@ def main(argv: list[str] | None = None, extensions: Sequence[Callable] = ()) -> 
             if args.max_waiting < 0:
                 raise EngineError(f"--max-waiting must be 0 or more requests (got {args.max_waiting})")
             caps = replace(caps, max_waiting=args.max_waiting)
-        name, source = served_name(args.model)
-        metrics = KitchenMetrics(name)
-        print(f"loading {name} on {args.device} ({args.dtype}, policy {args.policy})...", file=sys.stderr)
-        client = EngineClient(LoopSettings(source, args.device, args.dtype, args.policy, args.token_budget,
-                                           args.max_seqs, args.threads, not args.no_prefix_cache,
-                                           batch_invariant=args.batch_invariant), metrics,
-                              ClassBoard())  # fmt: skip
+        engine = precision_settings(args.dtype, device=args.device, policy=args.policy, token_budget=args.token_budget,
+                                    max_seqs=args.max_seqs, prefix_cache=not args.no_prefix_cache,
+                                    batch_invariant=args.batch_invariant)  # fmt: skip
+        engine.check()
+        print(f"loading {args.model} on {args.device} ({args.dtype}, policy {args.policy})...", file=sys.stderr)
+        host = open_host(args.model, LoopSettings(args.model, engine, args.threads), caps, sweeps)
+        if not host.wait_ready():
+            raise EngineError(host.status)
     except EngineError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    app = create_app(client, ServerConfig(name, args.api_key, caps), metrics, extensions)
+    name = host.name
+    app = create_app(host, ServerConfig(name, args.api_key, caps))
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"the class kitchen is open at http://{_address(args.host)}:{args.port}/v1 (model '{name}')", file=sys.stderr)
         if not args.api_key:
@@ -170,8 +167,7 @@ def main(argv: list[str] | None = None, extensions: Sequence[Callable] = ()) -> 
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     finally:
-        close_app(app)
-        client.close()
+        host.close()
     return 0
 
 

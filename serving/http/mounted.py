@@ -1,7 +1,7 @@
 """The app's own kitchen server, inside the app's server: the class kitchen and the Kitchen's kitchens.
 
 One command and one address for a workshop: the app at http://HOST:8501/ and, on the same port,
-the class kitchen server (serving/server.py) at http://HOST:8501/class/v1, with its board,
+the class kitchen server (serving/http/server.py) at http://HOST:8501/class/v1, with its board,
 /class/metrics for the pass and /class/health. The Kitchen page cooks in the same kitchens: the
 class's when it cooks the class's model on the CPU in float32, so its orders join the class's
 batch, and otherwise a kitchen opened on demand (served at /kitchens/MODEL/DEVICE/PRECISION;
@@ -10,14 +10,15 @@ new one). Each kitchen's engine runs in its own kitchen-loop process, pinned to 
 (serving/cores.py); the app's server process only routes requests to it. What to mount comes
 from the launcher's `AppSettings` (serving/app_settings.py): `kitchens` (the Kitchen's, unless
 --backend), `class_model` and `class_key` (the class kitchen and its API key); the caps are the
-file the Kitchen obeys (serving/caps.py).
+instructor's (serving/caps.py), owned by each host.
 
 A kitchen loads in a background thread, so the app opens at once; until its model is ready every
 request to it gets a 503 with one line saying so.
 
 The Kitchen page runs in this same process, so it does not order over HTTP: `served_here()` hands
-it these kitchens and `AppKitchens.host(...)` a `serving.kitchen_orders.LocalHost` on the chosen one (the
-routes above stay for the class's students and any other client).
+it these kitchens and `AppHosts.host_for(...)` the chosen one's `EngineHost` itself, which the
+page calls directly (the routes above are an adapter over the same object, for the class's
+students and any other client).
 """
 
 from __future__ import annotations
@@ -33,19 +34,17 @@ from urllib.parse import quote
 from starlette.routing import Mount
 
 from engine.errors import EngineError
-from serving.app_settings import ENV, AppSettings
+from engine.settings import precision_settings
+from serving.app_settings import AppSettings
 from serving.caps import load_caps
 from serving.catalog import load_catalog
-from serving.class_board import ClassBoard
 from serving.cores import engine_threads, pin_this_process, split_cores
-from serving.engine_client import EngineClient
-from serving.host import NotReady
-from serving.kitchen_loop import LoopSettings
-from serving.kitchen_orders import LocalHost
-from serving.metrics import KitchenMetrics
-from serving.server import ServerConfig, close_app, create_app, served_name
+from serving.host.api import NotReady
+from serving.host.host import EngineHost
+from serving.host.loop import LoopSettings
+from serving.http.openai_routes import ServerConfig
+from serving.http.server import create_app, open_host
 
-ENV_MODEL, ENV_KEY, ENV_KITCHENS = ENV["class_model"], ENV["class_key"], ENV["kitchens"]  # serving/app_settings.py
 PREFIX, KITCHENS = "/class", "/kitchens"
 CLASS_DEVICE, CLASS_DTYPE = "cpu", "float32"
 MAX_KITCHENS = 3  # kitchens opened on demand, besides the class's
@@ -66,62 +65,37 @@ def kitchen_path(model: str, device: str, dtype: str) -> str:
     return f"{KITCHENS}/{quote(model, safe='')}/{quote(device, safe='')}/{dtype}"
 
 
-def loop_settings(source: str, device: str, dtype: str):
-    """The kitchen loop's settings in the app: the engine's threads on cores of their own, and
-    (with the launcher's `pin_server`) this server's threads moved off them."""
+def loop_settings(model: str, device: str, dtype: str) -> LoopSettings:
+    """The loop's settings in the app: the engine's threads on cores of their own, and (with the
+    launcher's `pin_server`) this server's threads moved off them."""
     threads = engine_threads()
     split = split_cores(threads)
     if split is not None and AppSettings.from_env().pin_server:
         pin_this_process(split.server)
     invariant = AppSettings.from_env().batch_invariant and device == "cpu" and dtype == "float32"  # where it can hold
-    return LoopSettings(source, device, dtype, token_budget=TOKEN_BUDGET, threads=threads, max_seq_len=SEAT_TOKENS,
-                        cores=tuple(sorted(split.engine)) if split is not None else (),
-                        batch_invariant=invariant)  # fmt: skip
+    engine = precision_settings(dtype, device=device, policy="chunked", token_budget=TOKEN_BUDGET,
+                                max_seq_len=SEAT_TOKENS, prefix_cache=True, batch_invariant=invariant)  # fmt: skip
+    return LoopSettings(model, engine, threads, tuple(sorted(split.engine)) if split is not None else ())
 
 
-class ClassKitchenMount:
-    """One kitchen's ASGI app (the class's at /class): a one-line 503 until it is ready, then the server."""
+class HostMount:
+    """One host as an ASGI app (the class's at /class): a one-line 503 until it is ready, then its server."""
 
-    def __init__(self, model: str, api_key: str | None, device: str = CLASS_DEVICE, dtype: str = CLASS_DTYPE,
-                 extensions: tuple = ()):  # fmt: skip
-        self.model, self.api_key, self.device, self.dtype = model, api_key, device, dtype
-        self.extensions = extensions  # the server's extensions (serving/server.py `create_app`)
+    def __init__(self, host: EngineHost, api_key: str | None):
+        self.host, self.api_key = host, api_key
         self.app = None
-        self.client = None
-        self.used_at = time.monotonic()
-        self.status = f"the kitchen is loading {model} on {device} ({dtype}); try again in a few seconds"
-
-    def start(self) -> None:
-        """Load the model in a kitchen-loop process (blocking: call it from a thread)."""
-        try:
-            name, source = served_name(self.model)
-            metrics = KitchenMetrics(name)
-            self.client = EngineClient(loop_settings(source, self.device, self.dtype), metrics, ClassBoard())
-            config = ServerConfig(name, self.api_key, load_caps(None))
-            self.app = create_app(self.client, config, metrics, self.extensions)
-        except EngineError as err:
-            self.status = f"the kitchen could not start: {err}"
-
-    def close(self) -> None:
-        if self.app is not None:
-            close_app(self.app)  # the extensions' own processes (the Lab's engine, if a sweep started one)
-        if self.client is not None:
-            self.client.close()
-
-    @property
-    def idle(self) -> bool:
-        return self.app is not None and self.client.in_flight == 0
-
-    @property
-    def failed(self) -> bool:
-        return self.app is None and self.status.startswith("the kitchen could not start")
+        self._lock = threading.Lock()
 
     async def __call__(self, scope, receive, send) -> None:
-        self.used_at = time.monotonic()
-        if self.app is not None:
-            await self.app(scope, receive, send)
+        host = self.host
+        host.used_at = time.monotonic()
+        if not host.ready:
+            await refuse(send, 503, host.status)
             return
-        await refuse(send, 503, self.status)
+        with self._lock:
+            if self.app is None:
+                self.app = create_app(host, ServerConfig(host.name, self.api_key, host.caps))
+        await self.app(scope, receive, send)
 
 
 async def refuse(send, status: int, line: str) -> None:
@@ -132,12 +106,12 @@ async def refuse(send, status: int, line: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-class KitchenRooms:
-    """The ASGI app at /kitchens/{model}/{device}/{precision}: that kitchen, opened on first use."""
+class HostRooms:
+    """The ASGI app at /kitchens/{model}/{device}/{precision}: that host, opened on first use."""
 
-    def __init__(self, api_key: str | None, extensions: tuple = ()):
-        self.api_key, self.extensions = api_key, extensions
-        self.rooms: OrderedDict[tuple[str, str, str], ClassKitchenMount] = OrderedDict()
+    def __init__(self, api_key: str | None, sweeps=None):
+        self.api_key, self.sweeps = api_key, sweeps
+        self.rooms: OrderedDict[tuple[str, str, str], HostMount] = OrderedDict()
         self.lock = threading.Lock()
 
     async def __call__(self, scope, receive, send) -> None:
@@ -168,38 +142,37 @@ class KitchenRooms:
             return f"precision must be one of {', '.join(PRECISIONS)} (got '{precision}')"
         return None
 
-    def room(self, key: tuple[str, str, str]) -> tuple[ClassKitchenMount | None, str]:
+    def room(self, key: tuple[str, str, str]) -> tuple[HostMount | None, str]:
         with self.lock:
             if key in self.rooms:
                 self.rooms.move_to_end(key)
                 return self.rooms[key], ""
             if len(self.rooms) >= MAX_KITCHENS:
-                idle = next((k for k, r in self.rooms.items() if r.idle or r.failed), None)
+                idle = next((k for k, r in self.rooms.items() if r.host.idle or r.host.failed), None)
                 if idle is None:
                     return None, (f"this server already runs {MAX_KITCHENS} kitchens and every one is cooking; "
                                   "try again when an order is done")  # fmt: skip
-                self.rooms.pop(idle).close()
-            room = ClassKitchenMount(key[0], self.api_key, key[1], key[2], self.extensions)
-            self.rooms[key] = room
-        threading.Thread(target=room.start, daemon=True, name=f"kitchen-loader-{key[0]}").start()
+                self.rooms.pop(idle).host.close()
+            host = open_host(key[0], loop_settings(key[0], key[1], key[2]), load_caps(None), self.sweeps)
+            room = self.rooms[key] = HostMount(host, self.api_key)
         return room, ""
 
     def close(self) -> None:
         with self.lock:
             rooms, self.rooms = list(self.rooms.values()), OrderedDict()
         for room in rooms:
-            room.close()
+            room.host.close()
 
 
-class AppKitchens:
-    """The kitchens this process serves: the class's (`mount`) and the Kitchen's rooms (`rooms`)."""
+class AppHosts:
+    """The hosts this process serves: the class's (`mount`) and the Kitchen's rooms (`rooms`)."""
 
-    def __init__(self, mount: ClassKitchenMount | None, rooms: KitchenRooms | None):
+    def __init__(self, mount: HostMount | None, rooms: HostRooms | None):
         self.mount, self.rooms = mount, rooms
 
-    def app_for(self, model: str, device: str, dtype: str):
-        """The server app that cooks this choice (serving/server.py `create_app`), opened on first use;
-        `NotReady` while it loads, `EngineError` (one line) when it cannot be opened."""
+    def host_for(self, model: str, device: str, dtype: str) -> EngineHost:
+        """The host that cooks this choice, opened on first use (it may still be loading: its calls
+        raise `NotReady` until it is ready); `EngineError` (one line) when it cannot be opened."""
         if self.mount is not None and kitchen_path(model, device, dtype) == PREFIX:
             room = self.mount
         elif self.rooms is not None:
@@ -211,60 +184,57 @@ class AppKitchens:
                 raise NotReady(problem)
         else:
             raise EngineError(f"this server opens no kitchen for {model} on {device} ({dtype})")
-        room.used_at = time.monotonic()
-        if room.app is None:
-            raise EngineError(room.status) if room.failed else NotReady(room.status)
-        return room.app
-
-    def host(self, model: str, device: str, dtype: str) -> LocalHost:
-        return LocalHost(lambda: self.app_for(model, device, dtype))
+        room.host.used_at = time.monotonic()
+        return room.host
 
 
-_SERVED: list[AppKitchens] = []  # what class_kitchen() mounted in this process
+_SERVED: list[AppHosts] = []  # what class_kitchen() mounted in this process
 
 
-def served_here() -> AppKitchens | None:
-    """The kitchens mounted in this process (`two-pot-kitchen` serves serve.py), or None (plain
-    `streamlit run app.py`, page tests, before `own_kitchens()`)."""
+def served_here() -> AppHosts | None:
+    """The hosts mounted in this process (`two-pot-kitchen` serves serve.py), or None (plain
+    `streamlit run app.py`, page tests, before `own_hosts()`)."""
     return _SERVED[-1] if _SERVED else None
 
 
 _OWN_LOCK = threading.Lock()
 
 
-def own_kitchens(extensions: tuple = ()) -> AppKitchens:
-    """This process's kitchens for the Kitchen: the ones serve.py mounted, or, under plain
+def own_hosts(sweeps=None) -> AppHosts:
+    """This process's hosts for the Kitchen: the ones serve.py mounted, or, under plain
     `streamlit run app.py` (nothing mounted), the same rooms opened here on first use with no
-    routes (the Kitchen reaches them in process). Either way one code path cooks."""
+    routes (the Kitchen calls them in process). Either way one code path cooks."""
     with _OWN_LOCK:
         here = served_here()
         if here is None or here.rooms is None:
-            here = AppKitchens(here.mount if here is not None else None, KitchenRooms(None, extensions))
+            here = AppHosts(here.mount if here is not None else None, HostRooms(None, sweeps))
             _SERVED.append(here)
         return here
 
 
-def class_kitchen(base: str = "", extensions: tuple = ()) -> tuple[list, object | None]:
+def class_kitchen(base: str = "", sweeps=None) -> tuple[list, object | None]:
     """(routes, lifespan) for serve.py's st.App, under Streamlit's base path `base` (e.g. "/kitchen"):
     the class kitchen at /class when the launcher named one, and the Kitchen's kitchens at
-    /kitchens/... when it asked for them; each server with `extensions` (the Lab's routes)."""
+    /kitchens/... when it asked for them; each host with `sweeps` (the Lab's, lab/sweeps.py)."""
     s = AppSettings.from_env()
-    mount = ClassKitchenMount(s.class_model, s.class_key, extensions=extensions) if s.class_model else None
-    rooms = KitchenRooms(s.class_key, extensions) if s.kitchens else None
+    mount = None
+    if s.class_model:
+        host = open_host(s.class_model, loop_settings(s.class_model, CLASS_DEVICE, CLASS_DTYPE), load_caps(None), sweeps)
+        mount = HostMount(host, s.class_key)
+    rooms = HostRooms(s.class_key, sweeps) if s.kitchens else None
     if mount is None and rooms is None:
         return [], None
-    _SERVED.append(AppKitchens(mount, rooms))
+    _SERVED.append(AppHosts(mount, rooms))
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        if mount is not None:
-            threading.Thread(target=mount.start, daemon=True, name="class-kitchen-loader").start()
         try:
             yield {}
         finally:
-            for m in (mount, rooms):
-                if m is not None:
-                    m.close()
+            if mount is not None:
+                mount.host.close()
+            if rooms is not None:
+                rooms.close()
 
     routes = [Mount(base + PREFIX, app=mount)] if mount is not None else []
     if rooms is not None:

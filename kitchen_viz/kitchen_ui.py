@@ -118,7 +118,7 @@ def release_cook() -> None:
     job = st.session_state.get("tpk_job")
     if job is None:
         return
-    live = st.session_state.get(K_LIVE, live_view_default())
+    live = st.session_state[K_LIVE] if K_LIVE in st.session_state else live_view_default()
     job.release(settle_s=SETTLE_S)  # let the browser paint the Cook rerun first (measured)
     if not job.finished and not live:
         quiet_wait(job, QUIET_WAIT_S)  # a Cancel click still interrupts the wait

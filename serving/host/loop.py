@@ -14,11 +14,13 @@ context (a fresh interpreter on every OS). `sweeps` is what runs the Lab's exper
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -32,6 +34,7 @@ from serving.host.api import OrderForm, generated_prompts
 from serving.host.wire import QueueState, ReadyInfo, StepInfo, StepNews
 
 TEST_HANG_ENV = "TWO_POT_TEST_HANG_S"  # a test hook: the loop pauses this many seconds after every step
+TRACE_ENV = "TWO_POT_TEST_TRACE"  # a test hook: the files the first order enters here, down to its forward pass
 IDLE_POLL_S = 1.0  # an idle loop wakes this often to notice a parent that went away
 BATCH_S = 0.05  # while only Kitchen orders cook, their steps go to the host together this often
 
@@ -53,7 +56,8 @@ def main(conn, settings: LoopSettings, sweeps=None) -> None:
         pin_this_process(frozenset(settings.cores))  # before torch starts its threads: they inherit these cores
     engine = load(conn, settings)
     if engine is not None:
-        Loop(conn, engine, settings.model, sweeps).run()
+        trace = os.environ.get(TRACE_ENV)
+        Loop(conn, engine, settings.model, sweeps, CookTrace(trace) if trace else None).run()
 
 
 def load(conn, s: LoopSettings) -> Engine | None:
@@ -102,8 +106,8 @@ class SweepCancelled(Exception):
 class Loop:
     """The step loop and what it remembers between steps: which key each engine request has."""
 
-    def __init__(self, conn, engine: Engine, source: str = "", sweeps=None):
-        self.conn, self.engine = conn, engine
+    def __init__(self, conn, engine: Engine, source: str = "", sweeps=None, trace: CookTrace | None = None):
+        self.conn, self.engine, self.trace = conn, engine, trace
         self.engine_source = source  # what the engine was loaded from: a sweep's engine loads it too
         self.sweeps_runner = sweeps
         self.key_of: dict[int, str] = {}  # engine request id -> the host's key ("r3", "o1/0")
@@ -140,6 +144,8 @@ class Loop:
                     return
                 if isinstance(msg, wire.Stop):
                     return
+                if self.trace is not None and isinstance(msg, wire.Check | wire.PlaceOrder):
+                    self.trace.start()
                 self.handlers[type(msg)](msg)
             if not engine.idle:
                 self.step()
@@ -261,6 +267,49 @@ class Loop:
             self.held, self.sent_at = [], now
         if self.hang_s:
             time.sleep(self.hang_s)
+
+
+class CookTrace:
+    """The test hook behind TRACE_ENV: from the first order's question (a Check, or its PlaceOrder)
+    to the first forward pass, the project files this process enters, in order, and the call stack
+    at the pass, written as JSON to the file the variable names (tests/test_cook_path.py)."""
+
+    FORWARDS = {("engine/native.py", "run"), ("engine/model.py", "forward")}
+
+    def __init__(self, path: str):
+        self.path, self.entered, self.done = path, [], False
+        self.root = Path(__file__).resolve().parents[2]  # the folder holding the project's packages
+        self.known: dict[str, str | None] = {}
+
+    def start(self) -> None:
+        if not self.done:
+            sys.setprofile(self.profile)
+
+    def rel(self, filename: str) -> str | None:
+        if filename not in self.known:
+            try:
+                rel = Path(filename).resolve().relative_to(self.root).as_posix()
+            except ValueError:
+                rel = None
+            self.known[filename] = rel if rel and rel.startswith(("engine/", "serving/", "lab/", "kitchen_viz/")) else None
+        return self.known[filename]
+
+    def profile(self, frame, event, arg) -> None:
+        rel = self.rel(frame.f_code.co_filename) if event == "call" else None
+        if rel is None:
+            return
+        if rel not in self.entered:
+            self.entered.append(rel)
+        if (rel, frame.f_code.co_name) in self.FORWARDS:
+            stack, f = [], frame
+            while f is not None:
+                here = self.rel(f.f_code.co_filename)
+                if here is not None and here not in stack:
+                    stack.insert(0, here)
+                f = f.f_back
+            sys.setprofile(None)
+            self.done = True
+            Path(self.path).write_text(json.dumps({"entered": self.entered, "stack": stack}))
 
 
 if __name__ == "__main__":

@@ -90,7 +90,7 @@ def batch_figure(steps: list[dict], presenter: bool = False) -> go.Figure:
 
 
 @dataclass(frozen=True)
-class YouAndKitchen:
+class YouAndClass:
     your_ttft_s: float | None
     your_tpot_s: float | None
     kitchen_ttft_s: float | None  # median over the requests the kitchen finished in its last minute
@@ -100,10 +100,10 @@ class YouAndKitchen:
     your_steps: int
 
 
-def you_and_kitchen(ttft_s: float | None, tpot_s: float | None, board: dict) -> YouAndKitchen:
+def you_and_kitchen(ttft_s: float | None, tpot_s: float | None, board: dict) -> YouAndClass:
     k, steps = board.get("kitchen", {}), your_steps(board)
     mine = [s for s in steps if s["mine"]]
-    return YouAndKitchen(
+    return YouAndClass(
         ttft_s, tpot_s, k.get("ttft_p50_s"), k.get("tpot_p50_s"), k.get("finished", 0),
         sum(s["batch"] > s["mine"] for s in mine), len(mine),
     )  # fmt: skip

@@ -80,8 +80,8 @@ def queue_line(place: int, in_kitchen: int) -> str:
 
 def wait_line(svc, job) -> str:
     """What a waiting order is told: the machine's stove line, naming the order cooking on it, when
-    another kitchen holds the stove (serving/stove.py); else its place in this kitchen's line."""
-    stove = job.stove_line() if hasattr(job, "stove_line") else None
+    another kitchen holds the stove (serving/device_lock.py); else its place in this kitchen's line."""
+    stove = job.waiting_line() if hasattr(job, "waiting_line") else None
     if stove:
         return stove
     place = job.place_in_line()

@@ -14,7 +14,7 @@ what happens to an order once it is in the kitchen, which the serving side enfor
             "is this browser session still connected?" (Streamlit's runtime, thread-safe), which
             the kitchen's watcher asks every second: a page closed or reloaded for ABANDON_S
             has its order cancelled (a brief reconnect does not);
-  stove     `draw_shared_stove` says when something else used the engine's cores while the order
+  stove     `draw_shared_cores` says when something else used the engine's cores while the order
             was measured (what an order waits for, the stove included: live_feed.wait_line).
 """
 
@@ -86,11 +86,11 @@ def is_cancelled(error: str | None) -> bool:
     return bool(error) and error.startswith("cancelled")
 
 
-def draw_shared_stove(job, load: float | None = None, cores: int | None = None) -> None:
+def draw_shared_cores(job, load: float | None = None, cores: int | None = None) -> None:
     """One line when something else used the engine's cores while this order was measured: the
     kitchen's own note (another order shared the passes), and the machine's load when other
     programs kept more cores busy than it has (`busy_line`)."""
-    note = getattr(job, "shared_stove", None)
+    note = getattr(job, "shared_cores", None)
     if note:
         st.warning(f"Measured while the stove was shared: {note}.")
     busy = busy_line(load, cores)

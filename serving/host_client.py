@@ -18,7 +18,7 @@ place in line), whatever the launch:
 
 Orders of one kitchen are not served one after another: the host's scheduler seats them in one
 batch. Only another kitchen's order or a Lab sweep on the same machine makes one wait (the stove,
-serving/stove.py), and the host restarts an engine that died or went silent (serving/host/process.py).
+serving/device_lock.py), and the host restarts an engine that died or went silent (serving/host/process.py).
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ from engine.loader import ModelInfo
 from serving.catalog import describe, load_catalog
 from serving.clients.remote import NOT_TWO_POT, RemoteHost
 from serving.cores import ALL_CORES, split_cores
+from serving.device_lock import CoreMeter, LockTicket, device_lock_for
 from serving.host.api import CheckedOrder, Host, NotReady, OrderForm, StreamClosed, StreamFailed
 from serving.host.wire import to_json
 from serving.job import HOLD_S, Job, PageWatcher, record_run
-from serving.stove import StoveMeter, StoveTicket, stove_for
 
 CONNECT_TIMEOUT_S = 600.0  # the longest we wait for the server to load the model
 POLL_S = 0.25
@@ -93,7 +93,7 @@ class HostClient:
         self._checks: OrderedDict[bytes, CheckedOrder] = OrderedDict()
         self._closed = False
         self.weights_mb = weights_megabytes(model, dtype)
-        self.stove = stove_for(device)  # one stove per machine: another model's kitchen waits (serving/stove.py)
+        self.device_lock = device_lock_for(device)  # one stove per machine: another model's kitchen waits (serving/device_lock.py)
         self._watcher = PageWatcher(f"kitchen-watch-{model}", self._unfinished, lambda: self._closed)
         threading.Thread(target=self._connect, daemon=True, name=f"kitchen-client-{model}").start()
 
@@ -217,7 +217,7 @@ class HostClient:
         if job.finished or not job.cancel_token.cancel(reason):
             return False
         job._go.set()
-        self.stove.wake()  # a job waiting in the stove's line leaves it at once
+        self.device_lock.wake()  # a job waiting in the stove's line leaves it at once
         if job.response is not None:
             job.response.close()  # the reading thread wakes at once; the host cancels at its next step
         return True
@@ -227,9 +227,9 @@ class HostClient:
             return sum(not j.finished for j in self._jobs)
 
     def _place_of(self, job: Job) -> int:
-        """Its place in the machine's stove line (serving/stove.py), while another kitchen or a Lab
+        """Its place in the machine's stove line (serving/device_lock.py), while another kitchen or a Lab
         sweep cooks; 0 otherwise: this kitchen's orders cook together, seated by the host's scheduler."""
-        return self.stove.place_of(job._ticket) if job._ticket is not None else 0
+        return self.device_lock.place_of(job._ticket) if job._ticket is not None else 0
 
     def close(self) -> None:
         """Cancel this kitchen's orders and let go of its host (the host's own kitchen keeps cooking)."""
@@ -245,21 +245,21 @@ class HostClient:
     def _cook(self, job: Job, order) -> None:
         job._go.wait(HOLD_S)
         token = job.cancel_token
-        ticket = StoveTicket(f"{self.model}: {job.label}", kitchen=f"{self.host.label} {self.model}")
-        self._on_stove(job, ticket, token, lambda: self._cook_on_stove(job, order, token))
+        ticket = LockTicket(f"{self.model}: {job.label}", kitchen=f"{self.host.label} {self.model}")
+        self._on_device(job, ticket, token, lambda: self._cook_holding(job, order, token))
 
-    def _on_stove(self, job: Job, ticket: StoveTicket, token, work) -> None:
-        """Run `work()` holding the machine's stove (serving/stove.py); a cancel while the job waits
+    def _on_device(self, job: Job, ticket: LockTicket, token, work) -> None:
+        """Run `work()` holding the machine's stove (serving/device_lock.py); a cancel while the job waits
         in the stove's line ends it there."""
         job._ticket = ticket
-        if token.cancelled or not self.stove.take(ticket, cancelled=lambda: token.cancelled):
+        if token.cancelled or not self.device_lock.take(ticket, cancelled=lambda: token.cancelled):
             return self._finish(job, error=token.reason, status="cancelled")
         try:
             work()
         finally:
-            self.stove.give_back(ticket)
+            self.device_lock.give_back(ticket)
 
-    def _cook_on_stove(self, job: Job, order: CheckedOrder, token) -> None:
+    def _cook_holding(self, job: Job, order: CheckedOrder, token) -> None:
         if not token.cancelled:
             self._ready.wait(CONNECT_TIMEOUT_S)
             job.started_at, job.status = time.perf_counter(), "running"  # the end of its wait
@@ -271,7 +271,7 @@ class HostClient:
         try:
             meter = self._meter()
             result = self._stream(job, order)
-            job.shared_stove = meter.verdict() if meter is not None else None
+            job.shared_cores = meter.verdict() if meter is not None else None
         except (httpx.HTTPError, RuntimeError) as err:  # a closed stream (Cancel) reads as one of these
             if token.cancelled or isinstance(err, StreamClosed):
                 return self._finish(job, error=token.reason, status="cancelled")
@@ -289,7 +289,7 @@ class HostClient:
         record_run(self.run_log, self.model, self.device, job, result)
         self._finish(job, result=result)
 
-    def _meter(self) -> StoveMeter | None:
+    def _meter(self) -> CoreMeter | None:
         """What else used the engine's cores while an order cooks: measurable when the engine runs
         on this machine's CPU (a host in this process), on the cores its loop was pinned to."""
         if isinstance(self.host, RemoteHost) or self.device != "cpu":
@@ -301,7 +301,7 @@ class HostClient:
         if not self.engine_pid:
             return None
         split = split_cores(self.threads)
-        return StoveMeter(split.engine if split is not None else ALL_CORES, self.engine_pid)
+        return CoreMeter(split.engine if split is not None else ALL_CORES, self.engine_pid)
 
     def _stream(self, job: Job, order: CheckedOrder):
         """Send the order and fold its events into `job.events`; returns the GenerationResult."""
@@ -328,10 +328,10 @@ class HostClient:
         token = job.cancel_token
         if token.cancelled or self.state != "ready":
             return self._finish(job, error=token.reason or self.load_error, status="cancelled" if token.cancelled else None)
-        ticket = StoveTicket(f"{self.model}: {job.label}")  # a sweep cooks alone, not even beside its kitchen's orders
-        self._on_stove(job, ticket, token, lambda: self._sweep_on_stove(job, run, token))
+        ticket = LockTicket(f"{self.model}: {job.label}")  # a sweep cooks alone, not even beside its kitchen's orders
+        self._on_device(job, ticket, token, lambda: self._sweep_holding(job, run, token))
 
-    def _sweep_on_stove(self, job: Job, run, token) -> None:
+    def _sweep_holding(self, job: Job, run, token) -> None:
         job.started_at, job.status = time.perf_counter(), "running"
         result, error = None, None
         try:

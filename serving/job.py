@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from serving.stove import StoveTicket
+from serving.device_lock import LockTicket
 
 log = logging.getLogger(__name__)
 USER_CANCEL = "cancelled: you pressed Cancel"
@@ -68,7 +68,7 @@ class Job:
     result: Any = None
     error: str | None = None  # a failed or cancelled job's one line
     settle_s: float = 0.0  # set by release(): how long the kitchen waits after the release
-    shared_stove: str | None = None  # why its timings may be slow: something else used the stove
+    shared_cores: str | None = None  # why its timings may be slow: something else used the stove
     submitted_at: float = field(default_factory=time.perf_counter)
     started_at: float | None = None
     finished_at: float | None = None
@@ -77,7 +77,7 @@ class Job:
     board: dict | None = field(default=None, repr=False)  # on a class kitchen: its board, read while cooking
     cancel_token: CancelToken = field(default_factory=CancelToken, repr=False)
     _service: Any = field(default=None, repr=False)  # the kitchen that runs it (serving/host_client.py)
-    _ticket: StoveTicket | None = field(default=None, repr=False)  # its place in the stove's line
+    _ticket: LockTicket | None = field(default=None, repr=False)  # its place in the stove's line
     _alive: Callable[[], bool] | None = field(default=None, repr=False)
     _gone_since: float | None = field(default=None, repr=False)
     _finished: threading.Event = field(default_factory=threading.Event, repr=False)
@@ -107,12 +107,12 @@ class Job:
             return 0
         return self._service._place_of(self)
 
-    def stove_line(self) -> str | None:
+    def waiting_line(self) -> str | None:
         """While the job waits because another kitchen (or a Lab sweep) cooks: the stove's line, naming the
         order that cooks ("Waiting for the stove (cpu): apprentice: cook 1 table(s) ... is cooking")."""
         if self._service is None or self._ticket is None or self.finished:
             return None
-        return self._service.stove.waiting_line(self._ticket)
+        return self._service.device_lock.waiting_line(self._ticket)
 
     def finish(self, result: Any = None, error: str | None = None, status: JobStatus | None = None) -> None:
         """The kitchen's last word on the job (only the kitchen calls this)."""

@@ -87,8 +87,8 @@ def test_an_order_measured_on_a_shared_stove_says_so_under_its_panels():
     job = at.session_state["tpk_job"]
     assert job.wait(WAIT_S) and job.status == "done", job.error
     at.run()
-    assert bool([w for w in at.warning if "stove was shared" in w.value]) == bool(job.shared_stove)  # as measured
-    job.shared_stove = "something else used the engine's cores for 0.4 s of this order's 1.0 s (40%: ...)"
+    assert bool([w for w in at.warning if "stove was shared" in w.value]) == bool(job.shared_cores)  # as measured
+    job.shared_cores = "something else used the engine's cores for 0.4 s of this order's 1.0 s (40%: ...)"
     at.run()  # the page draws what the worker recorded on the job
     shared = [w.value for w in at.warning if "stove was shared" in w.value]
     assert len(shared) == 1 and "0.4 s of this order's 1.0 s" in shared[0] and "\n" not in shared[0]

@@ -170,7 +170,7 @@ def test_the_kitchen_finds_its_kitchen_host_whatever_the_launch(monkeypatch):
 @needs_chromium
 def test_a_lab_page_runs_its_sweep_on_the_kitchen_server(server):
     """Under the launcher the Lab, like the Kitchen, is a client of the app's kitchen server, which
-    runs the sweep in an engine process of its own (lab/on_server.py): it ends with its findings."""
+    runs the sweep in its engine process (lab/sweeps.py): it ends with its findings."""
     ready(server, "k")
     with chromium() as b:
         page = b.new_page(viewport={"width": 1280, "height": 3000})

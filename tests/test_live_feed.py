@@ -22,7 +22,7 @@ from engine.events import StepEnd
 from kitchen_viz import live_feed
 from kitchen_viz.orders import Order
 from kitchen_viz.timeline import LiveRun
-from serving.stove import StoveTicket
+from serving.device_lock import LockTicket
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 WAIT_S = 120
@@ -102,8 +102,8 @@ def test_the_stream_of_an_unknown_order_is_a_404_with_one_line(client):
 
 def test_a_waiting_order_is_told_its_place_in_line(kitchen, client):
     """Another kitchen cooks on this machine's stove: the order waits in its line and says who cooks."""
-    other = StoveTicket("apprentice: cook 8 table(s)", kitchen="another kitchen")
-    assert kitchen.stove.take(other)
+    other = LockTicket("apprentice: cook 8 table(s)", kitchen="another kitchen")
+    assert kitchen.device_lock.take(other)
     try:
         job, url = fed_order(kitchen, new_tokens=4)
         deadline = time.monotonic() + 10
@@ -115,7 +115,7 @@ def test_a_waiting_order_is_told_its_place_in_line(kitchen, client):
         wait = data["panels"]["wait"]
         assert "Waiting for the stove (cpu): apprentice: cook 8 table(s) is cooking" in wait, wait
     finally:
-        kitchen.stove.give_back(other)
+        kitchen.device_lock.give_back(other)
     assert job.wait(WAIT_S) and job.status == "done", job.error
     assert client.get(url).json()["done"]
 

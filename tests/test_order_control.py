@@ -1,7 +1,7 @@
 """What ends an order early, and the one stove: caps, time limit, Cancel, a closed page, the stove line.
 
 Everything runs the real engine (the embedded chef) on the Kitchen's own kitchen host, as the app
-runs it (tests/own_kitchen.py: a `HostClient` over `LocalHost`, the engine in its kitchen-loop
+runs it (tests/own_kitchen.py: a `HostClient` on the app's own `EngineHost`, the engine in its loop
 process). Where a test needs the machine busy at a known moment, it holds the stove with a ticket
 of another kitchen, as another model's order would.
 """
@@ -25,11 +25,11 @@ from kitchen_viz.orders import Order
 from serving import job as job_mod
 from serving.caps import CapExceeded, Caps, load_caps, use_caps_file
 from serving.cores import ALL_CORES, split_cores
+from serving.device_lock import CoreMeter, DeviceLock, LockTicket
 from serving.host.api import OrderForm
 from serving.host.loop import TEST_HANG_ENV
 from serving.host.watchdog import SILENCE_ENV
 from serving.job import PAGE_GONE
-from serving.stove import Stove, StoveMeter, StoveTicket
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 WAIT_S = 120
@@ -152,14 +152,14 @@ def test_cancel_stops_a_cooking_order_and_the_engine_takes_the_next(chef):
 def test_a_queued_order_leaves_the_line_at_once(chef):
     """Another kitchen holds the machine's stove: the orders wait in its line, in order, and a
     cancelled one leaves it at once, having cooked nothing."""
-    other = StoveTicket("apprentice: a long order", kitchen="another kitchen")
-    assert chef.stove.take(other)
+    other = LockTicket("apprentice: a long order", kitchen="another kitchen")
+    assert chef.device_lock.take(other)
     try:
         second = chef.submit(chef.check(LONG.form()), "waits")
         third = chef.submit(chef.check(Order(1, 2, 0.0, 0, text="ROMEO:").form()), "waits behind it")
         assert wait_for(lambda: third.place_in_line() == 2, 30)
         assert second.place_in_line() == 1 and second.status == "queued" and chef.queue_length() == 2
-        assert "apprentice: a long order is cooking" in second.stove_line()
+        assert "apprentice: a long order is cooking" in second.waiting_line()
         t0 = time.perf_counter()
         assert second.cancel()
         assert second.wait(5) and time.perf_counter() - t0 < 2
@@ -167,7 +167,7 @@ def test_a_queued_order_leaves_the_line_at_once(chef):
         assert one_line(second.error) == "cancelled: you pressed Cancel"
         assert wait_for(lambda: third.place_in_line() == 1, 5) and chef.queue_length() == 1
     finally:
-        chef.stove.give_back(other)
+        chef.device_lock.give_back(other)
     assert third.wait(WAIT_S) and third.status == "done", third.error
 
 
@@ -239,8 +239,8 @@ def test_an_engine_killed_between_orders_is_replaced_before_the_form_asks_it_any
 
 
 def test_the_stove_line_is_first_come_first_served_and_a_waiting_order_can_leave_it():
-    stove = Stove("cpu-line")
-    holder, a, b = StoveTicket("chef: one"), StoveTicket("apprentice: two"), StoveTicket("chef: three")
+    stove = DeviceLock("cpu-line")
+    holder, a, b = LockTicket("chef: one"), LockTicket("apprentice: two"), LockTicket("chef: three")
     assert stove.take(holder)
     order, cancelled_b = [], threading.Event()
     ta = threading.Thread(target=lambda: stove.take(a) and order.append("a"))
@@ -263,7 +263,7 @@ def test_the_meter_sees_another_process_on_the_engines_cores():
     """Something the stove cannot hold back (another program) is measured, not assumed away."""
     idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        meter = StoveMeter(ALL_CORES, idle.pid)  # the "engine" is idle: every busy core-second is another's
+        meter = CoreMeter(ALL_CORES, idle.pid)  # the "engine" is idle: every busy core-second is another's
         burn = textwrap.dedent("""
             import time
             end = time.monotonic() + 1.5
@@ -300,4 +300,4 @@ def test_an_order_cooked_beside_another_program_on_its_cores_says_so(chef):
     finally:
         burner.kill()
         burner.wait()
-    assert job.shared_stove is not None and "something else used the engine's cores" in job.shared_stove
+    assert job.shared_cores is not None and "something else used the engine's cores" in job.shared_cores

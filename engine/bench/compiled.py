@@ -2,7 +2,7 @@
 
 `python -m engine bench --compile [--model M ...] [--out report.json]` runs this instead of the HF
 comparison. For each model (default: the SmolLM2-135M preset shape, then the chef) and each batch of
-the plan (1, 2, 4, 8, 16, 32: where the compiled step stops paying sets ServingConfig.compile_max_batch):
+the plan (1, 2, 4, 8, 16, 32: where the compiled step stops paying sets EngineSettings.compile_max_batch):
 
   1. one HF folder (a preset is built with random weights and saved, as engine/bench/contestants.py `reference_folder` does);
      our engine loads it twice, eager and `compile=True`, so both run the same tensors;

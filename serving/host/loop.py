@@ -57,7 +57,7 @@ def main(conn, settings: LoopSettings, sweeps=None) -> None:
     engine = load(conn, settings)
     if engine is not None:
         trace = os.environ.get(TRACE_ENV)
-        Loop(conn, engine, settings.model, sweeps, CookTrace(trace) if trace else None).run()
+        Loop(conn, engine, settings.model, sweeps, OrderTrace(trace) if trace else None).run()
 
 
 def load(conn, s: LoopSettings) -> Engine | None:
@@ -106,7 +106,7 @@ class SweepCancelled(Exception):
 class Loop:
     """The step loop and what it remembers between steps: which key each engine request has."""
 
-    def __init__(self, conn, engine: Engine, source: str = "", sweeps=None, trace: CookTrace | None = None):
+    def __init__(self, conn, engine: Engine, source: str = "", sweeps=None, trace: OrderTrace | None = None):
         self.conn, self.engine, self.trace = conn, engine, trace
         self.engine_source = source  # what the engine was loaded from: a sweep's engine loads it too
         self.sweeps_runner = sweeps
@@ -269,7 +269,7 @@ class Loop:
             time.sleep(self.hang_s)
 
 
-class CookTrace:
+class OrderTrace:
     """The test hook behind TRACE_ENV: from the first order's question (a Check, or its PlaceOrder)
     to the first forward pass, the project files this process enters, in order, and the call stack
     at the pass, written as JSON to the file the variable names (tests/test_cook_path.py)."""

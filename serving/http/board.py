@@ -37,7 +37,7 @@ ORDERS_KEPT = 1024  # recent orders whose steps their clients can still find aft
 
 
 @dataclass
-class BoardTicket:
+class BoardEntry:
     """One request on the class board's rail (an order of B tables has B), numbered by arrival: what a student sees."""
 
     number: int
@@ -65,7 +65,7 @@ class StepRow:
 class ClassBoard:
     def __init__(self):
         self._lock = threading.Lock()
-        self._tickets: dict[str, BoardTicket] = {}
+        self._tickets: dict[str, BoardEntry] = {}
         self._numbers = self._step_count = 0
         self._steps: deque[StepRow] = deque(maxlen=STEPS_KEPT)
         self._finished: deque[tuple[float, float, float | None]] = deque()  # (wall time, ttft_s, tpot_s)
@@ -75,7 +75,7 @@ class ClassBoard:
     def arrived(self, key: str, prompt_tokens: int) -> None:
         with self._lock:
             self._numbers += 1
-            self._tickets[key] = BoardTicket(self._numbers, key, time.time(), prompt_tokens)
+            self._tickets[key] = BoardEntry(self._numbers, key, time.time(), prompt_tokens)
 
     def step(self, info: StepInfo | None, tokens: list, done: list[tuple[str, RequestOutput]]) -> None:
         now = time.time()

@@ -1,17 +1,17 @@
-"""One stove per machine: orders for different models never cook at the same time on one device.
+"""One lock per device (the UI's "stove"): orders for different models never cook at once on one device.
 
 Why: two engines on the same cores (or the same GPU) slow each other down, and each then measures
 the other's work as its own, so its panels and its diagnosis describe a kitchen that does not
-exist (docs/benchmarks/ui-overhead.md shows how much a neighbour on the engine's core costs). Every kitchen
-of this server process takes its device's `Stove` before it cooks and gives it back after, so jobs
-for different models wait in ONE line per device, first come first served. Orders of one kitchen
-host (a ticket's `kitchen`, serving/host_client.py) share the stove: they cook in one batch of
-one engine, so they may cook together; a ticket without a kitchen cooks alone.
+exist (docs/benchmarks/ui-overhead.md shows how much a neighbour on the engine's core costs). Every
+kitchen of this server process takes its device's `DeviceLock` before it cooks and gives it back
+after, so jobs for different models wait in ONE line per device, first come first served. Orders
+of one host (a ticket's `kitchen`, serving/host_client.py) share the lock: they cook in one batch
+of one engine, so they may cook together; a ticket without a kitchen cooks alone.
 
-The stove cannot hold back what runs outside this server (another program, a lab script in its own
-process), so `StoveMeter` measures it: the CPU time the engine's cores spent on anything other than
+The lock cannot hold back what runs outside this server (another program, a lab script in its own
+process), so `CoreMeter` measures it: the CPU time the engine's cores spent on anything other than
 the engine's child and this server, while the job cooked. Past `SHARED_FRACTION` of the job's
-wall time the job records why its timings may be slow (`Job.shared_stove`), and the page says so.
+wall time the job records why its timings may be slow (`Job.shared_cores`), and the page says so.
 """
 
 from __future__ import annotations
@@ -24,26 +24,26 @@ from dataclasses import dataclass, field
 
 SHARED_FRACTION = 0.10  # other work above this share of the engine cores' time marks the order
 SHARED_MIN_S = 0.05  # ... and above this many CPU seconds (a short order's noise is not a neighbour)
-_STOVES: dict[str, Stove] = {}
-_STOVES_LOCK = threading.Lock()
+_LOCKS: dict[str, DeviceLock] = {}
+_LOCKS_LOCK = threading.Lock()
 
 
-def stove_key(device: str) -> str:
+def device_key(device: str) -> str:
     """The physical device an engine cooks on: "cpu", or "cuda:N" ("cuda" is "cuda:0")."""
     return "cuda:0" if device == "cuda" else device
 
 
-def stove_for(device: str) -> Stove:
+def device_lock_for(device: str) -> DeviceLock:
     """The one stove of this server process for `device` (created on first use)."""
-    key = stove_key(device)
-    with _STOVES_LOCK:
-        if key not in _STOVES:
-            _STOVES[key] = Stove(key)
-        return _STOVES[key]
+    key = device_key(device)
+    with _LOCKS_LOCK:
+        if key not in _LOCKS:
+            _LOCKS[key] = DeviceLock(key)
+        return _LOCKS[key]
 
 
 @dataclass(eq=False)
-class StoveTicket:
+class LockTicket:
     """One job's place in the stove's line. `who` names it for the others: "chef: cook 1 table(s) ..."."""
 
     who: str
@@ -52,26 +52,26 @@ class StoveTicket:
     _abandoned: bool = field(default=False, repr=False)
 
 
-class Stove:
+class DeviceLock:
     """A first-come-first-served lock with a visible line."""
 
     def __init__(self, key: str):
         self.key = key
         self._cv = threading.Condition()
-        self._line: deque[StoveTicket] = deque()
-        self._holders: list[StoveTicket] = []
+        self._line: deque[LockTicket] = deque()
+        self._holders: list[LockTicket] = []
 
     @property
-    def holder(self) -> StoveTicket | None:
+    def holder(self) -> LockTicket | None:
         """The ticket cooking (the first, when one kitchen's orders cook together), or None."""
         return self._holders[0] if self._holders else None
 
-    def _may_cook(self, ticket: StoveTicket) -> bool:
+    def _may_cook(self, ticket: LockTicket) -> bool:
         if self._line[0] is not ticket:
             return False
         return all(ticket.kitchen and h.kitchen == ticket.kitchen for h in self._holders)
 
-    def take(self, ticket: StoveTicket, cancelled=lambda: False, poll_s: float = 0.5) -> bool:
+    def take(self, ticket: LockTicket, cancelled=lambda: False, poll_s: float = 0.5) -> bool:
         """Wait in line until it is this ticket's turn; False if `cancelled()` turned true first.
 
         `wake()` (called when a waiting job is cancelled) ends the wait at once; `poll_s` bounds it."""
@@ -89,7 +89,7 @@ class Stove:
             ticket.taken_at = time.monotonic()
             return True
 
-    def give_back(self, ticket: StoveTicket) -> None:
+    def give_back(self, ticket: LockTicket) -> None:
         with self._cv:
             if ticket in self._holders:
                 self._holders.remove(ticket)
@@ -99,7 +99,7 @@ class Stove:
         with self._cv:
             self._cv.notify_all()
 
-    def place_of(self, ticket: StoveTicket) -> int:
+    def place_of(self, ticket: LockTicket) -> int:
         """1 = next to cook once the stove is free; 0 = not waiting (cooking, or not in line)."""
         with self._cv:
             for place, waiting in enumerate(self._line, start=1):
@@ -107,7 +107,7 @@ class Stove:
                     return place
         return 0
 
-    def waiting_line(self, ticket: StoveTicket) -> str | None:
+    def waiting_line(self, ticket: LockTicket) -> str | None:
         """What a job waiting for the stove is told, naming who cooks; None when it is not waiting."""
         with self._cv:
             if ticket not in self._line:
@@ -148,7 +148,7 @@ def _process_cpu_s(pid: int | str) -> float | None:
         return None
 
 
-class StoveMeter:
+class CoreMeter:
     """Measures, over one job, how much of the engine's cores went to something else.
 
     other = busy time of the engine's cores - the child's CPU time - this server's CPU time.

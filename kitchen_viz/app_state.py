@@ -100,7 +100,7 @@ def current_settings() -> Settings:
         device=ss.get(KEY_DEVICE) or "cpu",
         dtype=ss.get(KEY_DTYPE) or "float32",
         seed=int(ss.get(KEY_SEED) or 0),
-        presenter=bool(ss.get(KEY_PRESENTER, AppSettings.from_env().presenter)),
+        presenter=bool(ss.get(KEY_PRESENTER, AppSettings.current().presenter)),
     )
 
 
@@ -128,7 +128,7 @@ def kitchen_host_for(model: str, device: str, dtype: str) -> Host | Callable[[],
     server serves its one model), else this process's own host for it, called directly
     (serving/http/mounted.py: mounted by serve.py, or opened here under plain `streamlit run
     app.py`), each with the Lab's sweeps; found once the kitchen's client asks (it opens on first use)."""
-    s = AppSettings.from_env()
+    s = AppSettings.current()
     if s.backend:
         return RemoteHost(s.backend, s.backend_key)
     return lambda: own_hosts(LabSweeps()).host_for(model, device, dtype)
@@ -140,7 +140,7 @@ def service_for(settings: Settings) -> HostClient:
     A kitchen whose model failed to load is dropped from the cache after the page has shown the
     reason, so fixing the problem (say, freeing memory) and reloading tries again.
     """
-    svc = _service(settings.model, settings.device, settings.dtype, AppSettings.from_env().backend)
+    svc = _service(settings.model, settings.device, settings.dtype, AppSettings.current().backend)
     if svc.state == "error":  # forget only this kitchen
         _service.clear(settings.model, settings.device, settings.dtype)  # type: ignore[attr-defined]
         svc.close()
@@ -179,7 +179,7 @@ def class_kitchen_address() -> tuple[str, str]:
     """(URL, API key) the class kitchen pages start with: the launcher's `--backend`, else the
     class kitchen mounted on this very server (`--class-kitchen`), else `two-pot-kitchen serve`'s
     default address."""
-    s = AppSettings.from_env()
+    s = AppSettings.current()
     if s.backend:
         return s.backend, s.backend_key or ""
     if s.class_model:

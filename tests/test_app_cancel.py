@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from app_kit import open_kitchen
+from conftest import use_settings
 from streamlit.testing.v1 import AppTest
 
 from engine.events import Token
@@ -30,7 +31,7 @@ def cook(at: AppTest) -> AppTest:
 def test_the_caps_are_shown_and_an_order_over_one_is_refused_in_one_line(tmp_path, monkeypatch):
     caps = tmp_path / "caps.toml"
     caps.write_text("[caps]\nmax_order_tokens = 20\nmax_order_seconds = 45\n")
-    monkeypatch.setenv("TWO_POT_CAPS", str(caps))
+    use_settings(monkeypatch, caps=str(caps))
     # The kitchen host reads the caps when it opens: a kitchen no other test opens obeys this file.
     at = open_kitchen(state={"tpk_model": "chef", "tpk_dtype": "float16"})
     shown = [c.value for c in at.caption if c.value.startswith("Instructor's limits per order")]

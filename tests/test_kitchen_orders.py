@@ -10,7 +10,7 @@ import time
 
 import httpx
 import pytest
-from conftest import CHEF_CONTEXT
+from conftest import CHEF_CONTEXT, use_settings
 from kitchen_server import kitchen, serve
 
 from engine.errors import EngineError
@@ -494,14 +494,11 @@ def test_kitchen_rooms_open_catalog_models_only():
 
 
 def test_kitchen_path_is_the_class_kitchen_only_for_its_own_choice(monkeypatch):
-    from serving.app_settings import ENV
     from serving.http.mounted import kitchen_path
 
-    ENV_MODEL = ENV["class_model"]
-
-    monkeypatch.delenv(ENV_MODEL, raising=False)
+    use_settings(monkeypatch)
     assert kitchen_path("chef", "cpu", "float32") == "/kitchens/chef/cpu/float32"
-    monkeypatch.setenv(ENV_MODEL, "chef")
+    use_settings(monkeypatch, class_model="chef")
     assert kitchen_path("chef", "cpu", "float32") == "/class"
     assert kitchen_path("chef", "cpu", "int8") == "/kitchens/chef/cpu/int8"
     assert kitchen_path("chef", "cuda:0", "float32") == "/kitchens/chef/cuda%3A0/float32"

@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from conftest import use_settings
 
 from kitchen_viz.orders import Order
 from serving.device_lock import DeviceLock, LockTicket
@@ -56,7 +57,7 @@ def test_tickets_of_one_kitchen_cook_together_and_another_kitchen_waits():
 
 
 def test_two_models_on_the_kitchen_host_never_cook_at_once_and_the_second_is_told_why(monkeypatch):
-    monkeypatch.setenv("TWO_POT_THREADS", "1")
+    use_settings(monkeypatch, threads=1)
     monkeypatch.setenv(TEST_HANG_ENV, "0.02")  # the chef's loop only: it starts first
     kitchens = AppHosts(None, HostRooms(None))
     chef = HostClient(kitchens.host_for("chef", "cpu", "float32"), "chef")

@@ -17,13 +17,14 @@ import threading
 import time
 
 import pytest
+from conftest import use_settings
 from own_kitchen import nothing_in_flight, own_kitchen, process_of, wait_for
 
 from engine.errors import EngineError
 from engine.events import PrefillStart, Token
 from kitchen_viz.orders import Order
 from serving import job as job_mod
-from serving.caps import CapExceeded, Caps, load_caps, use_caps_file
+from serving.caps import CapExceeded, Caps, load_caps
 from serving.cores import ALL_CORES, split_cores
 from serving.device_lock import CoreMeter, DeviceLock, LockTicket
 from serving.host.api import OrderForm
@@ -78,13 +79,12 @@ def test_an_order_over_a_cap_is_refused_in_one_line_naming_the_cap_and_its_value
 
 
 def test_caps_come_from_the_instructors_toml_and_bad_files_are_one_line(tmp_path, monkeypatch):
-    monkeypatch.delenv("TWO_POT_CAPS", raising=False)
+    use_settings(monkeypatch)
     assert load_caps() == Caps()  # the documented defaults
     good = tmp_path / "caps.toml"
     good.write_text("[caps]\nmax_order_tokens = 2048\nmax_order_seconds = 30\n")
-    env: dict = {}
-    caps = use_caps_file(good, env=env)
-    assert env["TWO_POT_CAPS"] == str(good.resolve())
+    use_settings(monkeypatch, caps=str(good))  # `two-pot-kitchen --caps caps.toml`
+    caps = load_caps()
     assert caps == Caps(max_order_tokens=2048, max_new_tokens=Caps().max_new_tokens, max_order_seconds=30.0)
     assert "2,048 prompt tokens" in caps.summary() and "30 s of cooking" in caps.summary()
     for body, expected in [
@@ -101,12 +101,12 @@ def test_caps_come_from_the_instructors_toml_and_bad_files_are_one_line(tmp_path
         assert expected in one_line(str(err.value))
 
 
-def test_the_app_kitchens_obey_the_instructors_caps_file(tmp_path):
-    """`two-pot-kitchen --caps caps.toml` exports the file; each kitchen of the app reads it as it
-    opens, and refuses an order over a cap before it cooks, in one line naming the cap."""
+def test_the_app_kitchens_obey_the_instructors_caps_file(tmp_path, monkeypatch):
+    """`two-pot-kitchen --caps caps.toml` puts the file in the app's settings; each kitchen of the
+    app reads it as it opens, and refuses an order over a cap before it cooks, in one line naming the cap."""
     caps = tmp_path / "caps.toml"
     caps.write_text("[caps]\nmax_new_tokens = 8\nmax_order_tokens = 64\n")
-    use_caps_file(caps)
+    use_settings(monkeypatch, caps=str(caps))
     with own_kitchen("chef") as (svc, kitchens):
         with pytest.raises(CapExceeded) as err:  # the host's check refuses it: it never becomes a job
             svc.check(Order(batch=1, max_new_tokens=9, temperature=0.0, seed=0, text="ROMEO:").form())

@@ -60,7 +60,7 @@ SEAT_TOKENS = 4096
 
 def kitchen_path(model: str, device: str, dtype: str) -> str:
     """Where the Kitchen finds the kitchen for this choice, under the app's base path."""
-    if AppSettings.from_env().class_model == model and (device, dtype) == (CLASS_DEVICE, CLASS_DTYPE):
+    if AppSettings.current().class_model == model and (device, dtype) == (CLASS_DEVICE, CLASS_DTYPE):
         return PREFIX
     return f"{KITCHENS}/{quote(model, safe='')}/{quote(device, safe='')}/{dtype}"
 
@@ -70,9 +70,9 @@ def loop_settings(model: str, device: str, dtype: str) -> LoopSettings:
     launcher's `pin_server`) this server's threads moved off them."""
     threads = engine_threads()
     split = split_cores(threads)
-    if split is not None and AppSettings.from_env().pin_server:
+    if split is not None and AppSettings.current().pin_server:
         pin_this_process(split.server)
-    invariant = AppSettings.from_env().batch_invariant and device == "cpu" and dtype == "float32"  # where it can hold
+    invariant = AppSettings.current().batch_invariant and device == "cpu" and dtype == "float32"  # where it can hold
     engine = precision_settings(dtype, device=device, policy="chunked", token_budget=TOKEN_BUDGET,
                                 max_seq_len=SEAT_TOKENS, prefix_cache=True, batch_invariant=invariant)  # fmt: skip
     return LoopSettings(model, engine, threads, tuple(sorted(split.engine)) if split is not None else ())
@@ -216,7 +216,7 @@ def class_kitchen(base: str = "", sweeps=None) -> tuple[list, object | None]:
     """(routes, lifespan) for serve.py's st.App, under Streamlit's base path `base` (e.g. "/kitchen"):
     the class kitchen at /class when the launcher named one, and the Kitchen's kitchens at
     /kitchens/... when it asked for them; each host with `sweeps` (the Lab's, lab/sweeps.py)."""
-    s = AppSettings.from_env()
+    s = AppSettings.current()
     mount = None
     if s.class_model:
         host = open_host(s.class_model, loop_settings(s.class_model, CLASS_DEVICE, CLASS_DTYPE), load_caps(None), sweeps)

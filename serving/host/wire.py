@@ -82,6 +82,10 @@ def to_json(obj: Any) -> Any:
         for name in names:
             out[name] = to_json(getattr(obj, name))
         return out
+    if isinstance(obj, str):  # a str of another type (torch's version string): its text
+        return str(obj)
+    if isinstance(obj, bool | int | float):  # an int or a float of another type
+        return bool(obj) if isinstance(obj, bool) else int(obj) if isinstance(obj, int) else float(obj)
     if hasattr(obj, "item") and getattr(obj, "ndim", 1) == 0:  # a numpy scalar
         return obj.item()
     if t.__name__ == "DataFrame":

@@ -179,9 +179,9 @@ def test_request_metrics_follow_vllms_definitions(tiny_llama):
 
 def test_decode_graph_buckets_pad_and_give_the_same_tokens(tiny_llama):
     """The CUDA-graph bucket path with its static buffers, replayed eagerly (capture needs a GPU)."""
-    eng = Engine.load(str(tiny_llama.path), policy="continuous", max_seqs=8)
+    eng = Engine.load(str(tiny_llama.path), policy="continuous", max_seqs=8, native=False)  # the torch forward's option
     srv = eng.serving
-    srv.runner.graphs = DecodeGraphs(eng.model, srv.pool, capture=False)
+    srv.runner.forward.graphs = DecodeGraphs(eng.model, srv.pool, capture=False)
     arrivals = {0: [(p, {"max_new_tokens": 7}) for p in PROMPTS[:3]]}
     results, steps, _ = serve(eng, arrivals)
     assert set(srv.runner.graphs.steps) >= {4}  # batch 3 ran in the bucket of 4, one padding row

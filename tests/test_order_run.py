@@ -117,23 +117,15 @@ def test_the_chef_cooks_the_kitchens_order_on_seats():
 def test_equal_prompts_take_one_batched_prefill_pass(tiny_qwen2, monkeypatch):
     """The forward's wok on seats is laid out (B, T) like the fixed batch's, and its K/V serve the decode.
     (The native step, the CPU default, takes any layout as rows: this is the op-by-op path's.)"""
-    import engine.runner as runner
+    import engine.torch_forward as forward_mod
 
-    layouts = []
-    forward = runner.Runner._forward
+    layouts, real = [], forward_mod.SeatKV
 
-    def spy(self, decodes, spans, ids, pos, rows, uniform=False):
-        layouts.append(uniform)
-        return forward(self, decodes, spans, ids, pos, rows, uniform)
+    def seat_kv(sb, pool, *rest):  # one per pass of the torch forward: is it laid out (B, T)?
+        layouts.append(sb.uniform)
+        return real(sb, pool, *rest)
 
-    forward_decode = runner.Runner._forward_decode
-
-    def spy_decode(self, decodes, pos):  # a pure decode step: never the (B, T) layout
-        layouts.append(False)
-        return forward_decode(self, decodes, pos)
-
-    monkeypatch.setattr(runner.Runner, "_forward", spy)
-    monkeypatch.setattr(runner.Runner, "_forward_decode", spy_decode)
+    monkeypatch.setattr(forward_mod, "SeatKV", seat_kv)
     eng = Engine.load(str(tiny_qwen2.path), native=False)
     kw = dict(max_new_tokens=8, stop_at_eos=False)
     assert eng.generate(SAME, **kw).tokens == result(fixed(eng, SAME, **kw)).tokens

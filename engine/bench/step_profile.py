@@ -74,11 +74,14 @@ def profile(model: str, steps: int, threads: int, compile_: bool, rounds: int, p
     warmup_s = time.perf_counter() - t
     srv, timer = eng.serving, Timer()
     timer.wrap(srv.scheduler, "schedule", "schedule")
+    fwd = srv.runner.forward
     timer.wrap(srv.runner, "run", "run")
-    timer.wrap(srv.runner, "_forward", "forward")
-    timer.wrap(srv.runner, "_forward_decode", "forward")  # the runner's pure-decode pass
-    if srv.runner.compiled is not None:  # the compiled or native step: the runner calls it in place of the model's pass
-        timer.wrap(srv.runner, "compiled", "model")
+    timer.wrap(srv.runner, "forward", "forward")  # the one dispatch: the native step's pass or the torch forward's
+    if getattr(fwd, "decode_fn", None) is not None:  # the native step: its C call is the model's pass
+        timer.wrap(fwd, "decode_fn", "model")
+        timer.wrap(fwd, "pass_fn", "model")
+    elif getattr(fwd, "decode_step", None) is not None:  # the compiled step, in place of the model's pass
+        timer.wrap(fwd, "decode_step", "model")
     else:
         timer.wrap(srv.runner.model, "forward", "model")
     timer.wrap(eng, "_sample", "sample")

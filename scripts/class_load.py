@@ -203,7 +203,7 @@ def render(d: dict) -> list[str]:
     out = ["# The class kitchen under a class's load (this CPU)", "",
            f"Measured {d['machine']['date']} on this project's 2-core machine by `scripts/class_load.py` "
            "(`two-pot-kitchen serve --model chef`, policy chunked, prefix reuse on; the load from "
-           "`python -m serving.loadgen`, streaming, greedy, 32 new tokens, measured at the client). "
+           "`python -m serving.clients.loadgen`, streaming, greedy, 32 new tokens, measured at the client). "
            "Every number is copied by the script from `class-server-cpu.json`.", "",
            "| load | requests | errors | mismatches | req/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | TPOT p50 ms |",
            "|---|---:|---:|---:|---:|---:|---:|---:|",

@@ -1,6 +1,6 @@
 """A bounded load generator: N simulated students ordering from an OpenAI-compatible server.
 
-    python -m serving.loadgen --url http://127.0.0.1:8000 --model chef --students 30 \\
+    python -m serving.clients.loadgen --url http://127.0.0.1:8000 --model chef --students 30 \\
         --requests 90 --rate 15 --prompt-len uniform:8:64 --max-tokens 32 --verify --json
 
 Each request is a streamed /v1/completions with a seeded random prompt (token ids, or words with
@@ -193,7 +193,7 @@ def make_load(n: int, rate: float, prompt_len: Dist, seed: int, vocab: int, kind
 def build_parser() -> argparse.ArgumentParser:
     from engine.errors import OneLineParser  # lazy: the command line only
 
-    p = OneLineParser(prog="python -m serving.loadgen", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m serving.clients.loadgen", description=__doc__.splitlines()[0])
     p.add_argument("--url", default="http://127.0.0.1:8000")
     p.add_argument("--model", default="chef")
     p.add_argument("--api-key", default=None)

@@ -123,11 +123,11 @@ class LabRun:
 
 
 def _register_lab_types() -> None:
-    """Every dataclass of the Lab and the engine may cross a host's pipe and its HTTP routes
-    (serving/host/wire.py): an experiment's settings, points and results, and the engine's and the
-    bench's measurements they hold. The modules are those this registry has loaded."""
+    """Every dataclass of the Lab, the engine and serving may cross a host's pipe and its HTTP routes
+    (serving/host/wire.py): an experiment's settings, points and results, and the engine's, the
+    bench's and the two kitchens' measurements they hold. The modules are those this registry has loaded."""
     for name, module in list(sys.modules.items()):
-        if name.startswith(("lab.", "engine.")) and module is not None:
+        if name.startswith(("lab.", "engine.", "serving.")) and module is not None:
             wire.register_module(module)
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from app_kit import open_kitchen
 
+from kitchen_viz import app_state
 from serving.host.loop import TRACE_ENV
 from serving.http import mounted
 
@@ -117,6 +118,7 @@ def test_one_cook_runs_the_files_the_architecture_lists(tmp_path, monkeypatch):
     trace_file = tmp_path / "loop.json"
     monkeypatch.setenv(TRACE_ENV, str(trace_file))
     monkeypatch.setattr(mounted, "_SERVED", [])  # a kitchen of this test's own: its loop starts with the hook
+    app_state._service.clear()  # and a kitchen client of its own (the page's are cached per process)
     at = open_kitchen(state={"tpk_model": "chef", "tpk_device": "cpu", "tpk_dtype": "float32"},
                       prompt="64", batch="4", new="8")  # fmt: skip
     host = mounted.served_here().host_for("chef", "cpu", "float32")
@@ -133,6 +135,7 @@ def test_one_cook_runs_the_files_the_architecture_lists(tmp_path, monkeypatch):
         child = json.loads(trace_file.read_text())
     finally:
         mounted.served_here().rooms.close()
+        app_state._service.clear()
     path = tracer.path + [f for f in child["stack"] if f not in tracer.path]
     entered = tracer.entered + [f for f in child["entered"] if f not in tracer.entered]
     helpers = [f for f in entered if f not in path]

@@ -117,47 +117,52 @@ def read_config(folder: Path) -> ModelConfig:
     return config_from_hf(raw)
 
 
-def _tensor_index(folder: Path) -> dict[str, Path]:
-    """HF tensor name -> the .safetensors file that holds it (sharded checkpoints included)."""
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise EngineError(f"no *.safetensors weights in '{folder}' (only safetensors files are loaded)")
-    index = {}
-    for file in files:
-        with safe_open(file, framework="pt") as f:
-            index.update({name: file for name in f.keys()})
-    return index
+def weight_specs(cfg: ModelConfig, prefix: str = "") -> list[WeightSpec]:
+    """The name map of `cfg`'s family; `prefix` is GPT-2's "transformer." where its file spells it."""
+    return gpt2_weight_map(cfg, prefix) if cfg.family == "gpt2" else llama_weight_map(cfg)
 
 
-def load_weights(folder: Path, cfg: ModelConfig, device, dtype) -> Transformer:
-    """Allocate our Transformer on `device` and fill every buffer from the folder's safetensors."""
-    index = _tensor_index(folder)
-    if cfg.family == "gpt2":
-        specs = gpt2_weight_map(cfg, "transformer." if "transformer.wte.weight" in index else "")
-    else:
-        specs = llama_weight_map(cfg)
+class SafetensorsFolder:
+    """A folder's *.safetensors as a tensor source: HF name -> tensor (sharded checkpoints included).
+    A GGUF file is the other source (engine/gguf.py `GgufModel`): both answer `names()` and `get()`."""
+
+    def __init__(self, folder: Path):
+        files = sorted(folder.glob("*.safetensors"))
+        if not files:
+            raise EngineError(f"no *.safetensors weights in '{folder}' (only safetensors files are loaded)")
+        self.where, self.index, self.handles = folder, {}, {}
+        for file in files:
+            with safe_open(file, framework="pt") as f:
+                self.index.update({name: file for name in f.keys()})
+
+    def names(self) -> set[str]:
+        return set(self.index)
+
+    def get(self, name: str) -> torch.Tensor:
+        file = self.index[name]
+        if file not in self.handles:
+            self.handles[file] = safe_open(file, framework="pt")
+        return self.handles[file].get_tensor(name)
+
+
+def load_weights(source, cfg: ModelConfig, device, dtype) -> Transformer:
+    """Allocate our Transformer on `device` and fill every buffer from `source` (a SafetensorsFolder
+    or a GGUF file), by HF name."""
+    names = source.names()
+    specs = weight_specs(cfg, "transformer." if "transformer.wte.weight" in names else "")
     model = Transformer(cfg, device=device, dtype=dtype)
     buffers = dict(model.named_buffers())
-    handles: dict[Path, object] = {}
-    try:
-        for spec in specs:
-            parts = []
-            for name, shape in spec.parts:
-                if name not in index:
-                    raise EngineError(f"weights in '{folder}' lack tensor '{name}' needed by {cfg.family}")
-                file = index[name]
-                if file not in handles:
-                    handles[file] = safe_open(file, framework="pt")
-                tensor = handles[file].get_tensor(name)
-                if tuple(tensor.shape) != shape:
-                    raise EngineError(
-                        f"tensor '{name}' has shape {tuple(tensor.shape)}; config expects {shape}"
-                    )
-                parts.append(tensor)
-            full = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
-            buffers[spec.target].copy_(full.t() if spec.transpose else full)  # casts dtype, moves device
-    finally:
-        handles.clear()
+    for spec in specs:
+        parts = []
+        for name, shape in spec.parts:
+            if name not in names:
+                raise EngineError(f"weights in '{source.where}' lack tensor '{name}' needed by {cfg.family}")
+            tensor = source.get(name)
+            if tuple(tensor.shape) != shape:
+                raise EngineError(f"tensor '{name}' has shape {tuple(tensor.shape)}; config expects {shape}")
+            parts.append(tensor)
+        full = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
+        buffers[spec.target].copy_(full.t() if spec.transpose else full)  # casts dtype, moves device
     if not cfg.norm_affine:  # a LayerNorm without parameters is one with weight 1 and bias 0
         for name, buf in buffers.items():
             if name.endswith(("norm.weight", "norm.bias")):
@@ -172,8 +177,9 @@ EMBEDDED_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 def resolve_source(model: str) -> str:
     """Turn what the user typed into a local folder or `preset:NAME`.
 
-    Order: `preset:` prefix, an existing folder, the name of a model embedded in the repo
-    (`chef` -> assets/models/chef), then a hub id (downloaded with huggingface_hub; offline or
+    Order: `preset:` prefix, an existing folder or .gguf file, the name of a model embedded in the
+    repo (`chef` -> assets/models/chef), a model the engine fetches into its model cache
+    (`assistant`, engine/model_store.py; fetched and converted on first use), then a hub id (downloaded with huggingface_hub; offline or
     unknown -> one-line EngineError). The app's menu of models (names, labels, an instructor's extra
     entries) is not the engine's business: it lives in `serving/catalog.py`, which hands
     `Engine.load` one of these sources.
@@ -182,11 +188,17 @@ def resolve_source(model: str) -> str:
         return model
     path = Path(model).expanduser()
     if path.exists():
-        if not path.is_dir():
-            raise EngineError(f"model path '{model}' is a file; give the model's folder")
+        if not path.is_dir() and path.suffix.lower() != ".gguf":
+            raise EngineError(f"model path '{model}' is a file; give the model's folder or a .gguf file")
         return str(path)
+    if path.suffix.lower() == ".gguf":
+        raise EngineError(f"GGUF file '{model}' does not exist")
     if EMBEDDED_NAME.match(model) and (EMBEDDED_MODELS / model / "config.json").is_file():
         return str(EMBEDDED_MODELS / model)
+    from engine import model_store  # lazy: only a name that is not a folder looks in the model store
+
+    if model in model_store.RECIPES:
+        return str(model_store.ensure(model))
     if model.count("/") == 1 and not model.startswith((".", "/", "~")):
         return _download(model)
     raise EngineError(
@@ -254,6 +266,8 @@ class ModelInfo:
     dtype: str
     has_tokenizer: bool = True
     quant: str | None = None  # "int8": matmul weights stored as int8 (engine/quant.py); None: in `dtype`
+    # the tokenizer carries the model's chat template (engine/chat.py renders it; `Engine.chat_prompt`)
+    has_chat_template: bool = False
     decode_step: str = ""  # how pure-decode steps run, in words (engine/serving_core.py `describe_decode_step`)
 
     @property
@@ -292,13 +306,18 @@ def load_model(model: str, device: str = "cpu", dtype: str = "float32", quant: s
 
         net, codec = build_preset(source.removeprefix("preset:"), dev, dt)
         trained = False
+    elif source.lower().endswith(".gguf"):
+        from engine.gguf import gguf_codec, read_gguf  # lazy: the gguf library only for a GGUF file
+
+        gguf = read_gguf(source)
+        net, codec, trained = load_weights(gguf, config_from_hf(gguf.config), dev, dt), gguf_codec(gguf), True
     else:
         folder = Path(source)
         cfg = read_config(folder)
         extra_eos = _eos_from_generation_config(folder)
         if extra_eos:
             cfg = replace(cfg, eos_ids=tuple(dict.fromkeys(cfg.eos_ids + extra_eos)))
-        net = load_weights(folder, cfg, dev, dt)
+        net = load_weights(SafetensorsFolder(folder), cfg, dev, dt)
         codec, trained = TextCodec.from_folder(folder), True
     if quant is not None:
         quantize(net, quant)
@@ -312,5 +331,6 @@ def load_model(model: str, device: str = "cpu", dtype: str = "float32", quant: s
         vocab_size=cfg.vocab_size, max_context=cfg.max_context, weight_bytes=weight_bytes,
         kv_bytes_per_token=cfg.kv_bytes_per_token(dt.itemsize), trained=trained, device=str(dev),
         dtype=CANONICAL_DTYPE[dt], has_tokenizer=codec is not None, quant=quant,
+        has_chat_template=getattr(codec, "chat_template", None) is not None,
     )  # fmt: skip
     return LoadedModel(net, codec, info)

@@ -45,10 +45,20 @@ class TextCodec:
             codec = cls(tok, len(tok))
         else:
             return None
-        config = folder / "tokenizer_config.json"
+        config, jinja = folder / "tokenizer_config.json", folder / "chat_template.jinja"
         if config.is_file():
             template = json.loads(config.read_text()).get("chat_template")
             codec.chat_template = template if isinstance(template, str) else None
+        if jinja.is_file():  # transformers 5 saves the template as a file of its own
+            codec.chat_template = jinja.read_text()
+        return codec
+
+    @classmethod
+    def from_transformers(cls, tok) -> TextCodec:
+        """A transformers fast tokenizer (a GGUF's, engine/gguf.py): its `tokenizers` backend and chat template."""
+        codec = cls(tok.backend_tokenizer, len(tok))
+        template = getattr(tok, "chat_template", None)
+        codec.chat_template = template if isinstance(template, str) else None
         return codec
 
     def encode(self, text: str) -> list[int]:

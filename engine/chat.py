@@ -47,8 +47,8 @@ class ChatTemplate:
 
     def __init__(self, source: str, bos_token: str = "", eos_token: str = ""):
         from jinja2 import TemplateError  # lazy: jinja2 only for a model with a chat template
-        from jinja2.ext import loopcontrols
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
+        from jinja2.ext import loopcontrols  # lazy: as above
+        from jinja2.sandbox import ImmutableSandboxedEnvironment  # lazy: as above
 
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
         env.filters["tojson"] = _tojson
@@ -60,7 +60,7 @@ class ChatTemplate:
         self.bos_token, self.eos_token = bos_token, eos_token
 
     def render(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
-        from jinja2 import TemplateError
+        from jinja2 import TemplateError  # lazy: jinja2 only for a model with a chat template
 
         try:
             return self.compiled.render(messages=check_messages(messages), add_generation_prompt=add_generation_prompt,
@@ -86,7 +86,7 @@ def chat_prompt(codec, template: ChatTemplate, messages: list[dict]) -> ChatProm
 
 
 def _raise(message: str):
-    from jinja2 import TemplateError
+    from jinja2 import TemplateError  # lazy: as above
 
     raise TemplateError(message)
 

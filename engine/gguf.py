@@ -30,7 +30,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engine.config import config_from_hf
 from engine.errors import EngineError
+from engine.weight_map import weight_specs
 
 # Tensor types a GGUF may hold, and how each is read: F32/F16/BF16 as they are, Q8_0 through
 # `q8_0_blocks`, the 4- and 6-bit block types dequantized to float32 (then to the chosen dtype).
@@ -131,7 +133,7 @@ def read_gguf(path: str | Path) -> GgufModel:
     """Open a GGUF file: check its architecture and every tensor's type, map its metadata and names."""
     path = Path(path)
     try:
-        from gguf import GGUFReader
+        from gguf import GGUFReader  # lazy: the gguf library only for a GGUF source
     except ImportError:  # a declared dependency; a broken install still gets one line
         raise EngineError("reading GGUF files needs the 'gguf' package (pip install gguf)") from None
     try:
@@ -183,14 +185,11 @@ def hf_config(meta: dict, arch: str, tensor_names: set[str]) -> dict:
 
 def _hf_names(config: dict, arch: str, tensors: dict) -> dict[str, str]:
     """HF name -> GGUF name for every tensor of the file that has an HF name (gguf's TensorNameMap)."""
-    from gguf import MODEL_ARCH_NAMES, get_tensor_name_map
+    from gguf import MODEL_ARCH_NAMES, get_tensor_name_map  # lazy: as above
 
     gguf_arch = next(a for a, name in MODEL_ARCH_NAMES.items() if name == arch)
     layers = config["n_layer"] if arch == "gpt2" else config["num_hidden_layers"]
     name_map = get_tensor_name_map(gguf_arch, layers)
-    from engine.config import config_from_hf  # lazy: avoids a cycle config -> gguf -> config
-    from engine.loader import weight_specs
-
     cfg = config_from_hf(config)
     prefix = "transformer." if arch == "gpt2" else ""
     out = {}
@@ -216,17 +215,19 @@ def gguf_tokenizer(model: GgufModel):
     if not model.has_tokenizer:
         return None
     path = model.path
-    from transformers import AutoTokenizer  # lazy: transformers only to build a GGUF's tokenizer
+    # lazy: transformers only to build a GGUF's tokenizer. The fast class itself, not AutoTokenizer: that one
+    # first reads the file's config, and transformers' GGUF config reader knows fewer families than we serve.
+    from transformers import PreTrainedTokenizerFast  # lazy: see above
 
     try:
-        return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        return PreTrainedTokenizerFast.from_pretrained(str(path.parent), gguf_file=path.name)
     except (ValueError, KeyError, OSError) as err:
         raise EngineError(f"cannot build the tokenizer of '{path.name}': {' '.join(str(err).split())[:160]}") from None
 
 
 def gguf_codec(model: GgufModel):
     """The engine's TextCodec over the file's tokenizer and chat template (None without a vocabulary)."""
-    from engine.text import TextCodec
+    from engine.text import TextCodec  # lazy: only a file with a vocabulary builds a codec
 
     tok = gguf_tokenizer(model)
     return TextCodec.from_transformers(tok) if tok is not None else None

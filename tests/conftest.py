@@ -67,7 +67,7 @@ def make_tiny_model(path: Path, family: str, *, tied: bool = False, seed: int = 
     torch.manual_seed(seed)
     common = dict(vocab_size=VOCAB, tie_word_embeddings=tied, bos_token_id=None, eos_token_id=None)
     if family == "gpt2":
-        cfg = tf.GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=128, **common | overrides)
+        cfg = tf.GPT2Config(**dict(n_embd=64, n_layer=2, n_head=4, n_positions=128) | common | overrides)
         model = tf.GPT2LMHeadModel(cfg)
     else:
         shape = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,

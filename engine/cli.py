@@ -154,25 +154,35 @@ def fetch_first(model: str) -> None:
     from engine import model_store  # lazy: only names of fetched models need it
 
     if model in model_store.RECIPES and model_store.cached(model) is None and not Path(model).exists():
-        model_store.ensure(model, ProgressBar())
+        bar = ProgressBar()
+        try:
+            model_store.ensure(model, bar)
+        finally:
+            bar.close()
 
 
 class ProgressBar:
     """`[##########..........]  52%  assistant: downloading 48.3 of 92.9 MB` on a terminal, redrawn in
-    place; elsewhere (a log, CI) one line per stage."""
+    place; elsewhere (a log, CI) one line per stage once it has begun (so a fetch that fails at once
+    leaves only its error line)."""
 
     def __init__(self, out=None):
-        self.out, self.stage = out or sys.stderr, None
+        self.out, self.stage, self.drawn = out or sys.stderr, None, False
 
     def __call__(self, p) -> None:
         tty = self.out.isatty()
-        if not tty and p.stage == self.stage:
+        if (not tty and p.stage == self.stage) or (p.stage == "download" and not p.done):
             return
-        self.stage = p.stage
+        self.stage, self.drawn = p.stage, True
         filled = int(20 * p.fraction)
         line = f"[{'#' * filled}{'.' * (20 - filled)}] {p.fraction:4.0%}  {p.line}"
-        self.out.write(("\r" + line.ljust(79) if tty else line + "\n") + ("\n" if tty and p.stage == "ready" else ""))
+        self.out.write("\r" + line.ljust(79) if tty else line + "\n")
         self.out.flush()
+
+    def close(self) -> None:
+        if self.drawn and self.out.isatty():
+            self.out.write("\n")
+            self.out.flush()
 
 
 def run_fetch(args) -> int:

@@ -153,9 +153,8 @@ class Assistant:
 
     def hf(self):
         """transformers' own reading of the same GGUF (float32), the reference."""
-        from transformers import AutoModelForCausalLM
-
         import torch
+        from transformers import AutoModelForCausalLM
 
         return AutoModelForCausalLM.from_pretrained(str(self.gguf.parent), gguf_file=self.gguf.name,
                                                     dtype=torch.float32).eval()  # fmt: skip

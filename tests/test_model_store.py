@@ -98,6 +98,14 @@ def test_the_assistant_offline_from_the_command_line_is_one_line(tmp_path):
     assert out.stderr.count("\n") == 1 and "python -m engine fetch assistant" in out.stderr
 
 
+def test_an_unwritable_cache_is_one_line(store, monkeypatch, tmp_path):
+    (tmp_path / "a-file").write_text("not a folder")
+    monkeypatch.setenv(model_store.CACHE_ENV, str(tmp_path / "a-file" / "cache"))
+    with pytest.raises(EngineError, match="could not write the tinychat model into") as err:
+        model_store.ensure("tinychat")
+    assert "\n" not in str(err.value)
+
+
 CONCURRENT = """
 import json, sys
 from engine import model_store

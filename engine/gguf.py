@@ -24,6 +24,7 @@ nibbles), so its data is (192, 360) bytes; dequantized it is (192, 576) float32,
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,7 +74,7 @@ class GgufModel:
         return set(self.hf_names)
 
     def get(self, hf_name: str) -> torch.Tensor:
-        """The tensor HF calls `hf_name`, dequantized to float32 (or kept in its float type), in HF's layout."""
+        """The tensor HF calls `hf_name`, dequantized to float32, in HF's layout."""
         gguf_name = self.hf_names[hf_name]
         weights = torch.from_numpy(np.array(dequantize(self.tensors[gguf_name]), dtype=np.float32))  # a copy: the file is mapped read-only
         if self.arch in PERMUTED_QK and gguf_name.endswith(("attn_q.weight", "attn_k.weight")):
@@ -152,6 +153,18 @@ def read_gguf(path: str | Path) -> GgufModel:
         raise EngineError(f"'{path.name}' scales its RoPE frequencies (long-context RoPE); only plain RoPE GGUFs load")
     config = hf_config(meta, arch, set(tensors))
     return GgufModel(path, arch, config, tensors, _hf_names(config, arch, tensors), "tokenizer.ggml.tokens" in meta)
+
+
+def gguf_config(path: str | Path) -> dict:
+    """The HF config dict of a GGUF file, remembered per file version: the gguf library's reader
+    parses every token of the vocabulary (seconds for a 49,152-token one), and a model picker asks often."""
+    st = Path(path).stat()
+    return _config_of(str(Path(path).resolve()), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=32)
+def _config_of(path: str, mtime_ns: int, size: int) -> dict:
+    return read_gguf(path).config
 
 
 def hf_config(meta: dict, arch: str, tensor_names: set[str]) -> dict:

@@ -264,9 +264,12 @@ def _model_config(entry: Entry) -> ModelConfig:
 
         return presets.preset_config(entry.source.removeprefix("preset:"))
     if entry.kind == "gguf":
-        from engine.gguf import read_gguf  # lazy: the metadata only; no tensor is read
+        from engine.gguf import gguf_config  # lazy: the metadata only; no tensor is read
 
-        return config_from_hf(read_gguf(entry.source).config)
+        try:
+            return config_from_hf(gguf_config(entry.source))
+        except FileNotFoundError:
+            raise EngineError(f"model '{entry.name}': GGUF file {entry.source} does not exist") from None
     if entry.kind == "fetch":
         from engine import model_store  # lazy: as above
 

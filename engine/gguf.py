@@ -14,7 +14,8 @@ Three translations, each the inverse of what llama.cpp's converter did:
            pairs neighbours, HF's pairs halves); `unpermute` undoes it. GPT-2's Conv1D (in, out)
            matrices were stored transposed; we transpose back.
   metadata `llama.embedding_length` 576 -> hidden_size 576, ... (`CONFIG_KEYS`), into the same HF
-           config dict a config.json holds, parsed by engine/config.py.
+           config dict a config.json holds, parsed by engine/config.py; Llama 3's rescaled RoPE,
+           stored as `rope_freqs` factors, back into HF's `llama3` rule (`llama3_rope`).
 
 Worked example (SmolLM2-135M-Instruct, Q4_1): `blk.0.attn_k.weight` has ne (576, 192), 192 rows of
 576 values in Q4_1 blocks of 32 (20 bytes each: a float16 scale, a float16 minimum, 16 bytes of
@@ -149,9 +150,12 @@ def read_gguf(path: str | Path) -> GgufModel:
     refused = sorted({type_name(t) for t in tensors.values()} - set(ACCEPTED_TYPES))
     if refused:
         raise EngineError(f"'{path.name}' holds {', '.join(refused)} tensors; accepted types: {', '.join(ACCEPTED_TYPES)}")
-    if "rope_freqs.weight" in tensors or meta.get(f"{arch}.rope.scaling.type") not in (None, "none"):
-        raise EngineError(f"'{path.name}' scales its RoPE frequencies (long-context RoPE); only plain RoPE GGUFs load")
+    if meta.get(f"{arch}.rope.scaling.type") not in (None, "none"):
+        raise EngineError(f"'{path.name}' scales its RoPE by {meta[f'{arch}.rope.scaling.type']}; "
+                          "only plain RoPE and Llama 3's rescaled RoPE load")  # fmt: skip
     config = hf_config(meta, arch, set(tensors))
+    if "rope_freqs.weight" in tensors:  # Llama 3.1+: the rescaled RoPE, stored as one factor per frequency
+        config["rope_scaling"] = llama3_rope(dequantize(tensors["rope_freqs.weight"]), config, path.name)
     return GgufModel(path, arch, config, tensors, _hf_names(config, arch, tensors), "tokenizer.ggml.tokens" in meta)
 
 
@@ -165,6 +169,27 @@ def gguf_config(path: str | Path) -> dict:
 @functools.lru_cache(maxsize=32)
 def _config_of(path: str, mtime_ns: int, size: int) -> dict:
     return read_gguf(path).config
+
+
+def llama3_rope(factors: np.ndarray, config: dict, file: str) -> dict:
+    """Llama 3's RoPE rescaling as HF's config states it, recovered from llama.cpp's `rope_freqs`.
+
+    llama.cpp stores the factor each rotation frequency is divided by; HF's config states the rule
+    that made them. Llama 3.1 and 3.2 share the rule's band (factors 1 to 4 over an original context
+    of 8,192 tokens) and differ by the largest factor (8 and 32), so the rule is the band and the
+    largest factor, and it must reproduce every stored factor, or the file is refused in one line.
+    """
+    scaling = {"rope_type": "llama3", "factor": float(factors.max()), "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}  # fmt: skip
+    from engine.config import rope_inv_freq  # lazy: it imports torch, as this module does
+
+    cfg = config_from_hf(config | {"rope_scaling": scaling})
+    plain = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64) / cfg.head_dim))
+    implied = (plain / rope_inv_freq(cfg)).numpy()
+    if implied.shape != factors.shape or not np.allclose(implied, factors, rtol=1e-4):
+        raise EngineError(f"'{file}' rescales its RoPE frequencies (rope_freqs) by a rule other than Llama 3's; "
+                          "only plain RoPE and Llama 3's rescaled RoPE load")  # fmt: skip
+    return scaling
 
 
 def hf_config(meta: dict, arch: str, tensor_names: set[str]) -> dict:

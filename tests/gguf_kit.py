@@ -75,6 +75,9 @@ def write_gguf(model_dir: Path, out: Path, kind: str = "F32", tokenizer: bool = 
         theta = (raw.get("rope_parameters") or {}).get("rope_theta") or raw.get("rope_theta") or 10000.0
         w.add_rope_freq_base(float(theta))
         w.add_rope_dimension_count(d // heads)
+    scaling = raw.get("rope_scaling") or raw.get("rope_parameters") or {}
+    if scaling.get("rope_type") == "llama3":  # llama.cpp writes the factor each frequency is divided by
+        w.add_tensor("rope_freqs.weight", llama3_factors(scaling, d // heads, theta))
     if tokenizer and (model_dir / "tokenizer.json").is_file():
         _add_tokenizer(w, model_dir / "tokenizer.json")
     name_map = gguf.get_tensor_name_map(next(a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == arch), layers)
@@ -99,6 +102,16 @@ def write_gguf(model_dir: Path, out: Path, kind: str = "F32", tokenizer: bool = 
     w.write_tensors_to_file()
     w.close()
     return out
+
+
+def llama3_factors(s: dict, dim: int, theta: float) -> np.ndarray:
+    """llama.cpp's converter: 1 for short wavelengths, `factor` for long ones, a smooth blend between."""
+    freqs = 1.0 / theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    wavelen, old = 2 * np.pi / freqs, s["original_max_position_embeddings"]
+    low, high, factor = s["low_freq_factor"], s["high_freq_factor"], s["factor"]
+    smooth = (old / wavelen - low) / (high - low)
+    mid = 1 / ((1 - smooth) / factor + smooth)
+    return np.where(wavelen < old / high, 1.0, np.where(wavelen > old / low, factor, mid)).astype(np.float32)
 
 
 def _add_tokenizer(w, tokenizer_json: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from engine import Engine, EngineError
-from engine.gguf import ACCEPTED_TYPES, q8_0_blocks, read_gguf
+from engine.gguf import ACCEPTED_TYPES, llama3_rope, q8_0_blocks, read_gguf
 from engine.model_store import convert
 from tests.conftest import make_tiny_model, train_tiny_tokenizer
 from tests.gguf_kit import write_gguf
@@ -91,6 +91,31 @@ def test_f32_gguf_holds_the_original_weights(tiny, tmp_path):
     hf = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=path.name, dtype=torch.float32).eval()
     with torch.inference_mode():
         torch.testing.assert_close(hf(torch.tensor([PROMPT])).logits, tiny["llama"].hf()(torch.tensor([PROMPT])).logits)
+
+
+def test_llama3_rescaled_rope_is_read_from_rope_freqs(tmp_path):
+    """Llama 3.1+ GGUFs carry their RoPE rescaling as `rope_freqs` (transformers' GGUF reader ignores it):
+    ours must compute what the original HF model computes, over positions where the rescaling shows."""
+    scaling = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192}  # fmt: skip
+    shape = dict(hidden_size=256, intermediate_size=512, max_position_embeddings=16384)
+    src = make_tiny_model(tmp_path / "src", "llama", seed=11, rope_scaling=scaling, **shape)
+    plain = make_tiny_model(tmp_path / "plain", "llama", seed=11, **shape)  # the same weights, plain RoPE
+    eng = Engine.load(str(write_gguf(src.path, tmp_path / "llama3.gguf", "F32")))
+    assert eng.cfg.rope_scaling["factor"] == 32.0
+    ids = torch.randint(0, 320, (1, 120), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        ours = eng.model(ids, torch.arange(120)[None])
+        torch.testing.assert_close(ours, src.hf()(ids).logits, atol=2e-4, rtol=1e-4)
+        assert (ours - plain.hf()(ids).logits).abs().max() > 1e-3  # plain RoPE would have failed the check
+
+
+def test_rope_factors_of_another_rule_are_refused_in_one_line():
+    config = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2, "intermediate_size": 512,
+              "num_attention_heads": 4, "vocab_size": 320, "rope_theta": 10000.0}  # fmt: skip
+    with pytest.raises(EngineError, match="by a rule other than Llama 3's") as err:
+        llama3_rope(np.full(32, 3.0, dtype=np.float32), config, "odd.gguf")
+    assert "\n" not in str(err.value)
 
 
 def test_tokenizer_and_chat_template_come_from_the_file(tiny, tmp_path):

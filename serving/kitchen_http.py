@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from engine.chat import ChatTemplate
 from engine.errors import EngineError
 from serving.admission import Admission
 from serving.answer import OrderAnswer
@@ -26,7 +27,7 @@ from serving.caps import Caps
 from serving.engine_client import EngineClient
 from serving.handles import Handle, Refused
 from serving.metrics import CONTENT_TYPE, KitchenMetrics
-from serving.openai_api import ApiError, CompletionRequest, jinja_template, parse_order, plain_template
+from serving.openai_api import ApiError, CompletionRequest, parse_order, plain_template
 
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: a 128k-token prompt as text or ids fits; a runaway upload does not
 DEFAULT_CHAT_TOKENS = 256
@@ -46,7 +47,7 @@ class KitchenRoutes:
     def __init__(self, client: EngineClient, config: ServerConfig, metrics: KitchenMetrics):
         self.client, self.config, self.metrics = client, config, metrics
         ready = client.ready
-        self.template = (jinja_template(ready.chat_template, ready.bos_token, ready.eos_token)
+        self.template = (ChatTemplate(ready.chat_template, ready.bos_token, ready.eos_token).render
                          if ready.chat_template else plain_template)  # fmt: skip
         self.admission = Admission(lambda: client.in_flight, ready.seats, config.caps.max_waiting, metrics.refused.inc)
 

@@ -68,12 +68,11 @@ def load(conn, s: LoopSettings) -> Engine | None:
         conn.send_bytes(msgs.encode(msgs.LoadError(" ".join(f"could not load {s.model}: {err}".split()))))
         return None
     codec = engine.codec
-    special = (lambda i: codec.decode([i]) if i is not None else "") if codec is not None else (lambda i: "")
     lim = engine.serving_limits()
     conn.send_bytes(msgs.encode(msgs.Ready(ReadyInfo(
         engine.info.name, str(engine.device), engine.info.precision, s.policy, engine.cfg.max_context,
         engine.cfg.vocab_size, lim.seats, lim.kv_tokens, getattr(codec, "chat_template", None),
-        special(engine.cfg.bos_id), special(next(iter(engine.cfg.eos_ids), None)), time.perf_counter() - t0,
+        getattr(codec, "bos_token", ""), getattr(codec, "eos_token", ""), time.perf_counter() - t0,
         asdict(engine.info), s.token_budget, s.batch_invariant,
     ))))  # fmt: skip
     return engine

@@ -108,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.cli import OneLineParser  # lazy: the command line only
 
     p = OneLineParser(prog="two-pot-kitchen serve", description="one kitchen server for a whole class")
-    p.add_argument("--model", default="chef", help="a catalog name, preset:NAME or a local model folder")
+    p.add_argument("--model", default="chef", help="a catalog name (chef, assistant, ...), preset:NAME, a local model "
+                                                   "folder or a .gguf file")  # fmt: skip
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 | int8 (int8 weight matrices)")
     p.add_argument("--policy", default="chunked", help="static | continuous | chunked")
@@ -137,7 +138,7 @@ def served_name(model: str) -> tuple[str, str]:
     if source is not None:  # an embedded model keeps its name, so the engine's info says "chef", not a folder
         embedded = EMBEDDED_MODELS / model
         return model, model if Path(source).resolve() == embedded.resolve() else source
-    return (Path(model).name if Path(model).is_dir() else model), model
+    return (Path(model).name if Path(model).is_dir() else Path(model).stem if model.endswith(".gguf") else model), model
 
 
 def main(argv: list[str] | None = None, extensions: Sequence[Callable] = ()) -> int:
@@ -151,6 +152,9 @@ def main(argv: list[str] | None = None, extensions: Sequence[Callable] = ()) -> 
                 raise EngineError(f"--max-waiting must be 0 or more requests (got {args.max_waiting})")
             caps = replace(caps, max_waiting=args.max_waiting)
         name, source = served_name(args.model)
+        from engine.cli import fetch_first  # lazy: the command line only
+
+        fetch_first(source)  # a fetched model (assistant) not yet cached: fetched here, with a progress bar
         metrics = KitchenMetrics(name)
         print(f"loading {name} on {args.device} ({args.dtype}, policy {args.policy})...", file=sys.stderr)
         client = EngineClient(LoopSettings(source, args.device, args.dtype, args.policy, args.token_budget,

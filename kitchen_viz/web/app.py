@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from kitchen_viz import app_state, icons
+from kitchen_viz import app_state, fetch_progress, icons
 from kitchen_viz.app_state import (
     KEY_DEVICE,
     KEY_DTYPE,
@@ -78,6 +78,8 @@ def shared_controls_ui() -> None:
             help="Only catalog models can be picked here; an instructor adds more with --catalog.",
         )
         chosen = choices[st.session_state[KEY_MODEL]]
+        if fetch_progress.fetch_state(chosen.name) is not None:  # fetched on first use and not ready yet
+            fetch_progress.fetch_progress_ui(chosen.name)
         if not chosen.trained:
             st.caption(":material/warning: Random weights: timing is real, text is not.")
         st.selectbox("Device", device_choices(), key=KEY_DEVICE)

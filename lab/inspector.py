@@ -335,8 +335,9 @@ def diagnose(
         None: "about half of each step is overhead" if prof and prof.outside_share > OVERHEAD_AT_MOST
         else "measure the roofline to see why",
     }[bound]
-    if bound in ("bandwidth", "compute") and roof is not None:
-        why = regime(steps[len(steps) // 2], roof).words()
+    here = regime(steps[len(steps) // 2], roof) if bound in ("bandwidth", "compute") and roof is not None else None
+    if here is not None:  # the regime named with its numbers, as the story tells it
+        why = here.words()
     tail = f" ({leftovers})" if leftovers else ""
     if slow_phase == "prefill":
         pre = trace.prefill
@@ -348,9 +349,10 @@ def diagnose(
     elif slow_phase == "balanced":
         pre = trace.prefill
         fixes = (prefill_fixes(pre, evidence) if pre is not None else [])[:1] + decode_fixes(bound, prof, dtype, dtype_tpot)
+        pot = f"; the soup pot: {here.summary()}" if here is not None else ""
         headline = (
             f"Balanced: the wok took {ttft_share:.0%} of the wait and the soup pot {1 - ttft_share:.0%}; "
-            f"neither reaches {BOTTLENECK_SHARE:.0%}, so both matter for this order{tail}"
+            f"neither reaches {BOTTLENECK_SHARE:.0%}, so both matter for this order{tail}{pot}"
         )
     else:
         fixes = decode_fixes(bound, prof, dtype, dtype_tpot)

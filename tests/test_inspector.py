@@ -347,6 +347,16 @@ def test_between_the_margins_the_order_is_balanced_and_says_why():
     assert any(f.startswith("Shorten the prompt") for f in v.fixes)  # both pots get advice
 
 
+def test_a_balanced_order_still_names_the_pots_regime():
+    # The More tables lesson's shape: the wok's 1,024 prompt tokens take about as long as 31 steps of
+    # 64 tables' pot, whose 1.28 GFLOP over 40 MB (32 FLOP/byte) are right of the 5 FLOP/byte ridge.
+    v = verdict_for(prefill_s=0.5, steps=31, step_s=0.015, forward_share=0.95, batch=64,
+                    decode_flops=1.28e9, decode_bytes=40e6)  # fmt: skip
+    assert v.slow_phase == "balanced" and v.decode_bound == "compute"
+    assert v.headline.endswith("; the soup pot: compute-bound at batch 64: 32.0 FLOP/byte, right of the DRAM "
+                               "ridge at 5.0 FLOP/byte; memory-bound below about batch 10")  # fmt: skip
+
+
 def test_two_orders_that_measure_the_same_within_noise_get_the_same_diagnosis():
     # The same order twice: TTFT 52 % then 49 % of E2E; steps 15.8 then 15.6 ms, half outside forward().
     a = verdict_for(prefill_s=0.52, steps=30, step_s=0.0158, forward_share=0.50)

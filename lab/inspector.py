@@ -189,7 +189,12 @@ def classify_decode(
         f"from {here.memory}{fits}); the roof explains {explained:.0%} of the step time"
     )
     evidence.append(f"by its intensity alone the pot is {here.summary()}")
-    if explained > 1:
+    if explained > 1 and here.bound == "compute":
+        evidence.append(
+            f"the step beat the measured compute roof ({roof.flops_per_s / 1e9:.1f} GFLOP/s, a square matrix "
+            "multiply): the roof was measured in a slower moment, or this step's shapes run faster than that one"
+        )
+    elif explained > 1:
         evidence.append(
             f"the step beat the measured memory roof ({here.memory}): part of its weights and KV cache stayed in a "
             "faster cache, or the roof was measured in a slower moment"

@@ -195,6 +195,15 @@ def test_single_token_run_has_no_decode_verdict():
     assert v.decode_bound is None
 
 
+def test_a_large_batch_step_faster_than_the_compute_roof_names_that_roof():
+    # 1.28 GFLOP at 100 GFLOP/s needs 12.8 ms; a 10 ms step beat the compute roof, not the memory one.
+    v = verdict_for(prefill_s=0.01, steps=50, step_s=0.010, forward_share=0.95, batch=64,
+                    decode_flops=1.28e9, decode_bytes=40e6)  # fmt: skip
+    assert v.decode_bound == "compute"
+    assert any(e.startswith("the step beat the measured compute roof (100.0 GFLOP/s") for e in v.evidence)
+    assert not any("memory roof" in e for e in v.evidence)
+
+
 def test_a_step_faster_than_the_memory_roof_is_called_out():
     # 4 MB at 20 GB/s needs 0.2 ms; a 0.1 ms step must have read from a cache.
     v = verdict_for(prefill_s=0.001, steps=100, step_s=0.0001, forward_share=0.95)

@@ -117,7 +117,7 @@ typedef struct {
     const Model *m;
     int l;
     const int64_t *pos, *seat;
-    float *const *k_seats, *const *v_seats;
+    const Buf *k_seats, *v_seats; /* (n_layers,) a layer's seats each */
     int seat_len;
     const float *qkv;
     float *att;
@@ -136,10 +136,11 @@ static void attend_units(const AttendJob *j, int a, int b, float *scores, float 
         const size_t at = ((size_t)j->seat[row] * Hkv + kh) * j->seat_len * D;
         const float *qh = j->qkv + (size_t)row * nqkv + (size_t)kh * G * D;
         float *oh = j->att + (size_t)row * qd + (size_t)kh * G * D;
+        const float *keys = (const float *)j->k_seats[l].p + at, *values = (const float *)j->v_seats[l].p + at;
         if (R == 1)
-            attend(qh, j->k_seats[l] + at, j->v_seats[l] + at, (int)j->pos[row] + 1, G, D, scores, oh);
+            attend(qh, keys, values, (int)j->pos[row] + 1, G, D, scores, oh);
         else
-            attend_chunk(qh, nqkv, R, (int)j->pos[row], j->k_seats[l] + at, j->v_seats[l] + at, G, D, scores, kt, oh, qd);
+            attend_chunk(qh, nqkv, R, (int)j->pos[row], keys, values, G, D, scores, kt, oh, qd);
     }
 }
 

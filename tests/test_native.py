@@ -29,6 +29,7 @@ from test_compiled import (
 from engine import Engine, EngineError
 from engine.native import NATIVE_GROUP
 from engine.native_build import library
+from engine.native_build import product as native_product
 
 FAMILIES = ["tiny_llama", "tiny_llama_tied", "tiny_qwen2", "tiny_starcoder2", "tiny_olmo", "tiny_gpt2"]
 pytestmark = pytest.mark.skipif(isinstance(library(), str), reason="the native step could not be built here")
@@ -266,14 +267,11 @@ def test_a_forked_child_runs_threaded_passes_without_the_parents_threads(tiny_ll
 def test_the_float32_product_gives_each_row_the_same_bits_at_every_row_count(n):
     """gemm_kmajor streams 1-4 rows, runs 6-row blocks above, and copies a panel of a weight whose
     rows lie far apart for the blocks after the first: every row's sums keep one order throughout."""
-    lib = library()
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(32, 64, generator=g), torch.randn(64, n, generator=g)  # (B, K), (K, N)
 
     def product(rows: torch.Tensor) -> torch.Tensor:
-        y = torch.empty(rows.shape[0], n)
-        lib.twopot_gemm_f32(rows.shape[0], 64, n, rows.data_ptr(), w.data_ptr(), y.data_ptr())
-        return y
+        return native_product(rows, w)
 
     alone = torch.cat([product(x[i : i + 1].contiguous()) for i in range(32)])  # (32, N), one row at a time
     for rows in (5, 7, 13, 32):

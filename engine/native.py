@@ -121,19 +121,20 @@ class NativeStep:
             tensors = {"w": w.q, "scale": w.native_scale, "rowsum": w.rowsum, "bias": bias}
         else:
             tensors = {"w": w, "bias": bias}
-        contract.fill(into, "LINEAR_BUFFERS", tensors, names, where)
+        contract.fill(into, "LINEAR_BUFFERS", tensors, names, where, keep=self._keep)
 
     def _describe(self, model: Transformer) -> contract.Model:
         """The model's Model struct: every tensor checked against the contract, pointed to, not copied."""
         config = self._config(model)
         names = contract.dims(config)
+        self._keep: list[torch.Tensor] = []  # every tensor the struct points into: alive as long as the step
         linears = {row[0]: tuple(row[1:]) for row in contract.tables()["LAYER_LINEARS"]}  # qkv: (d, nqkv), ...
         layers = (contract.Layer * config["n_layers"])()
         for i, b in enumerate(model.layers):
             a, m, where = b.attn, b.mlp, f"layers[{i}]."
             contract.fill(layers[i], "LAYER_BUFFERS", {"norm1_w": b.attn_norm.weight, "norm1_b": b.attn_norm.bias,
                                                        "norm2_w": b.mlp_norm.weight, "norm2_b": b.mlp_norm.bias},
-                          names, where)  # fmt: skip
+                          names, where, keep=self._keep)  # fmt: skip
             for name, (w, bias) in {"qkv": (a.wqkv_t, a.bqkv), "out": (a.wo_t, a.bo), "up": (m.w_up_t, m.b_up),
                                     "down": (m.w_down_t, m.b_down)}.items():  # fmt: skip
                 self._linear(getattr(layers[i], name), w, bias, names, f"{where}{name}.", linears[name])
@@ -143,7 +144,7 @@ class NativeStep:
             "embed": model.embed, "embed_cols": model.lm_head_t if model.embed is None else None, "wpe": model.wpe,
             "rope_cos": getattr(model, "rope_cos", None), "rope_sin": getattr(model, "rope_sin", None),
             "final_w": model.final_norm.weight, "final_b": model.final_norm.bias,
-            "layers": Buf(ctypes.addressof(layers), config["n_layers"], TYPES["LAYER"][0])}, names)  # fmt: skip
+            "layers": Buf(ctypes.addressof(layers), config["n_layers"], TYPES["LAYER"][0])}, names, keep=self._keep)  # fmt: skip
         self._linear(struct.lm_head, model.lm_head_t, None, names, "lm_head.", ("d", "vocab"))
         return struct
 

@@ -158,15 +158,17 @@ def check(where: str, row: Row, t: torch.Tensor | None, names: dict[str, int]) -
     if t is None:
         raise EngineError(f"native step: {where}{row.field} is missing; the contract wants {want}")
     if t.dtype != row.dtype or tuple(t.shape) != shape or not t.is_contiguous() or t.device.type != "cpu":
-        got = f"{t.dtype} {tuple(t.shape)}{'' if t.is_contiguous() else ' not contiguous'} on {t.device.type}"
+        got = f"{t.dtype} {tuple(t.shape)}{'' if t.is_contiguous() else ' not contiguous'}"
+        got += "" if t.device.type == "cpu" else f" on {t.device.type}"
         raise EngineError(f"native step: {where}{row.field} is {got.replace('torch.', '')}; the contract wants {want}")
     return Buf(t.data_ptr(), t.numel(), TYPES[row.type][0])
 
 
 def fill(struct: ctypes.Structure, table: str, tensors: dict[str, torch.Tensor | Buf | None], names: dict[str, int],
-         where: str = "", partial: bool = False) -> None:  # fmt: skip
+         where: str = "", partial: bool = False, keep: list | None = None) -> None:  # fmt: skip
     """Check and set every buffer of `table` from `tensors` (by field name); rows not needed stay
-    empty. `partial`: only the fields in `tensors` (a Pass's fixed ones, made once per pool)."""
+    empty. `partial`: only the fields in `tensors` (a Pass's fixed ones, made once per pool).
+    `keep`: collects the tensors pointed to, so their memory lives as long as the struct's owner."""
     for row in rows(table):
         if partial and row.field not in tensors:
             continue
@@ -177,3 +179,5 @@ def fill(struct: ctypes.Structure, table: str, tensors: dict[str, torch.Tensor |
         buf = check(where, row, t, names)
         if buf.p is not None or needed(row, names) is not False:
             setattr(struct, row.field, buf)
+        if buf.p is not None and keep is not None:
+            keep.append(t)

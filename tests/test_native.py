@@ -12,6 +12,7 @@ compiler, or where the build fails, the engine says why in one line and decodes 
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 
@@ -28,7 +29,7 @@ from test_compiled import (
 
 from engine import Engine, EngineError
 from engine.native import NATIVE_GROUP
-from engine.native_build import library
+from engine.native_build import Build, library
 from engine.native_build import product as native_product
 
 FAMILIES = ["tiny_llama", "tiny_llama_tied", "tiny_qwen2", "tiny_starcoder2", "tiny_olmo", "tiny_gpt2"]
@@ -142,6 +143,25 @@ def test_batch_invariant_mode_and_16_bit_models_take_the_forward(tiny_llama):
     assert "float32 activations" in bf16.native.problem
     res = bf16.generate([PROMPTS[0]], max_new_tokens=4)
     assert len(res.tokens[0]) == 4 and bf16.native.eager_steps == 3
+
+
+def test_the_engine_says_which_step_cooks_and_for_which_instructions(tiny_llama):
+    """ModelInfo.decode_step, for the Kitchen's main view: the instruction set the step was built for
+    (torch's own CPU detection names the widest vectors this CPU has), or op by op and why."""
+    build, machine = Build.from_env(), platform.machine().lower()
+    if build.portable:
+        want = "portable C"
+    elif build.arch == "x86-64-v2":
+        want = "SSE"
+    elif machine in ("aarch64", "arm64"):
+        want = "NEON"
+    else:
+        want = {"AVX512": "AVX-512", "AVX2": "AVX2"}.get(torch.backends.cpu.get_cpu_capability(), "SSE")
+    eng = Engine.load(str(tiny_llama.path))
+    assert eng.native.isa.startswith(want) and eng.info.decode_step == f"native ({eng.native.isa})"
+    assert Engine.load(str(tiny_llama.path), native=False).info.decode_step == "op by op: the model's forward"
+    bf16 = Engine.load(str(tiny_llama.path), dtype="bfloat16").info.decode_step
+    assert bf16 == "op by op: the native step runs float32 activations (the model's are torch.bfloat16)"
 
 
 def _in_child(code: str, env: dict[str, str]) -> str:

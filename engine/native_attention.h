@@ -35,9 +35,10 @@ static void softmax_values(float *sg, const float *values, int n, int D, float *
     }
 }
 
-/* One row's attention for one KV head: G query heads against slots 0..n-1 of its seat. */
-static void attend(const float *q, const float *keys, const float *values, int n, int G, int D, float *scores,
-                   float *out) {
+/* One row's attention for one KV head: G query heads against slots 0..n-1 of its seat. Inlined into
+ * the pass's attention units, the decode path, though twopot_attention (the tests' entry) calls it too. */
+static inline __attribute__((always_inline)) void attend(const float *q, const float *keys, const float *values,
+                                                         int n, int G, int D, float *scores, float *out) {
     const float scale = 1.0f / sqrtf((float)D);
     for (int g = 0; g < G; g++) {
         const float *qg = q + (size_t)g * D;

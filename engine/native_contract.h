@@ -7,13 +7,16 @@
  * wrong buffer is refused with one line naming it, never read past its end. A test holds the
  * mirror's layout to this file's (twopot_layout).
  *
- * A Linear has din inputs and dout outputs (the LINEARS tables give them). A buffer travels as a Buf: its address, its length in elements and its element type. A table row
- * X(field, type, need, dim, ...) says: `field` holds `type` elements, dim x dim x ... of them (each
- * dim a config name or a derived one, TWOPOT_DIMS), when `need` holds. need is 1 (always), a config
- * flag, !flag, or OPT (may be absent; when present, exactly this). A row whose need does not hold is
- * not read. Each struct lays out its tables' rows in order: the CONFIG ints, the REALS, the BUFFERS
- * (a field named twice is one field), then the LINEARS. Worked example, the chef's first layer in float32: layers[0].qkv.w is F32 (d, nqkv) =
- * (256, 512), 131,072 floats; in int8 it is I8 (nqkv, d) with scale F32 (nqkv,).
+ * A buffer travels as a Buf: its address, its length in elements and its element type. A table
+ * row X(field, type, need, dim, ...) says: `field` holds `type` elements, dim x dim x ... of them
+ * (each dim a config name or a derived one, TWOPOT_DIMS; a Linear's are din inputs and dout
+ * outputs, from the LINEARS tables), when `need` holds. need is 1 (always), a config flag, !flag,
+ * or OPT (may be absent; when present, exactly this). A row whose need does not hold is not read.
+ * Each struct lays out its tables' rows in order: the CONFIG ints, the REALS, the BUFFERS (a field
+ * named twice is one field), then the LINEARS.
+ *
+ * Worked example, the chef (d 256, 8 heads, 4 KV heads of 32): layers[0].qkv.w is F32 (d, nqkv) =
+ * (256, 512), 131,072 floats; in int8 it is I8 (nqkv, d), with scale F32 (nqkv,) and rowsum I32 (nqkv,).
  */
 #include <stdarg.h>
 #include <stddef.h>

@@ -21,7 +21,9 @@ one definition of the math: tests/test_native.py holds this step to it and to tr
 
 How it is built: engine/native_build.py compiles native_step.c once per machine with its C compiler.
 Without a compiler, or if the build fails, `problem` says why in one line and every pass runs the
-model's forward: the request never notices except in speed.
+model's forward: the request never notices except in speed. What it is handed: every buffer is
+checked against engine/native_contract.h, here before the call (the model's tensors once, a pass's
+rows every call) and by C at its boundary, so a wrong one is one EngineError line.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ static void softmax(float *sg, int n) {
 }
 
 /* softmax(scores[0..n-1]) @ values (n, D) -> out (D). */
-static void softmax_values(float *sg, const float *values, int n, int D, float *og) {
+static inline __attribute__((always_inline)) void softmax_values(float *sg, const float *values, int n, int D, float *og) {
     softmax(sg, n);
     memset(og, 0, sizeof(float) * D);
     for (int s = 0; s < n; s++) {

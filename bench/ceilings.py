@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.roofline import synchronize
-from engine import native_build
+from engine import native_build, native_ops
 from engine.model import Transformer
 from engine.quant import Int8Weight, matmul
 
@@ -94,7 +94,7 @@ def native_chain(model: Transformer, rows: int, head_rows: int | None = None):
     calls = []  # each product checked against the contract once, here, not inside the timing
     for w in weights:
         n = heads if w is weights[-1] else rows
-        calls.append(native_build.prepare_product(xs[w.shape[0]][:n], w, y[: n * w.shape[1]].view(n, w.shape[1])))
+        calls.append(native_ops.prepare_product(xs[w.shape[0]][:n], w, y[: n * w.shape[1]].view(n, w.shape[1])))
 
     def run() -> None:
         for call in calls:

@@ -1,5 +1,5 @@
 """Builds and loads engine/native_step.c, the engine's own CPU kernels: the native step
-(engine/native.py) and the int8 product every few-row int8 pass runs (engine/int8_op.py).
+(engine/native.py) and the products engine/native_ops.py hands torch tensors to.
 
 The first process that wants them compiles native_step.c with the machine's C compiler (`$CC`,
 else cc, gcc or clang) into a cache folder (`$TWO_POT_NATIVE_CACHE`, else ~/.cache/two-pot-kitchen),
@@ -13,7 +13,8 @@ How it is built is a `Build`: by default for this CPU (-march=native on x86-64, 
 ARM); `TWO_POT_NATIVE_ARCH` names another target (`x86-64-v2`: no AVX at all),
 `TWO_POT_NATIVE_PORTABLE=1` takes the plain C path, and `TWO_POT_NATIVE_SANITIZE=1` adds
 AddressSanitizer and UndefinedBehaviorSanitizer (the process must then preload the ASan runtime).
-This module imports nothing of the engine's but the contract, so the model's own modules can use it.
+This module imports nothing of the engine's, so the model's own modules can use it; engine/native_ops.py
+calls the kernels from torch.
 """
 
 from __future__ import annotations
@@ -28,11 +29,6 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
-
-from engine import native_contract as contract
-from engine.errors import EngineError
 
 HERE = Path(__file__).parent
 SOURCE = HERE / "native_step.c"
@@ -155,41 +151,3 @@ def library(build: Build | None = None) -> ctypes.CDLL | str:
 def ready() -> bool:
     """Whether the kernels are built and loaded here (built on the first call)."""
     return not isinstance(library(), str)
-
-
-def prepare_product(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, rowsum: torch.Tensor | None = None):
-    """y = x @ W through the native product (native_step.c `twopot_product`), checked against the
-    contract here once: returns a function that runs it (the C side checks the lengths every run).
-    x (M, K) float32; float32 W (K, N), or int8 q (N, K) with rowsum (N,) int32 = q.sum(1): W8A8,
-    each row of x rounded to 8 bits over its own range, int8 x int8 products summed exactly, q's
-    scales not applied. The native step runs the same kernels on its rows, so a row gets the same
-    numbers in every pass. y (M, N) float32."""
-    lib = library()
-    int8 = w.dtype == torch.int8
-    M, K = x.shape
-    N = w.shape[0] if int8 else w.shape[1]
-    p = contract.Product(rows=M, depth=K, cols=N, int8=int(int8))
-    tensors = {"x": x, "w": w, "rowsum": rowsum, "y": y}
-    if int8:  # scratch: the rows rounded to 8 bits, each row's scale
-        tensors |= {"xu": torch.empty(M, K, dtype=torch.uint8), "sx": torch.empty(M)}
-    contract.fill(p, "PRODUCT_BUFFERS", tensors, {"rows": M, "depth": K, "cols": N, "int8": int(int8)}, "product.")
-    why, ref = ctypes.create_string_buffer(256), ctypes.byref(p)
-
-    def run() -> None:
-        if lib.twopot_product(ref, why, len(why)) != 0:
-            raise EngineError(f"native product: {why.value.decode()}")
-
-    run.holds = (p, tensors)  # what the struct points into lives as long as the function
-    return run
-
-
-def product(x: torch.Tensor, w: torch.Tensor, rowsum: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ W as a new (M, N) tensor (see `prepare_product`)."""
-    y = torch.empty(x.shape[0], w.shape[0] if w.dtype == torch.int8 else w.shape[1])  # (M, N)
-    prepare_product(x, w, y, rowsum)()
-    return y
-
-
-def int8_unscaled(x: torch.Tensor, q: torch.Tensor, rowsum: torch.Tensor) -> torch.Tensor:
-    """x (M, K) float32 -> x @ q^T (M, N) float32, W8A8, q's scales not applied (see `product`)."""
-    return product(x.float().contiguous(), q, rowsum)

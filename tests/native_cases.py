@@ -33,7 +33,8 @@ from pathlib import Path
 import torch
 
 from engine import native_contract as contract
-from engine.native_build import library, prepare_product
+from engine.native_build import library
+from engine.native_ops import prepare_product
 
 U = 2.0**-24  # float32's unit roundoff
 STEP_ATOL = 1e-5  # float32 passes of the same order on two CPUs (see above)

@@ -30,7 +30,7 @@ from test_compiled import (
 from engine import Engine, EngineError
 from engine.native import NATIVE_GROUP
 from engine.native_build import Build, library
-from engine.native_build import product as native_product
+from engine.native_ops import product as native_product
 
 FAMILIES = ["tiny_llama", "tiny_llama_tied", "tiny_qwen2", "tiny_starcoder2", "tiny_olmo", "tiny_gpt2"]
 pytestmark = pytest.mark.skipif(isinstance(library(), str), reason="the native step could not be built here")

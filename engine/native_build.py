@@ -113,17 +113,21 @@ def cpu_features(cc: str | None) -> str:
     return f"{machine} {lib.twopot_cpu_features().decode()}"
 
 
+def cached_path(build: Build, flags: list[str], cc: str | None) -> Path:
+    """Where this build of the step is cached: named by the source, the flags, the compiler where one
+    was chosen (so a cached build serves a machine without one), and this CPU's features."""
+    source = SOURCE.read_bytes() + b"".join(h.read_bytes() for h in HEADERS)
+    named = f"{build.cc or ''} {' '.join(flags)} {cpu_features(cc)}"
+    return cache_dir() / f"native_step-{hashlib.sha256(source + named.encode()).hexdigest()[:16]}.so"
+
+
 @functools.lru_cache(maxsize=4)
 def library(build: Build | None = None) -> ctypes.CDLL | str:
     """The built step as a loaded library, or one line saying why there is none. Built once per process."""
     build = build or Build.from_env()
     cc = build.compiler()
     flags = [*build.cflags(), "-fPIC", "-shared"]
-    # the key names a compiler only where one was chosen: a cached build serves a machine without one
-    source = SOURCE.read_bytes() + b"".join(h.read_bytes() for h in HEADERS)
-    named = f"{build.cc or ''} {' '.join(flags)} {cpu_features(cc)}"
-    key = hashlib.sha256(source + named.encode()).hexdigest()[:16]
-    path = cache_dir() / f"native_step-{key}.so"
+    path = cached_path(build, flags, cc)
     if not path.exists():
         if cc is None:
             return "the native step needs a C compiler (cc, gcc or clang on PATH, or set CC); none found"

@@ -200,6 +200,18 @@ def test_the_build_is_cached_per_machine(tiny_llama, tmp_path):
     assert again.splitlines() == out.splitlines()
 
 
+def test_the_cache_key_follows_the_cpus_features(monkeypatch):
+    """A step built for one CPU is never loaded on another: the probe's answer is in the file's name."""
+    from engine import native_build
+
+    features = native_build.cpu_features("cc")
+    assert features.split()[0] == platform.machine() and len(features.split()) > 2  # the CPU's own words
+    build = Build()
+    here = native_build.cached_path(build, build.cflags(), "cc")
+    monkeypatch.setattr(native_build, "cpu_features", lambda cc: features + " and one more")  # a CPU with more
+    assert native_build.cached_path(build, build.cflags(), "cc") != here
+
+
 def test_the_native_sweep_times_both_paths_on_a_real_engine(tiny_llama, capsys):
     from bench.native_sweep import main, sweep
 

@@ -4,7 +4,8 @@ This machine's native step (x86-64) makes the cases (tests/native_cases.py: the 
 products, attention, and whole passes of tiny Llama float32 and int8 and GPT-2 models, a prompt
 pass then a decode step on two threads). A C driver (tests/native_driver.c) built from the same
 source runs them: here with gcc, for x86-64-v2 (no AVX), on the plain C path, and with clang; for
-aarch64 with Debian's cross gcc (plain NEON, and the dot-product instructions) under qemu-user;
+aarch64 with Debian's cross gcc (plain NEON, and the dot-product instructions) and with clang,
+under qemu-user;
 and each result must equal this machine's within the tolerance native_cases.py states.
 Where a compiler or qemu is missing, its test is skipped with one line (scripts/test.sh installs them).
 """
@@ -116,13 +117,16 @@ def test_clang_builds_the_step_and_the_driver(cases, tmp_path):
     compare(root, made)
 
 
-@pytest.mark.parametrize("arch, isa", [("armv8-a", "NEON"), ("armv8.2-a+dotprod", "NEON dotprod")])
-def test_the_aarch64_build_gives_this_machines_numbers_under_qemu(cases, tmp_path, arch, isa):
-    """Debian's cross gcc builds the step for 64-bit ARM; qemu-user runs it on this machine."""
-    if shutil.which(CROSS) is None or shutil.which(QEMU) is None:
-        pytest.skip(f"{CROSS} and {QEMU} are not installed (scripts/test.sh installs them)")
+@pytest.mark.parametrize("cc, arch, isa", [(CROSS, "armv8-a", "NEON"), (CROSS, "armv8.2-a+dotprod", "NEON dotprod"),
+                                           ("clang", "armv8.2-a+dotprod", "NEON dotprod")])  # fmt: skip
+def test_the_aarch64_build_gives_this_machines_numbers_under_qemu(cases, tmp_path, cc, arch, isa):
+    """Debian's cross gcc (and clang, with its libraries and linker) builds the step for 64-bit ARM;
+    qemu-user runs it on this machine."""
+    if shutil.which(CROSS) is None or shutil.which(QEMU) is None or shutil.which(cc) is None:
+        pytest.skip(f"{CROSS}, {cc} and {QEMU} are not all installed (scripts/test.sh installs them)")
     root, made = cases
-    driver = build_driver(tmp_path / "driver", Build(cc=CROSS, arch=arch), "-static")
+    target = ["--target=aarch64-linux-gnu"] if cc == "clang" else []
+    driver = build_driver(tmp_path / "driver", Build(cc=cc, arch=arch), *target, "-static")
     out = run_driver([QEMU, str(driver)], root)
     assert out == f"{len(made)} cases on {isa}"
     compare(root, made)

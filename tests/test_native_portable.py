@@ -5,8 +5,7 @@ products, attention, and whole passes of tiny Llama float32 and int8 and GPT-2 m
 pass then a decode step on two threads). A C driver (tests/native_driver.c) built from the same
 source runs them: here with gcc, for x86-64-v2 (no AVX), on the plain C path, and with clang; for
 aarch64 with Debian's cross gcc (plain NEON, and the dot-product instructions) and with clang,
-under qemu-user;
-and each result must equal this machine's within the tolerance native_cases.py states.
+under qemu-user. Each result must equal this machine's within the tolerance native_cases.py states.
 Where a compiler or qemu is missing, its test is skipped with one line (scripts/test.sh installs them).
 """
 

@@ -6,11 +6,18 @@ cd "$(dirname "$0")/.."
 
 # Debian's Chromium drives the browser tests and the PNG export (Playwright cannot download its
 # own browser here); the emoji font makes the kitchen's icons render in screenshots. Debian's
-# Prometheus scrapes the class kitchen in tests/test_prometheus.py.
-if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/prometheus ]; then
+# Prometheus scrapes the class kitchen in tests/test_prometheus.py. The aarch64 cross gcc and
+# qemu-user build the native step for 64-bit ARM and run it here, and clang builds it a second
+# way (tests/test_native_portable.py).
+CROSS=""; [ "$(uname -m)" = x86_64 ] && CROSS="gcc-aarch64-linux-gnu qemu-user"
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/prometheus ] || ! command -v clang >/dev/null \
+   || { [ -n "$CROSS" ] && ! command -v aarch64-linux-gnu-gcc >/dev/null; } \
+   || { [ -n "$CROSS" ] && ! command -v qemu-aarch64 >/dev/null; }; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium fonts-noto-color-emoji prometheus >/dev/null
+  # shellcheck disable=SC2086  # CROSS is a list of packages
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium fonts-noto-color-emoji prometheus \
+    gcc clang $CROSS >/dev/null
 fi
 
 bash scripts/setup.sh dev

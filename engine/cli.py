@@ -4,6 +4,8 @@ Bad input (an EngineError, or a malformed flag) prints ONE line to stderr and ex
 so scripts and the lab can tell "you asked for something impossible" from a crash.
 
     python -m engine generate --model preset:smollm2-135m --prompt-ids 1,2,3 --max-new-tokens 16 --json
+    python -m engine generate --model assistant --chat --prompt "What is the capital of France?"
+    python -m engine fetch assistant     # download, verify and convert it once (engine/model_store.py)
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
 from engine.engine import Engine
 from engine.errors import EngineError, OneLineParser
@@ -25,10 +28,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="python -m engine", description="Two-Pot Kitchen inference engine")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     gen = sub.add_parser("generate", help="run one request and print the tokens, texts and metrics")
-    gen.add_argument("--model", required=True, help="folder, preset:NAME, embedded model name (chef, apprentice) or hub id")
+    gen.add_argument("--model", required=True, help="folder, FILE.gguf, preset:NAME, embedded model name (chef, apprentice), "
+                                                 "fetched model (assistant) or hub id")  # fmt: skip
     prompt = gen.add_mutually_exclusive_group(required=True)
     prompt.add_argument("--prompt", help="prompt text (needs a tokenizer)")
     prompt.add_argument("--prompt-ids", help="comma-separated token ids, e.g. 1,2,3")
+    gen.add_argument("--chat", action="store_true", help="send --prompt as one user message in the model's chat template")
     gen.add_argument("--batch", type=int, default=1, help="repeat the prompt N times")
     gen.add_argument("--max-new-tokens", type=int, default=32)
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -52,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--model", required=True)
     info.add_argument("--device", default="cpu")
     info.add_argument("--dtype", default="float32")
+    fetch = sub.add_parser("fetch", help="download, verify and convert a fetched model into the model cache")
+    fetch.add_argument("name", help="the model to fetch (assistant)")
     return parser
 
 
@@ -73,9 +80,14 @@ def run_generate(args) -> int:
 
         torch.set_num_threads(args.threads)  # process-wide: fine for a one-shot CLI run
     prompt = args.prompt if args.prompt is not None else parse_ids(args.prompt_ids)
+    fetch_first(args.model)
     settings = EngineSettings(device=args.device, dtype=args.dtype, kv_budget_bytes=args.kv_budget_bytes,
                               quant=args.quant, compile=args.compile)  # fmt: skip
     eng = Engine.load(args.model, settings)
+    if args.chat:
+        if args.prompt is None or eng.codec is None:
+            raise EngineError("--chat needs --prompt text and a model with a tokenizer")
+        prompt = eng.codec.chat_prompt([{"role": "user", "content": args.prompt}]).ids
     if args.speculate:
         return run_speculative(eng, prompt, args)
     res = eng.generate(
@@ -122,8 +134,51 @@ def run_speculative(eng, prompt, args) -> int:
 
 
 def run_info(args) -> int:
-
+    fetch_first(args.model)
     print(json.dumps(asdict(Engine.load(args.model, EngineSettings(device=args.device, dtype=args.dtype)).info)))
+    return 0
+
+
+def fetch_first(model: str) -> None:
+    """A fetched model not yet in the cache is fetched here, with a progress bar on stderr, before loading."""
+    from engine import model_store  # lazy: only names of fetched models need it
+
+    if model in model_store.RECIPES and model_store.cached(model) is None and not Path(model).exists():
+        bar = ProgressBar()
+        try:
+            model_store.ensure(model, bar)
+        finally:
+            bar.close()
+
+
+class ProgressBar:
+    """`[##########..........]  52%  assistant: downloading 48.3 of 92.9 MB` on a terminal, redrawn in
+    place; elsewhere (a log, CI) one line per stage once it has begun (so a fetch that fails at once
+    leaves only its error line)."""
+
+    def __init__(self, out=None):
+        self.out, self.stage, self.drawn = out or sys.stderr, None, False
+
+    def __call__(self, p) -> None:
+        tty = self.out.isatty()
+        if (not tty and p.stage == self.stage) or (p.stage == "download" and not p.done) or p.stage == "failed":
+            return
+        self.stage, self.drawn = p.stage, True
+        filled = int(20 * p.fraction)
+        line = f"[{'#' * filled}{'.' * (20 - filled)}] {p.fraction:4.0%}  {p.line}"
+        self.out.write("\r" + line.ljust(79) if tty else line + "\n")
+        self.out.flush()
+
+    def close(self) -> None:
+        if self.drawn and self.out.isatty():
+            self.out.write("\n")
+            self.out.flush()
+
+
+def run_fetch(args) -> int:
+    from engine import model_store  # lazy: as above
+
+    print(model_store.ensure(args.name, ProgressBar()))
     return 0
 
 
@@ -146,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         if argv[:1] == ["serve-bench"]:
             return run_bench(argv)
         args = build_parser().parse_args(argv)
-        return run_generate(args) if args.command == "generate" else run_info(args)
+        return {"generate": run_generate, "info": run_info, "fetch": run_fetch}[args.command](args)
     except EngineError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT

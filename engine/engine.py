@@ -83,7 +83,7 @@ class Engine:
 
     @classmethod
     def load(cls, model: str, settings: EngineSettings | None = None, **changes) -> Engine:
-        """Folder, `preset:NAME`, an embedded model's name (engine/models/NAME) or hub id -> a ready Engine.
+        """Folder, FILE.gguf, `preset:NAME`, an embedded (chef) or fetched (assistant) model's name or hub id -> an Engine.
 
         `settings` (engine/settings.py) says how it loads and serves; `changes` are single fields
         over them, for a one-line load: `Engine.load("chef", policy="chunked")`. Every value is

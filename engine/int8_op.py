@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine import native_build
+from engine import native_ops
 
 KERNEL_MAX_ROWS = 8  # up to this many rows the W8A16 kernel beat a bf16 GEMM on widened weights (int8-cpu.md)
 W8A8_MAX_ROWS = 64  # up to this many rows W8A8 beat both W8A16 kernels at 1 thread (int8-cpu.md)
@@ -139,7 +139,7 @@ class Int8Parts:
     packed: torch.Tensor | None = None
     col_offsets: torch.Tensor | None = None
     zero_bias: torch.Tensor | None = None
-    rowsum: torch.Tensor | None = None  # (out,) int32, where the engine's own W8A8 product serves (native_build.py)
+    rowsum: torch.Tensor | None = None  # (out,) int32, where the engine's own W8A8 product serves (native_ops.py)
 
 
 def result_dtype(kernel_scale: torch.Tensor | None) -> torch.dtype:
@@ -166,7 +166,7 @@ def int8_matmul(
         if x.shape[0] > W8A8_MAX_ROWS:
             return (x.to(torch.bfloat16) @ q.t().to(torch.bfloat16)).float()  # (M, out); widening is exact
         if rowsum is not None:  # the native step's arithmetic
-            return native_build.int8_unscaled(x, q, rowsum)  # (M, out) float32
+            return native_ops.int8_unscaled(x, q, rowsum)  # (M, out) float32
         return _w8a8_unscaled(x, q, packed, col_offsets, zero_bias)  # (M, out) float32
     if use_kernel and x.shape[0] <= KERNEL_MAX_ROWS:
         if x.device.type != "cpu":  # CUDA: float32 activations and scales

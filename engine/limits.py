@@ -14,9 +14,9 @@ budget the request is refused and `limits(512, 512).max_batch` says 26 would fit
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, fields
 
+import psutil
 import torch
 
 from engine.config import ModelConfig
@@ -69,17 +69,11 @@ class Limits:
 
 
 def available_memory(device: torch.device) -> int:
-    """Free bytes now: CUDA free memory, or MemAvailable from /proc/meminfo on CPU."""
+    """Free bytes now: CUDA free memory, or on CPU what the OS can give without swapping (psutil's
+    `available`: MemAvailable on Linux, free + inactive pages on macOS, available physical memory on Windows)."""
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return int(psutil.virtual_memory().available)
 
 
 def kv_limits(cfg: ModelConfig, dtype, device, budget: int | None, prompt_len: int, max_new: int) -> Limits:

@@ -1,14 +1,10 @@
 """Find a model's files and copy its weights into our Transformer, through an explicit name map.
 
-Why a hand-written name map instead of `from_pretrained`: the learner can see exactly which HF
-tensor lands where, and how it is reshaped on the way (q/k/v fused, weights pre-transposed). Each
-tensor's shape is checked against the config before it is copied, so a mismatched checkpoint fails
-with one line naming the tensor, not with a matmul error three layers later.
-
-Worked example (SmolLM2-135M, layer 0): `model.layers.0.self_attn.{q,k,v}_proj.weight` are
-(576, 576), (192, 576) and (192, 576); stacked they are (960, 576), transposed they fill our
-`layers.0.attn.wqkv_t` of shape (576, 960). GPT-2's `Conv1D` already stores `(in, out)`, so its
-`c_attn.weight` (768, 2304) is copied as is.
+The map (engine/weight_map.py) names every buffer's HF tensors; the weights come from a tensor
+source that answers to HF names: a safetensors folder (`SafetensorsFolder`) or a GGUF file
+(engine/gguf.py). Each tensor's shape is checked against the config before it is copied, so a
+mismatched checkpoint fails with one line naming the tensor, not with a matmul error three layers
+later.
 """
 
 from __future__ import annotations
@@ -21,89 +17,17 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from engine.config import ModelConfig, config_from_hf, family_of
+from engine.config import ModelConfig, config_from_hf
 from engine.errors import EngineError
 from engine.model import Transformer
 from engine.presets import build_preset
 from engine.quant import parse_quant, quantize
 from engine.text import TextCodec
+from engine.weight_map import weight_specs
 
 HUB_PATTERNS = ["config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json",
                 "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
                 "merges.txt", "tokenizer.model"]  # fmt: skip
-
-
-@dataclass(frozen=True)
-class WeightSpec:
-    """Our buffer `target` = cat(HF tensors `parts`, dim 0), transposed when `transpose`."""
-
-    target: str
-    parts: list[tuple[str, tuple[int, ...]]]  # (HF name, expected HF shape)
-    transpose: bool = True
-
-
-def llama_weight_map(cfg: ModelConfig) -> list[WeightSpec]:
-    """Llama-spelled checkpoints (Llama / SmolLM2 / Mistral, Qwen2, StarCoder2): the family entry
-    (engine/config.py `FAMILIES`) names what differs. HF nn.Linear stores (out, in)."""
-    fam = family_of(cfg)
-    d, q, kv, f = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim
-    # A norm's tensors; none for a LayerNorm without parameters (load_weights sets them to 1 and 0).
-    norm_parts = () if not cfg.norm_affine else ("weight", "bias") if cfg.norm == "layer" else ("weight",)
-    specs = []
-    for i in range(cfg.n_layers):
-        hf, ours = f"model.layers.{i}.", f"layers.{i}."
-        a, m = hf + "self_attn.", hf + "mlp."
-        for norm, name in (("attn_norm", "input_layernorm"), ("mlp_norm", "post_attention_layernorm")):
-            specs += [WeightSpec(f"{ours}{norm}.{p}", [(f"{hf}{name}.{p}", (d,))], False) for p in norm_parts]
-        qkv = [(a + "q_proj", q), (a + "k_proj", kv), (a + "v_proj", kv)]
-        specs += [
-            WeightSpec(ours + "attn.wqkv_t", [(n + ".weight", (rows, d)) for n, rows in qkv]),
-            WeightSpec(ours + "attn.wo_t", [(a + "o_proj.weight", (d, q))]),
-            WeightSpec(ours + "mlp.w_up_t", [(f"{m}{n}.weight", (f, d)) for n in fam.up]),  # gate, up fused
-            WeightSpec(ours + "mlp.w_down_t", [(f"{m}{fam.down}.weight", (d, f))]),
-        ]
-        if cfg.qkv_bias:
-            specs.append(WeightSpec(ours + "attn.bqkv", [(n + ".bias", (rows,)) for n, rows in qkv], False))
-        if cfg.out_bias:
-            specs += [WeightSpec(ours + "attn.bo", [(a + "o_proj.bias", (d,))], False),
-                      WeightSpec(ours + "mlp.b_up", [(f"{m}{n}.bias", (f,)) for n in fam.up], False),
-                      WeightSpec(ours + "mlp.b_down", [(f"{m}{fam.down}.bias", (d,))], False)]  # fmt: skip
-    specs += [WeightSpec(f"final_norm.{p}", [(f"model.norm.{p}", (d,))], False) for p in norm_parts]
-    embed = ("model.embed_tokens.weight", (cfg.vocab_size, d))
-    if cfg.tied:
-        specs.append(WeightSpec("lm_head_t", [embed]))
-    else:
-        specs += [WeightSpec("embed", [embed], False),
-                  WeightSpec("lm_head_t", [("lm_head.weight", (cfg.vocab_size, d))])]  # fmt: skip
-    return specs
-
-
-def gpt2_weight_map(cfg: ModelConfig, prefix: str) -> list[WeightSpec]:
-    """GPT-2 names (`prefix` is "transformer." for GPT2LMHeadModel files, "" for old hub files)."""
-    d, f = cfg.d_model, cfg.ffn_dim
-    specs = []
-    for i in range(cfg.n_layers):
-        hf, ours = f"{prefix}h.{i}.", f"layers.{i}."
-        for norm, ln in (("attn_norm", "ln_1"), ("mlp_norm", "ln_2")):
-            specs += [
-                WeightSpec(f"{ours}{norm}.{p}", [(f"{hf}{ln}.{p}", (d,))], False) for p in ("weight", "bias")
-            ]
-        conv1d = [  # Conv1D weights are already (in, out)
-            ("attn.wqkv_t", "attn.c_attn.weight", (d, 3 * d)), ("attn.bqkv", "attn.c_attn.bias", (3 * d,)),
-            ("attn.wo_t", "attn.c_proj.weight", (d, d)), ("attn.bo", "attn.c_proj.bias", (d,)),
-            ("mlp.w_up_t", "mlp.c_fc.weight", (d, f)), ("mlp.b_up", "mlp.c_fc.bias", (f,)),
-            ("mlp.w_down_t", "mlp.c_proj.weight", (f, d)), ("mlp.b_down", "mlp.c_proj.bias", (d,)),
-        ]  # fmt: skip
-        specs += [WeightSpec(ours + t, [(hf + n, s)], False) for t, n, s in conv1d]
-    specs += [WeightSpec(f"final_norm.{p}", [(f"{prefix}ln_f.{p}", (d,))], False) for p in ("weight", "bias")]
-    specs.append(WeightSpec("wpe", [(f"{prefix}wpe.weight", (cfg.max_context, d))], False))
-    wte = (f"{prefix}wte.weight", (cfg.vocab_size, d))
-    if cfg.tied:
-        specs.append(WeightSpec("lm_head_t", [wte]))
-    else:
-        specs += [WeightSpec("embed", [wte], False),
-                  WeightSpec("lm_head_t", [("lm_head.weight", (cfg.vocab_size, d))])]  # fmt: skip
-    return specs
 
 
 def read_config(folder: Path) -> ModelConfig:
@@ -117,47 +41,47 @@ def read_config(folder: Path) -> ModelConfig:
     return config_from_hf(raw)
 
 
-def _tensor_index(folder: Path) -> dict[str, Path]:
-    """HF tensor name -> the .safetensors file that holds it (sharded checkpoints included)."""
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise EngineError(f"no *.safetensors weights in '{folder}' (only safetensors files are loaded)")
-    index = {}
-    for file in files:
-        with safe_open(file, framework="pt") as f:
-            index.update({name: file for name in f.keys()})
-    return index
+class SafetensorsFolder:
+    """A folder's *.safetensors as a tensor source: HF name -> tensor (sharded checkpoints included).
+    A GGUF file is the other source (engine/gguf.py `GgufModel`): both answer `names()` and `get()`."""
+
+    def __init__(self, folder: Path):
+        files = sorted(folder.glob("*.safetensors"))
+        if not files:
+            raise EngineError(f"no *.safetensors weights in '{folder}' (only safetensors files are loaded)")
+        self.where, self.index, self.handles = folder, {}, {}
+        for file in files:
+            with safe_open(file, framework="pt") as f:
+                self.index.update({name: file for name in f.keys()})
+
+    def names(self) -> set[str]:
+        return set(self.index)
+
+    def get(self, name: str) -> torch.Tensor:
+        file = self.index[name]
+        if file not in self.handles:
+            self.handles[file] = safe_open(file, framework="pt")
+        return self.handles[file].get_tensor(name)
 
 
-def load_weights(folder: Path, cfg: ModelConfig, device, dtype) -> Transformer:
-    """Allocate our Transformer on `device` and fill every buffer from the folder's safetensors."""
-    index = _tensor_index(folder)
-    if cfg.family == "gpt2":
-        specs = gpt2_weight_map(cfg, "transformer." if "transformer.wte.weight" in index else "")
-    else:
-        specs = llama_weight_map(cfg)
+def load_weights(source, cfg: ModelConfig, device, dtype) -> Transformer:
+    """Allocate our Transformer on `device` and fill every buffer from `source` (a SafetensorsFolder
+    or a GGUF file), by HF name."""
+    names = source.names()
+    specs = weight_specs(cfg, "transformer." if "transformer.wte.weight" in names else "")
     model = Transformer(cfg, device=device, dtype=dtype)
     buffers = dict(model.named_buffers())
-    handles: dict[Path, object] = {}
-    try:
-        for spec in specs:
-            parts = []
-            for name, shape in spec.parts:
-                if name not in index:
-                    raise EngineError(f"weights in '{folder}' lack tensor '{name}' needed by {cfg.family}")
-                file = index[name]
-                if file not in handles:
-                    handles[file] = safe_open(file, framework="pt")
-                tensor = handles[file].get_tensor(name)
-                if tuple(tensor.shape) != shape:
-                    raise EngineError(
-                        f"tensor '{name}' has shape {tuple(tensor.shape)}; config expects {shape}"
-                    )
-                parts.append(tensor)
-            full = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
-            buffers[spec.target].copy_(full.t() if spec.transpose else full)  # casts dtype, moves device
-    finally:
-        handles.clear()
+    for spec in specs:
+        parts = []
+        for name, shape in spec.parts:
+            if name not in names:
+                raise EngineError(f"weights in '{source.where}' lack tensor '{name}' needed by {cfg.family}")
+            tensor = source.get(name)
+            if tuple(tensor.shape) != shape:
+                raise EngineError(f"tensor '{name}' has shape {tuple(tensor.shape)}; config expects {shape}")
+            parts.append(tensor)
+        full = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
+        buffers[spec.target].copy_(full.t() if spec.transpose else full)  # casts dtype, moves device
     if not cfg.norm_affine:  # a LayerNorm without parameters is one with weight 1 and bias 0
         for name, buf in buffers.items():
             if name.endswith(("norm.weight", "norm.bias")):
@@ -172,8 +96,9 @@ EMBEDDED_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 def resolve_source(model: str) -> str:
     """Turn what the user typed into a local folder or `preset:NAME`.
 
-    Order: `preset:` prefix, an existing folder, the name of a model embedded in the repo
-    (`chef` -> engine/models/chef), then a hub id (downloaded with huggingface_hub; offline or
+    Order: `preset:` prefix, an existing folder or .gguf file, the name of a model embedded in the
+    repo (`chef` -> engine/models/chef), a model the engine fetches into its model cache
+    (`assistant`, engine/model_store.py; fetched and converted on first use), then a hub id (downloaded with huggingface_hub; offline or
     unknown -> one-line EngineError). The app's menu of models (names, labels, an instructor's extra
     entries) is not the engine's business: it lives in `serving/catalog.py`, which hands
     `Engine.load` one of these sources.
@@ -182,11 +107,17 @@ def resolve_source(model: str) -> str:
         return model
     path = Path(model).expanduser()
     if path.exists():
-        if not path.is_dir():
-            raise EngineError(f"model path '{model}' is a file; give the model's folder")
+        if not path.is_dir() and path.suffix.lower() != ".gguf":
+            raise EngineError(f"model path '{model}' is a file; give the model's folder or a .gguf file")
         return str(path)
+    if path.suffix.lower() == ".gguf":
+        raise EngineError(f"GGUF file '{model}' does not exist")
     if EMBEDDED_NAME.match(model) and (EMBEDDED_MODELS / model / "config.json").is_file():
         return str(EMBEDDED_MODELS / model)
+    from engine import model_store  # lazy: only a name that is not a folder looks in the model store
+
+    if model in model_store.RECIPES:
+        return str(model_store.ensure(model))
     if model.count("/") == 1 and not model.startswith((".", "/", "~")):
         return _download(model)
     raise EngineError(
@@ -254,6 +185,8 @@ class ModelInfo:
     dtype: str
     has_tokenizer: bool = True
     quant: str | None = None  # "int8": matmul weights stored as int8 (engine/quant.py); None: in `dtype`
+    # the tokenizer carries the model's chat template (engine/chat.py renders it; `Engine.chat_prompt`)
+    has_chat_template: bool = False
     decode_step: str = ""  # how pure-decode steps run, in words (engine/serving_core.py `describe_decode_step`)
 
     @property
@@ -292,13 +225,18 @@ def load_model(model: str, device: str = "cpu", dtype: str = "float32", quant: s
 
         net, codec = build_preset(source.removeprefix("preset:"), dev, dt)
         trained = False
+    elif source.lower().endswith(".gguf"):
+        from engine.gguf import gguf_codec, read_gguf  # lazy: the gguf library only for a GGUF file
+
+        gguf = read_gguf(source)
+        net, codec, trained = load_weights(gguf, config_from_hf(gguf.config), dev, dt), gguf_codec(gguf), True
     else:
         folder = Path(source)
         cfg = read_config(folder)
         extra_eos = _eos_from_generation_config(folder)
         if extra_eos:
             cfg = replace(cfg, eos_ids=tuple(dict.fromkeys(cfg.eos_ids + extra_eos)))
-        net = load_weights(folder, cfg, dev, dt)
+        net = load_weights(SafetensorsFolder(folder), cfg, dev, dt)
         codec, trained = TextCodec.from_folder(folder), True
     if quant is not None:
         quantize(net, quant)
@@ -312,5 +250,6 @@ def load_model(model: str, device: str = "cpu", dtype: str = "float32", quant: s
         vocab_size=cfg.vocab_size, max_context=cfg.max_context, weight_bytes=weight_bytes,
         kv_bytes_per_token=cfg.kv_bytes_per_token(dt.itemsize), trained=trained, device=str(dev),
         dtype=CANONICAL_DTYPE[dt], has_tokenizer=codec is not None, quant=quant,
+        has_chat_template=getattr(codec, "chat_template", None) is not None,
     )  # fmt: skip
     return LoadedModel(net, codec, info)

@@ -23,7 +23,7 @@ static void softmax(float *sg, int n) {
 }
 
 /* softmax(scores[0..n-1]) @ values (n, D) -> out (D). */
-static void softmax_values(float *sg, const float *values, int n, int D, float *og) {
+static inline __attribute__((always_inline)) void softmax_values(float *sg, const float *values, int n, int D, float *og) {
     softmax(sg, n);
     memset(og, 0, sizeof(float) * D);
     for (int s = 0; s < n; s++) {
@@ -35,9 +35,10 @@ static void softmax_values(float *sg, const float *values, int n, int D, float *
     }
 }
 
-/* One row's attention for one KV head: G query heads against slots 0..n-1 of its seat. */
-static void attend(const float *q, const float *keys, const float *values, int n, int G, int D, float *scores,
-                   float *out) {
+/* One row's attention for one KV head: G query heads against slots 0..n-1 of its seat. Inlined into
+ * the pass's attention units, the decode path, though twopot_attention (the tests' entry) calls it too. */
+static inline __attribute__((always_inline)) void attend(const float *q, const float *keys, const float *values,
+                                                         int n, int G, int D, float *scores, float *out) {
     const float scale = 1.0f / sqrtf((float)D);
     for (int g = 0; g < G; g++) {
         const float *qg = q + (size_t)g * D;
@@ -117,7 +118,7 @@ typedef struct {
     const Model *m;
     int l;
     const int64_t *pos, *seat;
-    float *const *k_seats, *const *v_seats;
+    const Buf *k_seats, *v_seats; /* (n_layers,) a layer's seats each */
     int seat_len;
     const float *qkv;
     float *att;
@@ -136,10 +137,11 @@ static void attend_units(const AttendJob *j, int a, int b, float *scores, float 
         const size_t at = ((size_t)j->seat[row] * Hkv + kh) * j->seat_len * D;
         const float *qh = j->qkv + (size_t)row * nqkv + (size_t)kh * G * D;
         float *oh = j->att + (size_t)row * qd + (size_t)kh * G * D;
+        const float *keys = (const float *)j->k_seats[l].p + at, *values = (const float *)j->v_seats[l].p + at;
         if (R == 1)
-            attend(qh, j->k_seats[l] + at, j->v_seats[l] + at, (int)j->pos[row] + 1, G, D, scores, oh);
+            attend(qh, keys, values, (int)j->pos[row] + 1, G, D, scores, oh);
         else
-            attend_chunk(qh, nqkv, R, (int)j->pos[row], j->k_seats[l] + at, j->v_seats[l] + at, G, D, scores, kt, oh, qd);
+            attend_chunk(qh, nqkv, R, (int)j->pos[row], keys, values, G, D, scores, kt, oh, qd);
     }
 }
 

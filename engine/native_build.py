@@ -1,12 +1,20 @@
 """Builds and loads engine/native_step.c, the engine's own CPU kernels: the native step
-(engine/native.py) and the int8 product every few-row int8 pass runs (engine/int8_op.py).
+(engine/native.py) and the products engine/native_ops.py hands torch tensors to.
 
 The first process that wants them compiles native_step.c with the machine's C compiler (`$CC`,
-else cc, gcc or clang; -O3 -march=native) into a cache folder (`$TWO_POT_NATIVE_CACHE`, else
-~/.cache/two-pot-kitchen), named by a hash of the source, the flags and this CPU's feature flags,
-so later processes load it at once (the build takes about a second). Without a compiler, or if the
-build fails, `library()` returns one line saying why and the callers run torch's kernels instead.
-This module imports nothing of the engine's, so the model's own modules can use it.
+else cc, gcc or clang) into a cache folder (`$TWO_POT_NATIVE_CACHE`, else ~/.cache/two-pot-kitchen),
+named by a hash of the source, the compiler, the flags and this CPU's features, so later processes
+load it at once (the build takes about a second). The features come from engine/native_probe.c,
+built once without -march so it runs on any CPU of its kind: a step built for one CPU is never
+loaded on another. Without a compiler, or if the build fails, `library()` returns one line saying
+why and the callers run torch's kernels instead.
+
+How it is built is a `Build`: by default for this CPU (-march=native on x86-64, -mcpu=native on
+ARM); `TWO_POT_NATIVE_ARCH` names another target (`x86-64-v2`: no AVX at all),
+`TWO_POT_NATIVE_PORTABLE=1` takes the plain C path, and `TWO_POT_NATIVE_SANITIZE=1` adds
+AddressSanitizer and UndefinedBehaviorSanitizer (the process must then preload the ASan runtime).
+This module imports nothing of the engine's, so the model's own modules can use it; engine/native_ops.py
+calls the kernels from torch.
 """
 
 from __future__ import annotations
@@ -15,91 +23,135 @@ import ctypes
 import functools
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-import torch
+HERE = Path(__file__).parent
+SOURCE = HERE / "native_step.c"
+HEADERS = tuple(HERE / n for n in ("native_vec.h", "native_contract.h", "native_products.h", "native_crew.h",
+                                   "native_attention.h"))  # in the cache key  # fmt: skip
+PROBE = HERE / "native_probe.c"
+X86 = ("x86_64", "amd64", "i386", "i686")
+ARM64 = ("aarch64", "arm64")
 
-SOURCE = Path(__file__).with_name("native_step.c")
-HEADERS = tuple(Path(__file__).with_name(n) for n in ("native_products.h", "native_crew.h", "native_attention.h"))  # in the cache key
-FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno")
+
+@dataclass(frozen=True)
+class Build:
+    """How the step is compiled: which compiler, for which CPU, with which checks."""
+
+    cc: str | None = None  # None: $CC, else cc, gcc or clang on PATH
+    arch: str = "native"  # this CPU; or an -march value ("x86-64-v2", "armv8.2-a+dotprod"); "" for none
+    portable: bool = False  # -DTWOPOT_PORTABLE: no intrinsics, no asm
+    sanitize: bool = False  # AddressSanitizer + UndefinedBehaviorSanitizer, every report fatal
+
+    @classmethod
+    def from_env(cls) -> Build:
+        return cls(arch=os.environ.get("TWO_POT_NATIVE_ARCH", "native"),
+                   portable=os.environ.get("TWO_POT_NATIVE_PORTABLE") == "1",
+                   sanitize=os.environ.get("TWO_POT_NATIVE_SANITIZE") == "1")  # fmt: skip
+
+    def compiler(self) -> str | None:
+        for name in (self.cc,) if self.cc else (os.environ.get("CC"), "cc", "gcc", "clang"):
+            if name and shutil.which(name):
+                return name
+        return None
+
+    def cflags(self) -> list[str]:
+        """Everything but the output's kind (shared library or program)."""
+        flags = ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"
+                 ] if self.sanitize else ["-O3"]  # fmt: skip
+        flags += ["-fno-math-errno", "-Wno-psabi"]  # psabi: gcc's note on 64-byte vectors without AVX-512
+        machine = platform.machine().lower()
+        if self.arch == "native":
+            flags += ["-march=native"] if machine in X86 else ["-mcpu=native"] if machine in ARM64 else []
+        elif self.arch:
+            flags.append(f"-march={self.arch}")
+        return flags + (["-DTWOPOT_PORTABLE"] if self.portable else [])
 
 
 def cache_dir() -> Path:
     return Path(os.environ.get("TWO_POT_NATIVE_CACHE") or Path.home() / ".cache" / "two-pot-kitchen")
 
 
-def compiler() -> str | None:
-    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if name and shutil.which(name):
-            return name
-    return None
-
-
-def _cpu_flags() -> str:
+def compile_c(cc: str, flags: list[str], sources: list[Path], out: Path) -> str | None:
+    """Compile into `out` atomically (a process beside this one sees the whole file or none): None,
+    or the compiler's first error line."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=out.suffix, dir=out.parent)
+    os.close(fd)
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return line
-    except OSError:
-        pass
-    return os.uname().machine
+        done = subprocess.run([cc, *flags, "-o", tmp, *map(str, sources), "-lm", "-lpthread"], capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+        if done.returncode != 0:
+            first = next((ln for ln in done.stderr.splitlines() if "error" in ln), done.stderr.strip()[:200])
+            return first or f"{cc} exited with status {done.returncode}"
+        os.replace(tmp, out)
+        return None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
-@functools.lru_cache(maxsize=1)
-def library() -> ctypes.CDLL | str:
-    """The built step as a loaded library, or one line saying why there is none. Built once per process."""
+@functools.lru_cache(maxsize=4)
+def cpu_features(cc: str | None) -> str:
+    """This CPU's features from the probe (built once per architecture with `cc`, then cached); the
+    architecture alone where it cannot be built."""
+    machine = platform.machine() or "unknown"
+    key = hashlib.sha256(PROBE.read_bytes() + machine.encode()).hexdigest()[:16]
+    path = cache_dir() / f"native_probe-{key}.so"
+    try:
+        if not path.exists() and (cc is None or compile_c(cc, ["-O1", "-fPIC", "-shared"], [PROBE], path) is not None):
+            return machine
+        lib = ctypes.CDLL(str(path))
+    except (OSError, subprocess.SubprocessError):
+        return machine
+    lib.twopot_cpu_features.restype = ctypes.c_char_p
+    return f"{machine} {lib.twopot_cpu_features().decode()}"
+
+
+def cached_path(build: Build, flags: list[str], cc: str | None) -> Path:
+    """Where this build of the step is cached: named by the source, the flags, the compiler where one
+    was chosen (so a cached build serves a machine without one), and this CPU's features."""
     source = SOURCE.read_bytes() + b"".join(h.read_bytes() for h in HEADERS)
-    key = hashlib.sha256(source + " ".join(FLAGS).encode() + _cpu_flags().encode()).hexdigest()[:16]
-    path = cache_dir() / f"native_step-{key}.so"
+    named = f"{build.cc or ''} {' '.join(flags)} {cpu_features(cc)}"
+    return cache_dir() / f"native_step-{hashlib.sha256(source + named.encode()).hexdigest()[:16]}.so"
+
+
+@functools.lru_cache(maxsize=4)
+def library(build: Build | None = None) -> ctypes.CDLL | str:
+    """The built step as a loaded library, or one line saying why there is none. Built once per process."""
+    build = build or Build.from_env()
+    cc = build.compiler()
+    flags = [*build.cflags(), "-fPIC", "-shared"]
+    path = cached_path(build, flags, cc)
     if not path.exists():
-        cc = compiler()
         if cc is None:
             return "the native step needs a C compiler (cc, gcc or clang on PATH, or set CC); none found"
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
-            os.close(fd)
-            done = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE), "-lm", "-lpthread"], capture_output=True, text=True,
-                                  timeout=300)  # fmt: skip
-            if done.returncode != 0:
-                os.unlink(tmp)
-                first = next((ln for ln in done.stderr.splitlines() if "error" in ln), done.stderr.strip()[:200])
-                return f"building the native step failed ({cc}): {first}"
-            os.replace(tmp, path)  # atomic: a process beside this one sees the whole file or none
+            error = compile_c(cc, flags, [SOURCE], path)
         except (OSError, subprocess.SubprocessError) as err:
             return f"building the native step failed: {type(err).__name__}: {err}"
-    lib = ctypes.CDLL(str(path))
-    P, i32 = ctypes.c_void_p, ctypes.c_int
-    lib.twopot_step.restype = i32
-    lib.twopot_step.argtypes = [P, i32, P, P, P, i32, P, P, i32, i32, P, P, P, i32, i32]
+        if error is not None:
+            return f"building the native step failed ({cc}): {error}"
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError as err:  # a sanitizer build in a process that did not preload its runtime, say
+        return f"loading the native step failed: {str(err).splitlines()[0]}"
+    P, i32, why = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p
+    for name in ("twopot_step", "twopot_product", "twopot_attention"):
+        getattr(lib, name).restype = i32
+    lib.twopot_step.argtypes = [P, P, why, i32]
+    lib.twopot_product.argtypes = lib.twopot_attention.argtypes = [P, why, i32]
     lib.twopot_scratch_floats.restype = ctypes.c_long
     lib.twopot_scratch_floats.argtypes = [P, i32, i32]
-    lib.twopot_gemm_f32.restype = lib.twopot_gemm_int8.restype = None
-    lib.twopot_gemm_f32.argtypes = [i32, i32, i32, P, P, P]
-    lib.twopot_gemm_int8.argtypes = [i32, i32, i32, P, P, P, P, P, P, P]
+    lib.twopot_isa.restype = lib.twopot_layout.restype = ctypes.c_char_p
     return lib
 
 
 def ready() -> bool:
     """Whether the kernels are built and loaded here (built on the first call)."""
     return not isinstance(library(), str)
-
-
-def int8_unscaled(x: torch.Tensor, q: torch.Tensor, rowsum: torch.Tensor) -> torch.Tensor:
-    """x (M, K) float32 -> x @ q^T (M, N) float32, W8A8: each row of x rounded to 8 bits over its own
-    range, int8 x int8 products summed exactly (native_step.c `gemm_int8`); q's scales not applied.
-    q (N, K) int8 and rowsum (N,) int32 = q.sum(1), both contiguous. The native step runs
-    the same function on its rows, so a row gets the same numbers in every pass."""
-    lib = library()
-    x = x.float().contiguous()
-    M, K = x.shape
-    N = q.shape[0]
-    y = torch.empty(M, N)  # (M, N)
-    xu = torch.empty(M * K, dtype=torch.uint8)  # the rows rounded to 8 bits
-    sx = torch.empty(M)  # each row's scale
-    lib.twopot_gemm_int8(M, K, N, x.data_ptr(), q.data_ptr(), None, rowsum.data_ptr(), y.data_ptr(),
-                         xu.data_ptr(), sx.data_ptr())  # fmt: skip
-    return y

@@ -50,7 +50,7 @@ static Crew crew = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREA
 #endif
 static inline void crew_pause(unsigned *spins) {
     if (++*spins < SPIN_YIELD)
-        __asm__ __volatile__("pause");
+        cpu_relax(); /* native_vec.h: x86 `pause`, ARM `yield` */
     else
         sched_yield();
 }

@@ -4,15 +4,16 @@
  * the number of rows, the other rows, or the columns a thread was given (native_crew.h).
  *   gemm_kmajor  float32, weight (K, N) row-major as the model keeps it: a streaming GEMV for
  *                1-4 rows, a 6 x 64 register block for more
- *   gemm_int8    int8 weight q (N, K) with a float32 scale per row: W8A8 through AVX-512 VNNI
+ *   gemm_int8    int8 weight q (N, K) with a float32 scale per row: W8A8 through AVX-512 VNNI,
+ *                ARM's dot-product instructions, or a plain integer loop
  */
 
 #ifndef NPANEL
 #define NPANEL 1024
 #endif
 
-/* Software prefetch into L2, PREFETCH_ROWS weight rows ahead of the rows being read. One core
- * keeps only so many cache misses in flight; asking early keeps the memory bus busy
+/* Software prefetch into L2 (native_vec.h), PREFETCH_ROWS weight rows ahead of the rows being
+ * read. One core keeps only so many cache misses in flight; asking early keeps the memory bus busy
  * (docs/benchmarks/native-cpu.md has what it gains). */
 #ifndef PREFETCH_ROWS
 #define PREFETCH_ROWS 8
@@ -20,14 +21,6 @@
 #ifndef INT8_PREFETCH_ROWS /* int8 rows are read one after another: a row is a quarter of a float row */
 #define INT8_PREFETCH_ROWS 16
 #endif
-static inline void prefetch_l2(const void *p) {
-#if defined(__x86_64__) || defined(__i386__)
-    /* asm, not _mm_prefetch: gcc's vectorizer drops prefetch builtins from the loops it rewrites */
-    __asm__ volatile("prefetcht2 %0" : : "m"(*(const char *)p));
-#else
-    __builtin_prefetch(p, 0, 1);
-#endif
-}
 
 /* ---- float32 products, weight (K, N) row-major: y (B, N) = x (B, K) @ w ---------------------- */
 
@@ -97,7 +90,7 @@ static inline __attribute__((always_inline)) void kmajor_block(int R, int K, con
         if (fetch)
             for (int i = 0; i < 64; i += 16) prefetch_l2(wk + (size_t)BLOCK_PREFETCH_ROWS * ldw + i);
         v16 w0 = ld(wk), w1 = ld(wk + 16), w2 = ld(wk + 32), w3 = ld(wk + 48);
-        __asm__("" : "+v"(w0), "+v"(w1), "+v"(w2), "+v"(w3)); /* loaded once, not folded into each row's FMA */
+        keep4(w0, w1, w2, w3); /* loaded once, not folded into each row's FMA (native_vec.h) */
         if (pack) {
             float *pk = pack + (size_t)k * 64;
             st(pk, w0), st(pk + 16, w1), st(pk + 32, w2), st(pk + 48, w3);
@@ -181,8 +174,9 @@ static void gemm_kmajor(int B, int K, int N, const float *x, int ldx, const floa
  * summed exactly in int32:
  *     y[b, n] = ((sum_k xq[b, k] q[n, k]) * sx[b]) * scale[n]
  * The products use AVX-512 VNNI's u8 x s8 dot (64 pairs an instruction) where the CPU has it, so
- * xq is stored as xu = xq + 128 (unsigned) and 128 * rowsum[n] is taken off again. Integer sums
- * are exact, so the result does not depend on the order of k, nor on the other rows. */
+ * xq is stored as xu = xq + 128 (unsigned) and 128 * rowsum[n] is taken off again; ARM's sdot
+ * (s8 x s8, 16 pairs) takes xu - 128 back. Integer sums are exact, so the result does not depend
+ * on the order of k, nor on the other rows, nor on the CPU. */
 static void quantize_rows(int B, int K, const float *x, uint8_t *xu, float *sx) {
     typedef uint8_t v16b __attribute__((vector_size(16), aligned(1), may_alias));
     const v16i absmask = (v16i)splat(-0.0f);
@@ -224,7 +218,7 @@ static inline __attribute__((always_inline)) void int8_block(int RB, int NB, int
                                                              const int32_t *rowsum, float *y, int ldy) {
     int32_t sums[4][4];
     int k0 = 0;
-#if defined(__AVX512VNNI__)
+#if defined(TWOPOT_VNNI)
     __m512i acc[4][4];
     for (int r = 0; r < RB; r++)
         for (int b = 0; b < NB; b++) acc[r][b] = _mm512_setzero_si512();
@@ -269,6 +263,28 @@ static inline __attribute__((always_inline)) void int8_block(int RB, int NB, int
     } else
         for (int r = 0; r < RB; r++)
             for (int b = 0; b < NB; b++) sums[r][b] = _mm512_reduce_add_epi32(acc[r][b]);
+#elif defined(TWOPOT_SDOT)
+    if ((K & 15) == 0) { /* signed x signed dots, 16 pairs an instruction: xu - 128 (its top bit flipped) against q */
+        int32x4_t acc[4][4];
+        for (int r = 0; r < RB; r++)
+            for (int b = 0; b < NB; b++) acc[r][b] = vdupq_n_s32(0);
+        for (int k = 0; k < K; k += 16) {
+            int8x16_t wv[4];
+            for (int r = 0; r < RB; r++) {
+                prefetch_l2(q + (size_t)(r + INT8_PREFETCH_ROWS) * K + k);
+                wv[r] = vld1q_s8(q + (size_t)r * K + k);
+            }
+            for (int b = 0; b < NB; b++) {
+                const int8x16_t xv = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(xu + (size_t)b * K + k), vdupq_n_u8(0x80)));
+                for (int r = 0; r < RB; r++) acc[r][b] = vdotq_s32(acc[r][b], xv, wv[r]);
+            }
+        }
+        for (int r = 0; r < RB; r++) /* + 128 rowsum: the unsigned form's sum, as below takes it (exact in int32) */
+            for (int b = 0; b < NB; b++) sums[r][b] = vaddvq_s32(acc[r][b]) + 128 * rowsum[r];
+        k0 = K;
+    } else
+        for (int r = 0; r < RB; r++)
+            for (int b = 0; b < NB; b++) sums[r][b] = 0;
 #else
     for (int r = 0; r < RB; r++)
         for (int b = 0; b < NB; b++) sums[r][b] = 0;

@@ -6,7 +6,7 @@
  * core can read, and its GEMM at many rows reaches about 70% of a kernel shaped for these
  * matrices. Here a pass is one call: every layer's norm, projections, RoPE, K/V write, attention
  * and MLP, then the LM head for the rows that sample, over buffers made once. engine/native.py
- * builds this file with the machine's C compiler (-O3 -march=native), loads it with ctypes and
+ * builds this file with the machine's C compiler (-O3, tuned for this CPU), loads it with ctypes and
  * hands it pointers to the model's own weights and KV seats; nothing is copied.
  *
  * The math is the model's (engine/model.py, engine/attention.py, engine/layers.py), row for row:
@@ -21,80 +21,17 @@
  * Every output element of a product is summed over k in the same order whatever the batch, so a
  * decode row's logits are the same bits alone or beside other rows.
  *
- * Included pieces: native_products.h (the products), native_crew.h (the threads),
- * native_attention.h (attention).
+ * Included pieces: native_vec.h (the vectors, and what differs by CPU), native_contract.h (the
+ * structs Python hands over and the checks of every length), native_products.h (the products),
+ * native_crew.h (the threads), native_attention.h (attention).
  */
-#include <math.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-#if defined(__AVX512VNNI__)
-#include <immintrin.h> /* the int8 products' VNNI dot */
-#endif
+#include "native_vec.h"
+
+#include "native_contract.h"
 
 #ifndef QTILE /* prompt rows whose attention shares one pass over the keys */
 #define QTILE 32
 #endif
-
-typedef float v16 __attribute__((vector_size(64)));
-typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
-static inline v16 ld(const float *p) { return *(const v16u *)p; }
-static inline void st(float *p, v16 v) { *(v16u *)p = v; }
-static inline v16 splat(float f) { return (v16){f, f, f, f, f, f, f, f, f, f, f, f, f, f, f, f}; }
-static inline float hsum(v16 v) { /* a pairwise tree: four vector adds, not fifteen scalar ones */
-    typedef float v8 __attribute__((vector_size(32)));
-    typedef float v4 __attribute__((vector_size(16)));
-    const v8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-    const v4 c = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
-    return (c[0] + c[2]) + (c[1] + c[3]);
-}
-
-/* expf on 16 lanes for x <= 0 (softmax's exponents): x = n ln2 + r with |r| <= ln2 / 2, e^r from
- * Cephes' degree-6 polynomial, 2^n put in the exponent bits. Within 2 ulp of expf; 0 below -87. */
-typedef int32_t v16i __attribute__((vector_size(64)));
-static inline v16 pick(v16i mask, v16 a, v16 b) { return (v16)(((v16i)a & mask) | ((v16i)b & ~mask)); }
-static inline v16 exp16(v16 x) {
-    const v16i low = x < splat(-87.0f); /* all ones where x is below the range */
-    x = (v16)(((v16i)x & ~low) | ((v16i)splat(-87.0f) & low));
-    const v16 n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x / ln2) */
-    const v16 r = (x - n * 0.693359375f) + n * 2.12194440e-4f;            /* ln2 in two parts */
-    v16 p = splat(1.9875691500e-4f);
-    p = p * r + 1.3981999507e-3f, p = p * r + 8.3334519073e-3f, p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f, p = p * r + 5.0000001201e-1f;
-    const v16 e = p * r * r + r + 1.0f;
-    const v16i bits = (__builtin_convertvector(n, v16i) + 127) << 23;
-    return e * (v16)bits;
-}
-
-/* ---- what Python hands over (engine/native.py mirrors these structs with ctypes) ---------- */
-typedef struct {
-    const void *w;       /* float32 (in, out) or int8 (out, in) */
-    const float *scale;  /* int8: (out,) float32; NULL for float32 */
-    const int32_t *rowsum; /* int8: (out,) the sum of each row of q */
-    const float *bias;   /* (out,) or NULL */
-} Linear;
-
-typedef struct {
-    const float *norm1_w, *norm1_b, *norm2_w, *norm2_b; /* biases: LayerNorm only */
-    Linear qkv, out, up, down;
-} Layer;
-
-typedef struct {
-    int d, n_layers, n_heads, n_kv_heads, head_dim, ffn, vocab, max_context;
-    int layer_norm;   /* 0: RMSNorm, 1: LayerNorm with bias */
-    int act;          /* 0: silu, 1: gelu (erf), 2: gelu (tanh) */
-    int gated;        /* SwiGLU: the up projection is gate | up */
-    int rope;         /* 1: RoPE tables, 0: learned positions (wpe) */
-    int int8;         /* the Linear weights are int8 */
-    float eps;
-    const float *embed;      /* (V, d) or NULL */
-    const float *embed_cols; /* tied float32: the LM head (d, V), a token's embedding is a column */
-    const float *wpe;        /* (ctx, d) or NULL */
-    const float *rope_cos, *rope_sin; /* (ctx, D) */
-    const float *final_w, *final_b;
-    Linear lm_head;
-    const Layer *layers;
-} Model;
 
 #include "native_products.h"
 
@@ -117,11 +54,11 @@ static void linear_share(const void *job, int t, int T) {
     if (j->m->int8) {
         crew_share((j->N + 3) / 4, t, T, &a, &b);
         const int n1 = 4 * b < j->N ? 4 * b : j->N;
-        int8_span(j->B, j->K, 4 * a, n1, j->xu, j->sx, (const int8_t *)j->L->w, j->L->scale, j->L->rowsum, j->y, j->N);
+        int8_span(j->B, j->K, 4 * a, n1, j->xu, j->sx, j->L->w.p, j->L->scale.p, j->L->rowsum.p, j->y, j->N);
     } else {
         crew_share((j->N + 63) / 64, t, T, &a, &b);
         const int n0 = 64 * a, n1 = 64 * b < j->N ? 64 * b : j->N;
-        if (n1 > n0) gemm_kmajor(j->B, j->K, n1 - n0, j->x, j->K, (const float *)j->L->w + n0, j->N, j->y + n0, j->N);
+        if (n1 > n0) gemm_kmajor(j->B, j->K, n1 - n0, j->x, j->K, (const float *)j->L->w.p + n0, j->N, j->y + n0, j->N);
     }
 }
 
@@ -131,14 +68,16 @@ static void linear(const Model *m, const Linear *L, int B, int K, int N, const f
     if (m->int8) quantize_rows(B, K, x, xu, sx); /* once, before the rows are shared */
     const LinearJob job = {m, L, B, K, N, x, y, xu, sx};
     crew_run(T, linear_share, &job);
-    if (L->bias)
+    const float *bias = L->bias.p;
+    if (bias)
         for (int b = 0; b < B; b++)
-            for (int n = 0; n < N; n++) y[(size_t)b * N + n] += L->bias[n];
+            for (int n = 0; n < N; n++) y[(size_t)b * N + n] += bias[n];
 }
 
 /* ---- the small operations ------------------------------------------------------------------ */
-static void norm(const Model *m, int B, const float *x, const float *w, const float *bias, float *y) {
+static void norm(const Model *m, int B, const float *x, Buf wb, Buf bb, float *y) {
     const int d = m->d;
+    const float *w = wb.p, *bias = bb.p;
     for (int b = 0; b < B; b++) {
         const float *xb = x + (size_t)b * d;
         float *yb = y + (size_t)b * d;
@@ -197,6 +136,8 @@ static void rope_head(float *h, const float *cos, const float *sin, int D) {
 
 /* Floats of scratch a group of B rows needs (engine/native.py allocates it). */
 long twopot_scratch_floats(const Model *m, int B, int seat_len) {
+    Why quiet = {0, 0};
+    if (B < 1 || seat_len < 1 || check_model(&quiet, m)) return -1;
     const long qkv = (long)(m->n_heads + 2 * m->n_kv_heads) * m->head_dim;
     const long up = (m->gated ? 2L : 1L) * m->ffn;
     const long G = m->n_heads / m->n_kv_heads;
@@ -211,7 +152,7 @@ long twopot_scratch_floats(const Model *m, int B, int seat_len) {
  * slots 0..pos[b], so rows of one seat in ascending positions -- a prompt chunk -- see each other
  * causally, exactly as if they had been fed one step at a time. Leaves the rows' hidden states in x. */
 static void layers_pass(const Model *m, int B, const int64_t *tok, const int64_t *pos, const int64_t *seat,
-                        float *const *k_seats, float *const *v_seats, int seat_len, float *scratch, int cap, int T) {
+                        const Buf *k_seats, const Buf *v_seats, int seat_len, float *scratch, int cap, int T) {
     const int d = m->d, H = m->n_heads, Hkv = m->n_kv_heads, D = m->head_dim, G = H / Hkv, F = m->ffn;
     const int qd = H * D, kvd = Hkv * D, nqkv = qd + 2 * kvd, nup = m->gated ? 2 * F : F;
     /* scratch, laid out for `cap` rows: x, h (cap, d), qkv, att, up, act, scores (G, seat_len), sx, xu */
@@ -225,15 +166,15 @@ static void layers_pass(const Model *m, int B, const int64_t *tok, const int64_t
 
     for (int b = 0; b < B; b++) { /* the embedding, plus GPT-2's learned position */
         float *xb = x + (size_t)b * d;
-        if (m->embed)
-            memcpy(xb, m->embed + (size_t)tok[b] * d, sizeof(float) * d);
+        if (!m->tied)
+            memcpy(xb, (const float *)m->embed.p + (size_t)tok[b] * d, sizeof(float) * d);
         else
-            for (int i = 0; i < d; i++) xb[i] = m->embed_cols[(size_t)i * m->vocab + tok[b]];
+            for (int i = 0; i < d; i++) xb[i] = ((const float *)m->embed_cols.p)[(size_t)i * m->vocab + tok[b]];
         if (!m->rope)
-            for (int i = 0; i < d; i++) xb[i] += m->wpe[(size_t)pos[b] * d + i];
+            for (int i = 0; i < d; i++) xb[i] += ((const float *)m->wpe.p)[(size_t)pos[b] * d + i];
     }
     for (int l = 0; l < m->n_layers; l++) {
-        const Layer *L = m->layers + l;
+        const Layer *L = (const Layer *)m->layers.p + l;
         norm(m, B, x, L->norm1_w, L->norm1_b, h);
         linear(m, &L->qkv, B, d, nqkv, h, qkv, xu, sx, T); /* (B, q | k | v) */
         for (int b = 0; b < B; b++) { /* RoPE, then this token's K/V into its seat, slot pos[b] */
@@ -241,11 +182,11 @@ static void layers_pass(const Model *m, int B, const int64_t *tok, const int64_t
             const size_t p = (size_t)pos[b], st_ = (size_t)seat[b];
             if (m->rope)
                 for (int hh = 0; hh < H + Hkv; hh++) /* q heads then k heads, side by side */
-                    rope_head(row + (size_t)hh * D, m->rope_cos + p * D, m->rope_sin + p * D, D);
+                    rope_head(row + (size_t)hh * D, (const float *)m->rope_cos.p + p * D, (const float *)m->rope_sin.p + p * D, D);
             for (int kh = 0; kh < Hkv; kh++) {
                 const size_t at = ((st_ * Hkv + kh) * seat_len + p) * D;
-                memcpy(k_seats[l] + at, row + qd + (size_t)kh * D, sizeof(float) * D);
-                memcpy(v_seats[l] + at, row + qd + kvd + (size_t)kh * D, sizeof(float) * D);
+                memcpy((float *)k_seats[l].p + at, row + qd + (size_t)kh * D, sizeof(float) * D);
+                memcpy((float *)v_seats[l].p + at, row + qd + kvd + (size_t)kh * D, sizeof(float) * D);
             }
         }
         /* Attention. A row reads only slots up to its own position, all written by now. Rows of one
@@ -280,24 +221,31 @@ static void layers_pass(const Model *m, int B, const int64_t *tok, const int64_t
  * twopot_scratch_floats(m, cap, seat_len). A group runs every layer before the next group starts,
  * so a later group's rows find the earlier ones' K/V in the seats: a 512-token prompt at cap 64 is
  * eight chunks of chunked prefill. Logits (n_out, V) are made only for rows out[0] < out[1] < ...
- * (the rows that sample); out NULL: every row, logits (B, V). The products and attention run on `threads` threads
- * (native_crew.h), the rest on the caller's.
- * Returns 0, or 1 if a position, seat or token is out of range (nothing is written then). */
-int twopot_step(const Model *m, int B, const int64_t *tok, const int64_t *pos, const int64_t *seat, int seats,
-                float *const *k_seats, float *const *v_seats, int seat_len, int n_out, const int64_t *out,
-                float *logits, float *scratch, int cap, int threads) {
+ * (the rows that sample); out NULL: every row, logits (B, V). The products and attention run on
+ * `threads` threads (native_crew.h), the rest on the caller's.
+ * Returns 0, or 1 with one line in `why` if a buffer breaks the contract (native_contract.h) or a
+ * position, seat or token is out of range; nothing is written then. */
+int twopot_step(const Model *m, const Pass *p, char *why_text, int why_len) {
+    Why why = {why_text, why_len};
+    if (check_pass(&why, m, p)) return 1;
+    const int B = p->rows, n_out = p->n_out, cap = p->cap, seat_len = p->seat_len;
+    const int64_t *tok = p->tok.p, *pos = p->pos.p, *seat = p->seat.p, *out = p->out.p;
     for (int b = 0; b < B; b++)
         if (pos[b] < 0 || pos[b] >= seat_len || pos[b] >= m->max_context || tok[b] < 0 || tok[b] >= m->vocab ||
-            seat[b] < 0 || seat[b] >= seats)
-            return 1;
+            seat[b] < 0 || seat[b] >= p->seats)
+            return refuse(&why, "row %d: position %lld, seat %lld or token %lld is outside the pool (seat_len %d, %d seats)"
+                          " or the vocabulary (%d)", b, (long long)pos[b], (long long)seat[b], (long long)tok[b],
+                          seat_len, p->seats, m->vocab);
     for (int i = 0; i < (out ? n_out : 0); i++)
-        if (out[i] < 0 || out[i] >= B || (i && out[i] <= out[i - 1])) return 1;
-    const int d = m->d, T = crew_begin(threads);
+        if (out[i] < 0 || out[i] >= B || (i && out[i] <= out[i - 1]))
+            return refuse(&why, "out[%d] = %lld: the rows that sample must ascend within 0..%d", i, (long long)out[i], B - 1);
+    const int d = m->d, T = crew_begin(p->threads);
+    float *scratch = (float *)p->scratch.p, *logits = (float *)p->logits.p;
     float *x = scratch, *h = x + (size_t)cap * d;
     int next = 0; /* the next output row's index into out */
     for (int g0 = 0; g0 < B; g0 += cap) {
         const int n = B - g0 < cap ? B - g0 : cap;
-        layers_pass(m, n, tok + g0, pos + g0, seat + g0, k_seats, v_seats, seat_len, scratch, cap, T);
+        layers_pass(m, n, tok + g0, pos + g0, seat + g0, p->k.p, p->v.p, seat_len, scratch, cap, T);
         /* the group's sampling rows, packed to the front of x, through the final norm and the LM head */
         int r = 0;
         if (!out)
@@ -315,14 +263,32 @@ int twopot_step(const Model *m, int B, const int64_t *tok, const int64_t *pos, c
     return 0;
 }
 
-/* The float32 product alone, for the bench's kernel ceilings and the tests. */
-void twopot_gemm_f32(int B, int K, int N, const float *x, const float *w, float *y) {
-    gemm_kmajor(B, K, N, x, K, w, N, y, N);
+/* One product alone: y = x @ W, float32 or int8 (W8A8). The model's forward runs its few-row int8
+ * products here too (engine/int8_op.py), so a row gets the same numbers in every pass; the bench's
+ * kernel ceilings time the float32 one. Returns 0, or 1 with one line in `why`. */
+int twopot_product(const Product *p, char *why_text, int why_len) {
+    Why why = {why_text, why_len};
+    if (check_product(&why, p)) return 1;
+    if (p->int8)
+        gemm_int8(p->rows, p->depth, p->cols, p->x.p, p->w.p, p->scale.p, p->rowsum.p, (float *)p->y.p, p->cols,
+                  (uint8_t *)p->xu.p, (float *)p->sx.p);
+    else
+        gemm_kmajor(p->rows, p->depth, p->cols, p->x.p, p->depth, p->w.p, p->cols, (float *)p->y.p, p->cols);
+    return 0;
 }
 
-/* The int8 product alone: the model's forward runs its few-row int8 products here too
- * (engine/int8_op.py), so a row gets the same numbers in every pass. xu: B * K bytes, sx: B floats. */
-void twopot_gemm_int8(int B, int K, int N, const float *x, const int8_t *q, const float *scale,
-                      const int32_t *rowsum, float *y, uint8_t *xu, float *sx) {
-    gemm_int8(B, K, N, x, q, scale, rowsum, y, N, xu, sx);
+/* Attention alone, as a pass runs it (for the tests on every CPU): one decode row, or a prompt chunk. */
+int twopot_attention(const Attention *a, char *why_text, int why_len) {
+    Why why = {why_text, why_len};
+    if (check_attention(&why, a)) return 1;
+    const int R = a->rows, G = a->G, D = a->D;
+    float *scores = (float *)a->scratch.p, *kt = scores + (size_t)R * G * (a->p0 + R);
+    if (R == 1)
+        attend(a->q.p, a->keys.p, a->values.p, a->p0 + 1, G, D, scores, (float *)a->out.p);
+    else
+        attend_chunk(a->q.p, G * D, R, a->p0, a->keys.p, a->values.p, G, D, scores, kt, (float *)a->out.p, G * D);
+    return 0;
 }
+
+/* The instruction set this build was made for, in words: "AVX-512 VNNI", "NEON dotprod", "portable C". */
+const char *twopot_isa(void) { return TWOPOT_ISA; }

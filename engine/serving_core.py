@@ -16,7 +16,7 @@ from engine.costs import prefill_work_bytes
 from engine.draft import Drafter
 from engine.kv_pool import SeatPool
 from engine.model import Transformer
-from engine.native import NativeStep
+from engine.native import NativeStep, step_label
 from engine.prefix_cache import PrefixCache
 from engine.runner import Runner
 from engine.scheduler import Scheduler, SchedulerConfig
@@ -41,13 +41,13 @@ def make_decode_step(model: Transformer, cfg: EngineSettings) -> DecodeStep | No
 
 
 def describe_decode_step(step: DecodeStep | None) -> str:
-    """How the passes run, for the page's engineer's details: "native (one C call a pass)",
-    "compiled (torch.compile)", or "op by op" with the reason the native step is not running."""
+    """How the passes run, in words the Kitchen shows: "native (AVX-512 VNNI)" (one C call a pass,
+    built for that instruction set), "compiled (torch.compile)", or "op by op: <why>"."""
     if isinstance(step, CompiledDecode):
-        return "compiled (torch.compile)" if step.failure is None else f"op by op ({step.failure})"
+        return "compiled (torch.compile)" if step.failure is None else f"op by op: {step.failure}"
     if isinstance(step, NativeStep):
-        return "native (one C call a pass)" if step.ready else f"op by op ({step.problem})"
-    return "op by op (the model's forward)"
+        return step_label(step)
+    return "op by op: the model's forward"
 
 
 @dataclass(frozen=True)

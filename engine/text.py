@@ -28,6 +28,8 @@ class TextCodec:
         self.known = vocab_size  # ids >= known are shown as placeholders
         self.eos_ids = eos_ids
         self.chat_template: str | None = None  # Jinja text from tokenizer_config.json, if the model has one
+        self.bos_token, self.eos_token = "", ""  # the special tokens' text, as chat templates name them
+        self._template = None  # the compiled chat template (engine/chat.py), at the first chat_prompt
 
     @classmethod
     def from_folder(cls, folder: Path) -> TextCodec | None:
@@ -45,11 +47,35 @@ class TextCodec:
             codec = cls(tok, len(tok))
         else:
             return None
-        config = folder / "tokenizer_config.json"
+        config, jinja = folder / "tokenizer_config.json", folder / "chat_template.jinja"
         if config.is_file():
-            template = json.loads(config.read_text()).get("chat_template")
+            raw = json.loads(config.read_text())
+            template = raw.get("chat_template")
             codec.chat_template = template if isinstance(template, str) else None
+            codec.bos_token, codec.eos_token = _token_text(raw.get("bos_token")), _token_text(raw.get("eos_token"))
+        if jinja.is_file():  # transformers 5 saves the template as a file of its own
+            codec.chat_template = jinja.read_text()
         return codec
+
+    @classmethod
+    def from_transformers(cls, tok) -> TextCodec:
+        """A transformers fast tokenizer (a GGUF's, engine/gguf.py): its `tokenizers` backend and chat template."""
+        codec = cls(tok.backend_tokenizer, len(tok))
+        template = getattr(tok, "chat_template", None)
+        codec.chat_template = template if isinstance(template, str) else None
+        codec.bos_token, codec.eos_token = tok.bos_token or "", tok.eos_token or ""
+        return codec
+
+    def chat_prompt(self, messages: list[dict]):
+        """`messages` rendered in the model's own chat template and tokenized (engine/chat.py `ChatPrompt`:
+        text, ids, and how many ids the template adds). A model without a template refuses in one line."""
+        from engine.chat import ChatTemplate, chat_prompt  # lazy: jinja2 only for a model with a template
+
+        if self.chat_template is None:
+            raise EngineError("this model has no chat template; send the prompt as plain text")
+        if self._template is None:
+            self._template = ChatTemplate(self.chat_template, self.bos_token, self.eos_token)
+        return chat_prompt(self, self._template, messages)
 
     def encode(self, text: str) -> list[int]:
         if hasattr(self.tok, "encode_batch"):  # tokenizers.Tokenizer
@@ -70,6 +96,11 @@ class TextCodec:
                 run = []
         out.append(self._decode_known(run))
         return "".join(out)
+
+
+def _token_text(value) -> str:
+    """tokenizer_config.json names a special token as text or as {"content": text, ...}."""
+    return value.get("content", "") if isinstance(value, dict) else value if isinstance(value, str) else ""
 
 
 class IncrementalDecoder:

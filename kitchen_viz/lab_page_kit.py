@@ -29,8 +29,10 @@ from functools import partial
 
 import streamlit as st
 
-from kitchen_viz.app_state import APP_DIR, current_settings, service_for
+from kitchen_viz.app_state import APP_DIR, current_settings, safe_model_choices, service_for
+from kitchen_viz.fetch_progress import fetch_state
 from kitchen_viz.icons import nav_icon
+from kitchen_viz.model_pick import model_line
 from lab.cache import (
     CachedResult,
     ResultCache,
@@ -226,9 +228,15 @@ def page_target(link: str) -> str | st.Page | None:
 
 
 def render_experiment(exp: Experiment) -> None:
-    """The whole page: framing, settings, prediction, run (or cached result), charts, verdict."""
+    """The whole page: framing, the model it is for, settings, prediction, run (or cached result),
+    charts, verdict."""
     framing(exp)
     app = current_settings()
+    st.caption(f":material/info: {model_line(exp.model, app.model, [c.name for c in safe_model_choices()[0]])}")
+    if fetch_state(app.model) is not None:  # fetched on first use and not ready yet: nothing to measure on
+        st.info(f"This model ({app.model}) is being fetched for its first use; the sidebar shows how far along it "
+                "is. This page opens by itself when it is ready.", icon=":material/downloading:")  # fmt: skip
+        return
     svc = ready_service(app)
     if svc is None:
         return

@@ -30,11 +30,12 @@ from engine.errors import EngineError
 from lab.sweeps import LabSweeps
 from serving.app_settings import HANDOFF_FLAG, AppSettings
 from serving.caps import load_caps
-from serving.catalog import check_extra_catalogs
+from serving.catalog import check_extra_catalogs, load_catalog
 from serving.http.server import main as serve_main
 
 APP = Path(__file__).resolve().parent / "web" / "app.py"
 SERVE = APP.parent / "serve.py"  # app.py served through st.App, with the live feed's route
+PREFETCH_ENV = "TWO_POT_PREFETCH"  # "0": no background fetch at launch (the test suite sets it)
 DEFAULT_FLAGS = ["--server.headless", "true", "--browser.gatherUsageStats", "false"]
 
 
@@ -90,6 +91,10 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         help="an [app] table of these settings (backend, backend_key, class_model, class_key, presenter, "
         "batch_invariant, threads, pin), and optionally a [caps] table and [[model]] entries; "
         "the command line wins over it (serving/app_settings.py)",
+    )
+    parser.add_argument(
+        "--no-fetch", action="store_true",
+        help="do not start fetching the catalog's fetched models (the assistant) in the background",
     )
     parser.add_argument(
         "--print-command", action="store_true", help="print the streamlit command instead of running it"
@@ -180,9 +185,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_command:
         print(" ".join(cmd))
         return 0
+    if settings.kitchens and not args.no_fetch and os.environ.get(PREFETCH_ENV, "1") != "0":
+        for name in fetch_in_background():
+            print(f"two-pot-kitchen: fetching the {name} model in the background (once; the sidebar shows "
+                  f"its progress)", file=sys.stderr)  # fmt: skip
     os.chdir(APP.parent)  # .streamlit/config.toml (themes) is read from the working directory
     os.execv(cmd[0], cmd)
     return 0  # not reached
+
+
+def fetch_in_background() -> list[str]:
+    """Start fetching every catalog model that is fetched on first use (the assistant) and not yet
+    cached, each in a process of its own that outlives this one (which execs Streamlit): by the time
+    a teacher picks it, it is ready. Returns the names started."""
+    from engine import model_store  # lazy: only a launch that opens the app's own kitchens fetches
+
+    names = [e.source for e in load_catalog().entries if e.kind == "fetch"]
+    return [n for n in names if model_store.fetch_in_background(n) is not None]
 
 
 # -- for tests and benchmarks: the app as a background server -----------------------------------

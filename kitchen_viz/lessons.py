@@ -9,12 +9,18 @@ and the kitchen's memory allow, so the big banquet grows with a longer-context m
 
 The first two lessons show both pots winning: a short prompt with many new tokens (the pot), then
 the longest prompt with few new tokens (the wok); each says which control moves the bottleneck back.
+
+Each lesson names the model it is for (lab/model_for.py), and its link selects it (`?model=`): the
+lessons about the pot being memory-bound ("Two pots", "More tables") run on the assistant, whose
+weights do not fit in the CPU's cache, so its pot is the story's; the instant ones on the chef.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from urllib.parse import urlencode
+
+from lab.model_for import ASSISTANT, CHEF, ModelFor
 
 LONGEST = "longest"  # the Kitchen's ?prompt=longest: the longest prompt the model and kitchen take
 
@@ -26,6 +32,7 @@ class Lesson:
     look_at: str  # what to watch on screen
     ask: str  # a question for the class, answered by the screen
     compare_with: dict | None = None  # a second order to cook right after, for the side-by-side comparison
+    model: ModelFor = CHEF  # the model both orders cook on (their links select it)
 
 
 LESSONS: tuple[Lesson, ...] = (
@@ -36,6 +43,7 @@ LESSONS: tuple[Lesson, ...] = (
         "drawing, the wok's tok/s against the pot's tok/s. Then drag Max new tokens down to 4 and cook "
         "again: watch the bar's wok part grow.",
         "Why is the wok so much faster per token than the pot, on the same weights?",
+        model=ASSISTANT,
     ),
     Lesson(
         "A big banquet (long prompt)",
@@ -54,6 +62,7 @@ LESSONS: tuple[Lesson, ...] = (
         "kitchen serve?",
         "Why does one ladle for 32 tables not cost 32 times one ladle for one?",
         compare_with={"prompt": 32, "batch": 1, "new": 32, "temp": 0},
+        model=ASSISTANT,
     ),
     Lesson(
         "The serving counter fills up",
@@ -96,10 +105,17 @@ def order_words(order: dict) -> str:
     return f"{prompt} · {tables} · {order['new']} new tokens · temperature {order['temp']:g}{reuse}"
 
 
-def query(order: dict, lesson: int) -> dict:
+def query(order: dict, lesson: int, model: ModelFor | None = None) -> dict:
     """The Kitchen's query parameters for an order; `lesson` makes the Kitchen apply it even in a
-    session that already applied a link (see kitchen_ui.apply_query_params)."""
-    return {**{k: str(v) for k, v in order.items()}, "lesson": str(lesson)}
+    session that already applied a link (see order_form.apply_query_params), and `model` selects the
+    model it cooks on (kitchen_viz/model_pick.py)."""
+    chosen = {"model": model.name} if model is not None else {}
+    return {**{k: str(v) for k, v in order.items()}, **chosen, "lesson": str(lesson)}
+
+
+def model_words(lesson: Lesson) -> str:
+    """"On the assistant: its weights are far bigger than ..." -- the lesson's model and why, one line."""
+    return f"On {lesson.model.label}: {lesson.model.why}."
 
 
 def plan_markdown(base_url: str = "") -> str:
@@ -115,7 +131,8 @@ def plan_markdown(base_url: str = "") -> str:
         lines += [
             f"## {i}. {lesson.title}",
             "",
-            f"- **Order:** {order_words(lesson.order)} ({base_url}/?{urlencode(query(lesson.order, i))})",
+            f"- **Order:** {order_words(lesson.order)} ({base_url}/?{urlencode(query(lesson.order, i, lesson.model))})",
+            f"- **Model:** {model_words(lesson)}",
         ]
         if lesson.compare_with:
             lines.append(f"- **Then cook, to compare:** {order_words(lesson.compare_with)}")

@@ -56,7 +56,7 @@ def machine_load() -> float | None:
     """The machine's 1-minute load average (None where the OS does not say)."""
     try:
         return os.getloadavg()[0]
-    except OSError:
+    except (OSError, AttributeError):  # Windows has no load average
         return None
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from serving.catalog import resolve_source
 
-SCHEMA = 3  # bump when a result dataclass changes shape
+SCHEMA = 4  # bump when a result dataclass changes shape
 
 
 @dataclass(frozen=True)

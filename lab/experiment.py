@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 
 from lab.inspector import Verdict, diagnose
+from lab.model_for import CHEF, ModelFor
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ class Experiment:
     `figures(result, guess) -> list[go.Figure]`; `tables(result) -> {name: DataFrame}`.
     `verdict(result, roof, dtype) -> lab.inspector.Verdict`; `verdict_on(result)` names the run it
     judged. `record(info) -> settings`: the settings `scripts/lab_record.py` records with.
+    `model`: the model the experiment is for (lab/model_for.py); its page opens on it.
     """
 
     key: str  # the page's address lab_<key>, cache and widget prefix, recorded file names
@@ -88,6 +90,7 @@ class Experiment:
     tables: Callable[[Any], dict[str, pd.DataFrame]] = results_table
     verdict: Callable[..., Verdict] = sample_verdict
     verdict_on: Callable[[Any], str] = field(default=lambda r: r.sample.label)
+    model: ModelFor = CHEF  # the pot-is-memory-bound experiments: ASSISTANT
 
     @property
     def url_path(self) -> str:

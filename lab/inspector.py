@@ -45,6 +45,7 @@ Pure functions, no engine, no Streamlit: the kitchen page and the lab pages both
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from statistics import median
 from typing import TYPE_CHECKING, Literal
@@ -104,8 +105,60 @@ def profile_decode(steps: list[StepRecord]) -> DecodeProfile | None:
 
 
 def roof_time_s(step: StepRecord, roof: Roofline) -> float:
-    """The least time this step could take on this machine: the slower of its bytes and its FLOPs."""
-    return max(step.bytes_moved / roof.bandwidth_bytes_per_s, step.flops / roof.flops_per_s)
+    """The least time this step could take on this machine: the slower of its bytes (read from the
+    memory they fit in: DRAM, or a cache whose roof was measured) and its FLOPs."""
+    return max(step.bytes_moved / roof.home(step.bytes_moved).bandwidth_bytes_per_s, step.flops / roof.flops_per_s)
+
+
+@dataclass(frozen=True)
+class Regime:
+    """Which side of the ridge the pot's step sits on, with the numbers that say so.
+
+    Worked example (the assistant in float32, 538 MB of weights, DRAM ridge 2.8 FLOP/byte): at batch
+    1 a step does 0.27 GFLOP over 540 MB = 0.50 FLOP/byte, memory-bound; each more table adds 2
+    FLOPs per weight read, so about batch 6 reaches the ridge and the pot turns compute-bound."""
+
+    bound: Literal["bandwidth", "compute"]
+    batch: int
+    intensity: float  # FLOP/byte of the step
+    ridge: float  # FLOP/byte where its memory roof meets the compute roof
+    memory: str  # the roof its bytes come through: "DRAM", "L3", ...
+    crossing: int | None  # the batch whose step reaches the ridge at this context; None: none does
+
+    def summary(self) -> str:
+        """The evidence's line: "memory-bound at batch 1: 0.50 FLOP/byte, left of the DRAM ridge at 2.8
+        FLOP/byte; compute-bound from about batch 6"."""
+        ridge = f"the {self.memory} ridge at {self.ridge:.1f} FLOP/byte"
+        if self.bound == "compute":
+            small = f"memory-bound below about batch {self.crossing}" if self.crossing and self.crossing > 1 else (
+                "compute-bound even at batch 1")  # fmt: skip
+            return f"compute-bound at batch {self.batch}: {self.intensity:.1f} FLOP/byte, right of {ridge}; {small}"
+        turn = f"compute-bound from about batch {self.crossing}" if self.crossing else "memory-bound at any batch"
+        return f"memory-bound at batch {self.batch}: {self.intensity:.2f} FLOP/byte, left of {ridge}; {turn}"
+
+    def words(self) -> str:
+        """The headline's reason: the regime named with its numbers (the evidence's line after the
+        headline's usual words, so the story's pot and the screen's agree)."""
+        if self.bound == "compute":
+            numbers = self.summary().split(": ", 1)[1]  # without "compute-bound at batch N"
+            return f"each step is compute-bound at this batch: {self.batch} tables share each weight read, {numbers}"
+        return f"each step waits on reading weights and KV cache, like the story's pot: {self.summary()}"
+
+
+def regime(step: StepRecord, roof: Roofline) -> Regime:
+    """The step's side of the ridge, and the batch where its pot would cross it at this context.
+
+    A step reads W bytes of weights once whatever the batch, plus about its KV cache (kv_bytes) per
+    table, and does F / batch FLOPs per table: intensity(b) = b f / (W + b k) reaches the ridge R at
+    b = R W / (f - R k) (never when f <= R k: the KV cache alone outweighs the FLOPs)."""
+    memory = roof.home(step.bytes_moved)
+    ridge = roof.ridge_of(memory)
+    b = max(step.batch, 1)
+    f, k = step.flops / b, step.kv_bytes / b
+    weights = max(step.bytes_moved - step.kv_bytes, 0.0)
+    crossing = max(1, math.ceil(ridge * weights / (f - ridge * k))) if f > ridge * k else None
+    bound = "bandwidth" if step.intensity < ridge else "compute"
+    return Regime(bound, step.batch, step.intensity, ridge, memory.name, crossing)
 
 
 def classify_decode(
@@ -128,17 +181,27 @@ def classify_decode(
         evidence.append("no roofline measured: cannot tell bandwidth- from compute-bound")
         return None
     explained = median(roof_time_s(s, roof) / s.seconds for s in steps if s.seconds > 0)
+    step = steps[len(steps) // 2]
+    here = regime(step, roof)
+    fits = "" if here.memory == "DRAM" else f", whose roof was measured: its {step.bytes_moved / 1e6:,.0f} MB fit there"
     evidence.append(
-        f"decode intensity {prof.intensity:.2f} FLOP/byte vs ridge {roof.ridge:.1f} FLOP/byte; "
-        f"the roof explains {explained:.0%} of the step time"
+        f"decode intensity {prof.intensity:.2f} FLOP/byte vs ridge {here.ridge:.1f} FLOP/byte (its bytes come "
+        f"from {here.memory}{fits}); the roof explains {explained:.0%} of the step time"
     )
-    if explained > 1:
+    evidence.append(f"by its intensity alone the pot is {here.summary()}")
+    if explained > 1 and here.bound == "compute":
         evidence.append(
-            "the step beat the measured memory roof: its weights and KV cache fit in a CPU/GPU cache"
+            f"the step beat the measured compute roof ({roof.flops_per_s / 1e9:.1f} GFLOP/s, a square matrix "
+            "multiply): the roof was measured in a slower moment, or this step's shapes run faster than that one"
+        )
+    elif explained > 1:
+        evidence.append(
+            f"the step beat the measured memory roof ({here.memory}): part of its weights and KV cache stayed in a "
+            "faster cache, or the roof was measured in a slower moment"
         )
     if explained < ROOF_EXPLAINS_AT_LEAST:
         return "overhead"
-    return "bandwidth" if prof.intensity < roof.ridge else "compute"
+    return here.bound
 
 
 def prefill_fixes(pre: StepRecord, evidence: list[str]) -> list[str]:
@@ -272,11 +335,14 @@ def diagnose(
         slow_phase = "balanced"
     why = {
         "overhead": "each step is mostly per-step overhead; trim the portioning",
-        "bandwidth": "each step waits on reading weights and KV cache",
+        "bandwidth": "each step waits on reading weights and KV cache",  # with a roof, `Regime.words` says more
         "compute": "each step is compute-bound at this batch",
         None: "about half of each step is overhead" if prof and prof.outside_share > OVERHEAD_AT_MOST
         else "measure the roofline to see why",
     }[bound]
+    here = regime(steps[len(steps) // 2], roof) if bound in ("bandwidth", "compute") and roof is not None else None
+    if here is not None:  # the regime named with its numbers, as the story tells it
+        why = here.words()
     tail = f" ({leftovers})" if leftovers else ""
     if slow_phase == "prefill":
         pre = trace.prefill
@@ -288,9 +354,10 @@ def diagnose(
     elif slow_phase == "balanced":
         pre = trace.prefill
         fixes = (prefill_fixes(pre, evidence) if pre is not None else [])[:1] + decode_fixes(bound, prof, dtype, dtype_tpot)
+        pot = f"; the soup pot: {here.summary()}" if here is not None else ""
         headline = (
             f"Balanced: the wok took {ttft_share:.0%} of the wait and the soup pot {1 - ttft_share:.0%}; "
-            f"neither reaches {BOTTLENECK_SHARE:.0%}, so both matter for this order{tail}"
+            f"neither reaches {BOTTLENECK_SHARE:.0%}, so both matter for this order{tail}{pot}"
         )
     else:
         fixes = decode_fixes(bound, prof, dtype, dtype_tpot)

@@ -111,7 +111,7 @@ class Machine:
 def _load() -> float:
     try:
         return os.getloadavg()[0]
-    except OSError:
+    except (OSError, AttributeError):  # Windows has no load average
         return 0.0
 
 

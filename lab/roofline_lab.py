@@ -9,14 +9,17 @@ Engine words: a pass with F FLOPs and B bytes has intensity I = F / B. The machi
 most min(peak FLOP/s, bandwidth x I). Both roofs are measured in this same run
 (`engine.bench.roofline.measure_roofline`), not read off a spec sheet. Each measured step is placed at
 its analytic I (from `engine.costs`, carried in the trace) and its achieved FLOP/s = F / forward
-time. The theory point sits straight above it on the roof; the gap is the % of roof achieved.
+time, under the roof that explains it (`lab.roof_placement`: the DRAM roof, or the roof of the cache
+its bytes fit in). The theory point sits straight above it on that roof; the gap is the % of roof
+achieved.
 
 Measured: the roofs before and after the passes (the best of each is kept: a ceiling is what the
 machine can do), prefill passes for each prompt length (batch 1, prefill only) and decode steps for
 each batch size (median over the steps of one generation). Times are the forward pass alone, so
 sampling and bookkeeping are not counted against the roof (the portioning-station page measures
-those). A small model's weights can sit in the CPU cache, so a decode step can beat the DRAM
-bandwidth roof: that is reported as measured (>100 %), not hidden.
+those). A small model's weights can sit in the CPU cache, so its decode step can beat the DRAM
+roof: it is drawn under the cache's roof and one line says why. No point is drawn above every roof
+without a line naming the artefact.
 """
 
 from __future__ import annotations
@@ -31,9 +34,11 @@ import torch
 from engine.bench.roofline import Roofline, best_roof, measure_roofline
 from engine.costs import step_cost
 from lab.experiment import Experiment, Prediction, StoryLink, decode_verdict
+from lab.model_for import ASSISTANT
 from lab.noise import Machine, MachineWatch
-from lab.plot_kit import POT, WOK, finish, guess_marker, mark_x
+from lab.plot_kit import GREY, POT, WOK, finish, guess_marker, mark_x
 from lab.progress import ProgressFn, ProgressTracker, median_of
+from lab.roof_placement import cache_mb, place_point, roof_notes
 from lab.sample import Sample, sample_of
 from lab.workload import batch_prompts, check_fits
 
@@ -56,9 +61,12 @@ class RoofPoint:
     bytes_moved: float
     forward_s: float  # measured
     achieved_flops_per_s: float
-    attainable_flops_per_s: float  # the roof at this intensity
+    attainable_flops_per_s: float  # the height at this intensity of the roof that explains the pass
     pct_of_roof: float  # achieved / attainable, in %
-    theory_s: float  # the least time the roof allows: max(F / peak, B / bandwidth)
+    theory_s: float  # the least time that roof allows: max(F / peak, B / its bandwidth)
+    roof: str = "DRAM"  # the roof that explains it: "DRAM", or the cache its bytes fit in ("L3")
+    above_every_roof: bool = False  # a measurement artefact, named in `line`
+    line: str = ""  # why it is not simply under the roof its bytes come from; "" when it is
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,7 @@ class TheoryPoint:
     setting: int  # prompt length (prefill) or batch size (decode)
     intensity: float
     attainable_flops_per_s: float
+    ridge: float = 0.0  # FLOP/byte where the roof it sits under meets the compute roof
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,7 @@ class RooflineResult:
     notes: list[str] = field(default_factory=list)
     theory: list[TheoryPoint] = field(default_factory=list)  # each phase's path as its setting grows
     machine: Machine | None = None  # what else ran on the engine's cores meanwhile (lab.noise)
+    model: str = ""  # the model measured, by name
 
     def to_frame(self) -> pd.DataFrame:
         return pd.DataFrame([asdict(p) for p in self.points])
@@ -90,7 +100,8 @@ def place(
 ) -> RoofPoint:
     intensity = flops / bytes_moved if bytes_moved else 0.0
     achieved = flops / forward_s if forward_s > 0 else 0.0
-    attainable = roof.attainable(intensity)
+    where = place_point(roof, f"{phase} {label}", intensity, bytes_moved, achieved)
+    memory = next(m for m in roof.memory_roofs() if m.name == where.roof)
     return RoofPoint(
         phase=phase,
         label=label,
@@ -99,9 +110,12 @@ def place(
         bytes_moved=bytes_moved,
         forward_s=forward_s,
         achieved_flops_per_s=achieved,
-        attainable_flops_per_s=attainable,
-        pct_of_roof=100 * achieved / attainable if attainable > 0 else 0.0,
-        theory_s=max(flops / roof.flops_per_s, bytes_moved / roof.bandwidth_bytes_per_s),
+        attainable_flops_per_s=where.attainable_flops_per_s,
+        pct_of_roof=where.pct_of_roof,
+        theory_s=max(flops / roof.flops_per_s, bytes_moved / memory.bandwidth_bytes_per_s),
+        roof=where.roof,
+        above_every_roof=where.above_every_roof,
+        line=where.line,
     )
 
 
@@ -149,17 +163,20 @@ def theory_paths(engine, s: RooflineSettings, roof: Roofline) -> list[TheoryPoin
     Prefill: batch 1, prompt 1 .. context (causal attention pairs). Decode: batch 1 .. 1024 at the
     decode prompt plus half the new tokens of context each. Costs come from `engine.costs` (the same
     model the trace uses), so the measured points sit on these paths' x-positions by construction;
-    only their heights are measured.
+    only their heights are measured. Each point's roof is the one its bytes fit under (`Roofline.home`).
     """
     cfg, nbytes = engine.cfg, getattr(torch, str(engine.info.dtype)).itemsize
+
+    def point(phase: str, setting: int, c) -> TheoryPoint:
+        home = roof.home(c.bytes_moved)
+        return TheoryPoint(phase, setting, c.intensity, roof.attainable(c.intensity, home), roof.ridge_of(home))
+
     path = []
     for n in sorted({int(x) for x in np.geomspace(1, engine.info.max_context, 24)}):
-        c = step_cost(cfg, 1, n, n, nbytes, logits_rows=1, attn_pairs=n * (n + 1) // 2)
-        path.append(TheoryPoint("prefill", n, c.intensity, roof.attainable(c.intensity)))
+        path.append(point("prefill", n, step_cost(cfg, 1, n, n, nbytes, logits_rows=1, attn_pairs=n * (n + 1) // 2)))
     ctx = s.decode_prompt + s.new_tokens // 2
     for b in (2**k for k in range(11)):
-        c = step_cost(cfg, b, b, b * ctx, nbytes, logits_rows=b)
-        path.append(TheoryPoint("decode", b, c.intensity, roof.attainable(c.intensity)))
+        path.append(point("decode", b, step_cost(cfg, b, b, b * ctx, nbytes, logits_rows=b)))
     return path
 
 
@@ -200,21 +217,14 @@ def run_roofline(engine, settings: RooflineSettings, on_progress: ProgressFn | N
         f"{roof.flops_per_s / 1e9:.1f} GFLOP/s"
     )
     points = [place(m.phase, m.label, m.flops, m.bytes_moved, m.forward_s, roof) for m in passes]
-    notes = [
-        f"ridge at {roof.ridge:.1f} FLOP/byte: left of it a pass is memory-bound, right of it compute-bound"
-    ]
-    notes += [
-        f"{p.phase} {p.label}: {p.intensity:.2f} FLOP/byte, {p.achieved_flops_per_s / 1e9:.2f} GFLOP/s = "
-        f"{p.pct_of_roof:.0f}% of the roof there"
-        for p in points
-    ]
+    notes = roof_notes(points, roof, engine.info.name, engine.info.weight_bytes)
     theory = theory_paths(engine, settings, roof)
-    cross = next((t.setting for t in theory if t.phase == "decode" and t.intensity >= roof.ridge), None)
-    notes.insert(
-        1,
-        f"decode reaches the ridge at batch {cross} (analytic)"
+    cross = next((t for t in theory if t.phase == "decode" and t.intensity >= t.ridge), None)
+    notes.append(
+        f"decode reaches the ridge ({cross.ridge:.1f} FLOP/byte) at batch {cross.setting} (analytic): memory-bound "
+        f"below it, compute-bound from there"
         if cross
-        else "decode stays left of the ridge up to batch 1024 (analytic): always memory-bound here",
+        else "decode stays left of the ridge up to batch 1024 (analytic): always memory-bound here"
     )
     return watch.stamp(RooflineResult(
         settings=settings,
@@ -223,26 +233,33 @@ def run_roofline(engine, settings: RooflineSettings, on_progress: ProgressFn | N
         sample=sample_of(last, points[-1].label),
         notes=notes,
         theory=theory,
+        model=engine.info.name,
     ))
 
 
 # -- figures --------------------------------------------------------------------------------------
 
 
+ROOF_STYLE = {"DRAM": dict(color="black", width=2), "L3": dict(color=GREY, width=2, dash="dash"),
+              "L2": dict(color=GREY, width=1.5, dash="dot")}  # fmt: skip
+
+
+def roof_name(m) -> str:
+    size = f"{cache_mb(m.capacity_bytes)}, " if m.capacity_bytes else ""
+    return f"{m.name} roof ({size}{m.bandwidth_bytes_per_s / 1e9:.0f} GB/s, measured)"
+
+
 def roofline_figure(result, guess: float | None = None) -> go.Figure:
     roof, df = result.roof, result.to_frame()
+    if "roof" not in df:  # a result measured before the cache roofs: every point under DRAM's
+        df = df.assign(roof="DRAM", above_every_roof=False)
     xs_all = list(df.intensity) + [t.intensity for t in getattr(result, "theory", [])] + [roof.ridge]
     lo, hi = min(xs_all) / 2, max(xs_all) * 2
     xs = np.geomspace(lo, hi, 200)
-    fig = go.Figure(
-        go.Scatter(
-            x=xs,
-            y=[roof.attainable(x) / 1e9 for x in xs],
-            mode="lines",
-            name="roof (measured)",
-            line=dict(color="black", width=2),
-        )
-    )
+    fig = go.Figure()
+    for m in reversed(roof.memory_roofs()):  # DRAM first in the legend: the roof the story is about
+        fig.add_trace(go.Scatter(x=xs, y=[roof.attainable(x, m) / 1e9 for x in xs], mode="lines", name=roof_name(m),
+                                 line=ROOF_STYLE.get(m.name, dict(color=GREY, dash="dashdot"))))  # fmt: skip
     for phase, colour in (("prefill", WOK), ("decode", POT)):
         path = [t for t in getattr(result, "theory", []) if t.phase == phase]
         if path:  # the analytic path this phase travels as its knob (prompt length, batch) turns
@@ -259,7 +276,7 @@ def roofline_figure(result, guess: float | None = None) -> go.Figure:
                 )
             )
         part = df[df.phase == phase].sort_values("intensity")
-        # Theory: where the roof says each step could be, joined to its measurement by a dotted drop.
+        # Theory: where its roof says each step could be, joined to its measurement by a dotted drop.
         xs_gap, ys_gap = [], []
         for x, top, got in zip(
             part.intensity, part.attainable_flops_per_s, part.achieved_flops_per_s, strict=True
@@ -281,19 +298,19 @@ def roofline_figure(result, guess: float | None = None) -> go.Figure:
                 x=part.intensity,
                 y=part.attainable_flops_per_s / 1e9,
                 mode="markers",
-                name=f"{phase} theory (on the roof)",
+                name=f"{phase} theory (on its roof)",
                 marker=dict(color=colour, symbol="circle-open", size=11),
             )
         )
-        shares = ", ".join(f"{lab} {p:.0f}%" for lab, p in zip(part.label, part.pct_of_roof, strict=True))
+        shares = ", ".join(f"{lab} {p:.0f}% of {r}" for lab, p, r in zip(part.label, part.pct_of_roof, part.roof, strict=True))
         fig.add_trace(  # each point's share of its roof is named in the legend: labels on the points collided
             go.Scatter(
                 x=part.intensity,
                 y=part.achieved_flops_per_s / 1e9,
                 mode="markers",
-                name=f"{phase} measured, share of the roof: {shares}",
-                hovertext=[f"{lab}: {p:.0f}% of the roof" for lab, p in zip(part.label, part.pct_of_roof, strict=True)],
-                marker=dict(color=colour, size=10),
+                name=f"{phase} measured, share of its roof: {shares}",
+                hovertext=[f"{lab}: {p:.0f}% of the {r} roof" for lab, p, r in zip(part.label, part.pct_of_roof, part.roof, strict=True)],
+                marker=dict(color=colour, size=10, symbol=["x" if a else "circle" for a in part.above_every_roof]),
             )
         )
     if guess is not None:
@@ -306,8 +323,8 @@ def roofline_figure(result, guess: float | None = None) -> go.Figure:
     mark_x(fig, roof.ridge, f"ridge {roof.ridge:.1f} FLOP/B", log_x=True)
     fig.update_xaxes(title="arithmetic intensity (FLOP / byte, analytic)", type="log")
     fig.update_yaxes(title="GFLOP/s", type="log")
-    bw, fl = roof.bandwidth_bytes_per_s / 1e9, roof.flops_per_s / 1e9
-    return finish(fig, f"Roofline of this machine ({bw:.1f} GB/s, {fl:.1f} GFLOP/s, measured now)")
+    bws = ", ".join(f"{m.name} {m.bandwidth_bytes_per_s / 1e9:.0f} GB/s" for m in reversed(roof.memory_roofs()))
+    return finish(fig, f"Roofline of this machine ({bws}, {roof.flops_per_s / 1e9:.0f} GFLOP/s, measured now)")
 
 
 # -- the experiment -------------------------------------------------------------------------------
@@ -338,10 +355,11 @@ EXPERIMENT = Experiment(
     "pot fetches the whole pantry for one spoonful.",
     engineering="We measure this machine's read bandwidth and matmul FLOP/s now, in the same run. Each step "
     "sits at its arithmetic intensity (analytic FLOPs / bytes); its height is the FLOP/s its forward pass "
-    "achieved. The open circle above it on the roof is the theory for that step; the label is the % of roof "
-    "achieved. Above 100 % means the weights fit in a cache faster than the measured memory roof.",
+    "achieved. Each step sits under the roof of the memory its bytes come from: DRAM, or a cache (L2, L3; measured "
+    "too) when they fit in it. The open circle above it on that roof is the theory for that step; the legend gives "
+    "the % of its roof achieved. A point above every roof is marked x and a line says why.",
     predict=Prediction(
-        question="What % of the roof will a batch-1 decode step reach?",
+        question="What % of its roof will a batch-1 decode step reach?",
         unit="%",
         min_value=0.0,
         max_value=1000.0,
@@ -359,4 +377,5 @@ EXPERIMENT = Experiment(
         "Lab: roofline",
     ),
     verdict=decode_verdict,
+    model=ASSISTANT,  # the pot reads its weights from memory only when they do not fit in a cache
 )

@@ -34,6 +34,7 @@ from engine.errors import EngineError
 from engine.limits import available_memory
 from lab.cpu_time import generate_timed
 from lab.experiment import Experiment, Prediction, StoryLink, decode_verdict
+from lab.model_for import ASSISTANT
 from lab.noise import (
     MIN_REPEATS,
     SPREAD_LEGEND,
@@ -272,4 +273,5 @@ EXPERIMENT = Experiment(
         "Lab: smaller portions (int8 weights)",
     ),
     verdict=decode_verdict,
+    model=ASSISTANT,  # the pot reads its weights from memory only when they do not fit in a cache
 )

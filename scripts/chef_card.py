@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from engine.bench.contestants import cpu_name
+
 
 def sample_text(model, tok, prompt: str, n: int, seed: int, temperature: float = 0.8) -> str:
     """A seeded sample (temperature 0.8, top-k 40) through HF generate, for the model card."""
@@ -24,15 +26,7 @@ def sample_text(model, tok, prompt: str, n: int, seed: int, temperature: float =
 
 
 def machine_description() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} logical cores, torch {torch.__version__}, {platform.system()}"
+    return f"{cpu_name()}, {os.cpu_count()} logical cores, torch {torch.__version__}, {platform.system()}"
 
 
 def plot_curve(history: list[dict], baseline: float, path: Path, title: str, init_history=()) -> None:

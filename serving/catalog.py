@@ -11,7 +11,7 @@ A catalog file:
 
     [[model]]
     name = "chef"                        # what the browser picks; unique across all files
-    path = "/srv/models/chef"            # exactly one of path / preset / hub
+    path = "/srv/models/chef"            # exactly one of path / preset / hub / gguf / fetch
     label = "The chef"                   # short text for a picker
     trained = true                       # optional; presets are always false
     description = "..."                  # optional
@@ -20,11 +20,14 @@ A catalog file:
     name = "preset:smollm2-135m"
     preset = "smollm2-135m"              # a real architecture's shape, random weights, built locally
 
-Relative paths are relative to the file that names them. Local folders must sit under
+Two more sources: `gguf = "model.gguf"` (a GGUF file, llama.cpp's format) and `fetch = "assistant"`
+(a model fetched on first use into the model cache, engine/model_store.py).
+
+Relative paths are relative to the file that names them. Local folders and GGUF files must sit under
 the engine's embedded models (`engine/models/`) or one of the `allowed_roots`. Every refusal is one `EngineError` line.
 
 `describe(entry)` gives the facts a picker shows (parameters, bytes per dtype, KV bytes per token)
-from config.json or the preset's config alone: no weights are read, so a 5 GB preset costs nothing
+from config.json, a GGUF's metadata, a fetched model's recipe or the preset's config alone: no weights are read, so a 5 GB preset costs nothing
 to describe. `fits(entry, dtype, device)` says before loading whether the weights would fit.
 """
 
@@ -48,21 +51,22 @@ RANDOM_WEIGHTS_NOTE = "random weights: timing is real, text is not"
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 FILE_KEYS = {"allowed_roots", "default", "model", "app", "caps"}  # [app] and [caps]: the one settings file's
-ENTRY_KEYS = {"name", "path", "preset", "hub", "label", "trained", "description"}
-SOURCE_KEYS = ("path", "preset", "hub")
+ENTRY_KEYS = {"name", "path", "preset", "hub", "gguf", "fetch", "label", "trained", "description"}
+SOURCE_KEYS = ("path", "preset", "hub", "gguf", "fetch")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One menu item. `source` is what `Engine.load` receives: a folder path, `preset:NAME` or a hub id."""
+    """One menu item. `source` is what `Engine.load` receives: a folder path, `preset:NAME`, a hub id,
+    a .gguf file's path or a fetched model's name (`assistant`)."""
 
     name: str
     source: str
     label: str  # always ends with RANDOM_WEIGHTS_NOTE when `trained` is False
     trained: bool
     description: str = ""
-    kind: str = "path"  # "path" | "preset" | "hub"
+    kind: str = "path"  # "path" | "preset" | "hub" | "gguf" | "fetch"
     catalog_file: str = ""  # which file defined it (for error messages)
 
 
@@ -150,7 +154,7 @@ def _parse_entry(raw: dict, file: Path, roots: list[Path]) -> Entry:
         raise EngineError(f"{where} has no 'name'")
     sources = [k for k in SOURCE_KEYS if k in raw]
     if len(sources) != 1:
-        raise EngineError(f"{where} needs exactly one of path, preset, hub (found {len(sources)})")
+        raise EngineError(f"{where} needs exactly one of {', '.join(SOURCE_KEYS)} (found {len(sources)})")
     kind = sources[0]
     value = raw[kind]
     if not isinstance(value, str) or not value.strip():
@@ -171,8 +175,16 @@ def _parse_entry(raw: dict, file: Path, roots: list[Path]) -> Entry:
         if not HUB_ID.match(value):
             raise EngineError(f"{where}: hub id '{value}' is not of the form owner/name")
         source = value
+    elif kind == "fetch":
+        from engine.model_store import RECIPES  # lazy: as above
+
+        if value not in RECIPES:
+            raise EngineError(f"{where}: no fetched model '{value}' (known: {', '.join(RECIPES)})")
+        source = value
     else:
         folder = (file.parent / value).resolve()
+        if kind == "gguf" and folder.suffix.lower() != ".gguf":
+            raise EngineError(f"{where}: gguf '{value}' must name a .gguf file")
         if not _inside(folder, roots):
             allowed = ", ".join(str(r) for r in roots)
             raise EngineError(f"{where}: path {folder} is outside the allowed roots ({allowed})")
@@ -243,6 +255,19 @@ def _model_config(entry: Entry) -> ModelConfig:
         from engine import presets  # lazy: as above: torch loads only for a preset's figures
 
         return presets.preset_config(entry.source.removeprefix("preset:"))
+    if entry.kind == "gguf":
+        from engine.gguf import gguf_config  # lazy: the metadata only; no tensor is read
+
+        try:
+            return config_from_hf(gguf_config(entry.source))
+        except FileNotFoundError:
+            raise EngineError(f"model '{entry.name}': GGUF file {entry.source} does not exist") from None
+    if entry.kind == "fetch":
+        from engine import model_store  # lazy: as above
+
+        folder = model_store.cached(entry.source)
+        raw = json.loads((folder / "config.json").read_text()) if folder else model_store.recipe(entry.source).config
+        return config_from_hf(raw)
     if entry.kind == "path":
         file = Path(entry.source) / "config.json"
     else:

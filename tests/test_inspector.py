@@ -117,6 +117,50 @@ def test_compute_bound_decode_at_large_batch():
     )
     assert v.decode_bound == "compute"
     assert any("compute-bound" in f for f in v.fixes)
+    # The headline names the regime with its numbers, and when the story's memory-bound pot holds:
+    # 1.28 GFLOP / 64 = 20 MFLOP a table; ~40 MB of weights; ridge 5: 5 x 40 MB / 20 MFLOP = batch 10.
+    assert ("each step is compute-bound at this batch: 64 tables share each weight read, 32.0 FLOP/byte, "
+            "right of the DRAM ridge at 5.0 FLOP/byte; memory-bound below about batch 10") in v.headline  # fmt: skip
+
+
+def test_the_pot_at_batch_1_is_named_memory_bound_with_the_batch_it_turns():
+    # 2 MFLOP over 4 MB = 0.5 FLOP/byte at batch 1, ridge 5: 5 x ~4 MB / 2 MFLOP = about batch 10-11.
+    v = verdict_for(prefill_s=0.01, steps=100, step_s=0.00025, forward_share=0.9)
+    assert v.decode_bound == "bandwidth"
+    assert ("each step waits on reading weights and KV cache, like the story's pot: memory-bound at batch 1: "
+            "0.50 FLOP/byte, left of the DRAM ridge at 5.0 FLOP/byte; compute-bound from about batch 11") in v.headline  # fmt: skip
+
+
+def test_an_overhead_bound_pot_still_says_which_side_of_the_ridge_it_sits():
+    v = verdict_for(prefill_s=0.01, steps=50, step_s=0.005, forward_share=0.9)
+    assert v.decode_bound == "overhead" and "per-step overhead" in v.headline
+    assert "by its intensity alone the pot is memory-bound at batch 1: 0.50 FLOP/byte" in " ".join(v.evidence)
+
+
+def test_the_regimes_crossing_follows_from_the_step_and_the_ridge():
+    from lab.inspector import regime
+
+    trace, _ = build_trace(prefill_s=0.01, steps=1, step_s=0.02, forward_share=0.9, batch=8,
+                           decode_flops=8 * 0.27e9, decode_bytes=538e6 + 8 * 2e6)  # fmt: skip
+    step = trace.decode_steps[0]
+    r = regime(step, ROOF)  # ridge 5; per table 0.27 GFLOP and ~1 kB of KV (build_trace's kv_bytes)
+    weights = step.bytes_moved - step.kv_bytes
+    assert r.bound == "bandwidth" and r.memory == "DRAM" and r.ridge == 5.0
+    assert r.crossing == -(-5 * weights // (0.27e9 - 5 * step.kv_bytes / 8))  # the ceiling of R W / (f - R k)
+    assert r.intensity < r.ridge <= r.crossing * 0.27e9 / weights
+    heavy_kv = StepRecord("decode", 1, 0.0, 0.01, 0.009, 4, 4, 4, 4000, 4 * 10**9, 4 * 2e6, 4 * 10**9 + 1e6)
+    assert regime(heavy_kv, ROOF).crossing is None  # the KV cache outweighs the FLOPs: no batch crosses
+
+
+def test_a_step_whose_bytes_fit_in_a_measured_cache_is_judged_against_that_caches_ridge():
+    from engine.bench.roofline import MemoryRoof
+
+    cached = Roofline(20e9, 100e9, "cpu", "float32", caches=(MemoryRoof("L3", 50e9, 32 * 2**20),))
+    trace, out = build_trace(prefill_s=0.001, steps=50, step_s=0.0001, forward_share=0.95)  # 4 MB: in the L3
+    v = diagnose(compute_metrics(trace, out, kv_allocated=4096), trace, cached)
+    assert v.decode_bound == "bandwidth"
+    assert "left of the L3 ridge at 2.0 FLOP/byte" in v.headline
+    assert any("its bytes come from L3, whose roof was measured: its 4 MB fit there" in e for e in v.evidence)
 
 
 def test_overhead_bound_when_most_of_the_step_is_outside_forward():
@@ -149,6 +193,15 @@ def test_single_token_run_has_no_decode_verdict():
     v = verdict_for(prefill_s=0.05, steps=0, step_s=0.0, forward_share=1.0)
     assert v.slow_phase == "prefill"
     assert v.decode_bound is None
+
+
+def test_a_large_batch_step_faster_than_the_compute_roof_names_that_roof():
+    # 1.28 GFLOP at 100 GFLOP/s needs 12.8 ms; a 10 ms step beat the compute roof, not the memory one.
+    v = verdict_for(prefill_s=0.01, steps=50, step_s=0.010, forward_share=0.95, batch=64,
+                    decode_flops=1.28e9, decode_bytes=40e6)  # fmt: skip
+    assert v.decode_bound == "compute"
+    assert any(e.startswith("the step beat the measured compute roof (100.0 GFLOP/s") for e in v.evidence)
+    assert not any("memory roof" in e for e in v.evidence)
 
 
 def test_a_step_faster_than_the_memory_roof_is_called_out():
@@ -301,6 +354,16 @@ def test_between_the_margins_the_order_is_balanced_and_says_why():
     assert v.headline.startswith("Balanced: the wok took 52% of the wait and the soup pot 48%")
     assert "neither reaches 60%" in v.headline
     assert any(f.startswith("Shorten the prompt") for f in v.fixes)  # both pots get advice
+
+
+def test_a_balanced_order_still_names_the_pots_regime():
+    # The More tables lesson's shape: the wok's 1,024 prompt tokens take about as long as 31 steps of
+    # 64 tables' pot, whose 1.28 GFLOP over 40 MB (32 FLOP/byte) are right of the 5 FLOP/byte ridge.
+    v = verdict_for(prefill_s=0.5, steps=31, step_s=0.015, forward_share=0.95, batch=64,
+                    decode_flops=1.28e9, decode_bytes=40e6)  # fmt: skip
+    assert v.slow_phase == "balanced" and v.decode_bound == "compute"
+    assert v.headline.endswith("; the soup pot: compute-bound at batch 64: 32.0 FLOP/byte, right of the DRAM "
+                               "ridge at 5.0 FLOP/byte; memory-bound below about batch 10")  # fmt: skip
 
 
 def test_two_orders_that_measure_the_same_within_noise_get_the_same_diagnosis():

@@ -153,8 +153,9 @@ def test_roofline_places_decode_left_of_prefill(chef_one_thread):
     decode1 = r.points[2]
     assert decode1.intensity < r.roof.ridge  # fp32 batch-1 decode: ~0.5 FLOP/byte, far left
     assert decode1.intensity < min(p.intensity for p in r.points if p.phase == "prefill")
-    for p in r.points:
-        assert p.pct_of_roof == pytest.approx(100 * p.achieved_flops_per_s / r.roof.attainable(p.intensity))
+    for p in r.points:  # each point's share is of the roof that explains it (DRAM's, or its cache's)
+        memory = next(m for m in r.roof.memory_roofs() if m.name == p.roof)
+        assert p.pct_of_roof == pytest.approx(100 * p.achieved_flops_per_s / r.roof.attainable(p.intensity, memory))
     decode_path = [t for t in r.theory if t.phase == "decode"]
     assert [t.setting for t in decode_path][:3] == [1, 2, 4]
     assert all(a.intensity < b.intensity for a, b in zip(decode_path, decode_path[1:], strict=False))

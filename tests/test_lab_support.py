@@ -113,7 +113,7 @@ def test_roofline_figure_draws_roof_both_phases_and_the_guess():
     result = fake_roofline_result()
     fig = roofline_figure(result, guess=30)
     names = [(t.name or "").replace("<br>", " ") for t in fig.data]
-    assert names[0] == "roof (measured)"
+    assert names[0] == "DRAM roof (20 GB/s, measured)"  # no cache roof measured: DRAM's alone
     # Each phase's points, their share of the roof named in the legend (labels on the points collided).
     assert any(n.startswith("prefill measured") and "prompt 256" in n and "%" in n for n in names), names
     assert any(n.startswith("decode measured") and "batch 1" in n for n in names), names
@@ -121,6 +121,23 @@ def test_roofline_figure_draws_roof_both_phases_and_the_guess():
     decode = result.points[1]
     assert star.y[0] == pytest.approx(decode.attainable_flops_per_s / 1e9 * 0.30)
     assert not any((t.name or "").startswith("your guess") for t in roofline_figure(result, guess=None).data)
+
+
+def test_roofline_figure_draws_every_cache_roof_and_marks_a_point_above_them_all():
+    from engine.bench.roofline import MemoryRoof
+
+    roof = Roofline(20e9, 100e9, "cpu", "float32",
+                    caches=(MemoryRoof("L2", 100e9, 2**20), MemoryRoof("L3", 70e9, 32 * 2**20)))  # fmt: skip
+    points = [place("decode", "batch 1", 1e7, 2e7, 0.0005, roof),  # 20 GFLOP/s at 0.5: under L3's 35
+              place("decode", "batch 4", 4e7, 2e7, 0.0003, roof)]  # 133 GFLOP/s: above every roof  # fmt: skip
+    assert [(p.roof, p.above_every_roof) for p in points] == [("L3", False), ("L3", True)]
+    fig = roofline_figure(RooflineResult(settings=RooflineSettings(), roof=roof, points=points, sample=None))
+    names = [(t.name or "").replace("<br>", " ") for t in fig.data]
+    assert names[:3] == ["DRAM roof (20 GB/s, measured)", "L3 roof (32 MB, 70 GB/s, measured)",
+                         "L2 roof (1 MB, 100 GB/s, measured)"]  # fmt: skip
+    measured = next(t for t, n in zip(fig.data, names, strict=True) if n.startswith("decode measured"))
+    assert list(measured.marker.symbol) == ["circle", "x"]  # the artefact is drawn as measured, and marked
+    assert "batch 1 57% of L3" in measured.name.replace("<br>", " ")
 
 
 @pytest.mark.skipif(

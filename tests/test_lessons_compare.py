@@ -42,7 +42,8 @@ def test_a_lesson_asking_for_the_longest_prompt_gets_the_ceiling_without_a_warni
 def test_the_plan_prints_as_markdown_with_a_link_per_lesson():
     text = plan_markdown("http://localhost:8501")
     assert text.count("\n## ") == len(LESSONS)
-    assert "http://localhost:8501/?prompt=32&batch=1&new=64&temp=0&lesson=1" in text
+    assert "http://localhost:8501/?prompt=32&batch=1&new=64&temp=0&model=assistant&lesson=1" in text
+    assert text.count("- **Model:** On the assistant: ") == 2 and "- **Model:** On the chef: " in text
     assert "ms" not in text.replace("tokens", "")  # the plan names no measured number
 
 

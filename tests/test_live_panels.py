@@ -81,8 +81,8 @@ def test_paired_overheads_give_the_median_and_an_interval_around_it():
     assert paired([1.0] * 3, [1.0] * 3)["paired_ci95"] == [0.0, 0.0]  # no difference, no interval
 
 
-def test_the_bench_counts_the_browsers_cpu_from_proc(tmp_path):
-    """A process the kernel names "chromium-busy" (a Python spinning for 0.6 s of CPU) is counted."""
+def test_the_bench_counts_the_browsers_cpu(tmp_path):
+    """A process the kernel names "chromium-busy" (a Python spinning for 0.6 s of CPU) is counted (psutil)."""
     fake = tmp_path / "chromium-busy"
     fake.symlink_to(sys.executable)  # the kernel names a process after the file it executed
     before = cook_probe.cpu_s(cook_probe.browser_pids())

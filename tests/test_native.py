@@ -12,6 +12,7 @@ compiler, or where the build fails, the engine says why in one line and decodes 
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 
@@ -28,7 +29,8 @@ from test_compiled import (
 
 from engine import Engine, EngineError
 from engine.native import NATIVE_GROUP
-from engine.native_build import library
+from engine.native_build import Build, library
+from engine.native_ops import product as native_product
 
 FAMILIES = ["tiny_llama", "tiny_llama_tied", "tiny_qwen2", "tiny_starcoder2", "tiny_olmo", "tiny_gpt2"]
 pytestmark = pytest.mark.skipif(isinstance(library(), str), reason="the native step could not be built here")
@@ -143,6 +145,25 @@ def test_batch_invariant_mode_and_16_bit_models_take_the_forward(tiny_llama):
     assert len(res.tokens[0]) == 4 and bf16.native.eager_steps == 3
 
 
+def test_the_engine_says_which_step_cooks_and_for_which_instructions(tiny_llama):
+    """ModelInfo.decode_step, for the Kitchen's main view: the instruction set the step was built for
+    (torch's own CPU detection names the widest vectors this CPU has), or op by op and why."""
+    build, machine = Build.from_env(), platform.machine().lower()
+    if build.portable:
+        want = "portable C"
+    elif build.arch == "x86-64-v2":
+        want = "SSE"
+    elif machine in ("aarch64", "arm64"):
+        want = "NEON"
+    else:
+        want = {"AVX512": "AVX-512", "AVX2": "AVX2"}.get(torch.backends.cpu.get_cpu_capability(), "SSE")
+    eng = Engine.load(str(tiny_llama.path))
+    assert eng.native.isa.startswith(want) and eng.info.decode_step == f"native ({eng.native.isa})"
+    assert Engine.load(str(tiny_llama.path), native=False).info.decode_step == "op by op: the model's forward"
+    bf16 = Engine.load(str(tiny_llama.path), dtype="bfloat16").info.decode_step
+    assert bf16 == "op by op: the native step runs float32 activations (the model's are torch.bfloat16)"
+
+
 def _in_child(code: str, env: dict[str, str]) -> str:
     done = subprocess.run([sys.executable, "-c", code], env=os.environ | env, capture_output=True, text=True,
                           timeout=300)  # fmt: skip
@@ -177,6 +198,18 @@ def test_the_build_is_cached_per_machine(tiny_llama, tmp_path):
     again = _in_child(CHILD.format(path=str(tiny_llama.path)),
                       {"TWO_POT_NATIVE_CACHE": str(tmp_path), "CC": "/nonexistent/cc", "PATH": "/nonexistent"})  # fmt: skip
     assert again.splitlines() == out.splitlines()
+
+
+def test_the_cache_key_follows_the_cpus_features(monkeypatch):
+    """A step built for one CPU is never loaded on another: the probe's answer is in the file's name."""
+    from engine import native_build
+
+    features = native_build.cpu_features("cc")
+    assert features.split()[0] == platform.machine() and len(features.split()) > 2  # the CPU's own words
+    build = Build()
+    here = native_build.cached_path(build, build.cflags(), "cc")
+    monkeypatch.setattr(native_build, "cpu_features", lambda cc: features + " and one more")  # a CPU with more
+    assert native_build.cached_path(build, build.cflags(), "cc") != here
 
 
 def test_the_native_sweep_times_both_paths_on_a_real_engine(tiny_llama, capsys):
@@ -266,14 +299,11 @@ def test_a_forked_child_runs_threaded_passes_without_the_parents_threads(tiny_ll
 def test_the_float32_product_gives_each_row_the_same_bits_at_every_row_count(n):
     """gemm_kmajor streams 1-4 rows, runs 6-row blocks above, and copies a panel of a weight whose
     rows lie far apart for the blocks after the first: every row's sums keep one order throughout."""
-    lib = library()
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(32, 64, generator=g), torch.randn(64, n, generator=g)  # (B, K), (K, N)
 
     def product(rows: torch.Tensor) -> torch.Tensor:
-        y = torch.empty(rows.shape[0], n)
-        lib.twopot_gemm_f32(rows.shape[0], 64, n, rows.data_ptr(), w.data_ptr(), y.data_ptr())
-        return y
+        return native_product(rows, w)
 
     alone = torch.cat([product(x[i : i + 1].contiguous()) for i in range(32)])  # (32, N), one row at a time
     for rows in (5, 7, 13, 32):

@@ -3,12 +3,13 @@
 This machine is Linux; the other hosts are faked in a process of their own, and in every process it
 starts, by a `sitecustomize` module on its import path (Python imports it at startup, the engine's
 loop process included, since it inherits the path): no `/proc` (opening or listing anything under
-it fails as on a machine without it), no `sched_getaffinity` / `sched_setaffinity`, and on the
-Windows-like host also no `fork`, no `pass_fds` for a child process and no `os.uname` (numpy is
-imported first: on Linux it asks `os.uname` at import, on Windows it never does). Each process
-the fake reached leaves a mark, so the test knows the engine's loop ran faked too. The engine's
-own facts in its loop (available memory, CPU features: engine/limits.py, engine/native_build.py)
-are the engine's tests' to fake; here the loop keeps `os.uname`, the one the engine still reads.
+it fails as on a machine without it, except from psutil, which asks those systems its own way), no
+`sched_getaffinity` / `sched_setaffinity`; on the macOS-like host no psutil `cpu_affinity` either;
+on the Windows-like host also no `fork`, no `pass_fds` for a child process, no `os.uname`,
+`os.sysconf` or `os.getloadavg` (numpy is imported first: on Linux it asks `os.uname` at import,
+on Windows it never does). Each process the fake reached leaves a mark, so the test knows the
+engine's loop ran faked too. `sys.platform` stays "linux": multiprocessing would take its Windows
+branch (`_winapi`) otherwise; the engine's own reading of the platform is tests/test_portable_host.py's.
 
 In that process: the Kitchen's client on the app's own host (called directly, as the Kitchen calls
 it) checks and cooks an order, and the class kitchen's server answers an OpenAI completion.
@@ -32,18 +33,28 @@ SITECUSTOMIZE = textwrap.dedent('''
     KIND = os.environ.get("FAKE_HOST_KIND")
     if KIND:
         import numpy  # noqa: F401 -- Linux's numpy asks os.uname for the kernel at import; Windows' never does
-        LOOP = "--multiprocessing-fork" in sys.argv  # the engine's loop process (its engine keeps os.uname)
-        gone = ("fork", "forkpty") + (() if LOOP else ("uname",)) if KIND == "windows" else ()
+        import psutil
+        gone = ("fork", "forkpty", "uname", "sysconf", "getloadavg") if KIND == "windows" else ()
         for name in ("sched_getaffinity", "sched_setaffinity") + gone:
             if hasattr(os, name):
                 delattr(os, name)
+        if KIND == "macos":
+            del psutil.Process.cpu_affinity
         _open, _listdir, _scandir = builtins.open, os.listdir, os.scandir
+
+        def _psutil_asks():  # psutil reads /proc on Linux; on macOS and Windows it asks the system its own way
+            f = sys._getframe(2)
+            while f is not None:
+                if f.f_globals.get("__name__", "").startswith("psutil"):
+                    return True
+                f = f.f_back
+            return False
 
         def _no_proc(path):
             p = os.fspath(path) if not isinstance(path, int) else ""
             if isinstance(p, bytes):
                 p = p.decode()
-            if p == "/proc" or p.startswith("/proc/"):
+            if (p == "/proc" or p.startswith("/proc/")) and not _psutil_asks():
                 raise FileNotFoundError(2, "No such file or directory (a host without /proc)", p)
 
         def fake_open(file, *args, **kwargs):
@@ -87,7 +98,8 @@ SCENARIO = textwrap.dedent('''
     sys.path.insert(0, os.environ["TESTS_DIR"])
     from kitchen_server import serve
 
-    faked = {"sched": hasattr(os, "sched_getaffinity"), "uname": hasattr(os, "uname"), "fork": hasattr(os, "fork")}
+    faked = {"sched": hasattr(os, "sched_getaffinity"), "uname": hasattr(os, "uname"), "fork": hasattr(os, "fork"),
+             "loadavg": hasattr(os, "getloadavg")}
     try:
         open("/proc/self/stat")
         faked["proc"] = True
@@ -141,7 +153,7 @@ def test_the_app_kitchen_and_the_class_kitchen_cook_on_another_kind_of_host(kind
     out = json.loads(lines[-1][len("RESULT "):])
     windows = kind == "windows"
     assert out["present"] == {"sched": False, "proc": False, "uname": not windows, "fork": not windows,
-                              "pass_fds": not windows}  # the host is faked as it should be  # fmt: skip
+                              "pass_fds": not windows, "loadavg": not windows}  # the host is faked as it should be  # fmt: skip
     assert out["kitchen_state"] == "ready" and out["kitchen_error"] is None
     assert out["kitchen_job"] == ["done", None, [6, 6]]
     assert out["class_completion"] == [200, 5]

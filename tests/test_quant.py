@@ -276,7 +276,7 @@ def test_the_int8_op_equals_its_kernels_bit_for_bit(rows, width, dtype, fbgemm):
 def test_the_int8_op_is_the_engines_own_w8a8_where_it_is_built(rows, width, dtype):
     """Where engine/native_step.c is built, few-row products are its W8A8 (the native step's
     arithmetic), scaled in float32: bit for bit, a row's product is the same alone or among others."""
-    from engine import native_build
+    from engine import native_build, native_ops
 
     if not native_build.ready():
         pytest.skip("the engine's own kernels could not be built here")
@@ -286,7 +286,7 @@ def test_the_int8_op_is_the_engines_own_w8a8_where_it_is_built(rows, width, dtyp
     x = torch.randn(rows, width, generator=gen).to(dtype)
     y = qw(x)
     if rows <= W8A8_MAX_ROWS:
-        want = native_build.int8_unscaled(x, qw.q, qw.rowsum).mul_(qw.native_scale)
+        want = native_ops.int8_unscaled(x, qw.q, qw.rowsum).mul_(qw.native_scale)
         assert torch.equal(y[-1:], qw(x[-1:].clone()))  # the last row alone: the same bits
     else:
         want = (x.bfloat16() @ qw.q.t().bfloat16()).float().mul_(qw.native_scale)

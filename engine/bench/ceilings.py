@@ -33,7 +33,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from engine import native_build
+from engine import native_build, native_ops
 from engine.bench.roofline import synchronize
 from engine.model import Transformer
 from engine.quant import Int8Weight, matmul
@@ -83,20 +83,22 @@ def native_chain(model: Transformer, rows: int, head_rows: int | None = None):
     weight with x of `rows` rows, and the LM head with `head_rows` (default `rows`); None where they
     are not built or the weights are not float32 on CPU (int8 products already run natively through
     `matmul`)."""
-    weights, lib = layer_weights(model) + [model.lm_head_t], native_build.library()
-    if isinstance(lib, str) or model.dtype != torch.float32 or model.device.type != "cpu" \
+    weights = layer_weights(model) + [model.lm_head_t]
+    if not native_build.ready() or model.dtype != torch.float32 or model.device.type != "cpu" \
             or any(isinstance(w, Int8Weight) for w in weights):  # fmt: skip
         return None
     x = torch.randn(rows, max(w.shape[0] for w in weights))  # (rows, widest in)
     xs = {w.shape[0]: x[:, : w.shape[0]].contiguous() for w in weights}  # (rows, in) per input width
     y = torch.empty(rows * max(w.shape[1] for w in weights))
-
     heads = rows if head_rows is None else head_rows
+    calls = []  # each product checked against the contract once, here, not inside the timing
+    for w in weights:
+        n = heads if w is weights[-1] else rows
+        calls.append(native_ops.prepare_product(xs[w.shape[0]][:n], w, y[: n * w.shape[1]].view(n, w.shape[1])))
 
     def run() -> None:
-        for w in weights:
-            n = heads if w is weights[-1] else rows
-            lib.twopot_gemm_f32(n, w.shape[0], w.shape[1], xs[w.shape[0]].data_ptr(), w.data_ptr(), y.data_ptr())
+        for call in calls:
+            call()
 
     return run
 

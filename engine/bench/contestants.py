@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import platform
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -199,17 +200,20 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
+def cpu_name() -> str:
+    """The CPU's model name: Linux lists it in /proc/cpuinfo; elsewhere what `platform` knows."""
+    if sys.platform.startswith("linux"):
+        try:
+            with open("/proc/cpuinfo") as f:
+                return next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+        except (OSError, StopIteration):
+            pass
+    return platform.processor() or platform.machine()
+
+
 def machine_facts() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
-
-
     return {
-        "cpu": cpu,
+        "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,

@@ -7,13 +7,12 @@ Two instruments for scripts/ui_overhead_bench.py (`--perf`), on both sides of ev
   BrowserMeter  every Chromium process's CPU seconds, sampled from the harness ten times a second;
                 the cook's span from perf (the same monotonic clock) cuts the samples
 
-Linux only (perf, /proc). Nothing here imports torch or the engine.
+Linux only (perf). Nothing here imports torch or the engine.
 """
 
 from __future__ import annotations
 
 import bisect
-import os
 import re
 import signal
 import statistics
@@ -22,28 +21,24 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
+
 
 def browser_pids() -> list[int]:
-    """Every process the kernel names after Chromium (its browser, renderers, GPU and utility processes)."""
-    pids = []
-    for comm in Path("/proc").glob("[0-9]*/comm"):
-        try:
-            if "chrom" in comm.read_text():
-                pids.append(int(comm.parent.name))
-        except OSError:  # a process that ended meanwhile
-            continue
-    return pids
+    """Every process named after Chromium (its browser, renderers, GPU and utility processes)."""
+    return [p.pid for p in psutil.process_iter(["name"]) if "chrom" in (p.info["name"] or "")]
 
 
 def cpu_s(pids: list[int]) -> float:
     """CPU seconds (user + system) these processes have used so far; one that ended counts no more."""
-    ticks = 0
+    total = 0.0
     for pid in pids:
         try:
-            ticks += sum(int(x) for x in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11:13])
-        except (OSError, IndexError, ValueError):
+            t = psutil.Process(pid).cpu_times()
+            total += t.user + t.system
+        except psutil.Error:  # a process that ended meanwhile
             continue
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 class BrowserMeter:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from kitchen_viz import app_state, icons
+from kitchen_viz import app_state, fetch_progress, icons, model_pick
 from kitchen_viz.app_state import (
     KEY_DEVICE,
     KEY_DTYPE,
@@ -59,10 +59,12 @@ def navigation_ui():
     return st.navigation(sections)
 
 
-def shared_controls_ui() -> None:
-    """Model, device, dtype, seed and presenter mode: one set for every page of this session."""
+def shared_controls_ui(url_path: str) -> None:
+    """Model, device, dtype, seed and presenter mode: one set for every page of this session. The
+    page at `url_path` (or a lesson's link) may pick the model first (kitchen_viz/model_pick.py)."""
     found, problem = safe_model_choices()
     choices = {c.name: c for c in found}
+    model_pick.pick_for_page(url_path, list(choices))
     ignored = app_state.seed_from_url(list(choices))  # ?model= and ?presenter= (a reload keeps them)
     with st.sidebar:
         if problem:
@@ -78,6 +80,8 @@ def shared_controls_ui() -> None:
             help="Only catalog models can be picked here; an instructor adds more with --catalog.",
         )
         chosen = choices[st.session_state[KEY_MODEL]]
+        if fetch_progress.fetch_state(chosen.name) is not None:  # fetched on first use and not ready yet
+            fetch_progress.fetch_progress_ui(chosen.name)
         if not chosen.trained:
             st.caption(":material/warning: Random weights: timing is real, text is not.")
         st.selectbox("Device", device_choices(), key=KEY_DEVICE)
@@ -99,7 +103,7 @@ def shared_controls_ui() -> None:
 
 
 page = navigation_ui()
-shared_controls_ui()
+shared_controls_ui(page.url_path)
 st.html(page_css())
 if st.session_state.get(KEY_PRESENTER):
     st.html(presenter_css())

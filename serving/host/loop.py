@@ -74,10 +74,9 @@ def load(conn, s: LoopSettings) -> Engine | None:
         conn.send_bytes(wire.encode(wire.LoadError(" ".join(f"could not load {s.model}: {err}".split()))))
         return None
     codec, cfg = engine.codec, engine.cfg
-    special = (lambda i: codec.decode([i]) if i is not None else "") if codec is not None else (lambda i: "")
     info = ReadyInfo(engine.info.name, str(engine.device), engine.info.precision, s.engine.policy, cfg.max_context,
-                     cfg.vocab_size, getattr(codec, "chat_template", None), special(cfg.bos_id),
-                     special(next(iter(cfg.eos_ids), None)), time.perf_counter() - t0, engine.info,
+                     cfg.vocab_size, getattr(codec, "chat_template", None), getattr(codec, "bos_token", ""),
+                     getattr(codec, "eos_token", ""), time.perf_counter() - t0, engine.info,
                      engine.serving_limits(), s.engine.token_budget, s.engine.batch_invariant)  # fmt: skip
     conn.send_bytes(wire.encode(wire.Ready(info)))
     return engine

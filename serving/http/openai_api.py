@@ -7,8 +7,9 @@ measurement of the step that produced it (as llama.cpp's server adds `timings`):
 
     {"phase": "decode", "step": 812, "step_ms": 3.1, "ttft_ms": 41.0, "kv_bytes": 1966080}
 
-Chat prompts use the model's chat template when its tokenizer has one; otherwise the plain
-template below, a play script, which is also what the chef was trained on:
+Chat prompts use the model's own chat template when its tokenizer has one (engine/chat.py renders
+it, the one way the engine applies a template); otherwise the plain template below, a play script,
+which is also what the chef was trained on:
 
     USER:
     Who is there?
@@ -22,6 +23,7 @@ import json
 import time
 from dataclasses import dataclass
 
+from engine.errors import EngineError
 from serving.host.wire import StepInfo
 
 MAX_N = 16  # tables per order: choices generated for one request
@@ -82,7 +84,10 @@ def parse_order(body, chat: bool, template) -> CompletionRequest:
         raise ApiError(422, "the body must be a JSON object")
     model = _field(body, "model", str, rule="the name of a served model (GET /v1/models)")
     if chat:
-        prompt = template(_messages(body.get("messages")))
+        try:
+            prompt = template(_messages(body.get("messages")))
+        except EngineError as err:  # the model's own template refused the conversation (raise_exception)
+            raise ApiError(422, str(err), "messages") from None
     else:
         prompt = _prompt(body.get("prompt"))
     max_tokens = _field(body, "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens",
@@ -165,17 +170,6 @@ def _text_part(i: int, part) -> str:
 def plain_template(messages: list[dict]) -> str:
     """Messages as a play script: `ROLE:\\ncontent\\n\\n` each, then `ASSISTANT:\\n` to answer."""
     return "".join(f"{m['role'].upper()}:\n{m['content']}\n\n" for m in messages) + "ASSISTANT:\n"
-
-
-def jinja_template(source: str, bos: str, eos: str):
-    """The tokenizer's own chat template, rendered in Jinja's sandbox."""
-    from jinja2.sandbox import (
-        ImmutableSandboxedEnvironment,  # lazy: jinja2 only for a model with a chat template
-    )
-
-    compiled = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(source)
-    return lambda messages: compiled.render(messages=messages, add_generation_prompt=True, bos_token=bos,
-                                            eos_token=eos)  # fmt: skip
 
 
 # -- responses -----------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from engine.chat import ChatTemplate
 from engine.errors import EngineError
 from serving.caps import Caps
 from serving.host.handles import Handle, Refused
@@ -26,7 +27,7 @@ from serving.host.host import EngineHost
 from serving.http.admission import Admission
 from serving.http.answer import OrderAnswer
 from serving.http.metrics import CONTENT_TYPE
-from serving.http.openai_api import ApiError, CompletionRequest, jinja_template, parse_order, plain_template
+from serving.http.openai_api import ApiError, CompletionRequest, parse_order, plain_template
 
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: a 128k-token prompt as text or ids fits; a runaway upload does not
 DEFAULT_CHAT_TOKENS = 256
@@ -46,7 +47,7 @@ class OpenAIRoutes:
     def __init__(self, host: EngineHost, config: ServerConfig):
         self.host, self.config, self.metrics = host, config, host.metrics
         ready = host.process.ready
-        self.template = (jinja_template(ready.chat_template, ready.bos_token, ready.eos_token)
+        self.template = (ChatTemplate(ready.chat_template, ready.bos_token, ready.eos_token).render
                          if ready.chat_template else plain_template)  # fmt: skip
         self.admission = Admission(lambda: host.in_flight, ready.serving.seats, config.caps.max_waiting,
                                    self.metrics.refused.inc)  # fmt: skip

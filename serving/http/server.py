@@ -104,7 +104,8 @@ def open_host(model: str, settings: LoopSettings, caps, sweeps=None, label: str 
 
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="two-pot-kitchen serve", description="one kitchen server for a whole class")
-    p.add_argument("--model", default="chef", help="a catalog name, preset:NAME or a local model folder")
+    p.add_argument("--model", default="chef", help="a catalog name (chef, assistant, ...), preset:NAME, a local model "
+                                                   "folder or a .gguf file")  # fmt: skip
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 | int8 (int8 weight matrices)")
     p.add_argument("--policy", default="chunked", help="static | continuous | chunked")
@@ -131,7 +132,7 @@ def served_name(model: str) -> tuple[str, str]:
     if source is not None:  # an embedded model keeps its name, so the engine's info says "chef", not a folder
         embedded = EMBEDDED_MODELS / model
         return model, model if Path(source).resolve() == embedded.resolve() else source
-    return (Path(model).name if Path(model).is_dir() else model), model
+    return (Path(model).name if Path(model).is_dir() else Path(model).stem if model.endswith(".gguf") else model), model
 
 
 def main(argv: list[str] | None = None, sweeps=None) -> int:
@@ -145,6 +146,9 @@ def main(argv: list[str] | None = None, sweeps=None) -> int:
             if args.max_waiting < 0:
                 raise EngineError(f"--max-waiting must be 0 or more requests (got {args.max_waiting})")
             caps = replace(caps, max_waiting=args.max_waiting)
+        from engine.cli import fetch_first  # lazy: the command line only
+
+        fetch_first(served_name(args.model)[1])  # a fetched model (assistant) not yet cached: fetched here, with a progress bar
         engine = precision_settings(args.dtype, device=args.device, policy=args.policy, token_budget=args.token_budget,
                                     max_seqs=args.max_seqs, prefix_cache=not args.no_prefix_cache,
                                     batch_invariant=args.batch_invariant)  # fmt: skip

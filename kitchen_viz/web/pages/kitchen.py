@@ -3,6 +3,7 @@
 import streamlit as st
 
 from kitchen_viz.app_state import current_settings, service_for
+from kitchen_viz.fetch_progress import fetch_state
 from kitchen_viz.kitchen_ui import draw_live, draw_loading, release_cook, start_cook
 from kitchen_viz.order_control import draw_cancel, order_caps
 from kitchen_viz.order_form import order_ui
@@ -16,6 +17,10 @@ st.caption(
     "ladles one token per table per step. Every number below was measured a moment ago on this machine."
 )
 
+if fetch_state(settings.model) is not None:  # fetched on first use and not ready yet: no kitchen to open
+    st.info("This model is being fetched for its first use; the sidebar shows how far along it is. "
+            "The kitchen opens here by itself when it is ready.", icon=":material/downloading:")
+    st.stop()
 svc = service_for(settings)
 if svc.state == "loading":
     draw_failed_order()

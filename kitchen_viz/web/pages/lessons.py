@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from kitchen_viz.lessons import LESSONS, order_words, plan_markdown, query
+from kitchen_viz.lessons import LESSONS, model_words, order_words, plan_markdown, query
 
 # Printing the page (Ctrl+P) keeps the plan and drops the app's chrome.
 st.html(
@@ -32,16 +32,17 @@ for i, lesson in enumerate(LESSONS, start=1):
     with st.container(border=True):
         st.markdown(f"### {i}. {lesson.title}")
         st.markdown(f"**Order:** {order_words(lesson.order)}")
+        st.markdown(f"**Model:** {model_words(lesson)}")
         st.markdown(f"**Look at:** {lesson.look_at}")
         st.markdown(f"**Ask the class:** {lesson.ask}")
         with st.container(horizontal=True, key=f"lessons-tools-{i}"):
             st.page_link(
-                "pages/kitchen.py", label="Cook this order", icon=":material/local_fire_department:", query_params=query(lesson.order, i)
+                "pages/kitchen.py", label="Cook this order", icon=":material/local_fire_department:", query_params=query(lesson.order, i, lesson.model)
             )
             if lesson.compare_with:
                 st.page_link(
                     "pages/kitchen.py",
                     label=f"Then: {order_words(lesson.compare_with)}",
                     icon=":material/compare_arrows:",
-                    query_params=query(lesson.compare_with, 100 + i),
+                    query_params=query(lesson.compare_with, 100 + i, lesson.model),
                 )

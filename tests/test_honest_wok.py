@@ -12,6 +12,7 @@ import pytest
 from kitchen_server import kitchen
 
 from engine.events import PrefillStart
+from kitchen_viz.app_state import APP_DIR
 from kitchen_viz.orders import Order
 from kitchen_viz.panels import panel_values
 from kitchen_viz.timeline import LiveRun
@@ -95,7 +96,7 @@ def test_the_dashboard_says_how_many_prompt_tokens_its_runs_reused(served):
 
     from streamlit.testing.v1 import AppTest
 
-    from kitchen_viz.app_state import APP_DIR, run_log
+    from kitchen_viz.app_state import run_log
     from lab.registry import DASHBOARD
 
     svc = HostClient(served[0], "chef")

@@ -22,6 +22,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+import psutil
+
 SHARED_FRACTION = 0.10  # other work above this share of the engine cores' time marks the order
 SHARED_MIN_S = 0.05  # ... and above this many CPU seconds (a short order's noise is not a neighbour)
 _LOCKS: dict[str, DeviceLock] = {}
@@ -120,31 +122,22 @@ class DeviceLock:
 
 # -- what ran beside the engine ---------------------------------------------------------------------
 
-CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
 def _core_busy_s(cores: frozenset[int]) -> float | None:
-    """CPU seconds the given cores have spent busy since boot (user+nice+system+irq+softirq+steal)."""
+    """CPU seconds the given cores have spent busy since boot: every state but idle and iowait
+    (psutil reads /proc/stat on Linux and the kernel's own counters on macOS and Windows)."""
     try:
-        total = 0
-        with open("/proc/stat") as f:
-            for line in f:
-                name, *values = line.split()
-                if name.startswith("cpu") and name != "cpu" and int(name[3:]) in cores:
-                    v = [int(x) for x in values]
-                    total += v[0] + v[1] + v[2] + v[5] + v[6] + (v[7] if len(v) > 7 else 0)
-        return total / CLK_TCK
-    except (OSError, ValueError, IndexError):
+        per_core = psutil.cpu_times(percpu=True)
+        return sum(sum(t) - t.idle - getattr(t, "iowait", 0.0) for i, t in enumerate(per_core) if i in cores)
+    except (OSError, psutil.Error):
         return None
 
 
-def _process_cpu_s(pid: int | str) -> float | None:
+def _process_cpu_s(pid: int) -> float | None:
     """CPU seconds (user + system) a process has used, all its threads included."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
-    except (OSError, ValueError, IndexError):
+        t = psutil.Process(pid).cpu_times()
+        return t.user + t.system
+    except (OSError, ValueError, psutil.Error):
         return None
 
 
@@ -163,7 +156,7 @@ class CoreMeter:
     def _sample(self) -> tuple | None:
         busy = _core_busy_s(self.cores)
         child = _process_cpu_s(self.child_pid) if self.child_pid else None
-        own = _process_cpu_s("self")
+        own = _process_cpu_s(os.getpid())
         return None if None in (busy, child, own) else (busy, child, own)
 
     def verdict(self) -> str | None:

@@ -26,10 +26,10 @@ import random
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from urllib.parse import urlparse
 
 import httpx
+import psutil
 
 from engine.errors import EngineError
 from engine.workload import Dist, percentiles
@@ -163,17 +163,18 @@ def summarize(outcomes: list[Outcome], alone: list[Outcome] | None, slo_ttft: fl
 
 def rss_kb(pid: int) -> int:
     """Resident memory of `pid` and all its descendants (a server and its engine process), kB."""
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
+    total = 0
+    try:
+        root = psutil.Process(pid)
+        family = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    for proc in family:
         try:
-            status = Path(f"/proc/{p}/status").read_text()
-            total += int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("VmRSS:")))
-            for task in Path(f"/proc/{p}/task").iterdir():
-                todo += [int(c) for c in (task / "children").read_text().split()]
-        except (OSError, StopIteration):
+            total += proc.memory_info().rss
+        except psutil.Error:  # a child that ended meanwhile
             pass
-    return total
+    return total // 1024
 
 
 def make_load(n: int, rate: float, prompt_len: Dist, seed: int, vocab: int, kind: str = "ids") -> tuple[list, list[float]]:

@@ -44,7 +44,7 @@ if what == "cook":
     t0 = time.monotonic()
     proc, url = spawn(free_port(), logs / "app.log")
     try:
-        assert wait_healthy(proc, url), (logs / "app.log").read_text()
+        assert wait_healthy(proc, url, 300), (logs / "app.log").read_text()
         with sync_playwright() as p:
             b = p.chromium.launch(executable_path="/usr/bin/chromium",
                                   args=["--headless", "--no-sandbox", "--disable-gpu"])

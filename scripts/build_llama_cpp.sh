@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build llama.cpp (the peer a CPU user would pick instead of our engine) from the source that
-# PyPI's llama-cpp-python sdist vendors, for `python -m bench peers`. Optional; never run in CI.
+# PyPI's llama-cpp-python sdist vendors, for `python -m engine bench peers`. Optional; never run in CI.
 #
 #   scripts/build_llama_cpp.sh [PREFIX]        (default /work/peers/llama.cpp; -j from $JOBS, 2)
 #

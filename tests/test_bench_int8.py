@@ -1,4 +1,4 @@
-"""The smaller-portions benchmark (bench/int8.py, `python -m engine bench --quant int8`): it runs,
+"""The smaller-portions benchmark (engine/bench/int8.py, `python -m engine bench --quant int8`): it runs,
 reports every contestant and ratio, and refuses a bad --quant in one line. No timing is asserted."""
 
 import json
@@ -6,11 +6,11 @@ import json
 import pytest
 import torch
 
-from bench.ceilings import matmul_chain
-from bench.cli import main as cli_main
-from bench.int8 import COMPILED, VARIANTS, QuantPlan, run
-from bench.int8_kernels import candidates, chain_ms, model_shapes
 from engine import Engine
+from engine.bench.ceilings import matmul_chain
+from engine.bench.cli import main as cli_main
+from engine.bench.int8 import COMPILED, VARIANTS, QuantPlan, run
+from engine.bench.int8_kernels import candidates, chain_ms, model_shapes
 from engine.compiled import compiler_problem
 
 TINY = QuantPlan(decode_prompt_tokens=4, decode_tokens=3, prefill_tokens=8, repeats=1, agreement_tokens=6)
@@ -62,7 +62,7 @@ def test_quant_with_compile_times_the_compiled_engines_too(tiny_llama, tmp_path)
 
 
 def test_the_int8_kernel_probe_runs_every_candidate_on_decode_rows(tiny_llama):
-    """bench/int8_kernels.py: every candidate computes the same product (to within int8 rounding) on
+    """engine/bench/int8_kernels.py: every candidate computes the same product (to within int8 rounding) on
     1 and 4 rows, and a chain over a model's weight shapes is timed."""
     fns = candidates(64, 96)
     for rows in (1, 4):

@@ -106,6 +106,16 @@ def test_first_load_shows_the_kitchen_and_cook_measures_real_text(server, browse
     page.close()
 
 
+def test_the_main_view_names_the_step_that_cooks(server, browser):
+    """Which forward cooks (the native step and its instruction set, or op by op) is said above the
+    order form, visible without opening the engineer's details."""
+    page = open_kitchen(browser, server)
+    line = page.get_by_text(re.compile(r"every pass runs native \(.+\)")).first
+    line.wait_for(timeout=30_000)
+    assert line.is_visible()
+    page.close()
+
+
 def test_the_scene_is_not_faded_stale_while_its_fragment_reruns(server, browser):
     """Streamlit's stale fade (an opacity transition started and cancelled at every fragment
     rerun) cost the engine's core CPU at every live tick; the kitchen's CSS switches it off."""

@@ -37,6 +37,7 @@ info = svc.info
 st.caption(
     f"Model **{info.name}** · {info.n_params / 1e6:,.1f} M parameters · {info.weight_bytes / 1e6:,.1f} MB of "
     f"weights on **{info.device}** ({info.precision}) · reads up to {info.max_context:,} tokens at once"
+    f" · every pass runs **{info.decode_step or 'op by op'}**"
     + ("" if info.trained else " · random weights: the timing is real, the text is not")
 )
 with st.expander("Engineer's details", icon=":material/engineering:"):
@@ -44,7 +45,8 @@ with st.expander("Engineer's details", icon=":material/engineering:"):
         f"- context: {info.max_context:,} tokens (prompt + reply)\n"
         f"- KV cache: {info.kv_bytes_per_token:,} bytes per token\n"
         f"- engine threads: {svc.threads or 'default'}; the engine runs {svc.where}\n"
-        f"- passes (prompts and decode steps): {info.decode_step or 'op by op'}"
+        f"- passes (prompts and decode steps): {info.decode_step or 'op by op'} (native: one C call a pass, "
+        "built for this CPU's instruction set; op by op: torch runs the model's forward operation by operation)"
     )
 st.caption(order_caps().summary())
 

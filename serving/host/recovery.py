@@ -20,6 +20,10 @@ generator past the draws already made (one draw per token, engine/sampling.py), 
 the sample it would have drawn, under the same condition; with speculative decoding (draft tokens
 drawn too) it is a fresh sample from the same distribution.
 
+The client's stream keeps its own count: a resumed request's tokens carry on at the index it had
+reached, and its first-token time is the one it had (the server's TTFT histogram counts the
+resubmission's own, from the moment the fresh engine took it).
+
 Poison orders: a crash is blamed on the requests that had produced no token since they were last
 submitted (a request that crashes its engine at once never streams again). A request blamed twice
 ends with one line (`poison_line`) and is never submitted again; everyone else is resumed. Requests

@@ -11,12 +11,17 @@ finds it in its settings, serving/app_settings.py):
     max_new_tokens = 512        # new tokens per table
     max_order_seconds = 120     # cooking time per order; past it the order is cancelled
     max_waiting = 2048          # requests waiting for a seat; past it a request is refused (503)
+    max_client_orders = 1024    # requests one client holds, cooking or waiting; past it 429
 
 Every key is optional (the defaults below). A request over a cap is refused before it queues, in
 one line naming the cap and its value; an order past its time is cancelled in one line
 (`time_line`); a request that finds `max_waiting` requests already waiting for a seat is refused
 at once with 503 and Retry-After (serving/http/admission.py). The default bound is generous: 2,048
-waiting, so a class of a thousand streaming at once is queued, not refused. Lab experiments are
+waiting, so a class of a thousand streaming at once is queued, not refused. Seats go round-robin
+across clients, and one client (its API key, `user` field or address) holding `max_client_orders`
+requests is refused alone with 429 and Retry-After (serving/http/fair.py). Its default, 1,024, is
+generous too (a classroom behind one address shares it); to keep one student's flood from delaying
+anyone's first token, set it below the seats minus the class's size (`GET /kitchen` shows `seats`). Lab experiments are
 not orders: they pace themselves and are not capped here.
 """
 
@@ -31,7 +36,8 @@ from engine.errors import EngineError
 from serving.app_settings import AppSettings
 
 SETTINGS_TABLES = {"caps", "app", "model", "default"}  # the one settings file's tables (serving/app_settings.py)
-KEYS = {"max_order_tokens": int, "max_new_tokens": int, "max_order_seconds": float, "max_waiting": int}
+KEYS = {"max_order_tokens": int, "max_new_tokens": int, "max_order_seconds": float, "max_waiting": int,
+        "max_client_orders": int}
 
 
 class CapExceeded(EngineError):
@@ -44,6 +50,7 @@ class Caps:
     max_new_tokens: int = 512
     max_order_seconds: float = 120.0
     max_waiting: int = 2048  # requests waiting for a seat (beyond those cooking) before one is refused
+    max_client_orders: int = 1024  # requests one client may hold, cooking or waiting, before its next is refused
 
     def check(self, prompt_tokens: list[int], max_new_tokens: int) -> None:
         """Refuse (CapExceeded, one line) an order of these prompts (token counts, one per table)."""

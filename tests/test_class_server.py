@@ -196,9 +196,12 @@ def test_an_order_past_its_time_is_cancelled_with_one_line():
             time.sleep(0.05)
 
 
-def test_a_killed_engine_ends_streams_with_an_error_and_comes_back():
+def test_a_killed_engine_comes_back_and_the_stream_goes_on():
+    """Without batch invariance the resumed tokens are the model's greedy answer to the same text,
+    not always the same bits (serving/host/recovery.py); tests/test_recovery.py holds the bits."""
     with kitchen(api_key=None) as (url, client):
-        body = {"model": "chef", "prompt": "ROMEO:", "max_tokens": 400, "temperature": 0, "stream": True}
+        body = {"model": "chef", "prompt": "ROMEO:", "max_tokens": 400, "temperature": 0, "stream": True,
+                "stream_options": {"include_usage": True}}
         old = client.pid
         events = []
         with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
@@ -207,8 +210,7 @@ def test_a_killed_engine_ends_streams_with_an_error_and_comes_back():
                     events.append(json.loads(line[6:]))
                     if len(events) == 3:
                         os.kill(old, signal.SIGKILL)
-        assert "error" in events[-1] and "engine process for" in events[-1]["error"]["message"]
-        assert "stopped" in events[-1]["error"]["message"]
+        assert not any("error" in e for e in events) and events[-1]["usage"]["completion_tokens"] == 400
         r = httpx.post(url + "/v1/completions", json={**body, "stream": False, "max_tokens": 8}, timeout=120)
         assert r.status_code == 200 and r.json()["choices"][0]["text"] == alone("ROMEO:", 8)
         assert client.pid != old and httpx.get(url + "/health").json()["restarts"] == 1

@@ -28,12 +28,14 @@ from engine import Engine, EngineError
 from engine.events import Done, StepEnd, Token
 from engine.request_group import RequestGroup, shared_check
 from engine.settings import EngineSettings
+from engine.text import encode_prompts
 from serving.cores import pin_this_process
 from serving.host import wire
 from serving.host.api import OrderForm, generated_prompts
 from serving.host.wire import QueueState, ReadyInfo, StepInfo, StepNews
 
 TEST_HANG_ENV = "TWO_POT_TEST_HANG_S"  # a test hook: the loop pauses this many seconds after every step
+POISON_ENV = "TWO_POT_TEST_POISON"  # a test hook: "kill:WORD" or "hang:WORD", see `Poison`
 TRACE_ENV = "TWO_POT_TEST_TRACE"  # a test hook: the files the first order enters here, down to its forward pass
 IDLE_POLL_S = 1.0  # an idle loop wakes this often to notice a parent that went away
 BATCH_S = 0.05  # while only Kitchen orders cook, their steps go to the host together this often
@@ -98,6 +100,36 @@ def order_prompts(engine: Engine, form: OrderForm) -> list:
     return generated_prompts(filler, max(1, form.prompt_tokens), form.tables)
 
 
+def advance(generator: torch.Generator, draws: int, vocab: int) -> None:
+    """Move a request's generator past `draws` sampled tokens: each token is one multinomial draw
+    over one row of the vocabulary (engine/sampling.py `sample`), whatever the probabilities, so
+    the same draws over a flat row leave the generator where the first process left it."""
+    flat = torch.full((1, vocab), 1.0 / vocab)  # (1, V)
+    for _ in range(draws):
+        torch.multinomial(flat, 1, generator=generator)
+
+
+@dataclass(frozen=True)
+class Poison:
+    """The test hook behind POISON_ENV: a request whose text prompt holds `word` crashes this
+    process at the step that makes its first token, before that step's news leaves: "kill" kills
+    the process (SIGKILL), "hang" leaves it alive and silent (the host's watchdog stops it). A
+    resubmitted request keeps its text prompt, so it crashes the fresh process too: a poison order."""
+
+    mode: str
+    word: str
+
+    @staticmethod
+    def from_env() -> Poison | None:
+        mode, _, word = os.environ.get(POISON_ENV, "").partition(":")
+        return Poison(mode, word) if mode in ("kill", "hang") and word else None
+
+    def strike(self) -> None:
+        if self.mode == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(3600)
+
+
 class SweepCancelled(Exception):
     """The sweep's client went away (or the loop stops): the sweep ends at its next point."""
 
@@ -116,6 +148,7 @@ class Loop:
         self.held: list[StepNews] = []  # steps not yet sent (see BATCH_S)
         self.sent_at = time.perf_counter()
         self.hang_s = float(os.environ.get(TEST_HANG_ENV) or 0)
+        self.poison, self.poisoned = Poison.from_env(), set()  # the poison test hook: its requests' ids
         self.sweeps: list[wire.RunSweep] = []  # waiting for the engine to be idle
         self.backlog: list = []  # messages that arrived while a sweep ran
         self.sweep_engine: Engine | None = None
@@ -153,11 +186,20 @@ class Loop:
 
     # -- the messages ----------------------------------------------------------------------------------
     def submit(self, m: wire.Submit) -> None:
+        """A request; a resumed one (`m.resume`, serving/host/recovery.py) cooks its prompt and the
+        tokens a previous process streamed as its prompt, its generator past their draws."""
+        engine = self.engine
         try:
-            rid = self.engine.submit(m.prompt, m.max_new_tokens, **m.settings)
+            prompt = encode_prompts([m.prompt], engine.codec)[0] + list(m.resume) if m.resume else m.prompt
+            rid = engine.submit(prompt, m.max_new_tokens, **m.settings)
         except EngineError as err:
-            self.send_msg(wire.Refusal(m.key, str(err)))
+            self.send_msg(wire.Refusal(m.key, one_line(err)))
             return
+        seq = engine.serving.seqs[rid]
+        if m.resume and not seq.params.greedy:
+            advance(seq.generator, len(m.resume), engine.cfg.vocab_size)
+        if self.poison is not None and isinstance(m.prompt, str) and self.poison.word in m.prompt:
+            self.poisoned.add(rid)
         self.key_of[rid], self.id_of[m.key], self.arrived[m.key] = m.key, rid, time.perf_counter()
         self.send_msg(wire.Accepted(m.key, len(self.engine.serving.seqs[rid].prompt)))
 
@@ -225,6 +267,8 @@ class Loop:
     def step(self) -> None:
         engine = self.engine
         events = engine.step()
+        if self.poisoned and any(isinstance(ev, Token) and ev.request_id in self.poisoned for ev in events):
+            self.poison.strike()
         now = time.perf_counter()
         tokens, done, info, order_news = [], [], None, []
         for key, order in list(self.orders.items()):

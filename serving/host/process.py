@@ -12,12 +12,14 @@ caller waits on its handle, never on the pipe:
     process.cancel(handle.key)                               # a client that went away
 
 Nothing here blocks on the pipe: messages to the child go through one writer thread's queue, so
-no caller (and no lock holder) ever waits for a child busy writing its own answers; only the writer
-waits, and the reader keeps draining the other way meanwhile.
+no caller (and no lock holder) ever waits for a child busy writing its own answers.
 
-If the child dies (killed, out of memory), every request in flight gets ("error", line naming it),
-the reader starts a fresh child, and new requests wait for it to be ready. A child alive but silent
-is stopped by the watchdog (serving/host/watchdog.py), and the same restart follows.
+If the child dies (killed, out of memory), the reader starts a fresh child and new requests wait
+for it to be ready. Every streaming request in flight is resubmitted to it, continuing from the
+tokens already streamed (serving/host/recovery.py: its stream goes on without an error; only a
+poison order, in flight at two crashes before its first token, ends in one line); a Kitchen order,
+a question or a sweep in flight gets ("error", line naming it). A child alive but silent is
+stopped by the watchdog (serving/host/watchdog.py), and the same restart follows.
 """
 
 from __future__ import annotations
@@ -25,17 +27,12 @@ from __future__ import annotations
 import asyncio
 import atexit
 import collections
-import contextlib
 import itertools
 import logging
-import multiprocessing
-import multiprocessing.util  # before the atexit hook below: exit hooks run last-registered first
-import os
+import multiprocessing.util  # noqa: F401 -- before the atexit hook below: exit hooks run last-registered first
 import queue
-import sys
 import threading
 import time
-import types
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -46,32 +43,15 @@ from serving.host import loop, wire
 from serving.host.api import CheckedOrder, OrderForm
 from serving.host.handles import Handle, PolledHandle, Tok
 from serving.host.loop import LoopSettings
+from serving.host.recovery import Recovery, poison_line
+from serving.host.spawn import start_loop
 from serving.host.watchdog import SWEEP_SILENCE_S, Watchdog, hung_line, silence_floor_s, silence_limit_s
 from serving.host.wire import QueueState, ReadyInfo, StepInfo, StepNews
 
 log = logging.getLogger(__name__)
 READY_TIMEOUT_S = 600.0
 STOP_S = 10.0  # how long a closing host waits for its loop to finish before killing it
-SPAWN = multiprocessing.get_context("spawn")  # a fresh interpreter, on every OS (no fork, no inherited fds)
 _OPEN: weakref.WeakSet = weakref.WeakSet()
-_BARE_MAIN = types.ModuleType("__main__")  # no file, no spec: what the child is told the parent's script is
-_START_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def bare_main():
-    """While a loop starts, the parent's `__main__` is a module without a file. A spawned child runs
-    the parent's main script again to rebuild it; here that would be Streamlit's page (Streamlit
-    installs each page as `__main__` while it runs), a benchmark script, or stdin. The loop needs none
-    of it: its entry and arguments live in this package."""
-    with _START_LOCK:
-        main = sys.modules.get("__main__")
-        sys.modules["__main__"] = _BARE_MAIN
-        try:
-            yield
-        finally:
-            if sys.modules.get("__main__") is _BARE_MAIN:
-                sys.modules["__main__"] = main
 
 
 @atexit.register
@@ -93,6 +73,9 @@ class EngineProcess:
         self.restarts = 0
         self.sent: collections.Counter = collections.Counter()  # messages sent to the loop, by class name
         self._handles: dict[str, Handle] = {}
+        self.recovery = Recovery()
+        self._resuming: dict[str, Handle] = {}  # streaming requests waiting for the fresh child
+        self.on_end: Callable[[str], None] = lambda key: None  # a streaming request left the engine (serving/http/fair.py)
         self._lock = threading.Lock()
         self._ready = threading.Event()
         self._keys = itertools.count()
@@ -103,6 +86,7 @@ class EngineProcess:
         self._hung: str | None = None  # why the watchdog killed the child
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()  # (connection, bytes), for the writer thread
         self._load_error: str | None = None
+        self._plan = None  # the last crash's resubmissions, sent when the fresh child is ready
         self._start()
         _OPEN.add(self)
         threading.Thread(target=self._write, daemon=True, name="engine-process-writer").start()
@@ -114,14 +98,7 @@ class EngineProcess:
 
     # -- the child ------------------------------------------------------------------------------------
     def _start(self) -> None:
-        ours, theirs = SPAWN.Pipe(duplex=True)
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # the child reads it when torch loads (engine/__init__.py)
-        self._proc = SPAWN.Process(target=loop.main, args=(theirs, self.settings, self.sweeps), daemon=False,
-                                   name=f"engine-loop-{self.settings.model}")  # fmt: skip
-        with bare_main():
-            self._proc.start()
-        theirs.close()  # only the child holds that end: its death reads as EOF here
-        self._conn = ours
+        self._proc, self._conn = start_loop(loop.main, self.settings, self.sweeps)
 
     @property
     def is_ready(self) -> bool:
@@ -148,7 +125,9 @@ class EngineProcess:
     async def submit(self, prompt, max_new_tokens: int, settings: dict) -> Handle:
         """Queue one request, its tokens streamed to a coroutine; raises Refused when the engine says no."""
         handle = Handle(f"r{next(self._keys)}", asyncio.get_running_loop())
-        await asyncio.wrap_future(self._queue(wire.Submit(handle.key, prompt, max_new_tokens, settings), handle))
+        msg = wire.Submit(handle.key, prompt, max_new_tokens, settings)
+        self.recovery.track(msg)
+        await asyncio.wrap_future(self._queue(msg, handle))
         return handle
 
     def check(self, form: OrderForm) -> Future:
@@ -194,6 +173,7 @@ class EngineProcess:
             handle.settle(False, f"the engine for {self.settings.model} is not ready after {READY_TIMEOUT_S:.0f} s")
 
     def cancel(self, key: str) -> None:
+        self.recovery.cancel(key)  # a request waiting for its resubmission is cancelled once resubmitted
         with self._lock:
             if key in self._handles:
                 self._send(wire.Cancel(key))
@@ -205,7 +185,11 @@ class EngineProcess:
 
     @property
     def in_flight(self) -> int:
-        return len(self._handles)
+        return len(self._handles) + len(self._resuming)
+
+    def holds(self, key: str) -> bool:
+        """Whether the engine (or the fresh one, after a crash) still has the request `key`."""
+        return key in self._handles or key in self._resuming
 
     def _send(self, msg, kind: str | None = None) -> None:
         """Queue `msg` (a message, or its bytes already encoded) for the child now running; never blocks."""
@@ -248,7 +232,12 @@ class EngineProcess:
 
     def _on_ready(self, m: wire.Ready) -> None:
         self.ready = m.info
-        self._ready.set()
+        with self._lock:
+            self._ready.set()
+            for msg in self._plan.now if self._plan is not None else ():
+                self._resubmit(msg)
+            self._plan = None
+        self._probe()
 
     def _on_load_error(self, m: wire.LoadError) -> bool:
         self._load_error = m.line
@@ -276,8 +265,11 @@ class EngineProcess:
     def _on_refusal(self, m: wire.Refusal) -> None:
         with self._lock:
             handle = self._handles.pop(m.key, None)
-        if handle is not None:
+        if handle is not None and handle.accepted.done():  # a resubmission past the engine's limits now
+            handle.put(("error", m.line))
+        elif handle is not None:
             handle.settle(False, m.line)
+        self._ended(m.key)
 
     def _on_sweep(self, m: wire.SweepProgress | wire.SweepDone) -> None:
         if isinstance(m, wire.SweepProgress):
@@ -315,8 +307,12 @@ class EngineProcess:
             self.board.step(info, news.tokens, news.done)
         for key, token_id, text, index, finished, ttft, lp in news.tokens:
             handle = self._handles.get(key)
+            answered, probed = self.recovery.streamed(key, token_id)  # a resumed request goes on at its count
             if handle is not None:
-                handle.put(("token", Tok(token_id, text, index, finished, info, ttft, lp)))
+                first = ttft if answered == index else None
+                handle.put(("token", Tok(token_id, text, max(answered, index), finished, info, first, lp)))
+            if probed:
+                self._probe()
         for key, result in news.done:
             with self._lock:
                 handle = self._handles.pop(key, None)
@@ -324,10 +320,33 @@ class EngineProcess:
                 self.metrics.observe_done(result)
             if handle is not None:
                 handle.put(("done", result))
+            self._ended(key)
+
+    # -- recovery (serving/host/recovery.py) ---------------------------------------------------------------
+    def _ended(self, key: str) -> None:
+        self.on_end(key)
+        if self.recovery.drop(key):
+            self._probe()
+
+    def _resubmit(self, msg: wire.Submit) -> None:
+        """Under the lock: a streaming request goes to the fresh child, continuing where it stopped."""
+        handle = self._resuming.pop(msg.key, None)
+        if handle is None:
+            return
+        self._handles[msg.key] = handle
+        self._send(msg)
+        if self.recovery.is_cancelled(msg.key):
+            self._send(wire.Cancel(msg.key))
+
+    def _probe(self) -> None:
+        """The next request blamed for a crash goes alone (the one before it has streamed a token)."""
+        with self._lock:
+            if self._ready.is_set() and (msg := self.recovery.next_probe()) is not None:
+                self._resubmit(msg)
 
     def _child_died(self) -> bool:
-        """Fail every request in flight in one line, then start a fresh child (a child that died
-        before it was ever ready is a load that failed: no restart)."""
+        """Keep every streaming request for the fresh child (a poison order ends), fail the rest in one
+        line, start a fresh child (one that died before it was ever ready: a failed load, no restart)."""
         with self._lock:
             self._ready.clear()
             handles, self._handles = list(self._handles.values()), {}
@@ -340,14 +359,23 @@ class EngineProcess:
         line = self._hung or (f"the engine process for {self.settings.model} stopped (exit code {code}) while "
                               "this request was cooking; the server is starting a new one")  # fmt: skip
         self._hung = None
-        for handle in handles:
-            handle.settle(False, line)
-            handle.put(("error", line))
+        streaming = {h.key: h for h in handles if h.key.startswith("r")} | self._resuming
+        plan = self.recovery.crashed(list(streaming))
+        poisoned = set(plan.poisoned)
+        with self._lock:
+            self._plan = plan
+            self._resuming = {k: h for k, h in streaming.items() if k not in poisoned}
+        for handle in [*(streaming[k] for k in poisoned), *(h for h in handles if h.key not in streaming)]:
+            why = poison_line(self.settings.model, line) if handle.key in poisoned else line
+            handle.settle(False, why)
+            handle.put(("error", why))
+            self._ended(handle.key)
         self.restarts += 1
         self.last_step, self.state = None, QueueState(0, 0, 0.0)
         if self.board is not None:
             self.board.forget_all()
         if self.metrics is not None:
+            self.metrics.observe_restart(len(self._resuming), len(poisoned))
             self.metrics.observe_state(self.state)
         self._conn.close()
         self._start()

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token
@@ -220,12 +220,15 @@ class StepNews:
 
 @dataclass(frozen=True)
 class Submit:
-    """One request: `prompt` is text or token ids, `settings` the engine's (temperature, seed, ...)."""
+    """One request: `prompt` is text or token ids, `settings` the engine's (temperature, seed, ...).
+    `resume`: the tokens a previous engine process already streamed for this key; the loop cooks
+    prompt + resume as the prompt, its sampler advanced past them (serving/host/recovery.py)."""
 
     key: str
     prompt: Any
     max_new_tokens: int
     settings: dict
+    resume: list = field(default_factory=list)
 
 
 @dataclass(frozen=True)

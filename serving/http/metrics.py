@@ -14,6 +14,10 @@ PromQL work), under our own prefix `twopot:` instead of `vllm:`:
     twopot:request_success_total{finished_reason}           counter
     twopot:prefix_cache_queries_total, prefix_cache_hits_total  counter  prompt tokens looked up / found
     twopot:request_refused_total                            counter  refused at once: the line was full (503)
+    twopot:request_over_client_cap_total                    counter  refused at once: the client's cap (429)
+    twopot:engine_restarts_total                            counter  engine processes that died or hung
+    twopot:requests_resumed_total                           counter  requests resubmitted after a restart
+    twopot:requests_poisoned_total                          counter  requests ended for two crashes (poison)
 and the kitchen's own per-phase series:
     twopot:step_seconds{phase="prefill|decode|mixed"}       histogram  one engine step
     twopot:step_tokens_total{phase, kind="prefill|decode"}  counter
@@ -69,6 +73,14 @@ class HostMetrics:
                                    ["model_name"], registry=r).labels(**labels)  # fmt: skip
         self.refused = Counter(PREFIX + "request_refused", "Requests refused at once: the line waiting for a seat was full.",
                                ["model_name"], registry=r).labels(**labels)  # fmt: skip
+        self.over_cap = Counter(PREFIX + "request_over_client_cap", "Requests refused at once: their client's cap (429).",
+                                ["model_name"], registry=r).labels(**labels)  # fmt: skip
+        self.restarts = Counter(PREFIX + "engine_restarts", "Engine processes that died or hung and were restarted.",
+                                ["model_name"], registry=r).labels(**labels)  # fmt: skip
+        self.resumed = Counter(PREFIX + "requests_resumed", "Requests resubmitted to a restarted engine, "
+                               "continuing from their streamed tokens.", ["model_name"], registry=r).labels(**labels)  # fmt: skip
+        self.poisoned = Counter(PREFIX + "requests_poisoned", "Requests ended because two engine crashes "
+                                "fell on them (poison orders).", ["model_name"], registry=r).labels(**labels)  # fmt: skip
         self._prefix_seen = (0, 0)  # the engine's running totals at the last step (a restart resets them)
         self.step_seconds = Histogram(PREFIX + "step_seconds", "One engine step (forward + sampling).",
                                       ["model_name", "phase"], buckets=BUCKETS, registry=r)  # fmt: skip
@@ -84,6 +96,12 @@ class HostMetrics:
         self.prefix_queries.inc(state.prefix_queries - q0)
         self.prefix_hits.inc(state.prefix_hits - h0)
         self._prefix_seen = (state.prefix_queries, state.prefix_hits)
+
+    def observe_restart(self, resumed: int, poisoned: int) -> None:
+        """The engine process died or hung: `resumed` requests go on in the fresh one, `poisoned` end."""
+        self.restarts.inc()
+        self.resumed.inc(resumed)
+        self.poisoned.inc(poisoned)
 
     def observe_step(self, info: StepInfo) -> None:
         self.step_seconds.labels(self.model, info.phase).observe(info.seconds)

@@ -4,7 +4,8 @@ The routes themselves are listed in serving/http/server.py; the answer's shape i
 serving/http/answer.py; the queue bound serving/http/admission.py. A request is checked in this order, each refusal one line:
 its body (413 over the size limit, 400 not JSON, 422 a malformed field), its model (404 another
 one; no model at all means the one served here, as vLLM), the instructor's caps (400), the queue
-bound (503 + Retry-After), then the engine's own limits (400, the engine's line).
+bound (503 + Retry-After), the client's own cap (429 + Retry-After), then, once its turn in the fair
+line comes (serving/http/fair.py), the engine's own limits (400, the engine's line).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from serving.host.handles import Handle, Refused
 from serving.host.host import EngineHost
 from serving.http.admission import Admission
 from serving.http.answer import OrderAnswer
+from serving.http.fair import FairLine, client_of
 from serving.http.metrics import CONTENT_TYPE
 from serving.http.openai_api import ApiError, CompletionRequest, parse_order, plain_template
 
@@ -49,8 +51,11 @@ class OpenAIRoutes:
         ready = host.process.ready
         self.template = (ChatTemplate(ready.chat_template, ready.bos_token, ready.eos_token).render
                          if ready.chat_template else plain_template)  # fmt: skip
-        self.admission = Admission(lambda: host.in_flight, ready.serving.seats, config.caps.max_waiting,
-                                   self.metrics.refused.inc)  # fmt: skip
+        self.line = FairLine(ready.serving.seats, config.caps.max_client_orders, host.process.holds,
+                             lambda: self.admission.retry_after(), self.metrics.over_cap.inc)  # fmt: skip
+        host.process.on_end = self.line.ended
+        self.admission = Admission(lambda: host.in_flight + self.line.waiting, ready.serving.seats,
+                                   config.caps.max_waiting, self.metrics.refused.inc)  # fmt: skip
 
     def served(self, model: str | None) -> str:
         """The served model's name for a request that names `model` (None: the one served here)."""
@@ -79,9 +84,12 @@ class OpenAIRoutes:
             "seats": ready.serving.seats, "kv_tokens": ready.serving.kv_tokens, "max_context": ready.max_context,
             "batch_invariant": ready.batch_invariant,
             "caps": {"max_order_tokens": caps.max_order_tokens, "max_new_tokens": caps.max_new_tokens,
-                     "max_order_seconds": caps.max_order_seconds, "max_waiting": caps.max_waiting},
+                     "max_order_seconds": caps.max_order_seconds, "max_waiting": caps.max_waiting,
+                     "max_client_orders": caps.max_client_orders},
             "caps_line": caps.summary(), "restarts": self.host.process.restarts,
-            "queue": {"held": self.host.in_flight, "bound": self.admission.bound, "refused": self.admission.refused},
+            "queue": {"held": self.host.in_flight + self.line.waiting, "bound": self.admission.bound,
+                      "refused": self.admission.refused, "over_client_cap": self.line.over},
+            "resumed": self.host.process.recovery.resumed,
         })  # fmt: skip
 
     async def board(self, request: Request) -> Response:
@@ -91,7 +99,13 @@ class OpenAIRoutes:
         since = request.query_params.get("since", "-1")
         if not since.lstrip("-").isdigit():
             raise ApiError(400, f"since must be a step number (got '{since[:40]}')", "since")
-        return JSONResponse(board.snapshot(request.query_params.get("order") or None, int(since)))
+        snapshot = board.snapshot(request.query_params.get("order") or None, int(since))
+        return JSONResponse({**snapshot, "clients": self.line.board(self._client(request, None))})
+
+    def _client(self, request: Request, body) -> str:
+        user = body.get("user") if isinstance(body, dict) else None
+        return client_of(request.headers.get("authorization", ""), user,
+                         request.client.host if request.client else None, self.config.api_key)  # fmt: skip
 
     async def prometheus(self, request: Request) -> Response:
         return Response(self.metrics.render(), media_type=CONTENT_TYPE)
@@ -104,7 +118,8 @@ class OpenAIRoutes:
 
     # -- one order ---------------------------------------------------------------------------------------------
     async def _order(self, request: Request, chat: bool) -> Response:
-        order = parse_order(await self._json(request), chat, self.template)
+        body = await self._json(request)
+        order = parse_order(body, chat, self.template)
         order = dataclasses.replace(order, model=self.served(order.model))
         max_new = order.max_tokens or (DEFAULT_CHAT_TOKENS if chat else 16)
         if order.min_tokens > max_new:
@@ -116,7 +131,14 @@ class OpenAIRoutes:
         except EngineError as err:
             raise ApiError(400, str(err), "max_tokens") from None
         self.admission.admit(order.n)
-        handles = await self._submit(order, max_new)
+        ticket = self.line.enter(self._client(request, body), order.n)
+        try:
+            await ticket.wait()  # the client's turn in the fair line
+            handles = await self._submit(order, max_new)
+        except BaseException:
+            self.line.leave(ticket)
+            raise
+        self.line.seated(ticket, [h.key for h in handles])
         try:
             caps.check([h.prompt_tokens for h in handles], max_new)
         except EngineError as err:

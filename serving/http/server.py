@@ -57,6 +57,7 @@ from serving.host.loop import LoopSettings
 from serving.http.admission import Full
 from serving.http.auth import KeyCheck
 from serving.http.board import ClassBoard
+from serving.http.fair import OverCap
 from serving.http.metrics import HostMetrics
 from serving.http.openai_api import ApiError
 from serving.http.openai_routes import OpenAIRoutes, ServerConfig
@@ -70,7 +71,7 @@ def create_app(host: EngineHost, config: ServerConfig) -> Starlette:
     api = OpenAIRoutes(host, config)
 
     async def api_error(request: Request, err: ApiError) -> Response:
-        headers = {"Retry-After": str(err.retry_after)} if isinstance(err, Full) else None
+        headers = {"Retry-After": str(err.retry_after)} if isinstance(err, Full | OverCap) else None
         return JSONResponse(err.body(), status_code=err.status, headers=headers)
 
     async def unexpected(request: Request, err: Exception) -> Response:  # a bug: still one line, no traceback

@@ -3,9 +3,9 @@ message in the model's own chat template; and how many of its tokens are the lea
 
 Why count the template: an instruct model answers only when the question is wrapped the way it was
 tuned (SmolLM2: a system turn, `<|im_start|>user ... <|im_end|>`, then `<|im_start|>assistant`), and
-every token of that wrapping is prompt the wok prefills. A page that said "8 tokens" for "What is
-the capital of France?" while the wok cooked 35 would misstate the wok's work; the order form says
-"35 tokens: 8 yours + 27 from the assistant's chat template" instead.
+every token of that wrapping is prompt the wok prefills. A page that said "7 tokens" for "What is
+the capital of France?" while the wok cooked 37 would misstate the wok's work; the order form says
+"37 tokens: 7 yours + 30 from the assistant's chat template" instead.
 
 The template comes from the kitchen's host (`about()["chat_template"]`, read from the model's
 tokenizer when its loop loaded it) and is rendered here as the class kitchen's
@@ -42,8 +42,8 @@ class PromptCount:
 
     @property
     def line(self) -> str:
-        """Example: "Your prompt is 35 tokens: 8 yours + 27 from the assistant's chat template (the wok
-        cooks all 35)."."""
+        """Example: "Your prompt is 37 tokens: 7 yours + 30 from the assistant's chat template (the wok
+        cooks all 37)."."""
         if not self.model:
             return f"Your prompt is {self.tokens:,} tokens."
         return (f"Your prompt is {self.tokens:,} tokens: {self.yours:,} yours + {self.template_tokens:,} from "

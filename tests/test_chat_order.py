@@ -48,3 +48,20 @@ def test_a_model_without_a_template_cooks_the_text_as_written(tiny_llama_tok):
 def test_a_generated_prompt_says_it_goes_without_the_template():
     note = generated_note("assistant", 32)
     assert "exactly 32 tokens" in note and "without the assistant's chat template" in note
+
+
+def test_the_assistant_opens_on_a_question_and_a_lesson_link_still_cooks_generated_verse(assistant, monkeypatch):
+    """On the Kitchen page (AppTest): choosing the assistant opens the prompt box on a question; a
+    lesson's link (`?lesson=1&prompt=32&model=assistant`) keeps its generated prompt of exactly 32
+    tokens, and the page says the template is not part of it."""
+    from tests.app_kit import open_kitchen
+
+    for key, value in assistant.env.items():
+        monkeypatch.setenv(key, value)
+    at = open_kitchen(state={"tpk_model": "assistant"})
+    assert at.radio(key="tpk_mode").value == "Write a prompt"
+    assert at.text_area(key="tpk_text").value == "What is the capital of France?"
+    assert any("from the assistant's chat template" in c.value for c in at.caption)
+    at = open_kitchen(lesson="1", prompt="32", model="assistant")
+    assert at.radio(key="tpk_mode").value == "Generated prompt of N tokens"
+    assert any(c.value == generated_note("assistant", 32) for c in at.caption)

@@ -33,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from engine import model_store  # noqa: E402
 from kitchen_viz.launch import PREFETCH_ENV, free_port, spawn, stop, wait_healthy  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
@@ -58,7 +59,7 @@ class Cook:
 
 
 def first_cook(url: str, launched: float, launch: str, fetched_after_s) -> Cook:
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import sync_playwright  # lazy: --help and imports of this module need no browser
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -85,8 +86,6 @@ def first_cook(url: str, launched: float, launch: str, fetched_after_s) -> Cook:
 
 
 def launch_and_cook(log: Path, launch: str) -> Cook:
-    from engine import model_store
-
     config = model_store.folder_of("assistant") / "config.json"  # written last: the model is whole
     was_cached, wall = config.is_file(), time.time()
     launched = time.monotonic()

@@ -15,7 +15,7 @@ Worked example (SmolLM2-135M-Instruct), one user message "What is the capital of
     What is the capital of France?<|im_end|>
     <|im_start|>assistant
 
-35 tokens, of which 8 are the question's own: the template adds 27 tokens of prompt the wok must
+37 tokens, of which 7 are the question's own: the template adds 30 tokens of prompt the wok must
 prefill too (`ChatPrompt.template_tokens`).
 """
 

@@ -212,16 +212,21 @@ def fetching(name: str) -> bool:
     return False
 
 
-def fetch_in_background(name: str) -> subprocess.Popen | None:
-    """Start `python -m engine fetch NAME` as a process of its own (it outlives the caller, so the
-    launcher can exec Streamlit); None when the model is cached or a fetch is already running.
+def fetch_in_background(name: str) -> bool:
+    """Start `python -m engine fetch NAME` as a process of its own; False when the model is cached or
+    a fetch is already running.
 
-    The lock is taken here and handed to the child (flock belongs to the open file, which the child
-    inherits), so from this call on every process sees the fetch as running, even while the child
-    is still starting; it is released when the child exits, however it ends.
+    The fetch outlives its starter and is nobody's child to wait for: the launcher execs Streamlit,
+    which never reaps children it did not start, so a direct child would stay a zombie once the fetch
+    ended. A short-lived go-between (`DETACH`) starts the fetch and exits at once; this call reaps
+    it, and the fetch, now an orphan, is reaped by the system when it ends.
+
+    The lock is taken here and handed down (flock belongs to the open file, which both inherit), so
+    from this call on every process sees the fetch as running, even while it is still starting; it
+    is released when the fetch exits, however it ends.
     """
     if cached(name) is not None:
-        return None
+        return False
     folder = folder_of(name)
     folder.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "engine", "fetch", name]
@@ -229,17 +234,24 @@ def fetch_in_background(name: str) -> subprocess.Popen | None:
     with open(folder.parent / f".{folder.name}.lock", "a") as lock:
         try:
             import fcntl  # lazy: POSIX only, as in _locked
-        except ImportError:
+        except ImportError:  # elsewhere no zombies are left: the handle's end is enough
             with open(log_path, "w") as log:
-                return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            return True
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return None
+            return False
         env = dict(os.environ, **{HELD_LOCK_ENV: str(lock.fileno())})
-        with open(log_path, "w") as log:  # the child keeps its own copy of the handle
-            return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                    pass_fds=(lock.fileno(),), start_new_session=True)  # fmt: skip
+        with open(log_path, "w") as log:  # the fetch keeps its own copy of the handle
+            go_between = subprocess.Popen([sys.executable, "-c", DETACH, *cmd], stdout=log, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, env=env, pass_fds=(lock.fileno(),))  # fmt: skip
+            return go_between.wait() == 0
+
+
+# The go-between: start argv[1:] in a session of its own, holding the lock's descriptor, and exit.
+DETACH = (f"import os, subprocess, sys; subprocess.Popen(sys.argv[1:], stdin=subprocess.DEVNULL, "
+          f"start_new_session=True, pass_fds=(int(os.environ['{HELD_LOCK_ENV}']),))")  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -201,7 +201,7 @@ def fetch_in_background() -> list[str]:
     from engine import model_store  # lazy: only a launch that opens the app's own kitchens fetches
 
     names = [e.source for e in load_catalog().entries if e.kind == "fetch"]
-    return [n for n in names if model_store.fetch_in_background(n) is not None]
+    return [n for n in names if model_store.fetch_in_background(n)]
 
 
 # -- for tests and benchmarks: the app as a background server -----------------------------------

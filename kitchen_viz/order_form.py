@@ -18,6 +18,7 @@ import streamlit as st
 from engine.errors import EngineError
 from kitchen_viz import live_feed
 from kitchen_viz.app_state import APP_DIR
+from kitchen_viz.chat_order import DEFAULT_QUESTION, chat_template, generated_note, written_prompt
 from kitchen_viz.order_control import is_cooking, order_caps, say_refused
 from kitchen_viz.orders import (
     DEFAULT_PROMPT,
@@ -28,7 +29,6 @@ from kitchen_viz.orders import (
     tighter,
 )
 from kitchen_viz.wok_win import Rates, rates_from, wok_win_order
-from serving.host.api import OrderForm
 from serving.host_client import HostClient
 
 LESSONS_PAGE = "pages/lessons.py"
@@ -42,6 +42,7 @@ K_MODE, K_TEXT, K_PLEN, K_BATCH, K_NEW, K_TEMP = (
 )
 MODES = ("Generated prompt of N tokens", "Write a prompt")
 K_LIVE = "tpk_live"
+K_MODE_MODEL = "tpk_mode_model"  # the model the prompt's mode was last set for (`mode_for_model`)
 K_REUSE = "tpk_reuse"  # the learner's choice: start from leftovers (off: the wok cooks every prompt token)
 K_WOK_WIN = "tpk_wok_win"  # set by "Make the wok win": the next run cooks the order it sized
 LONGEST = "longest"  # ?prompt=longest: the longest prompt this model and kitchen take (a lesson's long prompt)
@@ -163,6 +164,7 @@ def order_ui(svc: HostClient, seed: int) -> Order | None:
     layout does not jump while the learner fixes it.
     """
     ctx = svc.info.max_context
+    mode_for_model(svc)
     apply_query_params()
     prompt_col, batch_col, new_col = st.columns([5, 4, 4], gap="medium")
     caps = order_caps()  # the instructor's caps: the controls stop there too, not only Cook's check
@@ -196,15 +198,16 @@ def order_ui(svc: HostClient, seed: int) -> Order | None:
             if not text.strip():
                 refusal = "the prompt is empty (only spaces or line breaks): write at least one word"
             else:
-                try:
-                    plen = len(svc.check(OrderForm([text], max_new)).prompt_ids[0])
+                try:  # an instruct model's chat template wraps the text: the order cooks the wrapped text
+                    written = written_prompt(svc, text, max_new)
+                    text, plen = written.text, written.tokens
                 except EngineError as err:
                     refusal = str(err)
             if refusal:
                 say_refused(refusal)
                 plen = 1  # the batch control stays in place, at the limits of the shortest prompt
             else:
-                st.caption(f"Your prompt is {plen:,} tokens.")
+                st.caption(written.line)
         lim = control_limits(svc.limits(plen, max_new), plen, max_new)
         most, why = tighter(
             lim.max_batch,
@@ -304,12 +307,28 @@ def wok_win_button(svc: HostClient, caps, disabled: bool) -> None:
     )
 
 
+def mode_for_model(svc: HostClient) -> None:
+    """The prompt's mode as a model is first drawn: a written question on an instruct model (what it
+    is for: its chat template wraps it), generated verse on the others; after that the learner's
+    choice stands, except that choosing an instruct model opens on its question. A lesson's link,
+    applied after this, still sets its own mode."""
+    chat = chat_template(svc.about) is not None
+    if st.session_state.get(K_MODE_MODEL) != svc.model:
+        if chat or K_MODE not in st.session_state:
+            st.session_state[K_MODE] = MODES[1] if chat else MODES[0]
+        st.session_state[K_MODE_MODEL] = svc.model
+
+
 def prompt_ui(
     svc: HostClient, max_new: int, order_tokens: int | None = None
 ) -> tuple[str | None, int | None]:
     """A written prompt (text, None) or a generated one of N tokens (None, N)."""
+    chat = chat_template(svc.about) is not None
     mode = st.radio("Prompt", MODES, key=K_MODE, horizontal=True, label_visibility="collapsed")
     if mode == MODES[1]:
+        if chat:
+            label = f"Your message to the {svc.model} (every table asks it; sent in the model's chat template)"
+            return st.text_area(label, DEFAULT_QUESTION, key=K_TEXT, height=90), None
         text = st.text_area("Prompt text (every table orders this)", DEFAULT_PROMPT, key=K_TEXT, height=90)
         return text, None
     cap, reason = tighter(
@@ -328,5 +347,7 @@ def prompt_ui(
         help="Each table's order is this many tokens of kitchen verse, cut at a different line.",
     )
     st.caption(f"Up to {cap:,}: {reason}.")
+    if chat:
+        st.caption(generated_note(svc.model, plen))
     say_clamped(K_PLEN, "Prompt length", moved, plen, "a prompt has at least one token", reason)
     return None, plen

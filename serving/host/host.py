@@ -97,12 +97,15 @@ class EngineHost:
 
     # -- what clients ask ---------------------------------------------------------------------------------
     def about(self) -> dict:
-        """The served model and the kitchen's shape."""
+        """The served model, the kitchen's shape, and the model's chat template (the pages wrap a written
+        prompt in it, as the OpenAI chat route does)."""
         p = self._process()
         r = p.ready
         return {"name": self.name, "info": asdict(r.model_info), "policy": r.policy, "seats": r.serving.seats,
                 "kv_tokens": r.serving.kv_tokens, "token_budget": r.token_budget, "batch_invariant": r.batch_invariant,
-                "pid": p.pid, "threads": self.settings.threads}  # fmt: skip
+                "pid": p.pid, "threads": self.settings.threads,
+                "chat_template": {"source": r.chat_template, "bos_token": r.bos_token, "eos_token": r.eos_token}
+                if r.chat_template else None}  # fmt: skip
 
     def limits(self, prompt_tokens: int, max_new_tokens: int) -> Limits:
         """What one order of this shape may ask: tables, context, KV memory."""

@@ -16,7 +16,7 @@ import os
 import streamlit as st
 
 from engine.errors import EngineError
-from kitchen_viz import live_feed
+from kitchen_viz import live_feed, url_values
 from kitchen_viz.app_state import APP_DIR
 from kitchen_viz.order_control import is_cooking, order_caps, say_refused
 from kitchen_viz.orders import (
@@ -49,16 +49,10 @@ LIVE_VIEW_MIN_CORES = 4
 
 
 # A shared link can preset the order: ?prompt=32&batch=4&new=16&temp=0.7 (applied once per session).
-# A value outside the controls' limits is moved inside them and the page says which way and why,
-# exactly as when a control moves (see `clamp_state`).
-QUERY_KEYS = {
-    "prompt": (K_PLEN, int),
-    "batch": (K_BATCH, int),
-    "new": (K_NEW, int),
-    "temp": (K_TEMP, float),
-    "live": (K_LIVE, lambda v: v not in ("0", "false", "no")),
-    "reuse": (K_REUSE, lambda v: v not in ("0", "false", "no")),
-}
+# Each value is read by kitchen_viz/url_values.py (one line for one that cannot be used); a number
+# outside the controls' limits is moved inside them and the page says which way and why, exactly as
+# when a control moves (see `clamp_state`).
+QUERY_KEYS = {"prompt": K_PLEN, "batch": K_BATCH, "new": K_NEW, "temp": K_TEMP, "live": K_LIVE, "reuse": K_REUSE}
 K_FROM_URL = "tpk_from_url"  # {session key: "?name=value"} for values the link set, until first shown
 K_LIVE_KEEP = "tpk_live_keep"  # the learner's live-view choice, kept while the toggle is not drawn
 K_FORM_HIDDEN = "tpk_form_hidden"  # set while the loading page stands in for the order form
@@ -80,22 +74,21 @@ def apply_query_params() -> None:
     if lesson is not None:
         st.session_state[K_REUSE] = False  # only the Leftovers lesson (?reuse=1) turns reuse on
     st.session_state[K_FROM_URL] = {}
-    for name, (key, kind) in QUERY_KEYS.items():
+    for name, key in QUERY_KEYS.items():
         if name in st.query_params:
             raw = st.query_params[name]
             if name == "prompt" and raw == LONGEST:  # moved down to the ceiling without a warning
                 st.session_state[key] = 10**9
                 st.session_state[K_FROM_URL][key] = None
                 continue
-            try:
-                value = kind(raw)
-            except ValueError:
-                st.warning(f"Ignored ?{name}={raw}: not a number.")
+            got = url_values.read(name, raw)
+            if got.problem:
+                st.warning(got.problem)
                 continue
-            st.session_state[key] = value
+            st.session_state[key] = got.value
             st.session_state[K_FROM_URL][key] = f"?{name}={raw}"
             if key == K_LIVE:
-                st.session_state[K_LIVE_KEEP] = value
+                st.session_state[K_LIVE_KEEP] = got.value
 
 
 def keep_order_in_url() -> None:

@@ -12,6 +12,7 @@ tpk_batch, tpk_new, tpk_temp, tpk_live, tpk_reuse) and what a link set (tpk_from
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 
 import streamlit as st
 
@@ -145,7 +146,7 @@ def count_control(label: str, low: int, high: int, key: str, help: str) -> int:
     return st.number_input(label, min_value=low, max_value=high, step=1, key=key, help=help)
 
 
-def order_ui(svc: HostClient, seed: int) -> Order | None:
+def order_ui(svc: HostClient, seed: int, cook_slot=None) -> Order | None:
     """The order form: three columns of controls, then the Cook row. Returns an Order when Cook
     was pressed (`start_cook` has the engine check it).
 
@@ -153,7 +154,8 @@ def order_ui(svc: HostClient, seed: int) -> Order | None:
     never offers an order that cannot cook (orders.reply_ceiling / prompt_ceiling); a value that no
     longer fits after another control moved (or that a link asked for) is moved inside, and the
     reason is shown. A refused written prompt keeps every control in place (Cook disabled), so the
-    layout does not jump while the learner fixes it.
+    layout does not jump while the learner fixes it. `cook_slot`: a container placed earlier on the
+    page for the Cook row (presenter mode keeps it above the kitchen, the controls below).
     """
     ctx = svc.info.max_context
     apply_query_params()
@@ -210,7 +212,8 @@ def order_ui(svc: HostClient, seed: int) -> Order | None:
         batch = st.slider("Tables ordering at once (batch size)", 1, max(2, most), key=K_BATCH)
         st.caption(f"Up to {most:,}: {why}.")
         say_clamped(K_BATCH, "Batch", moved, batch, "an order needs at least one table", why)
-    with st.container(horizontal=True, vertical_alignment="center", gap="medium", key="tpk-cook-row"):
+    with cook_slot or nullcontext(), st.container(horizontal=True, vertical_alignment="center", gap="medium",
+                                                  key="tpk-cook-row"):  # fmt: skip
         pressed = st.button(
             "Cook",
             type="primary",

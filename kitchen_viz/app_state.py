@@ -19,6 +19,7 @@ import torch
 
 from engine.errors import EngineError
 from engine.loader import EMBEDDED_MODELS
+from kitchen_viz import url_values
 from kitchen_viz.live_feed import base_path
 from lab.runlog import RunLog
 from lab.sweeps import LabSweeps
@@ -157,15 +158,19 @@ def seed_from_url(model_names: list[str]) -> str | None:
     if ss.get("tpk_url_seeded"):
         return None
     ss["tpk_url_seeded"] = True
+    problems = []
     if "presenter" in st.query_params:
-        ss[KEY_PRESENTER] = st.query_params["presenter"] not in ("0", "false", "no")
+        got = url_values.read("presenter", st.query_params["presenter"])
+        if got.problem:
+            problems.append(got.problem)
+        else:
+            ss[KEY_PRESENTER] = got.value
     wanted = st.query_params.get("model")
-    if wanted is None:
-        return None
-    if wanted in model_names:
+    if wanted is not None and wanted in model_names:
         ss[KEY_MODEL] = wanted
-        return None
-    return f"Ignored ?model={wanted}: not in this server's catalog ({', '.join(model_names)})."
+    elif wanted is not None:
+        problems.append(f"Ignored ?model={wanted}: not in this server's catalog ({', '.join(model_names)}).")
+    return " ".join(problems) or None
 
 
 def keep_model_in_url() -> None:

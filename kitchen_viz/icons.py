@@ -8,7 +8,11 @@ still names) the Lab's flask instead of a box.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+# The browser tab's icon: a file in the package, served by the app itself. (A Material icon as the
+# tab's icon is fetched by Streamlit's page from a font CDN, so offline the tab showed none.)
+FAVICON = str(Path(__file__).resolve().parent / "art" / "favicon.png")
 KITCHEN = ":material/skillet:"
 STORY = ":material/auto_stories:"
 LESSONS = ":material/menu_book:"

@@ -147,14 +147,9 @@ def draw_live(svc: HostClient, presenter: bool, wok_capacity: int) -> None:
             if not following:
                 draw_queue_place(svc, job)  # followed live, the scene's panels say the place in line
         values = panel_values(run)
-        if following and not values.final:
-            # The panels are drawn inside the scene while cooking (one element updated, not two);
-            # this empty element keeps their place so the scene stays the same element.
-            st.empty()
-        else:
-            draw_panels(values, live_feed.waited_s(job), presenter)
-            if values.final:
-                draw_timeline(run, live_feed.waited_s(job))  # the order to scale: where E2E went
+        # The panels' place: above the kitchen, or in presenter mode below it (on a projector the
+        # kitchen keeps its place on the first screen whatever the panels hold).
+        above = st.container()
         data = None
         if job is not None and run is not None and run.batch:
             data = live_feed.live_scene_data(
@@ -168,6 +163,15 @@ def draw_live(svc: HostClient, presenter: bool, wok_capacity: int) -> None:
             data["feed"] = {"url": live_feed.stream_url(feed)} if feed else None
             data["quiet"] = cooking and not following  # the scene says it replays once done
         said = draw_scene(data)
+        with st.container() if presenter else above:
+            if following and not values.final:
+                # The panels are drawn inside the scene while cooking (one element updated, not two);
+                # this empty element keeps their place so the scene stays the same element.
+                st.empty()
+            else:
+                draw_panels(values, live_feed.waited_s(job), presenter)
+                if values.final:
+                    draw_timeline(run, live_feed.waited_s(job))  # the order to scale: where E2E went
         draw_outcome(svc.info.device, svc.info.precision)
         if feed and str(said or "").startswith("failed"):
             st.session_state[K_FEED_FAILED] = str(said)

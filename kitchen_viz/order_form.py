@@ -12,11 +12,12 @@ tpk_batch, tpk_new, tpk_temp, tpk_live, tpk_reuse) and what a link set (tpk_from
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 
 import streamlit as st
 
 from engine.errors import EngineError
-from kitchen_viz import live_feed
+from kitchen_viz import live_feed, url_values
 from kitchen_viz.app_state import APP_DIR
 from kitchen_viz.chat_order import DEFAULT_QUESTION, chat_template, generated_note, written_prompt
 from kitchen_viz.order_control import is_cooking, order_caps, say_refused
@@ -50,16 +51,10 @@ LIVE_VIEW_MIN_CORES = 4
 
 
 # A shared link can preset the order: ?prompt=32&batch=4&new=16&temp=0.7 (applied once per session).
-# A value outside the controls' limits is moved inside them and the page says which way and why,
-# exactly as when a control moves (see `clamp_state`).
-QUERY_KEYS = {
-    "prompt": (K_PLEN, int),
-    "batch": (K_BATCH, int),
-    "new": (K_NEW, int),
-    "temp": (K_TEMP, float),
-    "live": (K_LIVE, lambda v: v not in ("0", "false", "no")),
-    "reuse": (K_REUSE, lambda v: v not in ("0", "false", "no")),
-}
+# Each value is read by kitchen_viz/url_values.py (one line for one that cannot be used); a number
+# outside the controls' limits is moved inside them and the page says which way and why, exactly as
+# when a control moves (see `clamp_state`).
+QUERY_KEYS = {"prompt": K_PLEN, "batch": K_BATCH, "new": K_NEW, "temp": K_TEMP, "live": K_LIVE, "reuse": K_REUSE}
 K_FROM_URL = "tpk_from_url"  # {session key: "?name=value"} for values the link set, until first shown
 K_LIVE_KEEP = "tpk_live_keep"  # the learner's live-view choice, kept while the toggle is not drawn
 K_FORM_HIDDEN = "tpk_form_hidden"  # set while the loading page stands in for the order form
@@ -81,22 +76,21 @@ def apply_query_params() -> None:
     if lesson is not None:
         st.session_state[K_REUSE] = False  # only the Leftovers lesson (?reuse=1) turns reuse on
     st.session_state[K_FROM_URL] = {}
-    for name, (key, kind) in QUERY_KEYS.items():
+    for name, key in QUERY_KEYS.items():
         if name in st.query_params:
             raw = st.query_params[name]
             if name == "prompt" and raw == LONGEST:  # moved down to the ceiling without a warning
                 st.session_state[key] = 10**9
                 st.session_state[K_FROM_URL][key] = None
                 continue
-            try:
-                value = kind(raw)
-            except ValueError:
-                st.warning(f"Ignored ?{name}={raw}: not a number.")
+            got = url_values.read(name, raw)
+            if got.problem:
+                st.warning(got.problem)
                 continue
-            st.session_state[key] = value
+            st.session_state[key] = got.value
             st.session_state[K_FROM_URL][key] = f"?{name}={raw}"
             if key == K_LIVE:
-                st.session_state[K_LIVE_KEEP] = value
+                st.session_state[K_LIVE_KEEP] = got.value
 
 
 def keep_order_in_url() -> None:
@@ -153,7 +147,7 @@ def count_control(label: str, low: int, high: int, key: str, help: str) -> int:
     return st.number_input(label, min_value=low, max_value=high, step=1, key=key, help=help)
 
 
-def order_ui(svc: HostClient, seed: int) -> Order | None:
+def order_ui(svc: HostClient, seed: int, cook_slot=None) -> Order | None:
     """The order form: three columns of controls, then the Cook row. Returns an Order when Cook
     was pressed (`start_cook` has the engine check it).
 
@@ -161,7 +155,8 @@ def order_ui(svc: HostClient, seed: int) -> Order | None:
     never offers an order that cannot cook (orders.reply_ceiling / prompt_ceiling); a value that no
     longer fits after another control moved (or that a link asked for) is moved inside, and the
     reason is shown. A refused written prompt keeps every control in place (Cook disabled), so the
-    layout does not jump while the learner fixes it.
+    layout does not jump while the learner fixes it. `cook_slot`: a container placed earlier on the
+    page for the Cook row (presenter mode keeps it above the kitchen, the controls below).
     """
     ctx = svc.info.max_context
     mode_for_model(svc)
@@ -220,7 +215,8 @@ def order_ui(svc: HostClient, seed: int) -> Order | None:
         batch = st.slider("Tables ordering at once (batch size)", 1, max(2, most), key=K_BATCH)
         st.caption(f"Up to {most:,}: {why}.")
         say_clamped(K_BATCH, "Batch", moved, batch, "an order needs at least one table", why)
-    with st.container(horizontal=True, vertical_alignment="center", gap="medium", key="tpk-cook-row"):
+    with cook_slot or nullcontext(), st.container(horizontal=True, vertical_alignment="center", gap="medium",
+                                                  key="tpk-cook-row"):  # fmt: skip
         pressed = st.button(
             "Cook",
             type="primary",

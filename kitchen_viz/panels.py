@@ -214,8 +214,14 @@ def timeline_html(
         "<style>"
         ".tpk-timeline{width:100%}"
         ".tpk-tl{display:flex;height:1.9rem;border-radius:.4rem;overflow:hidden;margin:.2rem 0 .3rem 0}"
-        ".tpk-tl-seg{min-width:3px;display:flex;align-items:center;justify-content:center;overflow:hidden}"
-        ".tpk-tl-seg span{color:#1b1b1b;font-size:.8rem;font-weight:700;white-space:nowrap;padding:0 .3rem}"
+        # A part's name shows whole or not at all: a zero-width first item holds the first line, so a
+        # name wider than its part wraps to the second line, which the part's height hides (a bar
+        # drawn shorter, as in Compare, or presenter mode's larger type, never cuts "pot 118.6 ms").
+        ".tpk-tl-seg{min-width:3px;height:1.9rem;display:flex;flex-wrap:wrap;align-content:flex-start;"
+        "justify-content:center;overflow:hidden}"
+        ".tpk-tl-seg::before{content:'';width:0;height:1.9rem}"
+        ".tpk-tl-seg span{color:#1b1b1b;font-size:.8rem;font-weight:700;white-space:nowrap;padding:0 .3rem;"
+        "line-height:1.9rem;height:1.9rem}"
         ".tpk-tl-words{font-size:.85rem;line-height:1.4}"
         "</style>"
         f'<div class="tpk-timeline" aria-label="the order to scale">'

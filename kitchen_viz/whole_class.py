@@ -22,16 +22,16 @@ def draw_whole_class(board: dict, ttft_s: float | None, tpot_s: float | None, me
     yk = you_and_kitchen(ttft_s, tpot_s, board)
     c = st.columns(4)
     c[0].metric("Your TTFT", fmt_s(yk.your_ttft_s))
-    c[1].metric("Kitchen's TTFT", fmt_s(yk.kitchen_ttft_s))
+    c[1].metric("Class median TTFT", fmt_s(yk.kitchen_ttft_s))
     c[2].metric("Your TPOT", fmt_s(yk.your_tpot_s))
-    c[3].metric("Kitchen's TPOT", fmt_s(yk.kitchen_tpot_s))
-    st.caption(f"Yours measured {'at the client' if measured == 'client' else 'by the kitchen'}; the kitchen's "
-               f"are its medians over the {yk.kitchen_finished} requests it finished in the last minute (yours "
+    c[3].metric("Class median TPOT", fmt_s(yk.kitchen_tpot_s))
+    st.caption(f"Yours measured {'at the client' if measured == 'client' else 'by the kitchen'}; the class medians "
+               f"are the kitchen's over the {yk.kitchen_finished} requests it finished in the last minute (yours "
                f"included), measured by the kitchen. {yk.shared_steps} of the {yk.your_steps} steps that cooked "
                "your order also cooked someone else's.")  # fmt: skip
     steps = your_steps(board)
     if steps:
-        st.plotly_chart(batch_figure(steps, presenter), use_container_width=True)
+        st.plotly_chart(batch_figure(steps, presenter), width="stretch")
     if rail:
         st.caption("The rail now: every order in the class kitchen (yours highlighted, the others anonymous).")
         st.markdown(rail_html(board), unsafe_allow_html=True)

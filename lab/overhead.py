@@ -29,6 +29,7 @@ glue is clamped at zero. Profiling slows the run; only the op self-times are tak
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 
 import pandas as pd
@@ -118,8 +119,16 @@ def op_self_seconds(prof, on_gpu: bool) -> float:
     return total_us / 1e6
 
 
+# Kineto (torch.profiler's tracer) prints a "USDT: ... profiler_start" / "profiler_stop" line at every
+# profile, at its top log level: in the app's server that is the class's terminal, once per sweep.
+# Its levels run VERBOSE 0 .. USDT 5; 6 keeps it silent. Read when a profile starts; a developer's
+# own KINETO_LOG_LEVEL wins.
+KINETO_QUIET = "6"
+
+
 def profiled_run(engine, prompts, new_tokens: int, order: dict, on_gpu: bool) -> tuple[float, float]:
     """(total aten op self time, summed wall time of the decode steps) of one profiled generation."""
+    os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
     with profile(activities=activities) as prof:
         res = engine.generate(

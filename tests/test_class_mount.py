@@ -61,7 +61,7 @@ def test_the_class_order_page_orders_from_the_mounted_kitchen(server):
         assert page.get_by_label("Kitchen server").input_value().endswith("/class")
         page.get_by_role("button", name="Order").click()
         page.get_by_text("The whole class").wait_for(timeout=120_000)
-        page.get_by_text("Kitchen's TTFT", exact=True).wait_for(timeout=30_000)
+        page.get_by_text("Class median TTFT", exact=True).wait_for(timeout=30_000)
         page.get_by_text("The pot while your order cooked").wait_for(timeout=30_000)
         assert page.locator("[data-testid='stException']").count() == 0
 
@@ -87,7 +87,7 @@ def test_the_kitchen_cooks_in_the_class_kitchen_and_shows_the_whole_class(server
         rail.filter(has_text="you · #").wait_for(timeout=60_000)  # the board read (a placeholder card before)
         assert rail.inner_text().count("you · #") == 2  # both tables, highlighted as yours
         page.get_by_text("The whole class").wait_for(timeout=120_000)
-        page.get_by_text("Kitchen's TTFT", exact=True).wait_for(timeout=30_000)
+        page.get_by_text("Class median TTFT", exact=True).wait_for(timeout=30_000)
         page.get_by_text("Diagnosis", exact=False).first.wait_for(timeout=30_000)
         assert page.locator("[data-testid='stException']").count() == 0
     assert generated_tokens(httpx.get(server + "/class/metrics").text) - before == 2 * 300  # both tables' bowls

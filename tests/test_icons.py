@@ -9,7 +9,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from kitchen_viz.icons import EMOJI, has_emoji, nav_icon, without_emoji
+from kitchen_viz.icons import EMOJI, FAVICON, has_emoji, nav_icon, without_emoji
 
 REPO = Path(__file__).resolve().parent.parent
 # The files whose strings reach the Kitchen, the Story, the lesson plan, the Dashboard and the navigation.
@@ -19,6 +19,8 @@ DRAWN = [
     "kitchen_viz/web/pages/dashboard.py",
     "kitchen_viz/web/pages/lessons.py",
     "kitchen_viz/web/pages/story.py",
+    "kitchen_viz/web/pages/class_order.py",
+    "kitchen_viz/web/pages/the_pass.py",
     *[f"kitchen_viz/{name}.py" for name in (
         "kitchen_ui", "order_form", "outcome", "panels", "timeline", "scene", "live_panels", "order_control",
         "orders", "compare", "class_rail", "whole_class", "style", "charts", "story", "lessons", "wok_win",
@@ -43,7 +45,7 @@ def test_the_emoji_test_knows_an_emoji_from_a_material_icon():
 def test_no_string_the_kitchen_pages_draw_depends_on_an_emoji():
     found = [(f, s[:40]) for f in DRAWN for s in strings_of(REPO / f) if has_emoji(s) and "EMOJI" not in s]
     assert not found, found
-    for art in (REPO / "kitchen_viz/art").iterdir():  # the drawing and its live panels
+    for art in (p for p in (REPO / "kitchen_viz/art").iterdir() if p.suffix != ".png"):  # the drawing, its panels
         assert not EMOJI.search(art.read_text()), art.name
 
 
@@ -66,6 +68,7 @@ def test_every_page_in_the_navigation_and_the_tab_have_a_material_icon(monkeypat
     assert not at.exception
     icons = [p if isinstance(p, str) else p.icon for p in seen]
     assert len(icons) >= 6  # the tab, the Kitchen's pages, the class kitchen's, the Lab's
-    assert all(icon.startswith(":material/") for icon in icons), icons
+    assert icons[0] == FAVICON and Path(FAVICON).is_file()  # the tab's: a file the app serves, offline
+    assert all(icon.startswith(":material/") for icon in icons[1:]), icons
     titles = [p.title for p in seen if not isinstance(p, str)]
     assert not [t for t in titles if has_emoji(t)], titles

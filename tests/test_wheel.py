@@ -40,6 +40,7 @@ RUNTIME_FILES = [  # what the app reads at run time, by its path inside the whee
     "kitchen_viz/web/.streamlit/config.toml",
     "kitchen_viz/art/scene.js",
     "kitchen_viz/art/kitchen.svg",
+    "kitchen_viz/art/favicon.png",  # the tab's icon, served by the app (offline)
     "serving/catalog.toml",
     "engine/native_step.c",
     "engine/native_products.h",

@@ -349,15 +349,15 @@ function buildOrders(scene, d) {
         <rect x="0" y="0" width="${w}" height="74" rx="3" class="tpk-paper"/>
         <rect x="0" y="0" width="${w}" height="8" class="tpk-ticket-band"/>
         <text x="${w / 2}" y="30" class="tpk-ticket-title">${i + 1}</text>
-        <text x="${w / 2}" y="50" class="tpk-ticket-sub">${d.prompt_tokens[i]}</text>
+        <text x="${w / 2}" y="55" class="tpk-ticket-sub">${d.prompt_tokens[i]}</text>
         <path d="M${w / 2 - 8} 62 l6 7 l11 -13" class="tpk-stamp tpk-tick" opacity="0"/>`));
     } else {
       rail.appendChild(svgEl("g", { class: "tpk-ticket", transform: `translate(${tx + 14} 22)` }, `
         <path d="M0 0 H112 V84 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 l-8 -6 l-8 6 Z" class="tpk-paper"/>
         <rect x="0" y="0" width="112" height="10" class="tpk-ticket-band"/>
         <text x="56" y="32" class="tpk-ticket-title">Table ${i + 1}</text>
-        <text x="56" y="52" class="tpk-ticket-sub">${d.prompt_tokens[i]} tokens</text>
-        <text x="56" y="77" class="tpk-stamp" transform="rotate(-3 56 77)" opacity="0">SERVED</text>`));
+        <text x="56" y="57" class="tpk-ticket-sub">${d.prompt_tokens[i]} tokens</text>
+        <text x="56" y="80" class="tpk-stamp" transform="rotate(-3 56 80)" opacity="0">SERVED</text>`));
     }
     const rows = compact ? COMPACT_BOWL_ROWS : BOWL_ROWS;
     const x = x0 + (i % PER_ROW) * TABLE_W;

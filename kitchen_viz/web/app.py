@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from kitchen_viz import app_state, fetch_progress, icons, model_pick
+from kitchen_viz import app_state, fetch_progress, icons, model_pick, url_values
 from kitchen_viz.app_state import (
     KEY_DEVICE,
     KEY_DTYPE,
@@ -29,9 +29,9 @@ from lab.registry import DASHBOARD, EXPERIMENTS
 from serving.app_settings import AppSettings
 
 # Presenter mode opens with the sidebar closed: at 1024 px the kitchen's drawing needs the width.
-_presenter = st.session_state.get(KEY_PRESENTER, AppSettings.current().presenter or (
-    st.query_params.get("presenter", "0") not in ("0", "false", "no")))  # fmt: skip
-st.set_page_config(page_title="Two-Pot Kitchen", page_icon=icons.KITCHEN, layout="wide",
+_presenter = st.session_state.get(KEY_PRESENTER, url_values.flag(
+    "presenter", st.query_params.get("presenter"), AppSettings.current().presenter))  # fmt: skip
+st.set_page_config(page_title="Two-Pot Kitchen", page_icon=icons.FAVICON, layout="wide",
                    initial_sidebar_state="collapsed" if _presenter else "auto")  # fmt: skip
 
 

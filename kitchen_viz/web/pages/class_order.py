@@ -17,15 +17,18 @@ import pandas as pd
 import streamlit as st
 
 from engine.errors import EngineError
+from kitchen_viz import icons
 from kitchen_viz.app_state import class_kitchen_address
+from kitchen_viz.class_pages import not_reachable
 from kitchen_viz.class_rail import rail_html
 from kitchen_viz.whole_class import draw_whole_class
+from lab.units import fmt_s
 from serving.clients.remote_order import board, models, order_remote
 from serving.clients.token_confidence import confidence_html, summarize
 
 RAIL_EVERY_S = 0.5  # how often the rail is refreshed while your order streams
 
-st.title("🧾 Order from a class kitchen")
+st.title(f"{icons.CLASS_ORDER} Order from a class kitchen")
 st.caption(
     "Every number below is measured: at the client (this app, from the stream) unless it says "
     "the kitchen measured it. A remote kitchen cannot show its wok and pot the way the Kitchen page "
@@ -37,7 +40,7 @@ api_key = st.text_input("API key", value=known_key, type="password", key="order-
 try:
     offered = models(url, api_key)
 except EngineError as err:
-    st.error(f"{err}. Start one with `two-pot-kitchen serve`, or check the address and key.")
+    st.error(f"{err}. {not_reachable(url)} Check the address and key.")
     st.stop()
 model = st.selectbox("Model", offered, key="order-model")
 prompt = st.text_area("Your order (prompt)", value="ROMEO:", key="order-prompt")
@@ -47,11 +50,7 @@ temperature = cols[1].number_input("Temperature", min_value=0.0, max_value=2.0, 
 sure = st.checkbox("Show how sure the chef was of each token (the server's logprobs)", value=True, key="order-sure")
 
 
-def ms(v) -> str:
-    return "—" if v is None else f"{v * 1e3:,.1f} ms"
-
-
-if st.button("🔥 Order", type="primary", key="order-go"):
+if st.button("Order", type="primary", icon=icons.WOK, key="order-go"):
     if not prompt.strip():
         st.error("The order is empty: write a prompt (at least one non-space character).")
         st.stop()
@@ -81,10 +80,10 @@ if st.button("🔥 Order", type="primary", key="order-go"):
     live.markdown(f"```\n{prompt}{out.text}\n```")
     st.subheader("Measured at the client")
     c = st.columns(4)
-    c[0].metric("TTFT", ms(out.ttft_s))
-    c[1].metric("TPOT", ms(out.tpot_s))
+    c[0].metric("Your TTFT", fmt_s(out.ttft_s))  # the same label and format as "The whole class" below
+    c[1].metric("Your TPOT", fmt_s(out.tpot_s))
     c[2].metric("Tokens/s", "—" if out.tokens_per_s is None else f"{out.tokens_per_s:,.1f}")
-    c[3].metric("Gap between chunks, p50", ms(statistics.median(out.itl_s) if out.itl_s else None))
+    c[3].metric("Gap between chunks, p50", fmt_s(statistics.median(out.itl_s) if out.itl_s else None))
     st.caption(f"{out.completion_tokens or len(out.chunk_times)} tokens in {len(out.chunk_times)} chunks, "
                f"prompt {out.prompt_tokens if out.prompt_tokens is not None else '?'} tokens, finish: "
                f"{out.finish_reason or '?'}. Client-side times include the network and whatever else the "
@@ -103,8 +102,8 @@ if st.button("🔥 Order", type="primary", key="order-go"):
         steps = pd.DataFrame(out.server_steps)
         busy = int(steps["batch"].max()) if "batch" in steps else 1
         st.markdown(
-            f"Kitchen TTFT **{ms(out.server_ttft_s)}** (your order's arrival to its first token, without the "
-            f"network). Your tokens came from {len(steps)} steps: "
+            f"Your TTFT inside the kitchen: **{fmt_s(out.server_ttft_s)}** (your order's arrival to its first "
+            f"token, without the network). Your tokens came from {len(steps)} steps: "
             + ", ".join(f"{n} {p}" for p, n in steps["phase"].value_counts().items())
             + (f". Up to **{busy}** sequences were in the pot together in one step (yours included)."
                if busy > 1 else ". Yours was the only sequence in the pot.")

@@ -11,11 +11,16 @@ from kitchen_viz.outcome import draw_failed_order
 
 settings = current_settings()
 st.title(":material/skillet: The Two-Pot Kitchen")
-st.caption(
-    "Order a prompt, press **Cook**, and watch the real engine: the **wok** (prefill) tosses every prompt "
-    "token of every table in one pass; the **serving counter** holds the KV cache; the **soup pot** (decode) "
-    "ladles one token per table per step. Every number below was measured a moment ago on this machine."
-)
+INTRO = ("Order a prompt, press **Cook**, and watch the real engine: the **wok** (prefill) tosses every prompt "
+         "token of every table in one pass; the **serving counter** holds the KV cache; the **soup pot** (decode) "
+         "ladles one token per table per step. Every number below was measured a moment ago on this machine.")  # fmt: skip
+# On a projector (presenter mode) the Cook row and the kitchen come first: their places are kept
+# right under the title and filled after the order form below them has run, so the drawing is on
+# the first screen and Cook beside it; the controls and the kitchen's details follow.
+cook_slot, cancel_slot, kitchen_slot = (st.container(), st.container(), st.container()) if settings.presenter \
+    else (None, None, None)  # fmt: skip
+if kitchen_slot is None:
+    st.caption(INTRO)
 
 if fetch_state(settings.model) is not None:  # fetched on first use and not ready yet: no kitchen to open
     st.info("This model is being fetched for its first use; the sidebar shows how far along it is. "
@@ -34,6 +39,8 @@ if svc.state == "error":  # another make of server (vLLM, llama.cpp) is not a fa
     st.stop()
 
 info = svc.info
+if kitchen_slot is not None:
+    st.caption(INTRO)
 st.caption(
     f"Model **{info.name}** · {info.n_params / 1e6:,.1f} M parameters · {info.weight_bytes / 1e6:,.1f} MB of "
     f"weights on **{info.device}** ({info.precision}) · reads up to {info.max_context:,} tokens at once"
@@ -50,10 +57,12 @@ with st.expander("Engineer's details", icon=":material/engineering:"):
     )
 st.caption(order_caps().summary())
 
-order = order_ui(svc, settings.seed)
-cancel_slot = st.container()  # always drawn, so the live view below keeps its place
+order = order_ui(svc, settings.seed, cook_slot)
+if cancel_slot is None:
+    cancel_slot = st.container()  # always drawn, so the live view below keeps its place
 if order is not None:
     start_cook(svc, order)
 draw_cancel(cancel_slot)
-draw_live(svc, settings.presenter, wok_capacity=info.max_context * 8)
+with kitchen_slot if kitchen_slot is not None else st.container():
+    draw_live(svc, settings.presenter, wok_capacity=info.max_context * 8)
 release_cook()

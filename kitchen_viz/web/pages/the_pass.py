@@ -1,7 +1,7 @@
 """The pass: the instructor's view of a class kitchen server, read from its /metrics.
 
 The pass is where a head chef watches every plate leave. This page scrapes a kitchen server's
-Prometheus metrics every few seconds (our `two-pot-kitchen serve`, or a vLLM server: the same
+Prometheus metrics every few seconds (our class kitchen, or a vLLM server: the same
 names), keeps the scrapes of the last minutes in this session, and shows what the class is
 doing to the kitchen right now: orders running and waiting, KV memory, TTFT and ITL percentiles
 over a window, tokens per second, and the caps in force. A llama.cpp server (`llama-server
@@ -18,7 +18,9 @@ import pandas as pd
 import streamlit as st
 
 from engine.errors import EngineError
-from kitchen_viz.app_state import class_kitchen_address
+from kitchen_viz import icons
+from kitchen_viz.app_state import KEY_PRESENTER, class_kitchen_address
+from kitchen_viz.class_pages import not_reachable, orders_figure, where_the_class_kitchen_is
 from serving.clients.scrape import scrape, window
 
 KEY_URL, KEY_SCRAPES = "pass-url", "pass-scrapes"
@@ -26,12 +28,10 @@ WINDOWS = {"last 30 s": 30, "last minute": 60, "last 5 minutes": 300}
 KEEP_S = 600  # scrapes older than this are dropped
 EVERY_S = 2.0
 
-st.title("🛎️ The pass: the whole class's kitchen")
-st.caption(
-    "Start the class kitchen with `two-pot-kitchen serve` (the README's classroom section); students order from "
-    "it with any OpenAI client. Every number here is read from the server's own /metrics."
-)
+st.title(f"{icons.THE_PASS} The pass: the whole class's kitchen")
 address, known_key = class_kitchen_address()
+st.caption(f"{where_the_class_kitchen_is(address)} Students order from it with any OpenAI client. Every number "
+           "here is read from the server's own /metrics.")  # fmt: skip
 default_url = st.session_state.get(KEY_URL, address)
 url = st.text_input("Kitchen server", value=default_url, key=KEY_URL)
 api_key = st.text_input("API key (only if the server was started with one)", type="password",
@@ -51,7 +51,7 @@ def live_pass() -> None:
     try:
         history.append(scrape(url, api_key or None))
     except EngineError as err:
-        st.error(f"{err}. Is `two-pot-kitchen serve` running at that address?")
+        st.error(f"{err}. {not_reachable(url)}")
         return
     now = time.time()
     history[:] = [s for s in history if now - s.t <= KEEP_S]
@@ -70,12 +70,11 @@ def live_pass() -> None:
                 "at the client).")  # fmt: skip
     else:
         show_latencies(w, span)
-    timeline = pd.DataFrame(
-        {"orders running": [int(s.gauges.get("num_requests_running", 0)) for s in history],
-         "orders waiting": [int(s.gauges.get("num_requests_waiting", 0)) for s in history]},
-        index=pd.Index([round(s.t - now, 1) for s in history], name="seconds (0 = now)"),
-    )  # fmt: skip
-    st.line_chart(timeline, height=200, x_label="seconds (0 = now)", y_label="orders")
+    seconds = [round(s.t - now, 1) for s in history]
+    running = [int(s.gauges.get("num_requests_running", 0)) for s in history]
+    waiting = [int(s.gauges.get("num_requests_waiting", 0)) for s in history]
+    st.plotly_chart(orders_figure(seconds, running, waiting, bool(st.session_state.get(KEY_PRESENTER))),
+                    width="stretch", key="pass-orders")  # fmt: skip
     try:
         about = httpx.get(url.rstrip("/") + "/kitchen", headers=headers, timeout=3).json()
         st.markdown(f"**Kitchen**: {about['model']} on {about['device']} ({about['dtype']}), policy "

@@ -62,6 +62,7 @@ class Limits:
     kv_bytes_per_token: int
     kv_bytes_per_sequence: int
     work_bytes_per_sequence: int = 0  # prefill working memory of one sequence of this prompt length
+    seats: int = 0  # a shared kitchen's KV seats, when they (not the memory) may cap the batch; 0: no seats
 
     @property
     def bytes_per_sequence(self) -> int:

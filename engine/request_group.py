@@ -69,6 +69,7 @@ def order_room(lim: ServingLimits, max_context: int, kv_bytes_per_token: int, pr
         kv_budget_bytes=lim.kv_tokens * kv_bytes_per_token,
         kv_bytes_per_token=kv_bytes_per_token,
         kv_bytes_per_sequence=per_seq * kv_bytes_per_token,
+        seats=lim.seats,
     )
 
 

@@ -51,6 +51,7 @@ from statistics import median
 from typing import TYPE_CHECKING, Literal
 
 from engine.trace import Metrics, StepRecord, Trace
+from lab.class_share import class_share
 from lab.units import fmt_s, fmt_tps, reused_words
 
 if TYPE_CHECKING:  # the roofline module is optional at import time; we only read its fields
@@ -371,6 +372,11 @@ def diagnose(
                 f"Decode is {1 - ttft_share:.0%} of the wait ({prof.steps} steps, TPOT {fmt_s(metrics.tpot_s)}): "
                 f"the soup pot is the bottleneck; {why}{tail}"
             )
+    shared = class_share(steps)
+    if shared.shared:  # the class first: its sequences' time is in every shared step
+        headline = f"{shared.words()[0].upper()}{shared.words()[1:]}. {headline}"
+        fixes = [shared.advice(), *fixes]
+        evidence.insert(0, shared.words())
     return Verdict(
         headline=headline, slow_phase=slow_phase, decode_bound=bound, fixes=fixes, evidence=evidence
     )

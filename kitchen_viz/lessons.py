@@ -97,6 +97,35 @@ LESSONS: tuple[Lesson, ...] = (
 )
 
 
+COMPARE_MARK = 100  # a compare link's ?lesson= is 100 + the lesson's number (pages/lessons.py)
+MATCHED = ("batch", "new", "temp")  # what a compare order shares with its lesson's order, when they ask the same
+
+
+def compare_lesson(marker: str | None) -> tuple[int, Lesson] | None:
+    """The lesson whose "compare with" order a `?lesson=` marker opens (None for a lesson's own order)."""
+    try:
+        n = int(marker or "") - COMPARE_MARK
+    except ValueError:
+        return None
+    return (n, LESSONS[n - 1]) if 1 <= n <= len(LESSONS) and LESSONS[n - 1].compare_with else None
+
+
+def compare_like(lesson: Lesson, served: dict) -> tuple[dict, list[str]]:
+    """The compare order changed the same way the kitchen changed the lesson's order, and the words for it.
+
+    A value both orders ask for alike (lesson 2's 4 tables) follows what the lesson's order was served
+    (3 tables under an 8,192-token cap), so the two differ only where the lesson means them to (the
+    prompt). Example: ({"prompt": 32, "batch": 3, "new": 8, "temp": 0}, ["3 tables"])."""
+    compare, moved = dict(lesson.compare_with or {}), []
+    for key in MATCHED:
+        asked = lesson.order.get(key)
+        if key in compare and compare[key] == asked and key in served and served[key] != asked:
+            compare[key] = served[key]
+            moved.append({"batch": f"{served[key]} table{'s' if served[key] != 1 else ''}",
+                          "new": f"{served[key]:,} new tokens", "temp": f"temperature {served[key]:g}"}[key])  # fmt: skip
+    return compare, moved
+
+
 def order_words(order: dict) -> str:
     """{"prompt": 32, "batch": 1, "new": 64, "temp": 0} -> "prompt 32 tokens · 1 table · 64 new tokens · temperature 0"."""
     tables = f"{order['batch']} table{'s' if order['batch'] != 1 else ''}"

@@ -176,11 +176,14 @@ class Order:
     text: str | None = None  # every table orders this text
     prompt_tokens: int | None = None  # or: each table gets this many tokens of FILLER
     reuse_prefix: bool = False  # start from leftovers a cached prefix holds (the Leftovers lesson); off: cook every token
+    wok_tokens: int = 0  # the wok's size for this order: tokens one pass holds (0: the kitchen's token budget)
 
     def form(self) -> OrderForm:
         """The order as the kitchen's host checks it: the written text for every table, or `batch`
         generated prompts the engine cuts from FILLER (serving/host/api.py `generated_prompts`)."""
         settings = {"temperature": self.temperature, "seed": self.seed, "reuse_prefix": self.reuse_prefix}
+        if self.wok_tokens:
+            settings["wok_tokens"] = self.wok_tokens
         if self.text is not None:
             return OrderForm([self.text] * self.batch, self.max_new_tokens, settings)
         return OrderForm([], self.max_new_tokens, settings, FILLER, self.batch, self.prompt_tokens or 1)

@@ -48,9 +48,10 @@ def open_page(browser, url: str):
     return page
 
 
-def slider(page, label: str):
-    """A Streamlit slider's thumb (role slider, with aria-valuenow/-max), found by its label."""
-    return page.locator('[data-testid="stSlider"]').filter(has_text=label).get_by_role("slider")
+def slider(page, label: str) -> dict:
+    """A Streamlit slider's value and maximum (its thumb is an input of type range), found by its label."""
+    thumb = page.locator('[data-testid="stSlider"]').filter(has_text=label).locator('input[type="range"]').first
+    return {"value": int(thumb.get_attribute("value")), "max": int(thumb.get_attribute("max"))}
 
 
 def cook(page) -> None:
@@ -66,8 +67,7 @@ def seconds(text: str) -> float:
 def test_a_banquet_is_told_as_its_tosses_and_its_live_ttft_is_the_final_one(server, browser):
     page = open_page(browser, server + "/?prompt=2048&batch=4&new=8&temp=0&live=1&wok=512")
     try:
-        wok = slider(page, "Wok size (tokens a toss)")
-        assert wok.get_attribute("aria-valuenow") == "512"
+        assert slider(page, "Wok size (tokens a toss)")["value"] == 512
         page.get_by_text("8,192 prompt tokens in a wok of 512: at least 16 tosses", exact=False).wait_for()
         page.get_by_role("button", name="Cook").click()
         live = page.locator('.tpk-lp [data-k="ttft"]')
@@ -131,8 +131,7 @@ def test_the_leftovers_lesson_starts_empty_and_says_whose_leftovers_it_reused(se
 def test_a_longer_context_model_is_offered_what_its_kitchen_seats(server, browser):
     page = open_page(browser, server + "/?model=preset:smollm2-135m&new=8")
     try:
-        prompt = slider(page, "Prompt length (tokens per table)")
-        assert int(prompt.get_attribute("aria-valuemax")) == 4097 - 8
+        assert slider(page, "Prompt length (tokens per table)")["max"] == 4097 - 8
         page.get_by_text("a KV seat of this kitchen holds 4,097 tokens", exact=False).first.wait_for()
         help_ = page.get_by_text(re.compile(r"^Up to \d+: (each table's KV cache|the kitchen has)")).first.inner_text()
         most = int(re.match(r"Up to (\d+)", help_).group(1))
@@ -149,11 +148,11 @@ def test_a_lessons_compare_order_is_served_like_its_order(server, browser):
     n, lesson = next((i, x) for i, x in enumerate(LESSONS, start=1) if x.order["prompt"] == "longest" and x.compare_with)
     page = open_page(browser, server + "/?" + urlencode(query(lesson.order, n, lesson.model)))
     try:
-        served = slider(page, "Tables ordering at once (batch size)").get_attribute("aria-valuenow")
+        served = slider(page, "Tables ordering at once (batch size)")["value"]
         page.goto(server + "/?" + urlencode(query(lesson.compare_with, 100 + n, lesson.model)))
         page.get_by_role("button", name="Cook").wait_for(timeout=COOK_TIMEOUT_MS)
-        batch = slider(page, "Tables ordering at once (batch size)").get_attribute("aria-valuenow")
-        assert int(served) < lesson.order["batch"]  # the kitchen's cap served fewer tables (the case in question)
+        batch = slider(page, "Tables ordering at once (batch size)")["value"]
+        assert served < lesson.order["batch"]  # the kitchen's cap served fewer tables (the case in question)
         assert batch == served
         page.get_by_text(f"Cooked like lesson {n}'s order, which this kitchen served with {served} tables",
                          exact=False).wait_for()  # fmt: skip

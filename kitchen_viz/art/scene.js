@@ -451,7 +451,9 @@ function drawWok(scene, d, T, cooking, prefilled, wall, live) {
   setText($("#tpk-wok-timer"), T < pre[0] ? "—" : prefilled ? `${passes} ${fmtTime(burn)}` : fmtTime(burn));
   // The wok's rate counts only the tokens its pass computed (d.wok_rate: the engine's prefill rate);
   // leftovers taken from the prefix cache are named, never counted as cooked.
-  const cooked = d.wok_tokens || Math.max(0, total - (d.reused || 0));
+  // Several tosses: the order's own prompt tokens (the passes also carried the pot's bowls).
+  const cooked = d.tosses && d.tosses.length > 1 ? d.tosses.reduce((a, x) => a + x[2], 0)
+    : d.wok_tokens || Math.max(0, total - (d.reused || 0));
   setText($("#tpk-wok-rate"), prefilled ? (d.wok_rate || fmtRate(cooked / (pre[1] - pre[0]))) : "");
   setText($("#tpk-wok-note"), prefilled
     ? (d.reused ? `${fmtInt(d.reused)} of ${fmtInt(total)} prompt tokens reused`

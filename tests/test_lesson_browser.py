@@ -55,8 +55,12 @@ def slider(page, label: str) -> dict:
 
 
 def cook(page) -> None:
+    """Cook, and wait for this order's diagnosis and last frame (not the previous order's)."""
     page.get_by_role("button", name="Cook").click()
+    served = page.locator("#tpk-phase").filter(has_text="Every table served")
+    served.wait_for(state="detached", timeout=60_000)
     page.get_by_text("Diagnosis:", exact=False).first.wait_for(timeout=COOK_TIMEOUT_MS)
+    served.wait_for(timeout=60_000)
 
 
 def seconds(text: str) -> float:

@@ -137,6 +137,14 @@ class Regime:
         turn = f"compute-bound from about batch {self.crossing}" if self.crossing else "memory-bound at any batch"
         return f"memory-bound at batch {self.batch}: {self.intensity:.2f} FLOP/byte, left of {ridge}; {turn}"
 
+    def story(self) -> str:
+        """When the story's memory-bound pot holds, for a step that is compute-bound at its batch."""
+        if self.crossing and self.crossing > 1:
+            return (f"At small batch this pot is memory-bound, as in the story: below about batch {self.crossing} each "
+                    f"step waits on reading the weights; this order's {self.batch} tables are past that.")  # fmt: skip
+        return (f"Here this model's pot is compute-bound even at batch 1 (its bytes come from {self.memory} fast "
+                "enough that the FLOPs decide); the story's memory-bound pot is a bigger model's.")  # fmt: skip
+
     def words(self) -> str:
         """The headline's reason: the regime named with its numbers (the evidence's line after the
         headline's usual words, so the story's pot and the screen's agree)."""
@@ -372,6 +380,8 @@ def diagnose(
                 f"Decode is {1 - ttft_share:.0%} of the wait ({prof.steps} steps, TPOT {fmt_s(metrics.tpot_s)}): "
                 f"the soup pot is the bottleneck; {why}{tail}"
             )
+    if here is not None and here.bound == "compute" and bound == "compute":
+        fixes.append(here.story())
     shared = class_share(steps)
     if shared.shared:  # the class first: its sequences' time is in every shared step
         headline = f"{shared.words()[0].upper()}{shared.words()[1:]}. {headline}"

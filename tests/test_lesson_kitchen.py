@@ -68,6 +68,30 @@ def test_a_banquet_over_the_budget_is_cooked_and_told_as_its_passes(kitchen):
     assert first < end.t  # the first table's bowl came earlier: that is not the order's TTFT
 
 
+def test_the_live_ttft_is_the_final_one_and_the_panels_tell_the_tosses(kitchen):
+    """Folded as the page folds them: while later tables are still in the wok, the first table's
+    bowls do not make a TTFT; once every table has one, TTFT is the engine's, to the digit."""
+    from kitchen_viz.panels import panel_values
+    from kitchen_viz.timeline import LiveRun
+
+    events = cook(kitchen, RequestGroup(kitchen, prompts(4, 100), 3, seed=0, reuse_prefix=False, wok_tokens=32))
+    run = LiveRun.for_order("r", [100] * 4, wok=32)
+    end = next(i for i, e in enumerate(events) if isinstance(e, PrefillEnd))
+    early = [e for e in events[:end] if isinstance(e, Token)]
+    assert early  # a table had its first bowl before the wok was done
+    run.consume(events[:end])
+    live = panel_values(run)
+    assert live.ttft_s is None and live.ttft_label == "TTFT, every table"
+    assert live.wok.startswith("toss ") and "the wok holds 32 tokens a toss" in live.wok
+    assert run.scene_data()["wok_live"] == live.wok
+    run.consume(events)
+    done = panel_values(run)
+    result = next(e for e in events if isinstance(e, Done)).result
+    assert done.final and done.ttft_s == result.metrics.ttft_s == run.t_first_token
+    assert done.wok.startswith("the wok holds 32 tokens a toss and this order's prompts are 400 tokens:")
+    assert len(run.scene_data()["tosses"]) == len(run.tosses) >= 400 // 32
+
+
 def test_a_smaller_wok_makes_more_tosses(kitchen):
     events = cook(kitchen, RequestGroup(kitchen, prompts(2, 100), 2, seed=0, reuse_prefix=False, wok_tokens=16))
     passes = next(e for e in events if isinstance(e, PrefillEnd)).passes

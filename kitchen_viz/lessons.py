@@ -28,7 +28,7 @@ LONGEST = "longest"  # the Kitchen's ?prompt=longest: the longest prompt the mod
 @dataclass(frozen=True)
 class Lesson:
     title: str
-    order: dict  # query parameters of the Kitchen: prompt (a count or "longest"), batch, new, temp, reuse
+    order: dict  # query parameters of the Kitchen: prompt (a count or "longest"), batch, new, temp, reuse, wok
     look_at: str  # what to watch on screen
     ask: str  # a question for the class, answered by the screen
     compare_with: dict | None = None  # a second order to cook right after, for the side-by-side comparison
@@ -50,7 +50,9 @@ LESSONS: tuple[Lesson, ...] = (
         {"prompt": LONGEST, "batch": 4, "new": 8, "temp": 0},
         "TTFT and the wok's timer against TPOT, and the diagnosis: which pot does it name now? Then drag "
         "Max new tokens up to 128 and cook again: the pot takes over. Then cook the same order with a "
-        "32-token prompt and open Compare two orders: which of the two numbers did the long prompt change most?",
+        "32-token prompt and open Compare two orders: which of the two numbers did the long prompt change most? "
+        "Last, drag Wok size (tokens a toss) down to 512 and cook the banquet again: the drawing and the panels "
+        "count the wok's tosses and say why, and the first tables ladle while the last are still in the wok.",
         "Which number would a user notice first: the wait for the first word or the rhythm after it?",
         compare_with={"prompt": 32, "batch": 4, "new": 8, "temp": 0},
     ),

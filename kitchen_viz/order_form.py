@@ -6,7 +6,8 @@ figure written here; a value that no longer fits (after another control moved, o
 asked for it) is moved inside and the page says which way and why.
 
 Session state this form keeps: the controls' values (tpk_mode, tpk_text, tpk_prompt_len,
-tpk_batch, tpk_new, tpk_temp, tpk_live, tpk_reuse) and what a link set (tpk_from_url).
+tpk_batch, tpk_new, tpk_temp, tpk_wok, tpk_live, tpk_reuse), what a link set (tpk_from_url) and
+how a lesson's compare order was matched to its order (tpk_compare_note, kitchen_viz/lesson_links.py).
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ def apply_query_params(svc: HostClient | None = None, caps=None) -> None:
         st.session_state[K_MODE] = MODES[0]  # a lesson's prompt is a generated one of N tokens
     if lesson is not None:
         st.session_state[K_REUSE] = False  # only the Leftovers lesson (?reuse=1) turns reuse on
+        st.session_state.pop(K_WOK, None)  # a lesson cooks in the kitchen's own wok unless its link says ?wok=
     if lesson is not None and QUERY_KEYS["reuse"][1](st.query_params.get("reuse", "0")):
         st.session_state[K_CLEAR] = True  # the Leftovers lesson starts from an empty counter (this learner's)
     st.session_state[K_FROM_URL] = {}

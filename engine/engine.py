@@ -222,7 +222,8 @@ class Engine:
             raise EngineError(
                 f"prompt + max_new_tokens = {total:,} tokens exceeds the KV memory of {srv.scheduler.kv_tokens:,} tokens"
             )
-        first_pass = min(len(ids), srv.scheduler.config.token_budget) if srv.scheduler.config.policy == "chunked" \
+        first_pass = min(len(ids), srv.scheduler.config.token_budget, req.wok_tokens or len(ids)) \
+            if srv.scheduler.config.policy == "chunked" \
             else len(ids)  # fmt: skip
         work = srv.work_bytes(first_pass, first_pass)
         if work > lim.work_bytes:
@@ -240,7 +241,7 @@ class Engine:
             stop_ids=frozenset(self.cfg.eos_ids) if req.stop_at_eos else frozenset(),
             decoder=IncrementalDecoder(self.codec, ids),
             arrival_t=time.perf_counter() if arrival_s is None else arrival_s, speculate=req.speculate,
-            draft=req.draft, reuse_prefix=bool(req.reuse_prefix), logprobs=req.logprobs,
+            draft=req.draft, reuse_prefix=bool(req.reuse_prefix), logprobs=req.logprobs, wok_tokens=req.wok_tokens,
             min_tokens=req.min_tokens,
         )  # fmt: skip
         srv.seqs[rid] = seq
@@ -276,6 +277,12 @@ class Engine:
         seq.append(first_token, seq.arrival_t)
         seq.decoder.feed(first_token)
         return rid
+
+    def clear_leftovers(self, origins: set[int] | None = None) -> int:
+        """Drop the leftovers (prefix cache) that `origins`' requests cooked, every one when None; returns
+        how many. A lesson about leftovers starts from an empty counter this way."""
+        prefix = self._serving.prefix if self._serving is not None else None
+        return prefix.clear(origins) if prefix is not None else 0
 
     def cancel(self, request_id: int) -> bool:
         """Stop a request; its seat is freed and its Done (finish_reason "cancelled") comes at the next

@@ -35,11 +35,28 @@ class PrefillStart:
 
 
 @dataclass(frozen=True)
+class WokPass:
+    """One pass of an order's wok, when its prompts took several (a shared kitchen's token budget, seats
+    or memory): sent as each pass but the last ends, and all of them listed in the `PrefillEnd` that
+    closes the wok, so a page draws the tosses the kitchen really made (an order cooked in one pass
+    sends none). Example: 4 prompts of 2,048 tokens, a wok of 512 tokens a toss -> 16 passes."""
+
+    t: float  # the pass's end, on the order's clock
+    index: int  # 1, 2, ... among the order's wok passes
+    t_start: float
+    tokens: int  # this order's prompt tokens the pass cooked
+    pass_tokens: int  # every token the pass computed (other orders' prompts and bowls ladled alongside included)
+    first_bowls: int  # this order's tables whose first token came out of this pass
+    request_id: int = 0
+
+
+@dataclass(frozen=True)
 class PrefillEnd:
     t: float
     step: StepRecord  # the prefill pass, with its measured time and analytic cost
     kv_bytes: int  # KV cache bytes handed to decode (the serving counter)
     request_id: int = 0
+    passes: tuple[WokPass, ...] = ()  # the wok's passes when it took more than one (see WokPass)
 
 
 @dataclass(frozen=True)
@@ -75,4 +92,4 @@ class Done:
     request_id: int = 0
 
 
-Event = PrefillStart | PrefillEnd | Token | StepEnd | Done
+Event = PrefillStart | WokPass | PrefillEnd | Token | StepEnd | Done

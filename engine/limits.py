@@ -42,6 +42,7 @@ class RequestSettings:
     speculate: int = 0  # draft tokens per decode step (serving path only; engine/speculative.py)
     draft: str = "ngram"
     reuse_prefix: bool = True  # serving path: start from a cached prompt prefix when one matches
+    wok_tokens: int = 0  # chunked serving: tokens a pass holds while this request's prompt cooks (0: the kitchen's budget)
     logprobs: int = -1  # serving path: -1 none; k >= 0: each token's log-probability and its k likeliest rivals
     min_tokens: int = 0  # serving path: EOS cannot end the request before this many new tokens
 
@@ -62,6 +63,7 @@ class Limits:
     kv_bytes_per_token: int
     kv_bytes_per_sequence: int
     work_bytes_per_sequence: int = 0  # prefill working memory of one sequence of this prompt length
+    seats: int = 0  # a shared kitchen's KV seats, when they (not the memory) may cap the batch; 0: no seats
 
     @property
     def bytes_per_sequence(self) -> int:
@@ -100,6 +102,8 @@ def check_request(cfg: ModelConfig, prompts: list[list[int]], req: RequestSettin
         raise EngineError(f"draft must be 'ngram' (prompt lookup), 'apprentice' or a model name/folder (got {req.draft!r})")
     if not isinstance(req.logprobs, int) or not -1 <= req.logprobs <= MAX_LOGPROBS:
         raise EngineError(f"logprobs must be -1 (none) or 0..{MAX_LOGPROBS} alternatives per token (got {req.logprobs})")
+    if isinstance(req.wok_tokens, bool) or not isinstance(req.wok_tokens, int) or req.wok_tokens < 0:
+        raise EngineError(f"wok_tokens must be 0 (the kitchen's token budget) or a number of tokens >= 1 (got {req.wok_tokens!r})")
     if not isinstance(req.min_tokens, int) or not 0 <= req.min_tokens <= req.max_new_tokens:
         raise EngineError(f"min_tokens must be 0..max_new_tokens ({req.max_new_tokens}) (got {req.min_tokens})")
     for i, ids in enumerate(prompts, start=1):

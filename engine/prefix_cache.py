@@ -18,6 +18,11 @@ since its logits give the first output token.
 Worked example: a 200-token house prompt + 20 tokens of question. The first order computes 220
 tokens; when it finishes its seat stays as a leftover. The next order matches 200 tokens, adopts
 the seat and prefills only its own 20: queries += 220, hits += 200 (vLLM counts both in tokens).
+
+Only a request that reuses leaves leftovers (`reuse_prefix`): one that asked to cook every prompt
+token (the Kitchen's default) frees its seat, so a later order starts from an empty counter unless
+its cook asked for leftovers. Each leftover remembers the request that cooked it (`origin`), so a
+page can say whose order a reused prefix came from, and `clear` drops those of chosen requests.
 """
 
 from __future__ import annotations
@@ -35,12 +40,14 @@ class Match:
     seat: int  # where the prefix is
     length: int  # tokens reused
     leftover: int | None  # the leftover's id when the seat is adopted; None: copied from a running seat
+    origin: int = -1  # the request that cooked the prefix (a running one, or the leftover's)
 
 
 class PrefixCache:
     def __init__(self, pool: SeatPool):
         self.pool = pool
         self.leftovers: OrderedDict[int, list[int]] = OrderedDict()  # id (< 0, the seat's owner) -> tokens
+        self.origin: dict[int, int] = {}  # leftover id -> the request that cooked it
         self._next = -1
         self.queries = 0  # prompt tokens looked up (vLLM: prefix_cache_queries)
         self.hits = 0  # of those, tokens found cached (vLLM: prefix_cache_hits)
@@ -53,6 +60,7 @@ class PrefixCache:
         """A sequence leaves the kitchen: its seat becomes a leftover instead of free."""
         lid, self._next = self._next, self._next - 1
         self.leftovers[lid] = seq.tokens[: seq.num_cached]
+        self.origin[lid] = seq.request_id
         self.pool.owner[seq.seat] = lid
         self.pool.lengths[seq.seat] = seq.num_cached
 
@@ -61,9 +69,20 @@ class PrefixCache:
         lid = next((k for k in self.leftovers if k != keep), None)
         if lid is None:
             return False
-        del self.leftovers[lid]
-        self.pool.release(self.pool.owner.index(lid))
+        self._drop(lid)
         return True
+
+    def clear(self, origins: set[int] | None = None) -> int:
+        """Drop the leftovers cooked by `origins` (every leftover when None); returns how many."""
+        gone = [lid for lid in self.leftovers if origins is None or self.origin.get(lid) in origins]
+        for lid in gone:
+            self._drop(lid)
+        return len(gone)
+
+    def _drop(self, lid: int) -> None:
+        del self.leftovers[lid]
+        self.origin.pop(lid, None)
+        self.pool.release(self.pool.owner.index(lid))
 
     def find(self, seq: Sequence, running: list[Sequence]) -> Match | None:
         """The longest cached prefix of `seq`'s tokens (at most all but its last token); None for a
@@ -74,11 +93,11 @@ class PrefixCache:
         for other in running:
             n = _common(want, other.tokens[: other.num_cached])
             if n and (best is None or n > best.length):
-                best = Match(other.seat, n, None)
+                best = Match(other.seat, n, None, other.request_id)
         for lid, tokens in self.leftovers.items():
             n = _common(want, tokens)
             if n and (best is None or n > best.length):
-                best = Match(self.pool.owner.index(lid), n, lid)
+                best = Match(self.pool.owner.index(lid), n, lid, self.origin.get(lid, -1))
         return best
 
     def reuse(self, seq: Sequence, match: Match | None) -> int:
@@ -88,9 +107,10 @@ class PrefixCache:
         if match is None:
             return self.take_seat(seq.request_id)
         self.hits += match.length
-        seq.cached_tokens = match.length
+        seq.cached_tokens, seq.reused_from = match.length, match.origin
         if match.leftover is not None:
             del self.leftovers[match.leftover]
+            self.origin.pop(match.leftover, None)
             seat = match.seat
             self.pool.owner[seat], self.pool.lengths[seat] = seq.request_id, match.length
         else:

@@ -37,14 +37,14 @@ import time
 from collections.abc import Iterator
 
 from engine.errors import EngineError
-from engine.events import Done, Event, PrefillEnd, PrefillStart, StepEnd, Token
+from engine.events import Done, Event, PrefillEnd, PrefillStart, StepEnd, Token, WokPass
 from engine.limits import Limits, RequestSettings, check_request
 from engine.results import GenerationResult
 from engine.serving_core import ServingLimits
 from engine.text import encode_prompts
 from engine.trace import StepRecord, Trace
 
-ORDER_SETTINGS = ("temperature", "top_k", "top_p", "seed", "stop_at_eos", "reuse_prefix")  # what a shared order may set
+ORDER_SETTINGS = ("temperature", "top_k", "top_p", "seed", "stop_at_eos", "reuse_prefix", "wok_tokens")  # what a shared order may set
 
 
 def shared_limits(engine, prompt_len: int, max_new_tokens: int) -> Limits:
@@ -69,6 +69,7 @@ def order_room(lim: ServingLimits, max_context: int, kv_bytes_per_token: int, pr
         kv_budget_bytes=lim.kv_tokens * kv_bytes_per_token,
         kv_bytes_per_token=kv_bytes_per_token,
         kv_bytes_per_sequence=per_seq * kv_bytes_per_token,
+        seats=lim.seats,
     )
 
 
@@ -125,6 +126,7 @@ class RequestGroup:
         self.cached = [0] * len(self.rids)  # K/V positions each table holds
         self.waiting_first = set(range(len(self.rids)))  # tables still in the wok
         self.wok: list[StepRecord] = []  # the passes of the order's prefill, folded into one
+        self.passes: list[WokPass] = []  # the same passes as the page draws them (this order's share of each)
         self.trace = Trace()
         self.finished: dict[int, str] = {}  # table -> finish reason
         self.started = False
@@ -179,16 +181,21 @@ class RequestGroup:
                 # slots: the positions the wok computes, so a reused prefix is not counted as cooked
                 out.append(PrefillStart(step.step.t_start - t0, len(lengths), lengths, sum(lengths) - self.reused,
                                         "packed", oid))  # fmt: skip
+            before = len(self.waiting_first)
             self.waiting_first.difference_update(self.table[e.request_id] for e in events
                                                  if type(e) is Token and e.request_id in table)  # fmt: skip
-            self.wok.append(self._rebased(step.step, step.step.phase, step.step.index))
+            self.wok.append(self._rebased(step, step.step.phase, step.step.index))
+            rec, cooked = self.wok[-1], self._cooked()
+            self.passes.append(WokPass(rec.t_end, len(self.wok), rec.t_start, cooked - sum(p.tokens for p in self.passes),
+                                       rec.tokens, before - len(self.waiting_first), oid))  # fmt: skip
             if self.waiting_first:  # more of the order's prompts still to compute
-                out += tokens
+                out += [self.passes[-1], *tokens]
             else:  # every table has its first bowl: the wok is done
                 rec = self._wok_record()
-                out += [PrefillEnd(rec.t_end, rec, rec.kv_bytes, oid), *tokens, StepEnd(rec.t_end, rec, oid)]
+                passes = tuple(self.passes) if len(self.passes) > 1 else ()
+                out += [PrefillEnd(rec.t_end, rec, rec.kv_bytes, oid, passes), *tokens, StepEnd(rec.t_end, rec, oid)]
         else:
-            rec = self._rebased(step.step, "decode", len(self.trace.steps))
+            rec = self._rebased(step, "decode", len(self.trace.steps))
             self.trace.steps.append(rec)
             tokens.append(StepEnd(rec.t_end, rec, oid))
             out = tokens
@@ -200,22 +207,27 @@ class RequestGroup:
             out.append(Done(out[-1].t if out else 0.0, self._result(), oid))
         return out
 
+    def _cooked(self) -> int:
+        """Prompt tokens the wok has computed for this order so far (not those taken from leftovers)."""
+        return sum(max(0, min(s.num_cached, len(p)) - s.cached_tokens) for s, p in zip(self.seqs, self.prompts, strict=True))
+
     @property
     def reused(self) -> int:
         """Prompt tokens the order's tables took from a cached prefix (known once they are seated)."""
         return sum(seq.cached_tokens for seq in self.seqs)
 
-    def _rebased(self, rec: StepRecord, phase: str, index: int) -> StepRecord:
+    def _rebased(self, end: StepEnd, phase: str, index: int) -> StepRecord:
         """A pass's record on the order's clock, its `kv_bytes` the order's tables' own (a table that
-        finished in this very pass still held its K/V in it)."""
-        finished, cached = self.finished, self.cached
+        finished in this very pass still held its K/V in it), and `others` the sequences in it that
+        are not this order's (the class's, in a shared kitchen)."""
+        rec, finished, cached = end.step, self.finished, self.cached
         for t, seq in enumerate(self.seqs):
             if t not in finished:
                 cached[t] = seq.num_cached
         t0 = self.t0
         return StepRecord(phase, index, rec.t_start - t0, rec.t_end - t0, rec.forward_s, rec.batch, rec.tokens,
                           rec.slots, rec.kv_tokens, sum(cached) * self.engine.info.kv_bytes_per_token, rec.flops,
-                          rec.bytes_moved)  # fmt: skip
+                          rec.bytes_moved, sum(rid not in self.table for rid in end.request_ids))  # fmt: skip
 
     def _wok_record(self) -> StepRecord:
         """The order's prefill passes as one record (one pass in the usual case)."""
@@ -224,7 +236,7 @@ class RequestGroup:
             phase="prefill", index=0, t_start=w[0].t_start, t_end=w[-1].t_end,
             forward_s=sum(r.forward_s for r in w), batch=max(r.batch for r in w), tokens=sum(r.tokens for r in w),
             slots=sum(r.slots for r in w), kv_tokens=sum(r.kv_tokens for r in w), kv_bytes=w[-1].kv_bytes,
-            flops=sum(r.flops for r in w), bytes_moved=sum(r.bytes_moved for r in w),
+            flops=sum(r.flops for r in w), bytes_moved=sum(r.bytes_moved for r in w), others=max(r.others for r in w),
         )  # fmt: skip
         if len(w) > 1:
             self.trace.notes.append(
@@ -251,7 +263,8 @@ class RequestGroup:
         return GenerationResult.of(
             tokens, self.prompts, self.trace, reserved, [engine.decode(t) if engine.codec is not None else "" for t in tokens],
             settings=dict(self.settings), model=info.name, device=str(engine.device), dtype=info.precision,
-            request_id=self.order_id, path=self.path, reused_tokens=self.reused,
+            request_id=self.order_id, path=self.path, reused_tokens=self.reused, table_ids=tuple(self.rids),
+            reused_from=tuple(sorted({s.reused_from for s in self.seqs if s.cached_tokens and s.reused_from >= 0})),
         )  # fmt: skip
 
     def _eager_notes(self) -> list[str]:

@@ -33,6 +33,8 @@ class GenerationResult:
     request_id: int = 0
     path: str = "seats"  # which code cooked it: "seats" (the engine), "fixed batch" (a lab kitchen), "class kitchen"
     reused_tokens: int = 0  # prompt tokens taken from a cached prefix, not computed (shared kitchen only)
+    table_ids: tuple[int, ...] = ()  # shared kitchen: the engine's request id of each table
+    reused_from: tuple[int, ...] = ()  # shared kitchen: the requests whose leftovers the tables reused
 
     @classmethod
     def of(cls, tokens: list[list[int]], prompts: list[list[int]], trace: Trace, kv_allocated: int,

@@ -146,7 +146,7 @@ class Scheduler:
         """Take a sequence out of the kitchen (finished or cancelled) and free its seat."""
         if seq in self.running:
             self.running.remove(seq)
-            if self.prefix is not None and seq.num_cached:
+            if self.prefix is not None and seq.num_cached and seq.reuse_prefix:
                 self.prefix.keep(seq)  # its K/V stay as a leftover until the seat or memory is needed
             else:
                 self.pool.release(seq.seat)
@@ -259,13 +259,21 @@ class Scheduler:
             self.waiting.appendleft(victim)
             plan.preempted.append(victim)
 
+    def _wok(self) -> int:
+        """The step's token budget: the kitchen's, or smaller while the oldest prompt in the wok asks for a
+        smaller wok (`Sequence.wok_tokens`, the Kitchen's wok-size lesson); such a pass always cooks a token."""
+        first = next((s for s in self.running if s.prefilling), self.waiting[0] if self.waiting else None)
+        asked = first.wok_tokens if first is not None else 0
+        return min(asked, self.config.token_budget) if asked else self.config.token_budget
+
     def _chunked(self) -> StepPlan:
         plan = StepPlan()
         decodes = [s for s in self.running if not s.prefilling]
         self._make_room(len(decodes) + sum(s.speculate for s in decodes), plan)
         plan.work = self._decodes([s for s in self.running if not s.prefilling])  # after any preemption
         planned = sum(w.length for w in plan.work)  # tokens this step adds to the cache so far
-        budget = self.config.token_budget - planned
+        wok = self._wok()
+        budget = wok - planned if wok == self.config.token_budget else max(1, wok - planned)
         free = self._fit(planned) - planned
         for seq in [s for s in self.running if s.prefilling]:  # chunks already under way, oldest first
             n = min(seq.to_compute, budget, free)

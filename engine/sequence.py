@@ -59,11 +59,13 @@ class Sequence:
     finish_t: float | None = None
     preemptions: int = 0
     cached_tokens: int = 0  # prompt tokens reused from a cached prefix (engine/prefix_cache.py)
+    reused_from: int = -1  # the request that cooked that prefix (-1: none reused)
     speculate: int = 0  # draft tokens to propose per decode step (engine/speculative.py)
     draft: str = "ngram"  # who proposes them: prompt lookup, or a draft model's name (engine/draft.py)
     spec: SpecCounters = field(default_factory=SpecCounters)
     cancel_requested: bool = False
     reuse_prefix: bool = True  # False: every prompt token is computed, whatever the prefix cache holds
+    wok_tokens: int = 0  # chunked: a pass holds at most this many tokens while this prompt cooks (0: the kitchen's budget)
     logprobs: int = -1  # -1: none; k >= 0: its Tokens carry their log-probability and k rivals
     min_tokens: int = 0  # EOS is masked out of its logits until it has this many new tokens
 

@@ -42,6 +42,7 @@ class StepRecord:
     kv_bytes: int  # KV cache bytes holding live data after this step
     flops: float  # analytic floating-point operations of this pass
     bytes_moved: float  # analytic bytes read + written (weights, KV cache, activations)
+    others: int = 0  # a shared kitchen's pass: sequences of other orders it cooked too (their time is in it)
 
     @property
     def seconds(self) -> float:

@@ -99,7 +99,8 @@ def start_cook(svc: HostClient, order: Order) -> None:
     job = svc.submit(checked, order.label, hold=True)
     watch_session(job)
     st.session_state["tpk_job"] = job
-    st.session_state["tpk_run"] = LiveRun.for_order(uuid.uuid4().hex, checked.prompt_tokens)  # drawn before the cook
+    wok = order.wok_tokens or int(svc.about.get("token_budget") or 0)  # the wok's size this order cooks in
+    st.session_state["tpk_run"] = LiveRun.for_order(uuid.uuid4().hex, checked.prompt_tokens, wok)  # drawn before the cook
 
 
 def release_cook() -> None:

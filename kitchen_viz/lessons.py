@@ -28,7 +28,7 @@ LONGEST = "longest"  # the Kitchen's ?prompt=longest: the longest prompt the mod
 @dataclass(frozen=True)
 class Lesson:
     title: str
-    order: dict  # query parameters of the Kitchen: prompt (a count or "longest"), batch, new, temp, reuse
+    order: dict  # query parameters of the Kitchen: prompt (a count or "longest"), batch, new, temp, reuse, wok
     look_at: str  # what to watch on screen
     ask: str  # a question for the class, answered by the screen
     compare_with: dict | None = None  # a second order to cook right after, for the side-by-side comparison
@@ -50,7 +50,9 @@ LESSONS: tuple[Lesson, ...] = (
         {"prompt": LONGEST, "batch": 4, "new": 8, "temp": 0},
         "TTFT and the wok's timer against TPOT, and the diagnosis: which pot does it name now? Then drag "
         "Max new tokens up to 128 and cook again: the pot takes over. Then cook the same order with a "
-        "32-token prompt and open Compare two orders: which of the two numbers did the long prompt change most?",
+        "32-token prompt and open Compare two orders: which of the two numbers did the long prompt change most? "
+        "Last, drag Wok size (tokens a toss) down to 512 and cook the banquet again: the drawing and the panels "
+        "count the wok's tosses and say why, and the first tables ladle while the last are still in the wok.",
         "Which number would a user notice first: the wait for the first word or the rhythm after it?",
         compare_with={"prompt": 32, "batch": 4, "new": 8, "temp": 0},
     ),
@@ -95,6 +97,35 @@ LESSONS: tuple[Lesson, ...] = (
         "Why can a kitchen skip cooking a prompt it has seen, but never the reply?",
     ),
 )
+
+
+COMPARE_MARK = 100  # a compare link's ?lesson= is 100 + the lesson's number (pages/lessons.py)
+MATCHED = ("batch", "new", "temp")  # what a compare order shares with its lesson's order, when they ask the same
+
+
+def compare_lesson(marker: str | None) -> tuple[int, Lesson] | None:
+    """The lesson whose "compare with" order a `?lesson=` marker opens (None for a lesson's own order)."""
+    try:
+        n = int(marker or "") - COMPARE_MARK
+    except ValueError:
+        return None
+    return (n, LESSONS[n - 1]) if 1 <= n <= len(LESSONS) and LESSONS[n - 1].compare_with else None
+
+
+def compare_like(lesson: Lesson, served: dict) -> tuple[dict, list[str]]:
+    """The compare order changed the same way the kitchen changed the lesson's order, and the words for it.
+
+    A value both orders ask for alike (lesson 2's 4 tables) follows what the lesson's order was served
+    (3 tables under an 8,192-token cap), so the two differ only where the lesson means them to (the
+    prompt). Example: ({"prompt": 32, "batch": 3, "new": 8, "temp": 0}, ["3 tables"])."""
+    compare, moved = dict(lesson.compare_with or {}), []
+    for key in MATCHED:
+        asked = lesson.order.get(key)
+        if key in compare and compare[key] == asked and key in served and served[key] != asked:
+            compare[key] = served[key]
+            moved.append({"batch": f"{served[key]} table{'s' if served[key] != 1 else ''}",
+                          "new": f"{served[key]:,} new tokens", "temp": f"temperature {served[key]:g}"}[key])  # fmt: skip
+    return compare, moved
 
 
 def order_words(order: dict) -> str:

@@ -28,6 +28,8 @@ def live_panel_data(values: PanelValues, queue_wait_s: float | None = None) -> d
     """
     return {
         "ttft": fmt_s(values.ttft_s),
+        "ttft_label": values.ttft_label,
+        "wok": values.wok,
         "e2e": fmt_s(values.e2e_s),
         "tpot": fmt_s(values.tpot_s),
         "tps": fmt_tps(values.decode_tps),

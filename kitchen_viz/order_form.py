@@ -6,7 +6,8 @@ figure written here; a value that no longer fits (after another control moved, o
 asked for it) is moved inside and the page says which way and why.
 
 Session state this form keeps: the controls' values (tpk_mode, tpk_text, tpk_prompt_len,
-tpk_batch, tpk_new, tpk_temp, tpk_live, tpk_reuse) and what a link set (tpk_from_url).
+tpk_batch, tpk_new, tpk_temp, tpk_wok, tpk_live, tpk_reuse), what a link set (tpk_from_url) and
+how a lesson's compare order was matched to its order (tpk_compare_note, kitchen_viz/lesson_links.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from engine.errors import EngineError
 from kitchen_viz import live_feed, url_values
 from kitchen_viz.app_state import APP_DIR
 from kitchen_viz.chat_order import DEFAULT_QUESTION, chat_template, generated_note, written_prompt
+from kitchen_viz.leftovers import K_CLEAR, clear_button
+from kitchen_viz.lesson_links import compare_lesson, matched_compare
 from kitchen_viz.order_control import is_cooking, order_caps, say_refused
 from kitchen_viz.orders import (
     DEFAULT_PROMPT,
@@ -29,6 +32,7 @@ from kitchen_viz.orders import (
     reply_ceiling,
     tighter,
 )
+from kitchen_viz.wok_passes import expected_tosses
 from kitchen_viz.wok_win import Rates, rates_from, wok_win_order
 from serving.host_client import HostClient
 
@@ -45,23 +49,25 @@ MODES = ("Generated prompt of N tokens", "Write a prompt")
 K_LIVE = "tpk_live"
 K_MODE_MODEL = "tpk_mode_model"  # the model the prompt's mode was last set for (`mode_for_model`)
 K_REUSE = "tpk_reuse"  # the learner's choice: start from leftovers (off: the wok cooks every prompt token)
+K_WOK = "tpk_wok"  # the wok's size: tokens one pass holds (the kitchen's token budget at most)
+WOK_MIN = 16
 K_WOK_WIN = "tpk_wok_win"  # set by "Make the wok win": the next run cooks the order it sized
 LONGEST = "longest"  # ?prompt=longest: the longest prompt this model and kitchen take (a lesson's long prompt)
 LIVE_VIEW_MIN_CORES = 4
 
 
-# A shared link can preset the order: ?prompt=32&batch=4&new=16&temp=0.7 (applied once per session).
-# Each value is read by kitchen_viz/url_values.py (one line for one that cannot be used); a number
-# outside the controls' limits is moved inside them and the page says which way and why, exactly as
-# when a control moves (see `clamp_state`).
-QUERY_KEYS = {"prompt": K_PLEN, "batch": K_BATCH, "new": K_NEW, "temp": K_TEMP, "live": K_LIVE, "reuse": K_REUSE}
+# A shared link presets the order once per session (?prompt=32&batch=4&new=16&temp=0.7&wok=512), each value
+# read by url_values.py; one past a control's limits is moved inside with the reason (`clamp_state`).
+QUERY_KEYS = {"prompt": K_PLEN, "batch": K_BATCH, "new": K_NEW, "temp": K_TEMP, "live": K_LIVE, "reuse": K_REUSE,
+              "wok": K_WOK}
+K_COMPARE_NOTE = "tpk_compare_note"  # how a lesson's compare order was matched to its lesson's order
 K_FROM_URL = "tpk_from_url"  # {session key: "?name=value"} for values the link set, until first shown
 K_LIVE_KEEP = "tpk_live_keep"  # the learner's live-view choice, kept while the toggle is not drawn
 K_FORM_HIDDEN = "tpk_form_hidden"  # set while the loading page stands in for the order form
 URL_ORDER = {K_PLEN: "prompt", K_BATCH: "batch", K_NEW: "new", K_TEMP: "temp"}
 
 
-def apply_query_params() -> None:
+def apply_query_params(svc: HostClient | None = None, caps=None) -> None:
     """Seed the order form from the URL once, so an instructor can hand out a ready-made order.
 
     A link from the lesson plan (`?lesson=N&...`, pages/lessons.py) applies again in a session that
@@ -75,6 +81,9 @@ def apply_query_params() -> None:
         st.session_state[K_MODE] = MODES[0]  # a lesson's prompt is a generated one of N tokens
     if lesson is not None:
         st.session_state[K_REUSE] = False  # only the Leftovers lesson (?reuse=1) turns reuse on
+        st.session_state.pop(K_WOK, None)  # a lesson cooks in the kitchen's own wok unless its link says ?wok=
+    if lesson is not None and url_values.read("reuse", st.query_params.get("reuse", "0")).value:
+        st.session_state[K_CLEAR] = True  # the Leftovers lesson starts from an empty counter (this learner's)
     st.session_state[K_FROM_URL] = {}
     for name, key in QUERY_KEYS.items():
         if name in st.query_params:
@@ -91,6 +100,21 @@ def apply_query_params() -> None:
             st.session_state[K_FROM_URL][key] = f"?{name}={raw}"
             if key == K_LIVE:
                 st.session_state[K_LIVE_KEEP] = got.value
+    st.session_state[K_COMPARE_NOTE] = None
+    opened = compare_lesson(lesson)
+    if opened is not None and svc is not None and caps is not None:
+        match_compare(svc, caps, *opened)
+
+
+def match_compare(svc: HostClient, caps, number: int, lesson) -> None:
+    """A lesson's "compare with" link: what both orders ask alike follows what the lesson's order was served."""
+    compare, note = matched_compare(svc, caps, number, lesson)
+    if not note:
+        return
+    for key, name in ((K_BATCH, "batch"), (K_NEW, "new"), (K_TEMP, "temp")):
+        st.session_state[key] = compare[name]
+        st.session_state[K_FROM_URL].pop(key, None)
+    st.session_state[K_COMPARE_NOTE] = note
 
 
 def keep_order_in_url() -> None:
@@ -160,9 +184,11 @@ def order_ui(svc: HostClient, seed: int, cook_slot=None) -> Order | None:
     """
     ctx = svc.info.max_context
     mode_for_model(svc)
-    apply_query_params()
-    prompt_col, batch_col, new_col = st.columns([5, 4, 4], gap="medium")
     caps = order_caps()  # the instructor's caps: the controls stop there too, not only Cook's check
+    apply_query_params(svc, caps)
+    if st.session_state.get(K_COMPARE_NOTE):
+        st.info(st.session_state[K_COMPARE_NOTE], icon=":material/compare_arrows:")
+    prompt_col, batch_col, new_col = st.columns([5, 4, 4], gap="medium")
     with new_col:
         new_cap, new_reason = tighter(
             *reply_ceiling(svc.limits, ctx),
@@ -215,6 +241,7 @@ def order_ui(svc: HostClient, seed: int, cook_slot=None) -> Order | None:
         batch = st.slider("Tables ordering at once (batch size)", 1, max(2, most), key=K_BATCH)
         st.caption(f"Up to {most:,}: {why}.")
         say_clamped(K_BATCH, "Batch", moved, batch, "an order needs at least one table", why)
+        wok = wok_control(svc, (plen or 1) * batch)
     with cook_slot or nullcontext(), st.container(horizontal=True, vertical_alignment="center", gap="medium",
                                                   key="tpk-cook-row"):  # fmt: skip
         pressed = st.button(
@@ -245,11 +272,12 @@ def order_ui(svc: HostClient, seed: int, cook_slot=None) -> Order | None:
             "Reuse leftovers",
             key=K_REUSE,
             help="Off (the default): the wok cooks every prompt token of the order, so the same order "
-            "measures the same every time. On: in a kitchen that keeps leftovers (the class kitchen "
+            "measures the same every time, and the order leaves no leftovers behind. On: in a kitchen that keeps leftovers (the class kitchen "
             "`two-pot-kitchen` runs), a prompt that starts like one cooked a moment ago takes those tokens' "
             "KV cache from the leftovers instead of cooking them (prefix caching), and the "
             "panels, the drawing and the diagnosis say how many tokens were reused.",
         )
+        clear_button(svc, disabled=is_cooking())
         wok_win_button(svc, caps, disabled=is_cooking())
         if (APP_DIR / LESSONS_PAGE).is_file():
             st.page_link(LESSONS_PAGE, label="Suggested orders (lesson plan)", icon=":material/menu_book:")
@@ -265,7 +293,30 @@ def order_ui(svc: HostClient, seed: int, cook_slot=None) -> Order | None:
         text=text,
         prompt_tokens=None if text is not None else plen,
         reuse_prefix=bool(reuse),
+        wok_tokens=wok,
     )
+
+
+def wok_control(svc: HostClient, order_tokens: int) -> int:
+    """The wok's size: how many tokens one pass of the kitchen holds while this order's prompts cook.
+    At most the kitchen's token budget (what its scheduler plans a pass with); smaller, the same
+    prompts take more tosses and the pot ladles between them. Returns 0 for the kitchen's own size."""
+    budget = int(svc.about.get("token_budget") or 0)
+    if budget <= WOK_MIN:
+        return 0
+    moved = clamp_state(K_WOK, budget, WOK_MIN, budget)
+    step = 16 if budget % 16 == 0 else 1
+    st.session_state[K_WOK] = st.session_state[K_WOK] // step * step  # a link's ?wok=500 lands on the slider's steps
+    wok = st.slider("Wok size (tokens a toss)", WOK_MIN, budget, key=K_WOK, step=step,
+                    help="How many prompt tokens one pass of the wok holds (the scheduler's token budget per "
+                    "pass). Prompts larger than the wok are cooked in several tosses; between tosses the pot "
+                    "keeps ladling for tables that already have their first bowl.")  # fmt: skip
+    tosses = expected_tosses(order_tokens, wok)
+    st.caption(f"This order's {order_tokens:,} prompt tokens in a wok of {wok:,}: "
+               f"{'one toss' if tosses == 1 else f'at least {tosses} tosses'}.")  # fmt: skip
+    say_clamped(K_WOK, "Wok size", moved, wok, f"the wok holds at least {WOK_MIN} tokens",
+                f"this kitchen's wok holds at most {budget:,} tokens a toss")
+    return 0 if wok == budget else wok
 
 
 def measured_rates() -> Rates | None:

@@ -49,12 +49,14 @@ def control_limits(engine_limits, prompt_tokens: int, max_new: int) -> ControlLi
     what it will accept, this only words it for the sliders.
     """
     lim = engine_limits
-    per_table = lim.kv_bytes_per_sequence
-    if lim.max_batch < MAX_TABLES:
+    by_seats = 0 < getattr(lim, "seats", 0) <= lim.max_batch and lim.max_batch < MAX_TABLES
+    if by_seats:
         batch_reason = (
-            f"each table's KV cache ({prompt_tokens:,} + {max_new:,} tokens) needs {per_table / 1e6:,.2f} MB "
-            f"and the KV budget is {lim.kv_budget_bytes / 1e6:,.0f} MB"
+            f"the kitchen has {lim.seats:,} KV seats, one per table, each holding up to {lim.max_context:,} "
+            f"tokens (prompt + reply)"
         )
+    elif lim.max_batch < MAX_TABLES:
+        batch_reason = f"{batch_memory_words(lim, prompt_tokens, max_new)}: {lim.max_batch:,} tables fit"
     else:
         batch_reason = (
             f"the kitchen seats at most {MAX_TABLES} tables (the memory free now would allow about "
@@ -68,6 +70,31 @@ def control_limits(engine_limits, prompt_tokens: int, max_new: int) -> ControlLi
         batch_reason=batch_reason,
         prompt_reason=f"the model's context is {lim.max_context:,} tokens and {max_new:,} are kept for the reply",
     )
+
+
+def batch_memory_words(lim, prompt_tokens: int, max_new: int) -> str:
+    """The memory sum behind a batch ceiling, in numbers that divide: budget / per table = tables.
+
+    Example: "each table's KV cache (100 + 64 tokens) needs 2.02 MB and the KV budget is 12.10 MB"
+    with 5 tables fitting (12.10 / 2.02 = 5.99, rounded down)."""
+    kv, work = lim.kv_bytes_per_sequence, getattr(lim, "work_bytes_per_sequence", 0)
+    need = f"needs {kv / 1e6:,.2f} MB" if not work else \
+        f"needs {kv / 1e6:,.2f} MB of KV cache + {work / 1e6:,.2f} MB of prefill working memory"  # fmt: skip
+    budget = lim.kv_budget_bytes / 1e6
+    return (f"each table's KV cache ({prompt_tokens:,} + {max_new:,} tokens) {need} and the KV budget is "
+            f"{budget:,.2f} MB")  # fmt: skip
+
+
+def kitchen_context(limits_fn, model_context: int) -> tuple[int, str]:
+    """The most tokens (prompt + reply) one table may hold in this kitchen, and why: the model's
+    context, or a KV seat when the kitchen's seats are shorter (the engine refuses anything longer).
+
+    Example: SmolLM2 (context 8,192) in a kitchen of 4,097-token seats -> (4,097, "a KV seat ...")."""
+    seat = limits_fn(1, 1).max_context
+    if seat < model_context:
+        return seat, (f"a KV seat of this kitchen holds {seat:,} tokens, prompt and reply together "
+                      f"(the model reads up to {model_context:,})")  # fmt: skip
+    return model_context, f"the model's context is {model_context:,} tokens"
 
 
 def rounded_down(n: int) -> int:
@@ -90,10 +117,11 @@ def reply_ceiling(limits_fn, max_context: int) -> tuple[int, str]:
     with a small KV budget one table's cache decides, and the control must not offer more.
     Example: context 512, everything fits -> (511, "the model's context is 512 tokens ...").
     """
+    max_context, held = kitchen_context(limits_fn, max_context)
     ceiling = max(1, max_context - 1)
     fit = _largest(lambda n: _fits(limits_fn, 1, n), 1, ceiling)
     if fit == ceiling:
-        return ceiling, f"the model's context is {max_context:,} tokens and the prompt needs at least one"
+        return ceiling, f"{held} and the prompt needs at least one"
     budget = limits_fn(1, fit).kv_budget_bytes
     return fit, f"one table's KV cache for more would not fit the KV budget ({budget / 1e6:,.0f} MB)"
 
@@ -105,13 +133,11 @@ def prompt_ceiling(limits_fn, max_context: int, max_new: int) -> tuple[int, str]
     131,008 tokens, but one table's cache fits only a fraction of that, so the slider stops there
     instead of offering orders the engine would refuse with "at most 0 sequences".
     """
+    max_context, held = kitchen_context(limits_fn, max_context)
     ceiling = max(1, max_context - max_new)
     fit = _largest(lambda n: _fits(limits_fn, n, max_new), 1, ceiling)
     if fit == ceiling:
-        return (
-            ceiling,
-            f"the model's context is {max_context:,} tokens and {max_new:,} are kept for the reply",
-        )
+        return ceiling, f"{held} and {max_new:,} are kept for the reply"
     budget = limits_fn(fit, max_new).kv_budget_bytes
     return fit, (
         f"one table's KV cache for a longer prompt plus {max_new:,} new tokens would not fit "
@@ -150,11 +176,14 @@ class Order:
     text: str | None = None  # every table orders this text
     prompt_tokens: int | None = None  # or: each table gets this many tokens of FILLER
     reuse_prefix: bool = False  # start from leftovers a cached prefix holds (the Leftovers lesson); off: cook every token
+    wok_tokens: int = 0  # the wok's size for this order: tokens one pass holds (0: the kitchen's token budget)
 
     def form(self) -> OrderForm:
         """The order as the kitchen's host checks it: the written text for every table, or `batch`
         generated prompts the engine cuts from FILLER (serving/host/api.py `generated_prompts`)."""
         settings = {"temperature": self.temperature, "seed": self.seed, "reuse_prefix": self.reuse_prefix}
+        if self.wok_tokens:
+            settings["wok_tokens"] = self.wok_tokens
         if self.text is not None:
             return OrderForm([self.text] * self.batch, self.max_new_tokens, settings)
         return OrderForm([], self.max_new_tokens, settings, FILLER, self.batch, self.prompt_tokens or 1)

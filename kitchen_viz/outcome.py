@@ -18,6 +18,7 @@ from kitchen_viz import live_feed
 from kitchen_viz.app_state import current_settings, run_log
 from kitchen_viz.compare import draw_compare, keep, kept_order
 from kitchen_viz.lab_page_kit import page_target
+from kitchen_viz.leftovers import draw_source, remember
 from kitchen_viz.order_control import draw_shared_cores, is_cancelled, plain_line
 from kitchen_viz.timeline import LiveRun
 from kitchen_viz.whole_class import draw_whole_class
@@ -65,6 +66,9 @@ def keep_for_comparison(job, run: LiveRun | None) -> None:
     number = st.session_state["tpk_order_no"] = st.session_state.get("tpk_order_no", 0) + 1
     here = current_settings()
     keep(kept_order(run, number, here.model, here.dtype, live_feed.waited_s(job)))
+    tables = len(job.result.prompt_tokens)
+    label = f"prompt {max(job.result.prompt_tokens):,} tokens × {tables} table{'s' if tables != 1 else ''}"
+    remember(number, label, job.result, f"{here.model}/{here.device}/{here.dtype}")
 
 
 def draw_outcome(device: str, dtype: str) -> None:
@@ -81,6 +85,8 @@ def draw_outcome(device: str, dtype: str) -> None:
         return
     draw_shared_cores(job, st.session_state.get("tpk_load"), os.cpu_count())
     draw_diagnosis(job.result, device, dtype)
+    here = current_settings()
+    draw_source(job.result, f"{here.model}/{here.device}/{here.dtype}")
     board = st.session_state.get("tpk_board")
     if board is not None:
         m = job.result.metrics

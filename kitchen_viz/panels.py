@@ -28,6 +28,7 @@ import streamlit as st
 
 from kitchen_viz.charts import legible
 from kitchen_viz.timeline import LiveRun
+from kitchen_viz.wok_passes import tosses_words
 from lab.units import fmt_s, fmt_tps, reused_words
 
 
@@ -40,6 +41,13 @@ class PanelValues:
     itl_s: list[float] = field(default_factory=list)
     final: bool = False  # True once these are the engine's own metrics
     reused: str = ""  # "N of M prompt tokens reused from leftovers (not cooked)", or "" when every token was cooked
+    wok: str = ""  # the wok's tosses: live, which toss and how many tables have a first bowl; done, why it took several
+    ttft_label: str = "TTFT"  # with several tables: "TTFT, every table" (the last table's first bowl, live and done)
+
+
+def ttft_label(batch: int) -> str:
+    """One quantity under one name, live and done: an order's TTFT ends when its last table gets its first bowl."""
+    return "TTFT, every table" if batch > 1 else "TTFT"
 
 
 def panel_values(run: LiveRun | None) -> PanelValues:
@@ -50,6 +58,7 @@ def panel_values(run: LiveRun | None) -> PanelValues:
     if run is None:
         return PanelValues()
     reused = reused_words(run.reused, sum(run.prompt_tokens))
+    label = ttft_label(run.batch)
     if run.result is not None:
         m = run.result.metrics
         itl = list(m.itl_s)
@@ -62,13 +71,15 @@ def panel_values(run: LiveRun | None) -> PanelValues:
             itl,
             final=True,
             reused=reused,
+            wok=run.wok_why,
+            ttft_label=label,
         )
     itl = run.itl_s
-    if run.t_first_token is None:
-        return PanelValues()
+    if run.t_first_token is None:  # the wok is still on (maybe some tables already have a first bowl)
+        return PanelValues(wok=run.wok_live, ttft_label=label)
     tpot = sum(itl) / len(itl) if itl else None
     tps = run.batch / tpot if tpot else None  # every running table gets one token per step
-    return PanelValues(run.t_first_token, tpot, tps, None, itl, reused=reused)
+    return PanelValues(run.t_first_token, tpot, tps, None, itl, reused=reused, wok=run.wok_why, ttft_label=label)
 
 
 # A label or a number in the panels wraps rather than ending in "…" (Streamlit truncates metric
@@ -89,11 +100,12 @@ def draw_panels(values: PanelValues, queue_wait_s: float | None = None, presente
             st.markdown(":material/local_fire_department: **The wok · prefill**")
             with st.container(horizontal=True, gap="medium"):
                 st.metric(
-                    "TTFT",
+                    values.ttft_label,
                     fmt_s(values.ttft_s),
                     width="content",
-                    help="Time to first token: request start to the first output token (the wok's pass "
-                    "plus the engine's setup and sampling the first token from prefill's logits).",
+                    help="Time to first token: request start to the first output token of every table (the "
+                    "wok's passes plus the engine's setup and sampling the first token from prefill's logits). "
+                    "With several tables it ends when the last table gets its first bowl, live and when done.",
                 )
                 st.metric(
                     "E2E",
@@ -101,6 +113,9 @@ def draw_panels(values: PanelValues, queue_wait_s: float | None = None, presente
                     width="content",
                     help="The whole order: request start to the last token of the last table.",
                 )
+            if values.wok:
+                st.caption(f":material/cyclone: {values.wok}", help="The wok's size (tokens one pass holds) is a "
+                           "control of the order form: a smaller wok takes more tosses.")
             if values.reused:
                 st.caption(f":material/recycling: {values.reused}: TTFT is shorter than cooking them would take")
             if queue_wait_s:
@@ -178,11 +193,13 @@ SHORT_NAMES = {"setup": "setup", "wok": "wok", "first": "1st token", "pot": "pot
 
 
 def timeline_html(
-    segments: list[Segment], steps: int, queue_wait_s: float | None = None, scale_s: float | None = None
+    segments: list[Segment], steps: int, queue_wait_s: float | None = None, scale_s: float | None = None,
+    tosses: str = "",
 ) -> str:
     """One bar, to scale, with each part's measured time; the words under it add TTFT up.
 
-    `scale_s` draws the bar as a share of a longer time (two orders compared on one scale)."""
+    `scale_s` draws the bar as a share of a longer time (two orders compared on one scale);
+    `tosses` says how many passes the wok took and why, when it took several (kitchen_viz/wok_passes.py)."""
     total = sum(s.seconds for s in segments)
     if total <= 0:
         return ""
@@ -203,7 +220,8 @@ def timeline_html(
     decode = by["pot"].seconds
     step_words = f"{steps:,} decode step{'s' if steps != 1 else ''}" if steps else "no decode step"
     words = (
-        f"<b>TTFT {fmt_s(ttft)}</b> = setup {fmt_s(by['setup'].seconds)} + wok's pass {fmt_s(by['wok'].seconds)} "
+        f"<b>TTFT {fmt_s(ttft)}</b> = setup {fmt_s(by['setup'].seconds)} + "
+        f"wok's {'passes' if tosses else 'pass'} {fmt_s(by['wok'].seconds)}{f' ({html.escape(tosses)})' if tosses else ''} "
         f"+ first token sampled from prefill's logits {fmt_s(by['first'].seconds)} · "
         f"<b>soup pot {fmt_s(decode)}</b> ({step_words}, {decode / total:.0%} of E2E) · "
         f"<b>E2E {fmt_s(total)}</b>"
@@ -236,4 +254,5 @@ def draw_timeline(run: LiveRun | None, queue_wait_s: float | None = None) -> Non
     segments = timeline_segments(run)
     if segments:
         steps = len(run.result.metrics.itl_s) if run is not None and run.result is not None else 0
-        st.html(timeline_html(segments, steps, queue_wait_s))
+        tosses = "; ".join(w for w in (tosses_words(run.tosses), run.wok_why) if w) if run is not None else ""
+        st.html(timeline_html(segments, steps, queue_wait_s, tosses=tosses))

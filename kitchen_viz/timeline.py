@@ -21,7 +21,8 @@ from itertools import pairwise
 from statistics import median
 from typing import Any
 
-from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token
+from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token, WokPass
+from kitchen_viz.wok_passes import Toss, live_words, why_tosses
 from lab.units import fmt_s, fmt_tps, reused_words
 
 # A step the viewer can follow takes at least this long on screen; the wok burns at least this.
@@ -68,6 +69,8 @@ class LiveRun:
     t_prefill_end: float | None = None
     kv_handed_bytes: int = 0
     wok_tokens: int = 0  # tokens the wok's pass(es) computed (the trace's prefill record): its rate's numerator
+    wok: int = 0  # the wok's size: tokens one pass holds (the kitchen's token budget, or the order's own)
+    tosses: list[Toss] = field(default_factory=list)  # the wok's passes, when the prompts took more than one
     decode_steps: list[tuple[float, float, int]] = field(default_factory=list)  # (t_start, t_end, kv_bytes)
     tokens: list[list[tuple[float, str]]] = field(default_factory=list)  # per table: (t, text piece)
     finished: list[bool] = field(default_factory=list)
@@ -79,14 +82,14 @@ class LiveRun:
     seen: int = 0  # events consumed
 
     @classmethod
-    def for_order(cls, run_id: str, prompt_tokens: list[int]) -> LiveRun:
+    def for_order(cls, run_id: str, prompt_tokens: list[int], wok: int = 0) -> LiveRun:
         """A run that already knows its tables (one per prompt, with its token count) before the
         engine starts, so the scene draws the tickets and tables while the page that pressing
         Cook produced is painted, not in the measured cook. `PrefillStart` then confirms them.
 
         Example: LiveRun.for_order("a", [25, 25]).scene_data()["shown_tables"] -> 2.
         """
-        run = cls(run_id=run_id, batch=len(prompt_tokens), prompt_tokens=list(prompt_tokens))
+        run = cls(run_id=run_id, batch=len(prompt_tokens), prompt_tokens=list(prompt_tokens), wok=wok)
         run.tokens = [[] for _ in prompt_tokens]
         run.finished = [False] * len(prompt_tokens)
         return run
@@ -107,10 +110,16 @@ class LiveRun:
             self.mode, self.slots, self.t_prefill_start = ev.mode, ev.slots, ev.t
             self.tokens = [[] for _ in range(ev.batch)]
             self.finished = [False] * ev.batch
+        elif isinstance(ev, WokPass):  # one toss of a wok that takes several, as it ends
+            self.tosses.append(Toss.of(ev))
         elif isinstance(ev, PrefillEnd):  # the measured pass itself, as the trace records it
             self.t_prefill_start, self.t_prefill_end = ev.step.t_start, ev.step.t_end
             self.kv_handed_bytes = ev.kv_bytes
             self.wok_tokens = ev.step.tokens
+            self.tosses = [Toss.of(p) for p in ev.passes]
+            # The order's TTFT: every table has its first bowl once the wok's last pass ends (the
+            # engine's metrics say the same), not when the first table got one in an earlier pass.
+            self.t_first_token = ev.t
         elif isinstance(ev, Token):
             self.tokens[ev.seq].append((ev.t, ev.text))
             self.finished[ev.seq] = ev.finished
@@ -118,7 +127,7 @@ class LiveRun:
                 self.served[-1][1] += 1
             else:
                 self.served.append([ev.t, (self.served[-1][1] if self.served else 0) + 1])
-            if self.t_first_token is None:
+            if self.t_first_token is None and self.t_prefill_end is not None:
                 self.t_first_token = ev.t
         elif isinstance(ev, StepEnd) and ev.step.phase == "decode":
             self.decode_steps.append((ev.step.t_start, ev.step.t_end, ev.step.kv_bytes))
@@ -181,6 +190,23 @@ class LiveRun:
         return {"tpot": fmt_s(m.tpot_s), "tps": fmt_tps(m.decode_tps), "steps": len(m.itl_s)}
 
     @property
+    def cooked(self) -> int:
+        """Prompt tokens the wok cooks for this order (the reused ones are not cooked)."""
+        return max(0, sum(self.prompt_tokens) - self.reused)
+
+    @property
+    def wok_why(self) -> str:
+        """Why the wok took several tosses ("" for one): the same line in the drawing, the panels and the timeline."""
+        return why_tosses(self.tosses, self.wok, self.cooked)
+
+    @property
+    def wok_live(self) -> str:
+        """While the wok is still on after some tosses: which toss, how many tables have a first bowl."""
+        if self.t_prefill_end is not None:
+            return ""
+        return live_words(self.tosses, self.wok, self.cooked, self.batch)
+
+    @property
     def text(self) -> list[str]:
         return ["".join(piece for _, piece in seq) for seq in self.tokens]
 
@@ -223,6 +249,9 @@ class LiveRun:
             "served": [[round(t, 5), n] for t, n in self.served],
             "slowdown": self.slowdown,
             "slowdown_label": slowdown_label(self.slowdown) if self.slowdown else "",
+            "tosses": [[round(x.t_start, 5), round(x.t_end, 5), x.tokens] for x in self.tosses],
+            "wok_why": self.wok_why,
+            "wok_live": self.wok_live,
         }
 
 

@@ -50,6 +50,7 @@ KINDS = {
     "batch": Kind("int", 1),
     "new": Kind("int", 1),
     "temp": Kind("float", 0.0, 2.0),
+    "wok": Kind("int", 1),
     "live": Kind("bool"),
     "reuse": Kind("bool"),
     "presenter": Kind("bool"),

@@ -51,6 +51,7 @@ from statistics import median
 from typing import TYPE_CHECKING, Literal
 
 from engine.trace import Metrics, StepRecord, Trace
+from lab.class_share import class_share
 from lab.units import fmt_s, fmt_tps, reused_words
 
 if TYPE_CHECKING:  # the roofline module is optional at import time; we only read its fields
@@ -135,6 +136,14 @@ class Regime:
             return f"compute-bound at batch {self.batch}: {self.intensity:.1f} FLOP/byte, right of {ridge}; {small}"
         turn = f"compute-bound from about batch {self.crossing}" if self.crossing else "memory-bound at any batch"
         return f"memory-bound at batch {self.batch}: {self.intensity:.2f} FLOP/byte, left of {ridge}; {turn}"
+
+    def story(self) -> str:
+        """When the story's memory-bound pot holds, for a step that is compute-bound at its batch."""
+        if self.crossing and self.crossing > 1:
+            return (f"At small batch this pot is memory-bound, as in the story: below about batch {self.crossing} each "
+                    f"step waits on reading the weights; this order's {self.batch} tables are past that.")  # fmt: skip
+        return (f"Here this model's pot is compute-bound even at batch 1 (its bytes come from {self.memory} fast "
+                "enough that the FLOPs decide); the story's memory-bound pot is a bigger model's.")  # fmt: skip
 
     def words(self) -> str:
         """The headline's reason: the regime named with its numbers (the evidence's line after the
@@ -371,6 +380,13 @@ def diagnose(
                 f"Decode is {1 - ttft_share:.0%} of the wait ({prof.steps} steps, TPOT {fmt_s(metrics.tpot_s)}): "
                 f"the soup pot is the bottleneck; {why}{tail}"
             )
+    if here is not None and here.bound == "compute" and bound == "compute":
+        fixes.append(here.story())
+    shared = class_share(steps)
+    if shared.shared:  # the class first: its sequences' time is in every shared step
+        headline = f"{shared.words()[0].upper()}{shared.words()[1:]}. {headline}"
+        fixes = [shared.advice(), *fixes]
+        evidence.insert(0, shared.words())
     return Verdict(
         headline=headline, slow_phase=slow_phase, decode_bound=bound, fixes=fixes, evidence=evidence
     )

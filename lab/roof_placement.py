@@ -12,7 +12,9 @@ bytes fit in) and its share of the roof is taken against that roof. Worked examp
 kind: the chef's decode step reads 19 MB, which fit in the 32 MB L3, so it sits under the L3 roof
 (and may well be above the DRAM roof); the assistant's reads 538 MB: DRAM.
 
-Two cases are never left silent, each named in one line on the page:
+No point is drawn above the roof it is placed under without a line; three cases, each named in one
+line on the page:
+  * above its home roof within the roofs' noise: drawn just above that roof, and said so.
   * above its home roof by more than the roofs' noise (NOISE_MARGIN): part of the bytes stayed in a
     faster level, or the home roof was measured in a slower moment; the point is placed under the
     next faster roof that covers it, and the line says which.
@@ -81,6 +83,10 @@ def place_point(roof: Roofline, label: str, intensity: float, bytes_moved: float
                 f"{level_words(under)} between steps, or the {home.name} roof was measured in a slower moment")  # fmt: skip
         return Placement(under.name, home.name, tops[under.name], 100 * achieved / tops[under.name], False, line)
     pct = 100 * achieved / home_top if home_top > 0 else 0.0
+    if pct > 100:  # above its roof, within the noise: drawn above it, so said in words too
+        line = (f"{label} ran at {pct:.0f}% of the {home.name} roof its {mb(bytes_moved)} come through: within "
+                f"the roofs' measurement noise ({NOISE_MARGIN:.0%}), so it is drawn just above that roof")  # fmt: skip
+        return Placement(home.name, home.name, home_top, pct, False, line)
     return Placement(home.name, home.name, home_top, pct, False)
 
 

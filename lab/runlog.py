@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from lab.class_share import class_share
+
 if TYPE_CHECKING:  # only for the type hint; the log never needs the engine itself
     from engine.engine import GenerationResult
 
@@ -46,6 +48,9 @@ COLUMNS = [
     "decode_tps",
     "kv_cache_mb",  # peak live KV cache, MB (10^6 bytes)
     "kv_allocated_mb",
+    "decode_steps",  # the order's decode steps
+    "shared_steps",  # of those, steps whose pass also cooked other orders (the class's time is in them)
+    "cause",  # who set the TPOT: "the class: N of M steps also cooked other orders", or "this order"
 ]
 
 
@@ -72,7 +77,17 @@ def row_from_result(*, model: str, device: str, result: GenerationResult, queue_
         "decode_tps": _measured(m.decode_tps),
         "kv_cache_mb": m.kv_cache_bytes / 1e6,
         "kv_allocated_mb": m.kv_cache_allocated_bytes / 1e6,
+        **cause_columns(result),
     }
+
+
+def cause_columns(result) -> dict:
+    """The order's decode steps, those the class shared, and who set its TPOT, in the inspector's words."""
+    trace = getattr(result, "trace", None)
+    shared = class_share(trace.decode_steps if trace is not None else [])
+    cause = "this order" if not shared.shared else \
+        f"{'the class' if shared.mostly else 'partly the class'}: {shared.shared} of {shared.steps} steps also cooked other orders"  # fmt: skip
+    return {"decode_steps": shared.steps, "shared_steps": shared.shared, "cause": cause}
 
 
 def _measured(value: float | None) -> float:

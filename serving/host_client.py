@@ -170,6 +170,10 @@ class HostClient:
         """What one order of this shape may ask (arithmetic on the kitchen's shape, in the host)."""
         return self._ready_host().limits(prompt_len, max_new_tokens)
 
+    def clear_leftovers(self, origins: list[int]) -> None:
+        """Drop the leftovers these engine requests (a learner's orders' tables) cooked in the kitchen."""
+        self._ready_host().clear_leftovers(origins)
+
     def check(self, form: OrderForm) -> CheckedOrder:
         """The host's check of an order: its token ids, the engine's limits and the caps met; a
         refusal is `EngineError` (one line). The same question is answered once: the order form

@@ -48,7 +48,7 @@ def test_the_same_order_twice_cooks_every_prompt_token_both_times(served):
     assert svc.wait_ready(60)
     try:
         first, _ = cook_on(svc, reuse=False)
-        again, run = cook_on(svc, reuse=False)  # its leftovers are in the cache: not used
+        again, run = cook_on(svc, reuse=False)  # an order that cooks every token leaves no leftovers either
     finally:
         svc.close()
     total = PROMPT * TABLES
@@ -65,7 +65,7 @@ def test_reuse_turned_on_takes_the_leftovers_and_every_view_says_how_many(served
     svc = HostClient(served[0], "chef", run_log=log)
     assert svc.wait_ready(60)
     try:
-        cook_on(svc, reuse=False)  # the leftovers of this order stay in the cache
+        cook_on(svc, reuse=True)  # an order that reuses leaves its leftovers in the cache
         job, run = cook_on(svc, reuse=True)
     finally:
         svc.close()

@@ -121,6 +121,8 @@ def test_compute_bound_decode_at_large_batch():
     # 1.28 GFLOP / 64 = 20 MFLOP a table; ~40 MB of weights; ridge 5: 5 x 40 MB / 20 MFLOP = batch 10.
     assert ("each step is compute-bound at this batch: 64 tables share each weight read, 32.0 FLOP/byte, "
             "right of the DRAM ridge at 5.0 FLOP/byte; memory-bound below about batch 10") in v.headline  # fmt: skip
+    assert v.fixes[-1] == ("At small batch this pot is memory-bound, as in the story: below about batch 10 each step "
+                           "waits on reading the weights; this order's 64 tables are past that.")  # fmt: skip
 
 
 def test_the_pot_at_batch_1_is_named_memory_bound_with_the_batch_it_turns():

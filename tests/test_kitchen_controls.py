@@ -171,9 +171,10 @@ def test_the_batch_control_stops_at_the_instructors_cap_and_says_so():
     ), warnings
 
 
-def test_a_long_context_gets_a_number_box_instead_of_a_slider():
-    """SmolLM2's 8,192-token context: a slider over 8,128 prompt tokens cannot be set to one token
-    on a projector; the prompt length becomes a number box (typed or stepped)."""
+def test_a_long_context_model_is_offered_what_its_kitchen_seats():
+    """SmolLM2 reads 8,192 tokens, but a seat of the app's kitchen holds 4,097 (prompt and reply):
+    the prompt control stops there, so it never offers an order the kitchen refuses, and its help
+    says which limit decides."""
     at = open_kitchen()
     at.session_state["tpk_model"] = "preset:smollm2-135m"
     at.run()
@@ -182,9 +183,10 @@ def test_a_long_context_gets_a_number_box_instead_of_a_slider():
         time.sleep(0.5)
         at.run()
     assert not at.exception, at.exception
-    box = at.number_input(key="tpk_prompt_len")
-    assert box.max > 4096 and box.value == 32
-    assert at.slider(key="tpk_new") is not None  # 512 new tokens at most (the caps): still a slider
+    prompt = at.slider(key="tpk_prompt_len")
+    new = at.slider(key="tpk_new").value
+    assert prompt.max == 4097 - new and prompt.value == 32
+    assert any("KV seat of this kitchen holds 4,097 tokens" in c.value for c in at.caption)
 
 
 def test_a_refusal_reads_as_a_plain_sentence_without_its_status_code():

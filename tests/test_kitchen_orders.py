@@ -317,6 +317,28 @@ def test_server_kitchen_cooks_an_order_as_generate_would(svc, served, ref):
     assert job.result.tokens == ref.generate(["JULIET:"] * 2, max_new_tokens=6).tokens
 
 
+def test_a_remote_kitchen_takes_the_wok_size_and_clears_a_learners_leftovers(svc, served):
+    """Over HTTP as in process: an order's wok size cooks it in more passes, its leftovers name their
+    order, and clearing them leaves the next order nothing to reuse; a bad clear is one line."""
+
+    def cook(order: Order):
+        job = svc.submit(svc.check(order.form()), order.label)
+        assert job.wait(60) and job.status == "done", job.error
+        return job
+
+    first = cook(Order(batch=2, max_new_tokens=2, temperature=0.0, seed=0, prompt_tokens=40, reuse_prefix=True,
+                       wok_tokens=16))  # fmt: skip
+    passes = next(e for e in first.events if isinstance(e, PrefillEnd)).passes
+    assert len(passes) >= 80 // 16 and sum(p.tokens for p in passes) == 80
+    second = cook(Order(batch=2, max_new_tokens=2, temperature=0.0, seed=0, prompt_tokens=40, reuse_prefix=True))
+    assert second.result.reused_tokens == 2 * 39 and set(second.result.reused_from) <= set(first.result.table_ids)
+    svc.clear_leftovers([*first.result.table_ids, *second.result.table_ids])
+    third = cook(Order(batch=2, max_new_tokens=2, temperature=0.0, seed=0, prompt_tokens=40, reuse_prefix=True))
+    assert third.result.reused_tokens == 0
+    r = httpx.post(served[0] + "/kitchen/leftovers/clear", json={"origins": ["x"]}, headers=AUTH, timeout=10)
+    assert r.status_code == 422 and "field 'origins'" in r.json()["error"]["message"]
+
+
 def test_the_run_log_counts_the_orders_tables_not_the_busy_pot(served, ref):
     """The Dashboard's rows: a class kitchen's passes also hold other students' tables, but an order's
     row counts its own tables and prompt tokens."""

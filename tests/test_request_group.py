@@ -9,7 +9,7 @@ import pytest
 from conftest import CHEF_CONTEXT
 
 from engine.errors import EngineError
-from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token
+from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token, WokPass
 from engine.request_group import RequestGroup, shared_check, shared_limits
 from serving.host.wire import from_json, to_json
 
@@ -70,9 +70,10 @@ def result_of(events: list):
 
 def check_story(events: list, res, n_tables: int) -> None:
     """The order's events tell the story the Kitchen draws, table by table. (A wok of several passes
-    lets a table that got its first token early ladle on before PrefillEnd: only Tokens come between.)"""
+    lets a table that got its first token early ladle on before PrefillEnd: only Tokens and the
+    wok's passes come between.)"""
     assert isinstance(events[0], PrefillStart)
-    start, end = events[0], next(i for i, e in enumerate(events) if not isinstance(e, (PrefillStart, Token)))
+    start, end = events[0], next(i for i, e in enumerate(events) if not isinstance(e, (PrefillStart, Token, WokPass)))
     assert isinstance(events[end], PrefillEnd) and sum(isinstance(e, (PrefillStart, PrefillEnd)) for e in events) == 2
     assert start.batch == n_tables and start.prompt_tokens == res.prompt_tokens and start.mode == "packed"
     assert start.slots == sum(res.prompt_tokens)
@@ -319,7 +320,7 @@ def order_events(eng):
 def test_every_event_survives_json_and_comes_back_equal(order_events):
     events, raw = order_events
     kinds = {type(e).__name__ for e in events}
-    assert kinds == {"PrefillStart", "PrefillEnd", "Token", "StepEnd", "Done"}
+    assert kinds == {"PrefillStart", "WokPass", "PrefillEnd", "Token", "StepEnd", "Done"}  # 79 tokens: two passes of 64
     for ev in events + [e for e in raw if not isinstance(e, Done)]:  # the scheduler's StepEnds have request ids
         wire = json.loads(json.dumps(to_json(ev)))
         back = from_json(wire)
@@ -344,7 +345,9 @@ def test_the_wire_is_plain_json_tagged_with_the_events_type(order_events):
     done = to_json(events[-1])
     assert done["__t"] == "Done" and done["result"]["path"] == "class kitchen"
     assert done["result"]["trace"]["notes"] == events[-1].result.trace.notes
-    assert [to_json(e)["__t"] for e in events[:2]] == ["PrefillStart", "PrefillEnd"]
+    assert [to_json(e)["__t"] for e in events[:2]] == ["PrefillStart", "WokPass"]
+    assert [p["__t"] for p in to_json(next(e for e in events if isinstance(e, PrefillEnd)))["passes"]["__tuple__"]] \
+        == ["WokPass", "WokPass"]  # fmt: skip
 
 
 @pytest.mark.parametrize(

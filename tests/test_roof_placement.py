@@ -72,8 +72,15 @@ def test_the_rule_never_leaves_a_point_above_its_roof_unexplained(roof):
         if p.above_every_roof or p.roof != p.home:
             assert p.line, (intensity, nbytes, achieved)  # never silent
         else:
-            assert achieved <= p.attainable_flops_per_s * (1 + NOISE_MARGIN) and not p.line
+            assert achieved <= p.attainable_flops_per_s * (1 + NOISE_MARGIN)
+        assert bool(p.line) == (p.above_every_roof or p.roof != p.home or p.pct_of_roof > 100)  # never drawn above silently
         assert p.pct_of_roof == pytest.approx(100 * achieved / p.attainable_flops_per_s)
+
+
+def test_a_point_just_above_its_roof_is_named_too():
+    p = place_point(ROOF, "decode batch 1", 0.5, ASSISTANT_BYTES, 10.5e9)  # 105 % of DRAM's 10 GFLOP/s
+    assert (p.roof, p.above_every_roof) == ("DRAM", False) and p.pct_of_roof == pytest.approx(105)
+    assert p.line.startswith("decode batch 1 ran at 105% of the DRAM roof its 538 MB come through: within")
 
 
 def test_the_chefs_measured_decode_sits_under_its_caches_roof(chef_one_thread):

@@ -43,6 +43,7 @@ EXAMPLES = [
     m.PlaceOrder("o1", [[5, 6], [1, 2]], 8, {"temperature": 0.0, "seed": 0, "reuse_prefix": False}),
     m.RunSweep("s1", "padding", PaddingSettings()),
     m.Cancel("o1"),
+    m.ClearLeftovers((3, 4)),
     m.Stop(),
     m.Ready(ready_info()),
     m.LoadError("could not load nope: no such model"),

@@ -261,9 +261,10 @@ const PANELS = `
     <section class="tpk-lp tpk-lp-wok">
       <div class="tpk-lp-title">The wok · prefill</div>
       <div class="tpk-lp-row">
-        <div class="tpk-lp-metric"><div class="tpk-lp-label">TTFT</div><div class="tpk-lp-value" data-k="ttft">—</div></div>
+        <div class="tpk-lp-metric"><div class="tpk-lp-label" data-k="ttft_label">TTFT</div><div class="tpk-lp-value" data-k="ttft">—</div></div>
         <div class="tpk-lp-metric"><div class="tpk-lp-label">E2E</div><div class="tpk-lp-value" data-k="e2e">—</div></div>
       </div>
+      <div class="tpk-lp-note" data-k="wok"></div>
       <div class="tpk-lp-note" data-k="wait"></div>
     </section>
     <section class="tpk-lp tpk-lp-pot">
@@ -409,7 +410,9 @@ function drawClock(scene, d, T, cooking, decoding, done, live) {
   const { $ } = scene;
   const phase = d.quiet && !d.prefill ? "Quiet view: the order is cooking unwatched"
     : !d.prefill ? "Order going to the kitchen…"
-    : live ? "PREFILL · the wok is on right now"
+    : live ? (d.wok_live ? `PREFILL · ${d.wok_live}` : "PREFILL · the wok is on right now")
+    : cooking && d.tosses && d.tosses.length > 1
+      ? `PREFILL · toss ${Math.max(1, d.tosses.filter((x) => x[0] <= T).length)} of ${d.tosses.length}: ${d.wok_why}`
     : cooking ? "PREFILL · the wok tosses every prompt token at once"
     : decoding ? "DECODE · the soup pot ladles one token per table per step"
     : done ? `Every table served · E2E ${fmtTime(d.e2e ?? d.t_done)}` : "The order is at the stove";
@@ -439,18 +442,24 @@ function drawWok(scene, d, T, cooking, prefilled, wall, live) {
   setText($("#tpk-wok-load"), d.batch ? loadWords(d, total) : "");
   if (live) {
     setText($("#tpk-wok-rate"), "");
-    setText($("#tpk-wok-note"), "cooking now: the pass is being measured");
+    setText($("#tpk-wok-note"), d.wok_live || "cooking now: the pass is being measured");
   }
   if (!pre || live) return;
   const burn = (pre[1] === null || T < pre[1]) ? Math.max(0, T - pre[0]) : pre[1] - pre[0];
   // Once the pass is over its time is labelled "pass": TTFT (the panels) adds setup and the 1st token.
-  setText($("#tpk-wok-timer"), T < pre[0] ? "—" : prefilled ? `pass ${fmtTime(burn)}` : fmtTime(burn));
+  const passes = d.tosses && d.tosses.length > 1 ? `${d.tosses.length} tosses` : "pass";
+  setText($("#tpk-wok-timer"), T < pre[0] ? "—" : prefilled ? `${passes} ${fmtTime(burn)}` : fmtTime(burn));
   // The wok's rate counts only the tokens its pass computed (d.wok_rate: the engine's prefill rate);
   // leftovers taken from the prefix cache are named, never counted as cooked.
-  const cooked = d.wok_tokens || Math.max(0, total - (d.reused || 0));
+  // Several tosses: the order's own prompt tokens (the passes also carried the pot's bowls).
+  const cooked = d.tosses && d.tosses.length > 1 ? d.tosses.reduce((a, x) => a + x[2], 0)
+    : d.wok_tokens || Math.max(0, total - (d.reused || 0));
   setText($("#tpk-wok-rate"), prefilled ? (d.wok_rate || fmtRate(cooked / (pre[1] - pre[0]))) : "");
   setText($("#tpk-wok-note"), prefilled
-    ? (d.reused ? `${fmtInt(d.reused)} of ${fmtInt(total)} prompt tokens reused` : `${fmtInt(cooked)} tokens cooked in the pass`)
+    ? (d.reused ? `${fmtInt(d.reused)} of ${fmtInt(total)} prompt tokens reused`
+      : d.tosses && d.tosses.length > 1 ? `${fmtInt(cooked)} tokens cooked in ${d.tosses.length} tosses`
+      : `${fmtInt(cooked)} tokens cooked in the pass`)
+    : cooking && d.tosses && d.tosses.length > 1 ? d.wok_why
     : cooking ? "high flame: all tables' tokens in one pass" : "the order is on the rail");
 }
 

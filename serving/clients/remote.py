@@ -89,6 +89,9 @@ class RemoteHost:
                 "max_new_tokens": order.max_new_tokens, **order.settings}  # fmt: skip
         return HttpStream(self._http, self.url + "/kitchen/orders", body)
 
+    def clear_leftovers(self, origins: list[int]) -> None:
+        self._post("/kitchen/leftovers/clear", {"origins": list(origins)})
+
     def lab(self, key: str, settings: Any) -> HttpStream:
         """Code does not travel: the server runs its registry's experiment `key` with these settings."""
         return HttpStream(self._http, f"{self.url}/kitchen/lab/{key}", {"settings": to_json(settings)})

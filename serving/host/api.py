@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from engine.errors import EngineError
 from engine.limits import Limits
 
-ORDER_KEYS = ("temperature", "seed", "reuse_prefix")  # what an order may set besides its prompts and length
+ORDER_KEYS = ("temperature", "seed", "reuse_prefix", "wok_tokens")  # what an order may set besides its prompts and length
 GENERATED_STRIDE = 7  # table i's generated prompt starts i x 7 tokens into the filler
 
 
@@ -78,18 +78,40 @@ class CheckedOrder:
         return [len(p) for p in self.prompt_ids]
 
 
-def generated_prompts(filler_ids: list[int], n_tokens: int, tables: int) -> list[list[int]]:
+def generated_prompts(filler_ids: list[int], n_tokens: int, tables: int,
+                      word_starts: list[bool] | None = None) -> list[list[int]]:  # fmt: skip
     """`tables` prompts of exactly `n_tokens` ids each, cut from the filler at different offsets.
+
+    `word_starts[i]`: a word begins at filler token i. Given it, each prompt ends where a word ends
+    (its cut moves forward to the next word start), so the reply starts a word of its own instead
+    of finishing the prompt's last one ("kitch" -> "en, and ..."): a generated prompt of N tokens
+    stays N tokens, only its first word may be cut.
 
     Example: filler ids [1..10], n_tokens 4, tables 2 -> [[1, 2, 3, 4], [8, 9, 10, 1]].
     """
     if not filler_ids:
         raise EngineError("the filler text encoded to no tokens")
-    out = []
+    size, out = len(filler_ids), []
     for table in range(tables):
-        start = (table * GENERATED_STRIDE) % len(filler_ids)
-        out.append([filler_ids[(start + i) % len(filler_ids)] for i in range(n_tokens)])
+        start = (table * GENERATED_STRIDE) % size
+        if word_starts and any(word_starts):
+            start += next(d for d in range(size) if word_starts[(start + n_tokens + d) % size])
+        out.append([filler_ids[(start + i) % size] for i in range(n_tokens)])
     return out
+
+
+def word_starts(filler_ids: list[int], decode) -> list[bool]:
+    """For each filler token, whether a word begins there: the text before it ends in a space or a
+    line break, or its own text starts with one or with punctuation (decoded with the model's
+    tokenizer, `decode(ids)`).
+
+    Example: "the wok" as ["the", " w", "ok"] -> [True, True, False]."""
+    text, starts = decode(filler_ids), []
+    for i in range(len(filler_ids)):
+        before = decode(filler_ids[:i])
+        nxt = text[len(before):len(before) + 1] if text.startswith(before) else ""
+        starts.append(i == 0 or before[-1:].isspace() or (nxt != "" and not nxt.isalnum()))
+    return starts
 
 
 class MessageStream(Protocol):
@@ -108,6 +130,8 @@ class Host(Protocol):
     def check(self, form: OrderForm) -> CheckedOrder: ...
 
     def order(self, order: CheckedOrder) -> MessageStream: ...
+
+    def clear_leftovers(self, origins: list[int]) -> None: ...
 
     def lab(self, key: str, settings: Any) -> MessageStream: ...
 

@@ -150,6 +150,11 @@ class EngineHost:
         if self.process is not None:
             self.process.cancel(key)
 
+    def clear_leftovers(self, origins: list[int]) -> None:
+        """Drop the leftovers these engine requests cooked (a learner's own orders'; see PrefixCache.clear)."""
+        if self.process is not None:
+            self.process.clear_leftovers(origins)
+
     @property
     def in_flight(self) -> int:
         return self.process.in_flight if self.process is not None else 0

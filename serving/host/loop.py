@@ -14,6 +14,7 @@ context (a fresh interpreter on every OS). `sweeps` is what runs the Lab's exper
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -31,7 +32,7 @@ from engine.settings import EngineSettings
 from engine.text import encode_prompts
 from serving.cores import pin_this_process
 from serving.host import wire
-from serving.host.api import OrderForm, generated_prompts
+from serving.host.api import OrderForm, generated_prompts, word_starts
 from serving.host.wire import QueueState, ReadyInfo, StepInfo, StepNews
 
 TEST_HANG_ENV = "TWO_POT_TEST_HANG_S"  # a test hook: the loop pauses this many seconds after every step
@@ -93,11 +94,23 @@ def order_prompts(engine: Engine, form: OrderForm) -> list:
     model without one gets in-vocabulary ids: its text is noise anyway)."""
     if form.filler is None:
         return form.prompts
-    if engine.codec is not None:
-        filler = engine.encode(form.filler)
-    else:
+    if engine.codec is None:
         filler = [(7919 * i) % engine.cfg.vocab_size for i in range(1, 257)]
-    return generated_prompts(filler, max(1, form.prompt_tokens), form.tables)
+        return generated_prompts(filler, max(1, form.prompt_tokens), form.tables)
+    filler, starts = filler_words(engine, form.filler)
+    return generated_prompts(filler, max(1, form.prompt_tokens), form.tables, starts)
+
+
+@functools.lru_cache(maxsize=4)
+def _filler_words(engine: Engine, filler: str) -> tuple[tuple[int, ...], tuple[bool, ...]]:
+    ids = engine.encode(filler)
+    return tuple(ids), tuple(word_starts(ids, engine.decode))
+
+
+def filler_words(engine: Engine, filler: str) -> tuple[list[int], list[bool]]:
+    """The filler's ids and where its words start (decoded once per engine and filler)."""
+    ids, starts = _filler_words(engine, filler)
+    return list(ids), list(starts)
 
 
 def advance(generator: torch.Generator, draws: int, vocab: int) -> None:
@@ -153,7 +166,8 @@ class Loop:
         self.backlog: list = []  # messages that arrived while a sweep ran
         self.sweep_engine: Engine | None = None
         self.handlers = {wire.Submit: self.submit, wire.Check: self.check, wire.PlaceOrder: self.place_order,
-                         wire.RunSweep: self.sweeps.append, wire.Cancel: self.cancel}  # fmt: skip
+                         wire.RunSweep: self.sweeps.append, wire.Cancel: self.cancel,
+                         wire.ClearLeftovers: lambda m: self.engine.clear_leftovers(set(m.origins))}  # fmt: skip
 
     def send_msg(self, msg) -> None:
         self.conn.send_bytes(wire.encode(msg))

@@ -178,6 +178,12 @@ class EngineProcess:
             if key in self._handles:
                 self._send(wire.Cancel(key))
 
+    def clear_leftovers(self, origins: list[int]) -> None:
+        """Drop the leftovers these engine requests cooked (no answer: the next order finds them gone)."""
+        with self._lock:
+            if self.ready is not None:
+                self._send(wire.ClearLeftovers(tuple(origins)))
+
     def forget(self, key: str) -> None:
         """A handle whose answer has been read and that expects no more news."""
         with self._lock:

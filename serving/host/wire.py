@@ -30,7 +30,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token
+from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token, WokPass
 from engine.limits import Limits
 from engine.loader import ModelInfo
 from engine.results import GenerationResult, RequestMetrics, RequestOutput
@@ -267,6 +267,13 @@ class Cancel:
 
 
 @dataclass(frozen=True)
+class ClearLeftovers:
+    """Drop the leftovers (prefix cache) these engine requests cooked."""
+
+    origins: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Stop:
     """Finish and exit."""
 
@@ -326,10 +333,10 @@ class Steps:
     steps: list[StepNews]  # the steps since the last message
 
 
-TO_LOOP = (Submit, Check, PlaceOrder, RunSweep, Cancel, Stop)
+TO_LOOP = (Submit, Check, PlaceOrder, RunSweep, Cancel, ClearLeftovers, Stop)
 TO_HOST = (Ready, LoadError, Accepted, OrderAccepted, Checked, Refusal, SweepProgress, SweepDone, Steps)
 MESSAGES = frozenset(TO_LOOP + TO_HOST)
 
 register(*TO_LOOP, *TO_HOST, ReadyInfo, StepInfo, QueueState, StepNews, OrderForm, CheckedOrder,
-         PrefillStart, PrefillEnd, Token, StepEnd, Done, StepRecord, Trace, Metrics, GenerationResult, RequestOutput,
+         PrefillStart, WokPass, PrefillEnd, Token, StepEnd, Done, StepRecord, Trace, Metrics, GenerationResult, RequestOutput,
          RequestMetrics, SpecCounters, ModelInfo, ServingLimits, Limits)  # fmt: skip

@@ -57,6 +57,7 @@ class OrderRoutes:
             Route("/kitchen/check", self.check, methods=["POST"]),
             Route("/kitchen/orders", self.orders, methods=["POST"]),
             Route("/kitchen/lab/{key}", self.lab, methods=["POST"]),
+            Route("/kitchen/leftovers/clear", self.clear_leftovers, methods=["POST"]),
         ]
 
     async def model(self, request: Request) -> Response:
@@ -87,6 +88,14 @@ class OrderRoutes:
         except EngineError as err:
             raise ApiError(400, str(err), "prompts") from None
         return sse_response(request, first_then(first, messages), stream.close)
+
+    async def clear_leftovers(self, request: Request) -> Response:
+        """Drop the leftovers the named requests cooked (`{"origins": [engine request ids]}`)."""
+        body = await self._body(request)
+        origins = _field(body, "origins", list, [], rule="a list of request ids",
+                         check=lambda v: all(isinstance(i, int) and not isinstance(i, bool) for i in v))  # fmt: skip
+        self.host.clear_leftovers(origins)
+        return JSONResponse({"cleared": True})
 
     async def lab(self, request: Request) -> Response:
         key = request.path_params["key"]
@@ -129,7 +138,8 @@ class OrderRoutes:
         seed = _field(body, "seed", int, 0, rule="an integer")
         # A Kitchen order cooks every prompt token it draws unless it asks to reuse leftovers.
         reuse = _field(body, "reuse_prefix", bool, False, rule="true or false")
-        settings = dict(zip(ORDER_KEYS, (temperature, seed, reuse), strict=True))
+        wok = _field(body, "wok_tokens", int, 0, check=lambda v: v >= 0, rule="0 (the kitchen's) or tokens a pass holds")
+        settings = dict(zip(ORDER_KEYS, (temperature, seed, reuse, wok), strict=True))
         filler = _field(body, "filler", str, rule="the text generated prompts are cut from")
         if filler is not None:
             rule = f"an integer 1..{MAX_TABLES}"

@@ -100,6 +100,11 @@ def live_view(window: str) -> None:
         st.info("No runs for this choice of model, device and precision.")
         return
     st.caption(f"Showing {len(frame)} run(s): {words}.")
+    class_set = frame[frame["cause"].astype(str).str.startswith("the class")]
+    if len(class_set):
+        st.warning(f"{len(class_set)} of these {len(frame)} orders shared most of their decode steps with other "
+                   "orders: the class, not the order, set their TPOT (the table's `cause` column says how many "
+                   "steps each shared).", icon=":material/groups:")  # fmt: skip
     metric_row(frame)
     panels(frame, window, current_settings().presenter)
     st.dataframe(frame, hide_index=True)

@@ -42,7 +42,7 @@ for i, lesson in enumerate(LESSONS, start=1):
             if lesson.compare_with:
                 st.page_link(
                     "pages/kitchen.py",
-                    label=f"Then: {order_words(lesson.compare_with)}",
+                    label=f"Then: {order_words(lesson.compare_with)} (as many tables as the order above was served)",
                     icon=":material/compare_arrows:",
                     query_params=query(lesson.compare_with, 100 + i, lesson.model),
                 )

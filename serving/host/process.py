@@ -11,15 +11,11 @@ caller waits on its handle, never on the pipe:
     handle = await process.submit("ROMEO:", 16, {"temperature": 0.0})   # one request, token by token
     process.cancel(handle.key)                               # a client that went away
 
-Nothing here blocks on the pipe: messages to the child go through one writer thread's queue, so
-no caller (and no lock holder) ever waits for a child busy writing its own answers.
+Nothing blocks on the pipe: one writer thread sends every message, so no caller waits on a busy child.
 
-If the child dies (killed, out of memory), the reader starts a fresh child and new requests wait
-for it to be ready. Every streaming request in flight is resubmitted to it, continuing from the
-tokens already streamed (serving/host/recovery.py: its stream goes on without an error; only a
-poison order, in flight at two crashes before its first token, ends in one line); a Kitchen order,
-a question or a sweep in flight gets ("error", line naming it). A child alive but silent is
-stopped by the watchdog (serving/host/watchdog.py), and the same restart follows.
+A child that dies, or is stopped as hung by the watchdog (watchdog.py), is replaced by a fresh one;
+every request in flight resumes there from its streamed tokens (recovery.py: no error, except for a
+poison request); a Kitchen order, a question or a sweep in flight ends with one line naming why.
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ import atexit
 import collections
 import itertools
 import logging
-import multiprocessing.util  # noqa: F401 -- before the atexit hook below: exit hooks run last-registered first
+import multiprocessing.util  # noqa: F401 -- before the atexit hook below: exit hooks run last first
 import queue
 import threading
 import time
@@ -111,12 +107,12 @@ class EngineProcess:
     def close(self) -> None:
         if self._closing:
             return
-        self._closing = True
+        self._closing = True  # once: a second close (at exit, after the host's) finds it done
         _OPEN.discard(self)
         self._send(wire.Stop())
         self._outbox.put(None)  # the writer's last item: the Stop above goes first
         self._proc.join(STOP_S)
-        if self._proc.is_alive():
+        if self._proc.is_alive():  # a loop that does not stop in time is killed
             self._proc.kill()
             self._proc.join(STOP_S)
         self._conn.close()

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.native_build import cache_dir, compiler
+from engine.native_build import Build, cache_dir
 
 SOURCE = Path(__file__).with_name("cache_probe.c")
 FLAG_SETS = (("-O3", "-march=native"), ("-O3",))  # the first that builds; -march=native may be unknown (some ARM compilers)
@@ -132,7 +132,7 @@ def probe_library() -> ctypes.CDLL | str:
     key = hashlib.sha256(source + os.uname().machine.encode()).hexdigest()[:16]
     path = cache_dir() / f"cache_probe-{key}.so"
     if not path.exists():
-        cc = compiler()
+        cc = Build().compiler()
         if cc is None:
             return "no C compiler (cc, gcc or clang on PATH, or set CC) to build the cache probe"
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@
   python -m bench ...              the main bench (bench/bench.py); `--quant int8` (bench/int8.py) and
                                    `--compile` (bench/compiled.py) time those comparisons instead
   python -m bench peers ...        our engine beside llama.cpp (bench/peers.py)
+  python -m bench int8-quality ... int8's fidelity to float32, and llama.cpp Q8_0's to F32 (bench/int8_quality.py)
   python -m bench wait-policy ...  OpenMP's wait policies: our decode and a neighbour's share (bench/wait_policy.py)
   python -m bench step-profile ... one serving decode step's parts, in µs (bench/step_profile.py)
   python -m bench native-sweep ... the native step against op by op, by batch (bench/native_sweep.py)
@@ -19,7 +20,7 @@ from dataclasses import asdict
 
 import torch
 
-from bench import compiled, int8, peers, serve_bench, wait_policy
+from bench import compiled, int8, int8_quality, peers, serve_bench, wait_policy
 from bench.bench import run_bench
 from bench.plan import DEFAULT_MODEL, FULL, QUICK, BenchPlan
 from bench.report import emit, format_report
@@ -74,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         argv = argv[1:]
     if argv[:1] == ["peers"]:
         return peers.main(argv[1:])
+    if argv[:1] == ["int8-quality"]:
+        return int8_quality.main(argv[1:])
     if argv[:1] == ["native-sweep"]:  # its own process, like step-profile
         return subprocess.run([sys.executable, "-m", "bench.native_sweep", *argv[1:]]).returncode
     if argv[:1] == ["step-profile"]:  # its own process: the engine's OpenMP defaults need engine before torch

@@ -82,7 +82,8 @@ def rows(table: str) -> list[Row]:
 
 
 def evaluate(expr: str, names: dict[str, int]) -> int:
-    """A dimension or need of the header: integers, config names, + - * and parentheses; `!x` is not x."""
+    """A dimension or need of the header: integers, config names, + - * /, parentheses; `!x` is not x.
+    `/` is C's integer division (the dimensions are never negative): "(din + 31) / 32" of 576 is 18."""
     return _compiled(expr)(names)
 
 
@@ -105,7 +106,8 @@ def _compiled(expr: str):
     return walk(ast.parse(expr, mode="eval").body)
 
 
-OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b}
+OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+       ast.Div: lambda a, b: a // b}
 
 
 def dims(config: dict[str, int]) -> dict[str, int]:

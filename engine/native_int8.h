@@ -1,0 +1,212 @@
+/* The native step's int8 products (included by native_step.c, after native_products.h).
+ *
+ * The rule, the same everywhere int8 runs (engine/quant.py, engine/int8_op.py): weights and
+ * activations are rounded to 8 bits QBLOCK = 32 inputs at a time, each block over its own range,
+ * as llama.cpp's Q8_0 blocks are. With g = k / 32 and G = ceil(K / 32) blocks a row:
+ *     W[n, k] ~ q[n, k] sw[n, g]    (q int8 (N, K), sw float32 (N, G): the weight's own blocks)
+ *     x[b, k] ~ xq[b, k] sx[b, g]   (xq = round(x / sx), sx = max |x| over the block / 127, per call)
+ *     y[b, n] = sum_g sx[b, g] sw[n, g] sum_{k in block g} xq[b, k] q[n, k]
+ * Why blocks: one scale per whole activation row lets a few outlier features (real models have
+ * them) coarsen every other input of the row; 32-wide blocks keep each outlier to its block
+ * (docs/benchmarks/int8-cpu.md has the measurements).
+ *
+ * One order of arithmetic on every CPU, so every build gives the same bits and a row gets the same
+ * numbers alone or beside others: integer sums are exact, and the float part is fixed as 16 lanes
+ * A. Lane 8 (g % 2) + j takes block g's four products k = 32 g + 4 j .. + 3, their exact int32 sum
+ * P, as A = fma(P, sx sw, A), blocks in order; then y is A's sum by hsum's tree (native_vec.h).
+ * AVX-512 VNNI does two blocks per 64-byte dot (its 16 int32 lanes are those lanes), ARM's sdot
+ * one block per two 16-byte dots, the plain loop one lane at a time; fma is fused everywhere (a
+ * CPU without FMA gets libm's exact fmaf).
+ * VNNI multiplies unsigned by signed bytes: each x byte goes in as |x|, and its sign moves onto the
+ * weight byte (-q where x < 0), which needs |q| <= 127 (engine/quant.py keeps weights there).
+ */
+
+#define QBLOCK 32
+#ifndef INT8_PREFETCH_ROWS /* int8 rows are read one after another: a row is a quarter of a float row */
+#define INT8_PREFETCH_ROWS 16
+#endif
+
+static inline int qblocks(int K) { return (K + QBLOCK - 1) / QBLOCK; }
+
+/* Each row of x (B, K) to 8 bits, block by block: xq (B, K), sx (B, G). Ties to even (torch.round). */
+static void quantize_rows(int B, int K, const float *x, int8_t *xq, float *sx) {
+    typedef int8_t v16b __attribute__((vector_size(16), aligned(1), may_alias));
+    const v16i absmask = (v16i)splat(-0.0f);
+    const int G = qblocks(K);
+    for (int b = 0; b < B; b++)
+        for (int g = 0; g < G; g++) {
+            const int k0 = g * QBLOCK, n = K - k0 < QBLOCK ? K - k0 : QBLOCK;
+            const float *xb = x + (size_t)b * K + k0;
+            int8_t *qb = xq + (size_t)b * K + k0;
+            float amax = 0.0f;
+            if (n == QBLOCK) {
+                const v16 a = (v16)((v16i)ld(xb) & ~absmask), c = (v16)((v16i)ld(xb + 16) & ~absmask);
+                const v16 m = pick(a > c, a, c);
+                for (int i = 0; i < 16; i++) amax = m[i] > amax ? m[i] : amax;
+            } else
+                for (int k = 0; k < n; k++) amax = fabsf(xb[k]) > amax ? fabsf(xb[k]) : amax;
+            const float s = amax / 127.0f;
+            sx[(size_t)b * G + g] = s;
+            if (!(amax > 0.0f)) {
+                memset(qb, 0, (size_t)n);
+                continue;
+            }
+            if (n == QBLOCK)
+                for (int k = 0; k < QBLOCK; k += 16) { /* x / s to the nearest integer, ties to even */
+                    v16 v = (ld(xb + k) / s + 12582912.0f) - 12582912.0f;
+                    v = pick(v > splat(127.0f), splat(127.0f), v);
+                    v = pick(v < splat(-127.0f), splat(-127.0f), v);
+                    *(v16b *)(qb + k) = __builtin_convertvector(__builtin_convertvector(v, v16i), v16b);
+                }
+            else
+                for (int k = 0; k < n; k++) {
+                    const long v = lrintf(xb[k] / s);
+                    qb[k] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+                }
+        }
+}
+
+/* Blocks g0..G-1 of one (x row, weight row) pair into the lanes A, one lane at a time. */
+static inline void int8_lanes(int K, int g0, const int8_t *x, const int8_t *w, const float *sx, const float *sw,
+                              float *A) {
+    for (int g = g0; g < qblocks(K); g++) {
+        const float d = sx[g] * sw[g];
+        for (int j = 0; j < 8 && QBLOCK * g + 4 * j < K; j++) {
+            const int k0 = QBLOCK * g + 4 * j, k1 = k0 + 4 < K ? k0 + 4 : K;
+            int32_t p = 0;
+            for (int k = k0; k < k1; k++) p += (int32_t)x[k] * (int32_t)w[k];
+            A[8 * (g & 1) + j] = fmaf((float)p, d, A[8 * (g & 1) + j]);
+        }
+    }
+}
+
+static inline float hsum_lanes(const float *A) { /* hsum's tree (native_vec.h), on 16 stored lanes */
+    float a[8], c[4];
+    for (int i = 0; i < 8; i++) a[i] = A[i] + A[i + 8];
+    for (int i = 0; i < 4; i++) c[i] = a[i] + a[i + 4];
+    return (c[0] + c[2]) + (c[1] + c[3]);
+}
+
+#if defined(TWOPOT_VNNI)
+/* Two floats p[0], p[1] as a vector: lanes 0-7 p[0], lanes 8-15 p[1] (a block pair's lanes). */
+static inline __m512 pair_of(const float *p) {
+    const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)p))));
+}
+#endif
+
+/* RB weight rows (at q, their scales at sw) x NB rows of x: y[b, r] for each pair. */
+static inline __attribute__((always_inline)) void int8_block(int RB, int NB, int K, const int8_t *xq, const float *sx,
+                                                             const int8_t *q, const float *sw, float *y, int ldy) {
+    const int G = qblocks(K);
+    float lanes[4][4][16];
+    int g0 = 0;
+#if defined(TWOPOT_VNNI)
+    const int pairs = K / (2 * QBLOCK); /* whole block pairs: 64 bytes, one dot each */
+    const __m512i zero = _mm512_setzero_si512();
+    __m512 acc[4][4];
+    for (int r = 0; r < RB; r++)
+        for (int b = 0; b < NB; b++) acc[r][b] = _mm512_setzero_ps();
+    if (NB == 1) { /* one activation row: read the weight rows one after another, a single stream */
+        for (int r = 0; r < RB; r++)
+            for (int c = 0; c < pairs; c++) {
+                const int k = 2 * QBLOCK * c;
+                const int8_t *wr = q + (size_t)r * K + k;
+                prefetch_l2(wr + (size_t)INT8_PREFETCH_ROWS * K);
+                const __m512i xv = _mm512_loadu_si512((const void *)(xq + k)), wv = _mm512_loadu_si512((const void *)wr);
+                const __m512i p = _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(xv),
+                                                      _mm512_mask_sub_epi8(wv, _mm512_movepi8_mask(xv), zero, wv));
+                const __m512 d = _mm512_mul_ps(pair_of(sx + 2 * c), pair_of(sw + (size_t)r * G + 2 * c));
+                acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), d, acc[r][0]);
+            }
+    } else
+        for (int c = 0; c < pairs; c++) {
+            const int k = 2 * QBLOCK * c;
+            __m512i ax[4];
+            __mmask64 neg[4];
+            __m512 sxp[4];
+            for (int b = 0; b < NB; b++) {
+                const __m512i xv = _mm512_loadu_si512((const void *)(xq + (size_t)b * K + k));
+                ax[b] = _mm512_abs_epi8(xv), neg[b] = _mm512_movepi8_mask(xv), sxp[b] = pair_of(sx + (size_t)b * G + 2 * c);
+            }
+            for (int r = 0; r < RB; r++) {
+                prefetch_l2(q + (size_t)(r + INT8_PREFETCH_ROWS) * K + k);
+                const __m512i wv = _mm512_loadu_si512((const void *)(q + (size_t)r * K + k));
+                const __m512 swp = pair_of(sw + (size_t)r * G + 2 * c);
+                for (int b = 0; b < NB; b++) {
+                    const __m512i p = _mm512_dpbusd_epi32(zero, ax[b], _mm512_mask_sub_epi8(wv, neg[b], zero, wv));
+                    acc[r][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sxp[b], swp), acc[r][b]);
+                }
+            }
+        }
+    for (int r = 0; r < RB; r++)
+        for (int b = 0; b < NB; b++) _mm512_storeu_ps(lanes[r][b], acc[r][b]);
+    g0 = 2 * pairs;
+#elif defined(TWOPOT_SDOT)
+    const int whole = K / QBLOCK; /* whole blocks: two 16-byte signed dots each */
+    float32x4_t acc[4][4][4];     /* [r][b][i]: lanes 4 i .. 4 i + 3 */
+    for (int r = 0; r < RB; r++)
+        for (int b = 0; b < NB; b++)
+            for (int i = 0; i < 4; i++) acc[r][b][i] = vdupq_n_f32(0.0f);
+    for (int g = 0; g < whole; g++) {
+        const int k = QBLOCK * g, half = 2 * (g & 1);
+        for (int r = 0; r < RB; r++) {
+            prefetch_l2(q + (size_t)(r + INT8_PREFETCH_ROWS) * K + k);
+            const int8x16_t w0 = vld1q_s8(q + (size_t)r * K + k), w1 = vld1q_s8(q + (size_t)r * K + k + 16);
+            for (int b = 0; b < NB; b++) {
+                const int8_t *xb = xq + (size_t)b * K + k;
+                const float32x4_t d = vdupq_n_f32(sx[(size_t)b * G + g] * sw[(size_t)r * G + g]);
+                const int32x4_t p0 = vdotq_s32(vdupq_n_s32(0), vld1q_s8(xb), w0);
+                const int32x4_t p1 = vdotq_s32(vdupq_n_s32(0), vld1q_s8(xb + 16), w1);
+                acc[r][b][half] = vfmaq_f32(acc[r][b][half], vcvtq_f32_s32(p0), d);
+                acc[r][b][half + 1] = vfmaq_f32(acc[r][b][half + 1], vcvtq_f32_s32(p1), d);
+            }
+        }
+    }
+    for (int r = 0; r < RB; r++)
+        for (int b = 0; b < NB; b++)
+            for (int i = 0; i < 4; i++) vst1q_f32(lanes[r][b] + 4 * i, acc[r][b][i]);
+    g0 = whole;
+#else
+    for (int r = 0; r < RB; r++)
+        for (int b = 0; b < NB; b++) memset(lanes[r][b], 0, sizeof lanes[r][b]);
+#endif
+    for (int r = 0; r < RB; r++) /* the blocks left (all of them on the plain path), then the sum */
+        for (int b = 0; b < NB; b++) {
+            int8_lanes(K, g0, xq + (size_t)b * K, q + (size_t)r * K, sx + (size_t)b * G, sw + (size_t)r * G, lanes[r][b]);
+            y[(size_t)b * ldy + r] = hsum_lanes(lanes[r][b]);
+        }
+}
+
+/* RB weight rows (4 or 1) against every row of x, four rows of x at a time. */
+static inline __attribute__((always_inline)) void int8_rows(int RB, int B, int K, const int8_t *xq, const float *sx,
+                                                            const int8_t *q, const float *sw, float *y, int ldy) {
+    const int G = qblocks(K);
+    for (int b0 = 0; b0 < B; b0 += 4) {
+        const int8_t *xb = xq + (size_t)b0 * K;
+        const float *sb = sx + (size_t)b0 * G;
+        float *yb = y + (size_t)b0 * ldy;
+        switch (B - b0 < 4 ? B - b0 : 4) {
+            case 1: int8_block(RB, 1, K, xb, sb, q, sw, yb, ldy); break;
+            case 2: int8_block(RB, 2, K, xb, sb, q, sw, yb, ldy); break;
+            case 3: int8_block(RB, 3, K, xb, sb, q, sw, yb, ldy); break;
+            default: int8_block(RB, 4, K, xb, sb, q, sw, yb, ldy); break;
+        }
+    }
+}
+
+/* Weight rows n0..n1-1 of y (B, N) = x @ W^T, x already rounded (xq, sx): 4 rows at a time from n0. */
+static void int8_span(int B, int K, int n0, int n1, const int8_t *xq, const float *sx, const int8_t *q,
+                      const float *sw, float *y, int ldy) {
+    const size_t G = (size_t)qblocks(K);
+    int n = n0;
+    for (; n + 4 <= n1; n += 4) int8_rows(4, B, K, xq, sx, q + (size_t)n * K, sw + n * G, y + n, ldy);
+    for (; n < n1; n++) int8_rows(1, B, K, xq, sx, q + (size_t)n * K, sw + n * G, y + n, ldy);
+}
+
+/* y (B, N) = x (B, K) @ W^T, W the int8 weight (q, sw); xq (B * K bytes) and sx (B * G floats) are scratch. */
+static void gemm_int8(int B, int K, int N, const float *x, const int8_t *q, const float *sw, float *y, int ldy,
+                      int8_t *xq, float *sx) {
+    quantize_rows(B, K, x, xq, sx);
+    int8_span(B, K, 0, N, xq, sx, q, sw, y, ldy);
+}

@@ -17,8 +17,9 @@
  * AVX-512 VNNI does two blocks per 64-byte dot (its 16 int32 lanes are those lanes), ARM's sdot
  * one block per two 16-byte dots, the plain loop one lane at a time; fma is fused everywhere (a
  * CPU without FMA gets libm's exact fmaf).
- * VNNI multiplies unsigned by signed bytes: each x byte goes in as |x|, and its sign moves onto the
- * weight byte (-q where x < 0), which needs |q| <= 127 (engine/quant.py keeps weights there).
+ * VNNI multiplies unsigned by signed bytes: the weight byte goes in as q + 128 (its top bit
+ * flipped) against the signed x byte, and each lane's sum starts from -128 x its four x bytes'
+ * sum (`x_pairs`, once per row of x), so it ends at the exact sum of q x.
  */
 
 #define QBLOCK 32
@@ -93,52 +94,85 @@ static inline __m512 pair_of(const float *p) {
     const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     return _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)p))));
 }
+
+/* hsum's tree (native_vec.h) on four vectors at once: element 4 r of the result is v_r's sum.
+ * a = lanes 0-7 + lanes 8-15, c = a 0-3 + a 4-7, then (c0 + c2) + (c1 + c3), each add as hsum does it. */
+static inline __m512 sum4(__m512 v0, __m512 v1, __m512 v2, __m512 v3) {
+    const __m512 a01 = _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, 0x44), _mm512_shuffle_f32x4(v0, v1, 0xEE));
+    const __m512 a23 = _mm512_add_ps(_mm512_shuffle_f32x4(v2, v3, 0x44), _mm512_shuffle_f32x4(v2, v3, 0xEE));
+    const __m512 c = _mm512_add_ps(_mm512_shuffle_f32x4(a01, a23, 0x88), _mm512_shuffle_f32x4(a01, a23, 0xDD));
+    const __m512 e = _mm512_add_ps(c, _mm512_permute_ps(c, 0x4E)); /* (c0 + c2, c1 + c3, ..) in each 128 bits */
+    return _mm512_add_ps(e, _mm512_permute_ps(e, 0xB1));          /* (c0 + c2) + (c1 + c3) in element 0 */
+}
+
+/* One row of x's whole block pair c: where each lane's dot starts (-128 x its four x bytes' sum),
+ * and the pair's two scales as lanes. */
+typedef struct {
+    __m512i start;
+    __m512 sx;
+} XPair;
+
+/* x's side of every whole block pair of B rows, made once per span into the thread's own buffer. */
+static const XPair *x_pairs(int B, int K, const int8_t *xq, const float *sx) {
+    static __thread XPair *buf;
+    static __thread size_t have;
+    const int pairs = K / (2 * QBLOCK), G = qblocks(K);
+    const size_t n = (size_t)B * pairs;
+    if (n > have) {
+        free(buf);
+        buf = aligned_alloc(64, (n ? n : 1) * sizeof(XPair));
+        have = buf ? n : 0;
+        if (!buf) abort(); /* a few KB per row of x: out of memory here is out of memory everywhere */
+    }
+    const __m512i flip = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < pairs; c++) {
+            const __m512i xv = _mm512_loadu_si512((const void *)(xq + (size_t)b * K + 2 * QBLOCK * c));
+            buf[(size_t)b * pairs + c] = (XPair){_mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, flip, xv)),
+                                                 pair_of(sx + (size_t)b * G + 2 * c)};
+        }
+    return buf;
+}
 #endif
 
-/* RB weight rows (at q, their scales at sw) x NB rows of x: y[b, r] for each pair. */
+/* RB weight rows (at q, their scales at sw) x NB rows of x: y[b, r] for each pair. `xp`: x_pairs of
+ * these rows of x (VNNI only). */
 static inline __attribute__((always_inline)) void int8_block(int RB, int NB, int K, const int8_t *xq, const float *sx,
-                                                             const int8_t *q, const float *sw, float *y, int ldy) {
+                                                             const void *xp, const int8_t *q, const float *sw,
+                                                             float *y, int ldy) {
     const int G = qblocks(K);
     float lanes[4][4][16];
     int g0 = 0;
 #if defined(TWOPOT_VNNI)
     const int pairs = K / (2 * QBLOCK); /* whole block pairs: 64 bytes, one dot each */
-    const __m512i zero = _mm512_setzero_si512();
+    const XPair *X = xp;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512 acc[4][4];
     for (int r = 0; r < RB; r++)
         for (int b = 0; b < NB; b++) acc[r][b] = _mm512_setzero_ps();
-    if (NB == 1) { /* one activation row: read the weight rows one after another, a single stream */
-        for (int r = 0; r < RB; r++)
-            for (int c = 0; c < pairs; c++) {
-                const int k = 2 * QBLOCK * c;
-                const int8_t *wr = q + (size_t)r * K + k;
-                prefetch_l2(wr + (size_t)INT8_PREFETCH_ROWS * K);
-                const __m512i xv = _mm512_loadu_si512((const void *)(xq + k)), wv = _mm512_loadu_si512((const void *)wr);
-                const __m512i p = _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(xv),
-                                                      _mm512_mask_sub_epi8(wv, _mm512_movepi8_mask(xv), zero, wv));
-                const __m512 d = _mm512_mul_ps(pair_of(sx + 2 * c), pair_of(sw + (size_t)r * G + 2 * c));
-                acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), d, acc[r][0]);
-            }
-    } else
-        for (int c = 0; c < pairs; c++) {
+    for (int c = 0; c < pairs; c++) { /* the RB weight rows side by side: RB x NB chains of adds, none waiting on another */
             const int k = 2 * QBLOCK * c;
-            __m512i ax[4];
-            __mmask64 neg[4];
-            __m512 sxp[4];
-            for (int b = 0; b < NB; b++) {
-                const __m512i xv = _mm512_loadu_si512((const void *)(xq + (size_t)b * K + k));
-                ax[b] = _mm512_abs_epi8(xv), neg[b] = _mm512_movepi8_mask(xv), sxp[b] = pair_of(sx + (size_t)b * G + 2 * c);
-            }
+            __m512i xv[4];
+            for (int b = 0; b < NB; b++) xv[b] = _mm512_loadu_si512((const void *)(xq + (size_t)b * K + k));
             for (int r = 0; r < RB; r++) {
                 prefetch_l2(q + (size_t)(r + INT8_PREFETCH_ROWS) * K + k);
-                const __m512i wv = _mm512_loadu_si512((const void *)(q + (size_t)r * K + k));
+                const __m512i wv = _mm512_xor_si512(_mm512_loadu_si512((const void *)(q + (size_t)r * K + k)), flip);
                 const __m512 swp = pair_of(sw + (size_t)r * G + 2 * c);
                 for (int b = 0; b < NB; b++) {
-                    const __m512i p = _mm512_dpbusd_epi32(zero, ax[b], _mm512_mask_sub_epi8(wv, neg[b], zero, wv));
-                    acc[r][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sxp[b], swp), acc[r][b]);
+                    const XPair *xb = X + (size_t)b * pairs + c;
+                    const __m512i p = _mm512_dpbusd_epi32(xb->start, wv, xv[b]);
+                    acc[r][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(xb->sx, swp), acc[r][b]);
                 }
             }
+    }
+    if (RB == 4 && 2 * pairs == G) { /* no block left: each x row's four sums at once, hsum's tree on each */
+        for (int b = 0; b < NB; b++) {
+            float out[16];
+            _mm512_storeu_ps(out, sum4(acc[0][b], acc[1][b], acc[2][b], acc[3][b]));
+            for (int r = 0; r < 4; r++) y[(size_t)b * ldy + r] = out[4 * r];
         }
+        return;
+    }
     for (int r = 0; r < RB; r++)
         for (int b = 0; b < NB; b++) _mm512_storeu_ps(lanes[r][b], acc[r][b]);
     g0 = 2 * pairs;
@@ -180,17 +214,23 @@ static inline __attribute__((always_inline)) void int8_block(int RB, int NB, int
 
 /* RB weight rows (4 or 1) against every row of x, four rows of x at a time. */
 static inline __attribute__((always_inline)) void int8_rows(int RB, int B, int K, const int8_t *xq, const float *sx,
-                                                            const int8_t *q, const float *sw, float *y, int ldy) {
+                                                            const void *xp, const int8_t *q, const float *sw, float *y,
+                                                            int ldy) {
     const int G = qblocks(K);
     for (int b0 = 0; b0 < B; b0 += 4) {
         const int8_t *xb = xq + (size_t)b0 * K;
         const float *sb = sx + (size_t)b0 * G;
         float *yb = y + (size_t)b0 * ldy;
+#if defined(TWOPOT_VNNI)
+        const void *pb = (const XPair *)xp + (size_t)b0 * (K / (2 * QBLOCK));
+#else
+        const void *pb = xp;
+#endif
         switch (B - b0 < 4 ? B - b0 : 4) {
-            case 1: int8_block(RB, 1, K, xb, sb, q, sw, yb, ldy); break;
-            case 2: int8_block(RB, 2, K, xb, sb, q, sw, yb, ldy); break;
-            case 3: int8_block(RB, 3, K, xb, sb, q, sw, yb, ldy); break;
-            default: int8_block(RB, 4, K, xb, sb, q, sw, yb, ldy); break;
+            case 1: int8_block(RB, 1, K, xb, sb, pb, q, sw, yb, ldy); break;
+            case 2: int8_block(RB, 2, K, xb, sb, pb, q, sw, yb, ldy); break;
+            case 3: int8_block(RB, 3, K, xb, sb, pb, q, sw, yb, ldy); break;
+            default: int8_block(RB, 4, K, xb, sb, pb, q, sw, yb, ldy); break;
         }
     }
 }
@@ -199,9 +239,14 @@ static inline __attribute__((always_inline)) void int8_rows(int RB, int B, int K
 static void int8_span(int B, int K, int n0, int n1, const int8_t *xq, const float *sx, const int8_t *q,
                       const float *sw, float *y, int ldy) {
     const size_t G = (size_t)qblocks(K);
+#if defined(TWOPOT_VNNI)
+    const void *xp = x_pairs(B, K, xq, sx);
+#else
+    const void *xp = 0;
+#endif
     int n = n0;
-    for (; n + 4 <= n1; n += 4) int8_rows(4, B, K, xq, sx, q + (size_t)n * K, sw + n * G, y + n, ldy);
-    for (; n < n1; n++) int8_rows(1, B, K, xq, sx, q + (size_t)n * K, sw + n * G, y + n, ldy);
+    for (; n + 4 <= n1; n += 4) int8_rows(4, B, K, xq, sx, xp, q + (size_t)n * K, sw + n * G, y + n, ldy);
+    for (; n < n1; n++) int8_rows(1, B, K, xq, sx, xp, q + (size_t)n * K, sw + n * G, y + n, ldy);
 }
 
 /* y (B, N) = x (B, K) @ W^T, W the int8 weight (q, sw); xq (B * K bytes) and sx (B * G floats) are scratch. */

@@ -39,9 +39,9 @@ class StepCost:
 def weight_bytes(cfg: ModelConfig, dtype_bytes: int, with_lm_head: bool = True, quant: str | None = None) -> int:
     """Weights one pass must read: every layer's matrices, biases and norms, plus the LM head.
 
-    `quant="int8"` (engine/quant.py): every matrix is one byte per weight plus a float32 scale
-    per 32 inputs of each output channel; biases and norms stay at `dtype_bytes`. The chef: 4.7 M
-    matrix weights, 18.9 MB in float32, 4.7 MB + 0.6 MB of scales in int8."""
+    `quant="int8"` (engine/quant.py): every matrix is one byte per weight plus a float16 scale
+    per 32 inputs of each output channel (Q8_0's 1.0625 bytes a weight); biases and norms stay at
+    `dtype_bytes`. The chef: 4.7 M matrix weights, 18.9 MB in float32, 4.7 MB + 0.3 MB of scales in int8."""
     layer_extras = cfg.num_params() - cfg.n_layers * cfg.layer_matmul_params()
     layer_extras -= cfg.vocab_size * cfg.d_model * (1 if cfg.tied else 2)  # embeddings: gathered, not read
     if cfg.positions == "learned":
@@ -49,7 +49,7 @@ def weight_bytes(cfg: ModelConfig, dtype_bytes: int, with_lm_head: bool = True, 
     matrices = cfg.n_layers * cfg.layer_matmul_params() + (cfg.vocab_size * cfg.d_model if with_lm_head else 0)
     if quant != "int8":
         return (matrices + layer_extras) * dtype_bytes
-    return layer_extras * dtype_bytes + matrices + 4 * scale_count(cfg, with_lm_head)
+    return layer_extras * dtype_bytes + matrices + 2 * scale_count(cfg, with_lm_head)
 
 
 def scale_count(cfg: ModelConfig, with_lm_head: bool = True) -> int:

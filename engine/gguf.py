@@ -136,7 +136,7 @@ MATRICES = ("wqkv_t", "wo_t", "w_up_t", "w_down_t", "lm_head_t")  # our buffers 
 
 def int8_blocks(model: GgufModel, cfg) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """Our int8 weights straight from the file's Q8_0 tensors, not dequantized: buffer name -> (q
-    (out, in) int8, scale (out, in / 32) float32), for every matrix whose parts are all Q8_0.
+    (out, in) int8, scale (out, in / 32) float16), for every matrix whose parts are all Q8_0.
 
     A Q8_0 block is ours bit for bit (32 inputs of one output row, a float16 scale), so the fused
     q|k|v is its three tensors' rows stacked, the q/k rows unpermuted as the floats are. GPT-2's
@@ -155,7 +155,7 @@ def int8_blocks(model: GgufModel, cfg) -> dict[str, tuple[torch.Tensor, torch.Te
         parts = []
         for (hf_name, _), tensor in zip(spec.parts, tensors, strict=True):
             values, scales = q8_0_blocks(tensor)
-            q, scale = torch.from_numpy(values), torch.from_numpy(scales.astype(np.float32))
+            q, scale = torch.from_numpy(values), torch.from_numpy(scales)  # int8, float16: as the file holds them
             name = model.hf_names[hf_name]
             if model.arch in PERMUTED_QK and name.endswith(("attn_q.weight", "attn_k.weight")):
                 heads = model.config["num_attention_heads"] if "attn_q" in name else model.config["num_key_value_heads"]

@@ -9,7 +9,7 @@ One code path: `engine.quant.matmul` calls `int8_product` for every int8 weight,
 `Int8Weight` module, through its `Int8Parts`), in the eager and the compiled decode step alike.
 
 The arithmetic is one rule wherever it runs (engine/native_int8.h states it): the weight's int8
-values q (out, in) with a float32 scale per 32 inputs, and the activations rounded to 8 bits over
+values q (out, in) with a float16 scale per 32 inputs, and the activations rounded to 8 bits over
 each block of 32 inputs at run time (W8A8 in Q8_0's blocks). By where it runs:
   * on a CPU where the engine's own kernels are built (engine/native_build.py): the native
     product, any number of rows, the same bits the native step gives a row (native_ops.py);
@@ -34,7 +34,7 @@ DEQUANT_ROWS = 4096  # weight rows dequantized at a time off the native path: bo
 
 
 def dequantize(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """q (out, in) int8, scale (out, blocks(in)) -> the weight (out, in) float32, q x its block's scale."""
+    """q (out, in) int8, scale (out, blocks(in)) float16 -> the weight (out, in) float32, q x its block's scale."""
     out, width = q.shape
     pad = blocks(width) * QBLOCK - width
     wide = torch.nn.functional.pad(q.float(), (0, pad)).view(out, -1, QBLOCK)  # (out, G, 32)
@@ -69,7 +69,7 @@ class Int8Parts:
     """What one int8 product needs, as tensors and constants (a compiled function takes these, not
     an nn.Module, whose identity the compiler would guard on).
 
-    q (out, in) int8, contiguous; scale (out, blocks(in)) float32; native: the engine's own kernel
+    q (out, in) int8, contiguous; scale (out, blocks(in)) float16; native: the engine's own kernel
     serves this weight (CPU, built)."""
 
     q: torch.Tensor

@@ -119,7 +119,7 @@ class NativeStep:
 
     def _linear(self, into, w, bias, names: dict[str, int], where: str, dims: tuple[str, str]) -> None:
         names = names | {"din": names[dims[0]], "dout": names[dims[1]]}
-        if isinstance(w, Int8Weight):  # int8 values and a float32 scale per 32 inputs (engine/quant.py)
+        if isinstance(w, Int8Weight):  # int8 values and a float16 scale per 32 inputs (engine/quant.py)
             tensors = {"w": w.q, "scale": w.scale, "bias": bias}
         else:
             tensors = {"w": w, "bias": bias}

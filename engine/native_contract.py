@@ -26,7 +26,7 @@ from engine.errors import EngineError
 
 HEADER = Path(__file__).with_name("native_contract.h")
 TYPES = {"F32": (1, torch.float32), "I8": (2, torch.int8), "I32": (3, torch.int32), "I64": (4, torch.int64),
-         "U8": (5, torch.uint8), "BUF": (6, None), "LAYER": (7, None)}  # fmt: skip
+         "U8": (5, torch.uint8), "BUF": (6, None), "LAYER": (7, None), "F16": (8, torch.float16)}  # fmt: skip
 OPT = "OPT"
 
 

@@ -37,7 +37,7 @@ def blocks(width: int) -> int:
 
 def prepare_product(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, scale: torch.Tensor | None = None):
     """y = x @ W, every tensor checked against the contract here, once: returns a function that runs
-    it. x (M, K) float32; float32 W (K, N), or int8 q (N, K) with scale (N, ceil(K / 32)) float32:
+    it. x (M, K) float32; float32 W (K, N), or int8 q (N, K) with scale (N, ceil(K / 32)) float16:
     W8A8, each 32-wide block of a row of x rounded to 8 bits over its own range, int8 x int8 products
     summed exactly, each block's sum times its two scales. y (M, N) float32."""
     int8 = w.dtype == torch.int8

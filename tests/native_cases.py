@@ -38,7 +38,8 @@ from engine.native_ops import prepare_product
 
 U = 2.0**-24  # float32's unit roundoff
 STEP_ATOL = 1e-5  # float32 passes of the same order on two CPUs (see above)
-SUFFIX = {torch.float32: "f32", torch.int8: "i8", torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8"}
+SUFFIX = {torch.float32: "f32", torch.int8: "i8", torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8",
+          torch.float16: "f16"}
 BY_TYPE = {code: dtype for code, dtype in contract.TYPES.values() if dtype is not None}
 
 

@@ -170,7 +170,7 @@ def test_a_q8_0_gguf_loads_into_int8_as_the_file_holds_it(tiny, tmp_path, family
         cfg, parts = eng.cfg, []
         for name, heads in (("attn_q", eng.cfg.n_heads), ("attn_k", eng.cfg.n_kv_heads), ("attn_v", None)):
             values, scales = q8_0_blocks(file.tensors[f"blk.0.{name}.weight"])
-            q, s = torch.from_numpy(values), torch.from_numpy(scales.astype(np.float32))
+            q, s = torch.from_numpy(values), torch.from_numpy(scales)  # int8, float16
             parts.append((unpermute(q, heads), unpermute(s, heads)) if family == "llama" and heads else (q, s))
         qkv = eng.model.layers[0].attn.wqkv_t
         assert torch.equal(qkv.q, torch.cat([p[0] for p in parts])) and torch.equal(qkv.scale, torch.cat([p[1] for p in parts]))

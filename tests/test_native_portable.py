@@ -55,7 +55,7 @@ def cases(tmp_path_factory, tiny_llama, tiny_gpt2):
         x = torch.randn(M, K, generator=g)
         x[:, K // 3] *= 40.0
         q = torch.randint(-127, 128, (N, K), dtype=torch.int8, generator=g)  # (N, K)
-        scale = (torch.rand(N, -(-K // 32), generator=g) / 64).half().float()  # (N, blocks)
+        scale = (torch.rand(N, -(-K // 32), generator=g) / 64).half()  # (N, blocks)
         made.append(product_case(root, f"int8_{M}x{K}x{N}", x, q, scale))
     # attention: a decode row; a prompt chunk after 11 slots; a first chunk with a head size not a multiple of 16
     for R, p0, G, D in [(1, 22, 2, 32), (5, 11, 2, 16), (3, 0, 3, 20)]:

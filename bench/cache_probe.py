@@ -31,17 +31,16 @@ import hashlib
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from engine.native_build import Build, cache_dir
+from engine.native_build import Build, cache_dir, compile_c, cpu_features
 
 SOURCE = Path(__file__).with_name("cache_probe.c")
-FLAG_SETS = (("-O3", "-march=native"), ("-O3",))  # the first that builds; -march=native may be unknown (some ARM compilers)
+BUILDS = (Build(), Build(arch=""))  # the first that builds: this CPU's instructions, else the plain target
 BLOCK_WORDS = 32  # the C loop's words per iteration (TPK_BLOCK); slices are whole blocks
 MIN_BYTES_PER_CALL = 256 * 2**20  # each timed call reads at least this much, so thread start-up is noise
 SIZE_FILES = Path("/sys/devices/system/cpu/cpu0/cache")
@@ -127,32 +126,21 @@ def _sysctl_levels() -> list[CacheLevel]:
 
 @functools.lru_cache(maxsize=1)
 def probe_library() -> ctypes.CDLL | str:
-    """The built probe, or one line saying why there is none (built once per machine and source)."""
-    source = SOURCE.read_bytes()
-    key = hashlib.sha256(source + os.uname().machine.encode()).hexdigest()[:16]
-    path = cache_dir() / f"cache_probe-{key}.so"
-    if not path.exists():
-        cc = Build().compiler()
-        if cc is None:
-            return "no C compiler (cc, gcc or clang on PATH, or set CC) to build the cache probe"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        errors = []
-        for flags in FLAG_SETS:
-            fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
-            os.close(fd)
-            try:
-                done = subprocess.run([cc, *flags, "-fPIC", "-shared", "-o", tmp, str(SOURCE), "-lpthread"],
-                                      capture_output=True, text=True, timeout=120)  # fmt: skip
-            except (OSError, subprocess.SubprocessError) as err:
-                done, errors = None, [*errors, f"{type(err).__name__}: {err}"]
-            if done is not None and done.returncode == 0:
-                os.replace(tmp, path)  # atomic: a process beside this one sees the whole file or none
-                break
-            os.unlink(tmp)
-            if done is not None:
-                errors.append(next((ln for ln in done.stderr.splitlines() if "error" in ln), done.stderr.strip()[:160]))
-        else:
-            return f"building the cache probe failed ({cc}): {errors[-1] if errors else 'no output'}"
+    """The built probe, or one line saying why there is none. Built like the native step
+    (engine/native_build.py: the same compiler choice, flags and cache), once per machine and source."""
+    cc = Build().compiler()
+    if cc is None:
+        return "no C compiler (cc, gcc or clang on PATH, or set CC) to build the cache probe"
+    errors = []
+    for build in BUILDS:
+        flags = [*build.cflags(), "-fPIC", "-shared"]
+        named = f"{cc} {' '.join(flags)} {cpu_features(cc)}".encode()
+        path = cache_dir() / f"cache_probe-{hashlib.sha256(SOURCE.read_bytes() + named).hexdigest()[:16]}.so"
+        if path.exists() or (error := compile_c(cc, flags, [SOURCE], path)) is None:
+            break
+        errors.append(error)
+    else:
+        return f"building the cache probe failed ({cc}): {errors[-1]}"
     lib = ctypes.CDLL(str(path))
     lib.tpk_read_passes.restype = ctypes.c_int
     lib.tpk_read_passes.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_long,

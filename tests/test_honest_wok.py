@@ -12,6 +12,7 @@ import pytest
 from kitchen_server import kitchen
 
 from engine.events import PrefillStart
+from kitchen_viz.app_state import APP_DIR
 from kitchen_viz.orders import Order, cook
 from kitchen_viz.panels import panel_values
 from kitchen_viz.timeline import LiveRun
@@ -92,7 +93,6 @@ def test_the_reuse_field_takes_true_or_false_only(served):
 
 
 def test_the_dashboard_says_how_many_prompt_tokens_its_runs_reused(served):
-    from pathlib import Path
 
     from streamlit.testing.v1 import AppTest
 
@@ -109,7 +109,7 @@ def test_the_dashboard_says_how_many_prompt_tokens_its_runs_reused(served):
     reused, total = job.result.reused_tokens, PROMPT * TABLES
     assert reused > 0
     run_log().record(model="leftovers-kitchen", device="cpu", result=job.result, queue_wait_s=0.0)  # the newest kind
-    page = Path(__file__).resolve().parent.parent / DASHBOARD.path
+    page = APP_DIR / DASHBOARD.path
     at = AppTest.from_file(str(page), default_timeout=60).run()
     assert not at.exception, at.exception
     words = f"1 of these runs started from leftovers: {reused:,} of {total:,} prompt tokens reused"

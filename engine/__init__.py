@@ -37,15 +37,17 @@ else:  # libgomp ignores a value it does not know: its default, a bounded spin
 if _spin and OMP_WAIT_POLICY_IN_EFFECT != "PASSIVE":  # libgomp honours the spin count only then
     OMP_WAIT_POLICY_IN_EFFECT += f", GOMP_SPINCOUNT={_spin}"
 
-from engine.engine import Engine, ServingConfig, ServingLimits  # noqa: E402
+from engine.engine import Engine, ServingLimits  # noqa: E402
 from engine.errors import EngineError  # noqa: E402
 from engine.loader import ModelInfo  # noqa: E402
 from engine.model import decode_one_token, prefill  # noqa: E402
 from engine.results import GenerationResult, RequestMetrics, RequestOutput  # noqa: E402
+from engine.settings import EngineSettings  # noqa: E402
 from engine.trace import Metrics, StepRecord, Trace  # noqa: E402
 
 __all__ = [
     "Engine",
+    "EngineSettings",
     "EngineError",
     "OMP_WAIT_POLICY_IN_EFFECT",
     "GenerationResult",
@@ -53,7 +55,6 @@ __all__ = [
     "ModelInfo",
     "RequestMetrics",
     "RequestOutput",
-    "ServingConfig",
     "ServingLimits",
     "StepRecord",
     "Trace",

@@ -12,23 +12,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
 from engine.engine import Engine
-from engine.errors import EngineError
+from engine.errors import EngineError, OneLineParser
 from engine.events import Done
+from engine.settings import EngineSettings
 
 EXIT_BAD_INPUT = 2
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse prints usage + error over several lines; we promise a single line."""
-
-    def error(self, message: str):
-        raise EngineError(f"{self.prog}: {message}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,9 +45,6 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--quant", default=None, help="int8: int8 matmul weights (engine/quant.py); default none")
     gen.add_argument("--compile", action="store_true",
                      help="decode steps through torch.compile (engine/compiled.py; needs a C++ compiler)")  # fmt: skip
-    gen.add_argument("--cache", default="static", help="static (growing and none are the lab's kitchens)")
-    gen.add_argument("--batching", default="packed",
-                     help="packed | padded (padded with mixed lengths is the lab's kitchen)")  # fmt: skip
     gen.add_argument("--kv-budget-bytes", type=int, default=None)
     gen.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens")
     gen.add_argument("--cuda-graph", action="store_true", help="replay decode as a CUDA graph")
@@ -91,8 +81,9 @@ def run_generate(args) -> int:
         torch.set_num_threads(args.threads)  # process-wide: fine for a one-shot CLI run
     prompt = args.prompt if args.prompt is not None else parse_ids(args.prompt_ids)
     fetch_first(args.model)
-    eng = Engine.load(args.model, device=args.device, dtype=args.dtype, kv_budget_bytes=args.kv_budget_bytes,
-                      quant=args.quant, compile=args.compile)  # fmt: skip
+    settings = EngineSettings(device=args.device, dtype=args.dtype, kv_budget_bytes=args.kv_budget_bytes,
+                              quant=args.quant, compile=args.compile)  # fmt: skip
+    eng = Engine.load(args.model, settings)
     if args.chat:
         if args.prompt is None or eng.codec is None:
             raise EngineError("--chat needs --prompt text and a model with a tokenizer")
@@ -101,8 +92,7 @@ def run_generate(args) -> int:
         return run_speculative(eng, prompt, args)
     res = eng.generate(
         [prompt] * args.batch, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-        top_k=args.top_k, top_p=args.top_p, seed=args.seed, cache=args.cache, batching=args.batching,
-        stop_at_eos=not args.ignore_eos, cuda_graph=args.cuda_graph,
+        top_k=args.top_k, top_p=args.top_p, seed=args.seed, stop_at_eos=not args.ignore_eos, cuda_graph=args.cuda_graph,
     )  # fmt: skip
     if args.json:
         print(json.dumps(res.to_dict()))
@@ -145,7 +135,7 @@ def run_speculative(eng, prompt, args) -> int:
 
 def run_info(args) -> int:
     fetch_first(args.model)
-    print(json.dumps(asdict(Engine.load(args.model, device=args.device, dtype=args.dtype).info)))
+    print(json.dumps(asdict(Engine.load(args.model, EngineSettings(device=args.device, dtype=args.dtype)).info)))
     return 0
 
 
@@ -193,10 +183,14 @@ def run_fetch(args) -> int:
 
 
 def run_bench(argv: list[str]) -> int:
-    """`python -m engine bench | serve-bench ...` runs the top-level `bench` package's command line
-    (`python -m bench ...`, bench/cli.py) as a program of its own: the engine imports nothing of
-    the project outside engine/, and the benchmarks are built on the engine, not inside it."""
-    return subprocess.run([sys.executable, "-m", "bench", *argv]).returncode
+    """`python -m engine bench | serve-bench ...`: the benchmarks' command line (engine/bench/cli.py).
+    The bench is the engine's own subpackage, built on the engine and imported by nothing else in
+    it, so the inference code never loads it."""
+    from engine.bench.cli import (
+        main as bench_main,  # lazy: the bench's imports (HF transformers, the peers) only for bench commands
+    )
+
+    return bench_main(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,7 @@ docs/benchmarks/compiled-cpu.md and overhead-cpu.md):
   -- are marked dynamic, and the pass reads B and W from the mask bias's shape
   (`SeatBatch.n_decode`, `decode_width`), never from Python ints, so a generation compiles once for
   batch 1 and once for batch > 1 per model shape and dtype (a test counts them).
-* Only steps of at most `max_batch` rows (ServingConfig.compile_max_batch) run compiled: the
+* Only steps of at most `max_batch` rows (EngineSettings.compile_max_batch) run compiled: the
   compiled step pays where the small ops between the weight streams dominate (few rows) and loses
   where the GEMMs carry the step. Both graphs serve any batch up to it.
 * Only the runner's pure-decode step `(B, 1)` runs compiled (the serving core's and every order
@@ -87,7 +87,7 @@ class CompiledDecode:
     """
 
     def __init__(self, model: Transformer, max_batch: int = COMPILE_MAX_BATCH):
-        """`max_batch`: steps of more rows run eagerly (ServingConfig.compile_max_batch)."""
+        """`max_batch`: steps of more rows run eagerly (EngineSettings.compile_max_batch)."""
         check_max_batch(max_batch)
         self.max_batch = max_batch
         self.model = model

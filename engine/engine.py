@@ -29,7 +29,7 @@ from dataclasses import asdict, replace
 import torch
 
 from engine import invariance
-from engine.compiled import COMPILE_MAX_BATCH, CompiledDecode, check_max_batch
+from engine.compiled import CompiledDecode
 from engine.config import ModelConfig
 from engine.cuda_graph import buckets
 from engine.errors import EngineError
@@ -39,17 +39,14 @@ from engine.loader import ModelInfo, load_model
 from engine.logprobs import row_extras, token_logprobs
 from engine.model import Transformer
 from engine.native import NativeStep
-from engine.quant import parse_quant
 from engine.request_group import ORDER_SETTINGS, RequestGroup
 from engine.results import GenerationResult, RequestOutput, request_metrics
 from engine.runner import PassOutput
 from engine.sampling import SamplingParams
-from engine.scheduler import SchedulerConfig
 from engine.sequence import Sequence, Status
 from engine.serving_core import (
     DecodeStep,
     Serving,
-    ServingConfig,
     ServingLimits,
     ServingState,
     budget_limits,
@@ -57,59 +54,47 @@ from engine.serving_core import (
     make_decode_step,
     order_limits,
 )
+from engine.settings import EngineSettings
 from engine.speculative import pass_tokens
 from engine.text import IncrementalDecoder, TextCodec, encode_prompts
 from engine.trace import measured_step
 
-ORDER_ONLY = ("cache", "batching", "cuda_graph", "native")  # settings of one order (generate/stream)
+ORDER_ONLY = ("cuda_graph", "native")  # settings of one order (generate/stream)
 
 
 class Engine:
     """One loaded model on one device."""
 
-    def __init__(self, model: Transformer, codec: TextCodec | None, info: ModelInfo, kv_budget_bytes=None,
-                 serving: ServingConfig | None = None, decode_step: DecodeStep | None = None):  # fmt: skip
-        """`decode_step`: the pure-decode step to share (another engine's over the same model)."""
+    def __init__(self, model: Transformer, codec: TextCodec | None, info: ModelInfo,
+                 settings: EngineSettings | None = None, decode_step: DecodeStep | None = None):  # fmt: skip
+        """`decode_step`: the pass to share (another engine's over the same model)."""
         self.model, self.codec, self.info = model, codec, info
         self.cfg: ModelConfig = model.cfg
         self.device = model.device
-        self.kv_budget_bytes = kv_budget_bytes
-        self.serving_config = serving or ServingConfig()
-        SchedulerConfig(self.serving_config.policy, self.serving_config.max_seqs,
-                        self.serving_config.token_budget).check()  # fmt: skip
+        self.settings = settings or EngineSettings()
+        self.settings.check()
         self._serving: Serving | None = None  # built at the first submit: generate() never pays for it
         # One decode step for the serving core and every order's engine (engine/native.py, engine/compiled.py)
-        self.decode_step = decode_step if decode_step is not None else make_decode_step(model, self.serving_config)
+        self.decode_step = decode_step if decode_step is not None else make_decode_step(model, self.settings)
         self.info = replace(info, decode_step=describe_decode_step(self.decode_step))
         self._next_id, self._steps = 0, 0
         self._itemsize = model.dtype.itemsize  # read once: every step's record needs it
         self._t0 = time.perf_counter()
 
     @classmethod
-    def load(cls, model: str, device: str = "cpu", dtype: str = "float32", kv_budget_bytes: int | None = None,
-             policy: str = "continuous", token_budget: int = 512, max_seqs: int = 64, max_seq_len: int | None = None,
-             kv_tokens: int = 0, prefix_cache: bool = False, quant: str | None = None, compile: bool = False,
-             compile_max_batch: int = COMPILE_MAX_BATCH, batch_invariant: bool = False, native: bool = True) -> Engine:  # fmt: skip
+    def load(cls, model: str, settings: EngineSettings | None = None, **changes) -> Engine:
         """Folder, FILE.gguf, `preset:NAME`, an embedded (chef) or fetched (assistant) model's name or hub id -> an Engine.
 
-        `quant="int8"`: matmul weights stored as int8 with a scale per output channel (engine/quant.py).
-        `compile=True`: pure-decode steps on the seats run one torch.compile'd step (engine/compiled.py); without
-        a C++ compiler (or if compiling fails) they run eagerly, with a one-line warning. Steps of more
-        than `compile_max_batch` rows run eagerly too: there the compiled step is slower (measured).
-        `batch_invariant=True`: a request's tokens do not depend on its neighbours (engine/invariance.py).
-        `native=True` (the default): on CPU, every pass (prompts and decode steps) runs in one C call
-        (engine/native.py) where a C compiler builds it; `native=False` runs the model's forward op by op.
+        `settings` (engine/settings.py) says how it loads and serves; `changes` are single fields
+        over them, for a one-line load: `Engine.load("chef", policy="chunked")`. Every value is
+        checked before the weights are read, and a bad one is refused in one line.
         """
-        serving = ServingConfig(policy, token_budget, max_seqs, max_seq_len, kv_tokens, prefix_cache=prefix_cache,
-                                compile=compile, compile_max_batch=compile_max_batch, batch_invariant=batch_invariant,
-                                native=native)  # fmt: skip
-        check_max_batch(compile_max_batch)
-        SchedulerConfig(policy, max_seqs, token_budget).check()  # refuse bad settings before loading
-        parse_quant(quant)  # a bad value is refused before loading too
-        if batch_invariant:
-            invariance.require(device, dtype, quant, compile)
-        loaded = load_model(model, device, dtype, quant)
-        return cls(loaded.model, loaded.codec, loaded.info, kv_budget_bytes, serving)
+        s = (settings or EngineSettings()).but(**changes)
+        s.check()
+        if s.batch_invariant:
+            invariance.require(s.device, s.dtype, s.quant, s.compile)
+        loaded = load_model(model, s.device, s.dtype, s.quant)
+        return cls(loaded.model, loaded.codec, loaded.info, s)
 
     @property
     def compiled(self) -> CompiledDecode | None:  # the torch.compile'd decode step, when compile=True
@@ -136,18 +121,16 @@ class Engine:
     # --- validation -------------------------------------------------------------------------------
     def limits(self, prompt_len: int, max_new_tokens: int) -> Limits:
         """Largest batch the memory budget allows for this request shape, and the context limit."""
-        return kv_limits(self.cfg, self.model.dtype, self.device, self.kv_budget_bytes, prompt_len, max_new_tokens)
+        budget = self.settings.kv_budget_bytes
+        return kv_limits(self.cfg, self.model.dtype, self.device, budget, prompt_len, max_new_tokens)
 
     def check(self, prompts, max_new_tokens: int = 64, **settings) -> list[list[int]]:
-        """Validate an order without running it; returns the prompts as token ids. The lessons'
-        other kitchens (lab/kitchens.py) share these checks, so `cache` and `batching` may name them."""
+        """Validate an order without running it; returns the prompts as token ids."""
         req = RequestSettings(max_new_tokens=max_new_tokens, **settings)
         ids = encode_prompts(prompts, self.codec)
         check_request(self.cfg, ids, req, self.limits(max(map(len, ids), default=1), max_new_tokens))
         if req.cuda_graph and self.device.type != "cuda":
             raise EngineError(f"cuda_graph=True needs a CUDA device; this engine runs on {self.device}")
-        if req.cuda_graph and req.cache != "static":
-            raise EngineError(f"cuda_graph=True needs cache='static' (got '{req.cache}')")
         if req.speculate:
             raise EngineError("speculative decoding runs on the serving path: submit() each prompt with speculate=K")
         if req.logprobs >= 0 or req.min_tokens:
@@ -162,14 +145,11 @@ class Engine:
         raise AssertionError("stream ended without Done")
 
     def stream(self, prompts, max_new_tokens: int = 64, **settings) -> Iterator[Event]:
+        """`generate`'s events as they happen. An order's tables cook together in seats of their own,
+        laid out flat (the seats never pad); the lessons' other kitchens (a growing cache, none, a
+        padded batch) are the lab's (lab/kitchens.py)."""
         req = RequestSettings(max_new_tokens=max_new_tokens, **settings)
-        ids = self.check(prompts, max_new_tokens, **settings)
-        if req.cache != "static":
-            raise EngineError(f"cache='{req.cache}' is a lesson's kitchen (the lab runs it); the engine keeps K/V in its seats: cache='static'")
-        if req.batching == "padded" and len({len(p) for p in ids}) > 1:
-            raise EngineError("batching='padded' with prompts of different lengths is a lesson's kitchen (the lab runs it); "
-                              "the engine's seats never pad: batching='packed'")  # fmt: skip
-        return self._serve_order(ids, req)
+        return self._serve_order(self.check(prompts, max_new_tokens, **settings), req)
 
     def _serve_order(self, ids: list[list[int]], req: RequestSettings) -> Iterator[Event]:
         """A checked order, cooked at the first `next()`: an engine over this model sized for it
@@ -177,27 +157,27 @@ class Engine:
         the class kitchen cooks for it. Tests call it to run cuda_graph=True's bookkeeping on a CPU."""
         lengths = [len(p) for p in ids]
         seats = buckets(len(ids))[-1] if req.cuda_graph else len(ids)  # a graph bucket's padding rows need seats
-        config = replace(self.serving_config, policy="static", token_budget=max(1, sum(lengths)), max_seqs=seats,
-                         max_seq_len=None, kv_tokens=0, prefix_cache=False)  # fmt: skip
+        budget = self.limits(max(lengths), req.max_new_tokens).kv_budget_bytes
+        config = self.settings.but(policy="static", token_budget=max(1, sum(lengths)), max_seqs=seats, max_seq_len=None,
+                                   kv_tokens=0, prefix_cache=False, kv_budget_bytes=budget)  # fmt: skip
         limits = order_limits(self.model, lengths, req.max_new_tokens, seats)
-        # native=False: this order decodes op by op (the portioning station, lab/overhead.py)
+        # native=False: this order runs the torch forward op by op (the portioning station, lab/overhead.py)
         step = None if not req.native and isinstance(self.decode_step, NativeStep) else self.decode_step
-        kitchen = Engine(self.model, self.codec, self.info, self.limits(max(lengths), req.max_new_tokens).kv_budget_bytes,
-                         replace(config, native=False), step)  # fmt: skip
+        kitchen = Engine(self.model, self.codec, self.info, config.but(native=False), step)
         kitchen._serving = Serving(self.model, config, limits, step, req.cuda_graph)
         sampling = {k: v for k, v in asdict(req).items() if k in ORDER_SETTINGS and k != "reuse_prefix"}
         group = RequestGroup(kitchen, ids, req.max_new_tokens, self._new_id(), path="seats",
-                             kv_allocated=limits.pool_bytes, recorded=asdict(req), **sampling)  # fmt: skip
+                             kv_allocated=limits.pool_bytes, recorded=asdict(req), checked=True, **sampling)  # fmt: skip
         yield from group.follow()
 
     # --- serving: many requests, one step at a time ------------------------------------------------
     @property
     def serving(self) -> Serving:
         if self._serving is None:
-            budget = self.kv_budget_bytes or int(available_memory(self.device) * 0.5)
-            cfg = self.serving_config
-            limits = budget_limits(self.model, cfg, budget)
-            self._serving = Serving(self.model, cfg, limits, self.decode_step, cfg.cuda_graphs and self.device.type == "cuda")
+            s = self.settings
+            budget = s.kv_budget_bytes or int(available_memory(self.device) * 0.5)
+            limits = budget_limits(self.model, s, budget)
+            self._serving = Serving(self.model, s, limits, self.decode_step, s.cuda_graphs and self.device.type == "cuda")
         return self._serving
 
     def serving_limits(self) -> ServingLimits:
@@ -369,7 +349,7 @@ class Engine:
         return events
 
     def _sample(self, out: PassOutput) -> list[list[int]]:
-        return pass_tokens(out)  # a method of its own: bench/step_profile.py times it
+        return pass_tokens(out)  # a method of its own: engine/bench/step_profile.py times it
 
     def _done(self, seq: Sequence, t_abs: float) -> Done:
         seq.finish_t = t_abs

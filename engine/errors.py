@@ -5,6 +5,8 @@ Why one type: the CLI, the app and the lab all need to turn a refusal into a sin
 as `EngineError` is a user-facing message, already phrased; anything else is a bug.
 """
 
+import argparse
+
 
 class EngineError(ValueError):
     """A refused input. `str(err)` is one line that names the problem and the limit."""
@@ -12,3 +14,11 @@ class EngineError(ValueError):
     def __init__(self, message: str):
         # Keep it to one line: callers print it as-is.
         super().__init__(" ".join(str(message).split()))
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse prints usage + error over several lines; every command of ours promises a single
+    line: a malformed flag raises `EngineError`, which the command prints as its one line."""
+
+    def error(self, message: str):
+        raise EngineError(f"{self.prog}: {message}")

@@ -25,8 +25,6 @@ from engine.errors import EngineError
 from engine.sampling import SamplingParams
 from engine.speculative import MAX_SPECULATE
 
-CACHE_MODES = ("static", "growing", "none")
-BATCHING_MODES = ("padded", "packed")
 MAX_LOGPROBS = 20  # alternatives per token a request may ask for (OpenAI's own limit)
 DEFAULT_BUDGET_FRACTION = 0.5  # of the memory available when the request is checked
 
@@ -38,8 +36,6 @@ class RequestSettings:
     top_k: int = 0
     top_p: float = 1.0
     seed: int = 0
-    cache: str = "static"
-    batching: str = "packed"
     stop_at_eos: bool = True
     cuda_graph: bool = False
     native: bool = True  # an order's decode steps through the native step where it runs (engine/native.py)
@@ -95,11 +91,6 @@ def check_request(cfg: ModelConfig, prompts: list[list[int]], req: RequestSettin
         raise EngineError("no prompts given: pass at least one prompt")
     if not isinstance(req.max_new_tokens, int) or req.max_new_tokens < 1:
         raise EngineError(f"max_new_tokens must be at least 1 (got {req.max_new_tokens})")
-    if req.cache not in CACHE_MODES:
-        raise EngineError(f"unknown cache mode '{req.cache}' (choose {', '.join(CACHE_MODES)})")
-    if req.batching not in BATCHING_MODES:
-        raise EngineError(f"unknown batching '{req.batching}' (choose {', '.join(BATCHING_MODES)})")
-
     if not isinstance(req.native, bool):
         raise EngineError(f"native must be True or False (got {req.native!r})")
     SamplingParams(req.temperature, req.top_k, req.top_p).check()
@@ -128,7 +119,7 @@ def check_request(cfg: ModelConfig, prompts: list[list[int]], req: RequestSettin
                 f"prompt {i} ({len(ids):,} tokens) + max_new_tokens {req.max_new_tokens:,} = "
                 f"{len(ids) + req.max_new_tokens:,} exceeds the model's context of {cfg.max_context:,} tokens"
             )
-    kv = len(prompts) * limits.kv_bytes_per_sequence if req.cache != "none" else 0
+    kv = len(prompts) * limits.kv_bytes_per_sequence
     work = len(prompts) * limits.work_bytes_per_sequence
     if kv + work > limits.kv_budget_bytes:
         raise EngineError(

@@ -5,7 +5,7 @@ to the counter, one bowl per table per soup-pot step, and a `GenerationResult` a
 order's tables are submitted as B ordinary requests (`Engine.submit`) and a `RequestGroup` picks
 the order's own story out of each `Engine.step()`. Two kitchens cook this way:
 
-  * the class kitchen (serving/kitchen_loop.py): other students' requests share every pass;
+  * the class kitchen (serving/host/loop.py): other students' requests share every pass;
   * `Engine.generate` / `Engine.stream`: an engine sized for the order alone steps it (`follow`).
 
 What the group tells:
@@ -40,6 +40,7 @@ from engine.errors import EngineError
 from engine.events import Done, Event, PrefillEnd, PrefillStart, StepEnd, Token
 from engine.limits import Limits, RequestSettings, check_request
 from engine.results import GenerationResult
+from engine.serving_core import ServingLimits
 from engine.text import encode_prompts
 from engine.trace import StepRecord, Trace
 
@@ -47,20 +48,27 @@ ORDER_SETTINGS = ("temperature", "top_k", "top_p", "seed", "stop_at_eos", "reuse
 
 
 def shared_limits(engine, prompt_len: int, max_new_tokens: int) -> Limits:
-    """What one order may ask of the shared kitchen: its seats and the KV memory they share.
+    """What one order may ask of the shared kitchen `engine` (see `order_room`)."""
+    return order_room(engine.serving_limits(), engine.cfg.max_context, engine.info.kv_bytes_per_token,
+                      prompt_len, max_new_tokens)  # fmt: skip
+
+
+def order_room(lim: ServingLimits, max_context: int, kv_bytes_per_token: int, prompt_len: int,
+               max_new_tokens: int) -> Limits:  # fmt: skip
+    """What one order may ask of a shared kitchen of this shape: its seats and the KV memory they
+    share. Arithmetic on the shape alone, so a host answers it without asking its engine.
 
     Example (the chef's class kitchen: 64 seats of 512 tokens, 40,000 KV tokens): prompt 100 + 64
     new -> at most min(64, 40,000 // 164) = 64 tables, each seat holding 163 tokens of them (the
     last token is never fed back, so prompt + new tokens may reach the seat's length + 1).
     """
-    lim, per_token = engine.serving_limits(), engine.info.kv_bytes_per_token
     per_seq = max(prompt_len + max_new_tokens, 1)
     return Limits(
-        max_batch=min(lim.seats, engine.serving.scheduler.kv_tokens // per_seq),
-        max_context=min(engine.cfg.max_context, lim.seat_len + 1),  # the last token is never fed back
-        kv_budget_bytes=engine.serving.scheduler.kv_tokens * per_token,
-        kv_bytes_per_token=per_token,
-        kv_bytes_per_sequence=per_seq * per_token,
+        max_batch=min(lim.seats, lim.kv_tokens // per_seq),
+        max_context=min(max_context, lim.seat_len + 1),  # the last token is never fed back
+        kv_budget_bytes=lim.kv_tokens * kv_bytes_per_token,
+        kv_bytes_per_token=kv_bytes_per_token,
+        kv_bytes_per_sequence=per_seq * kv_bytes_per_token,
     )
 
 
@@ -84,14 +92,18 @@ def shared_check(engine, prompts: list, max_new_tokens: int, **settings) -> list
 class RequestGroup:
     """B prompts submitted to `engine` as B requests; `take(step_events)` returns the order's events.
 
-    `path`: which kitchen cooked it, for `GenerationResult.path`. `kv_allocated`: the KV bytes
+    The order is checked here (`shared_check`) unless `checked` says its caller already did (the
+    host's loop places orders its check answered; `Engine.stream` checks with `Engine.check`);
+    each table's `submit` checks its own request either way, as every request entering the engine
+    is. `path`: which kitchen cooked it, for `GenerationResult.path`. `kv_allocated`: the KV bytes
     reserved for the order (default: each table's prompt + new tokens). `recorded`: the settings
     the result records (default: those given)."""
 
     def __init__(self, engine, prompts: list, max_new_tokens: int, order_id: int = 0, *,
                  path: str = "class kitchen", kv_allocated: int | None = None, recorded: dict | None = None,
-                 **settings):  # fmt: skip
-        shared_check(engine, prompts, max_new_tokens, **settings)
+                 checked: bool = False, **settings):  # fmt: skip
+        if not checked:
+            shared_check(engine, prompts, max_new_tokens, **settings)
         self.engine, self.order_id, self.max_new, self.path = engine, order_id, max_new_tokens, path
         self.settings = recorded if recorded is not None else {"max_new_tokens": max_new_tokens} | settings
         self.kv_allocated = kv_allocated

@@ -1,4 +1,4 @@
-"""The serving path's settings and state: how it is configured, what it was sized to, what it holds.
+"""The serving path's state: what it was sized to and what it holds.
 
 `Engine` (engine/engine.py) builds one `Serving` at its first `submit()`: the KV seats
 (engine/kv_pool.py), the scheduler that picks who cooks (engine/scheduler.py) and the runner that
@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from engine.compiled import COMPILE_MAX_BATCH, CompiledDecode
+from engine.compiled import CompiledDecode
 from engine.costs import prefill_work_bytes
 from engine.draft import Drafter
 from engine.kv_pool import SeatPool
@@ -21,34 +21,16 @@ from engine.prefix_cache import PrefixCache
 from engine.runner import Runner
 from engine.scheduler import Scheduler, SchedulerConfig
 from engine.sequence import Sequence
+from engine.settings import EngineSettings
 
 DEFAULT_SEAT_LEN = 2048  # a seat's slots when max_seq_len is not given (capped by the context)
 POOL_SHARE = 0.75  # of the memory budget for the KV seats; the rest is prefill working memory
 
 
-@dataclass(frozen=True)
-class ServingConfig:
-    """How the serving path runs (chosen at load). `kv_tokens=0`: as many as the seats hold."""
-
-    policy: str = "continuous"
-    token_budget: int = 512
-    max_seqs: int = 64
-    max_seq_len: int | None = None
-    kv_tokens: int = 0
-    cuda_graphs: bool = True  # decode graphs per batch bucket, on CUDA only
-    prefix_cache: bool = False  # reuse cached prompt prefixes and keep finished seats as leftovers
-    compile: bool = False  # pure-decode steps through torch.compile (engine/compiled.py); needs a C++ compiler
-    # compile=True: decode steps of more rows than this run eagerly (there the compiled step loses)
-    compile_max_batch: int = COMPILE_MAX_BATCH
-    # pure-decode steps on CPU in one C call (engine/native.py); False: the model's forward, op by op
-    native: bool = True
-    batch_invariant: bool = False  # strict MKL sums and attention on a fixed key grid (engine/invariance.py)
-
-
 DecodeStep = CompiledDecode | NativeStep
 
 
-def make_decode_step(model: Transformer, cfg: ServingConfig) -> DecodeStep | None:
+def make_decode_step(model: Transformer, cfg: EngineSettings) -> DecodeStep | None:
     """What runs the runner's passes: torch.compile when asked (pure-decode steps), else the native
     step on CPU (every pass, unless `native=False`), else None: the model's forward, one op at a time."""
     if cfg.compile:
@@ -97,7 +79,7 @@ class ServingState:
         return self.kv_tokens_used / self.kv_tokens if self.kv_tokens else 0.0
 
 
-def budget_limits(model: Transformer, config: ServingConfig, budget: int) -> ServingLimits:
+def budget_limits(model: Transformer, config: EngineSettings, budget: int) -> ServingLimits:
     """Seats and their length from the memory budget: `POOL_SHARE` of it for the seats, the rest
     for a prefill pass's working memory."""
     per_token = model.cfg.kv_bytes_per_token(model.dtype.itemsize)
@@ -130,7 +112,7 @@ def order_limits(model: Transformer, lengths: list[int], max_new_tokens: int, se
 class Serving:
     """The serving path's state: seats, scheduler, runner, and the live sequences by id."""
 
-    def __init__(self, model: Transformer, config: ServingConfig, limits: ServingLimits,
+    def __init__(self, model: Transformer, config: EngineSettings, limits: ServingLimits,
                  compiled: DecodeStep | None, cuda_graphs: bool):  # fmt: skip
         """`cuda_graphs`: the runner replays decode graphs per batch bucket (engine/cuda_graph.py)."""
         self.limits = limits

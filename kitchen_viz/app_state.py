@@ -10,6 +10,7 @@ A page rendered on its own (AppTest on `pages/kitchen.py`) has no sidebar; it ge
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,13 +20,14 @@ import torch
 from engine.errors import EngineError
 from engine.loader import EMBEDDED_MODELS
 from kitchen_viz.live_feed import base_path
-from lab.on_server import LabRoutes
 from lab.runlog import RunLog
+from lab.sweeps import LabSweeps
 from serving.app_settings import AppSettings
 from serving.catalog import load_catalog
-from serving.host import HttpHost, KitchenHost
-from serving.kitchen_client import ServerKitchen
-from serving.mounted import PREFIX, own_kitchens
+from serving.clients.remote import RemoteHost
+from serving.host.api import Host
+from serving.host_client import HostClient
+from serving.http.mounted import PREFIX, own_hosts
 
 APP_DIR = Path(__file__).resolve().parent / "web"  # the Streamlit entry (app.py); page paths are relative to it
 CHEF_FOLDER = EMBEDDED_MODELS / "chef"
@@ -98,7 +100,7 @@ def current_settings() -> Settings:
         device=ss.get(KEY_DEVICE) or "cpu",
         dtype=ss.get(KEY_DTYPE) or "float32",
         seed=int(ss.get(KEY_SEED) or 0),
-        presenter=bool(ss.get(KEY_PRESENTER, AppSettings.from_env().presenter)),
+        presenter=bool(ss.get(KEY_PRESENTER, AppSettings.current().presenter)),
     )
 
 
@@ -108,37 +110,37 @@ def run_log():
     return RunLog()
 
 
-def _close_kitchen(svc: ServerKitchen) -> None:
+def _close_kitchen(svc: HostClient) -> None:
     """A kitchen dropped from the cache cancels its orders and lets go of its host."""
     svc.close()
 
 
 @st.cache_resource(show_spinner=False, max_entries=3, on_release=_close_kitchen)
-def _service(model: str, device: str, dtype: str, backend: str | None) -> ServerKitchen:
+def _service(model: str, device: str, dtype: str, backend: str | None) -> HostClient:
     """The session's kitchen (the Kitchen's orders and the Lab's sweeps), cached per choice and per
     `backend` (where it cooks): this process's own kitchen host, called in process whatever the
     launch, or `--backend`'s over HTTP, so every launch takes one path."""
-    return ServerKitchen(kitchen_host_for(model, device, dtype), model, device, dtype, run_log=run_log())
+    return HostClient(kitchen_host_for(model, device, dtype), model, device, dtype, run_log=run_log())
 
 
-def kitchen_host_for(model: str, device: str, dtype: str) -> KitchenHost:
-    """The kitchen host that cooks this choice: the launcher's `--backend` over HTTP (a Two-Pot
-    kitchen server serves its one model), else this process's own kitchens, called in process
-    (serving/mounted.py: mounted by serve.py, or opened here under plain `streamlit run app.py`),
-    each with the Lab's sweeps."""
-    s = AppSettings.from_env()
+def kitchen_host_for(model: str, device: str, dtype: str) -> Host | Callable[[], Host]:
+    """The host that cooks this choice: the launcher's `--backend` over HTTP (a Two-Pot kitchen
+    server serves its one model), else this process's own host for it, called directly
+    (serving/http/mounted.py: mounted by serve.py, or opened here under plain `streamlit run
+    app.py`), each with the Lab's sweeps; found once the kitchen's client asks (it opens on first use)."""
+    s = AppSettings.current()
     if s.backend:
-        return HttpHost(s.backend, s.backend_key)
-    return own_kitchens((LabRoutes,)).host(model, device, dtype)
+        return RemoteHost(s.backend, s.backend_key)
+    return lambda: own_hosts(LabSweeps()).host_for(model, device, dtype)
 
 
-def service_for(settings: Settings) -> ServerKitchen:
+def service_for(settings: Settings) -> HostClient:
     """The one shared kitchen for this model/device/dtype; it starts loading at once.
 
     A kitchen whose model failed to load is dropped from the cache after the page has shown the
     reason, so fixing the problem (say, freeing memory) and reloading tries again.
     """
-    svc = _service(settings.model, settings.device, settings.dtype, AppSettings.from_env().backend)
+    svc = _service(settings.model, settings.device, settings.dtype, AppSettings.current().backend)
     if svc.state == "error":  # forget only this kitchen
         _service.clear(settings.model, settings.device, settings.dtype)  # type: ignore[attr-defined]
         svc.close()
@@ -177,7 +179,7 @@ def class_kitchen_address() -> tuple[str, str]:
     """(URL, API key) the class kitchen pages start with: the launcher's `--backend`, else the
     class kitchen mounted on this very server (`--class-kitchen`), else `two-pot-kitchen serve`'s
     default address."""
-    s = AppSettings.from_env()
+    s = AppSettings.current()
     if s.backend:
         return s.backend, s.backend_key or ""
     if s.class_model:

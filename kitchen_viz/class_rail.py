@@ -1,6 +1,6 @@
 """The whole class on the rail: every order in the class kitchen as a ticket, yours highlighted.
 
-A class kitchen's board (serving/class_board.py) says which tickets are in the kitchen, which are
+A class kitchen's board (serving/http/board.py) says which tickets are in the kitchen, which are
 yours, and what each recent step held. This turns it into what a student sees on the order page:
 
   rail_html     the tickets cooking or waiting now, left to right in arrival order: yours in the
@@ -30,7 +30,7 @@ def rail_html(board: dict, counts: bool = True) -> str:
     """The tickets as cards. `counts=False` leaves out each ticket's tokens so far: the Kitchen's live
     scene then redraws the rail only when a ticket joins, leaves or gets its seat (a browser's redraw
     on every token shares the engine's cores; docs/benchmarks/ui-overhead.md). A board marked
-    `pending` (serving/kitchen_client.py, before its first read) draws one placeholder card: the
+    `pending` (serving/host_client.py, before its first read) draws one placeholder card: the
     rail has its height from the Cook's first drawing, so its first read while the engine cooks
     does not push the kitchen below it down (a relayout and repaint of the whole page)."""
     tickets = board.get("tickets", [])
@@ -90,7 +90,7 @@ def batch_figure(steps: list[dict], presenter: bool = False) -> go.Figure:
 
 
 @dataclass(frozen=True)
-class YouAndKitchen:
+class YouAndClass:
     your_ttft_s: float | None
     your_tpot_s: float | None
     kitchen_ttft_s: float | None  # median over the requests the kitchen finished in its last minute
@@ -100,10 +100,10 @@ class YouAndKitchen:
     your_steps: int
 
 
-def you_and_kitchen(ttft_s: float | None, tpot_s: float | None, board: dict) -> YouAndKitchen:
+def you_and_kitchen(ttft_s: float | None, tpot_s: float | None, board: dict) -> YouAndClass:
     k, steps = board.get("kitchen", {}), your_steps(board)
     mine = [s for s in steps if s["mine"]]
-    return YouAndKitchen(
+    return YouAndClass(
         ttft_s, tpot_s, k.get("ttft_p50_s"), k.get("tpot_p50_s"), k.get("finished", 0),
         sum(s["batch"] > s["mine"] for s in mine), len(mine),
     )  # fmt: skip

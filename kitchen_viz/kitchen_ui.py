@@ -16,7 +16,7 @@ measurements, the live panels' numbers included, one of two ways:
 Either way, once the order is done the page reruns once and draws the ordinary panels.
 
 Session state this page keeps (per browser session):
-    tpk_job     the Job on the shared kitchen (serving/job.py)
+    tpk_job     the Job on the session's kitchen (serving/job.py)
     tpk_run     the LiveRun folded from that job's events (kitchen_viz.timeline)
     tpk_feed    (job, URL path) of the job's feed, while the live view follows it
     tpk_feed_failed  why the scene could not read its feed (the session then uses ticks)
@@ -32,29 +32,22 @@ import streamlit as st
 
 from engine.errors import EngineError
 from kitchen_viz import live_feed
-from kitchen_viz.order_control import (
-    is_cooking,
-    order_caps,
-    quiet_wait,
-    refuse_over_caps,
-    time_limit,
-    watch_session,
-)
+from kitchen_viz.order_control import is_cooking, quiet_wait, watch_session
 from kitchen_viz.order_form import K_FORM_HIDDEN, K_LIVE, live_view_default
-from kitchen_viz.orders import Order, cook
+from kitchen_viz.orders import Order
 from kitchen_viz.outcome import draw_failed_order, draw_outcome
 from kitchen_viz.panels import draw_panels, draw_timeline, panel_values
 from kitchen_viz.scene import ART, draw_scene
 from kitchen_viz.timeline import LiveRun
+from serving.host_client import HostClient
 from serving.job import SETTLE_S
-from serving.kitchen_client import ServerKitchen
 
 TICK_S = 0.25  # how often the live view looks for new events while an order cooks
 K_FEED, K_FEED_FAILED = "tpk_feed", "tpk_feed_failed"
 QUIET_WAIT_S = 600  # the longest a page waits, without refreshing, for an order it is not watching
 
 
-def draw_loading(svc: ServerKitchen) -> None:
+def draw_loading(svc: HostClient) -> None:
     """While the kitchen host loads the weights: say what is loading, then rerun once it is ready."""
     st.session_state[K_FORM_HIDDEN] = True  # the order form (and its live toggle) is not drawn now
 
@@ -84,33 +77,29 @@ def freeze_server_heap() -> None:
     gc.freeze()
 
 
-def start_cook(svc: ServerKitchen, order: Order) -> None:
-    """Queue the order on the shared kitchen and start a fresh timeline for it.
+def start_cook(svc: HostClient, order: Order) -> None:
+    """Check the order with the kitchen's host, queue it, and start a fresh timeline for it.
 
-    The timeline starts with the order's tables (their prompts' token counts, as the engine
-    counts them), so the scene's first drawing of tickets and tables is part of the Cook rerun
-    the browser paints before the engine starts; measured, that first drawing was the largest
-    raster burst at a live tick (docs/benchmarks/ui-overhead.md). The engine's own validation
-    runs first, once, then the instructor's caps (serving/caps.py): a refused order never joins
-    the queue and its reason is shown instead. The order's time cap becomes the job's time limit,
-    and the job is watched: closing or reloading the page cancels it (order_control.py)."""
-    caps = order_caps()
+    The check is the order's one question to the engine before it cooks: the host answers with its
+    tables' token ids (the engine's limits met, then the instructor's caps), and the order cooks
+    those ids. A refused order never joins the queue and its reason is shown instead. The timeline
+    starts with the tables' token counts, so the scene's first drawing of tickets and tables is part
+    of the Cook rerun the browser paints before the engine starts; measured, that first drawing was
+    the largest raster burst at a live tick (docs/benchmarks/ui-overhead.md). The job is watched:
+    closing or reloading the page cancels it (order_control.py); the instructor's time cap is the
+    host's."""
     try:
-        ids = svc.check(
-            order.prompts(svc), order.max_new_tokens, temperature=order.temperature, seed=order.seed
-        )
-        refuse_over_caps(caps, ids, order.max_new_tokens)
+        checked = svc.check(order.form())
     except EngineError as err:
         st.session_state["tpk_error"] = str(err)
         return
     st.session_state["tpk_error"] = None
     st.session_state["tpk_result"] = None
-    tables = [len(prompt) for prompt in ids]
     freeze_server_heap()
-    job = svc.submit(cook(order), order.label, hold=True, **time_limit(caps))
+    job = svc.submit(checked, order.label, hold=True)
     watch_session(job)
     st.session_state["tpk_job"] = job
-    st.session_state["tpk_run"] = LiveRun.for_order(uuid.uuid4().hex, tables)  # tables drawn before the cook
+    st.session_state["tpk_run"] = LiveRun.for_order(uuid.uuid4().hex, checked.prompt_tokens)  # drawn before the cook
 
 
 def release_cook() -> None:
@@ -129,14 +118,14 @@ def release_cook() -> None:
     job = st.session_state.get("tpk_job")
     if job is None:
         return
-    live = st.session_state.get(K_LIVE, live_view_default())
+    live = st.session_state[K_LIVE] if K_LIVE in st.session_state else live_view_default()
     job.release(settle_s=SETTLE_S)  # let the browser paint the Cook rerun first (measured)
     if not job.finished and not live:
         quiet_wait(job, QUIET_WAIT_S)  # a Cancel click still interrupts the wait
         st.rerun()
 
 
-def draw_live(svc: ServerKitchen, presenter: bool, wok_capacity: int) -> None:
+def draw_live(svc: HostClient, presenter: bool, wok_capacity: int) -> None:
     """Panels, scene and outcome, in one fragment that follows an order while it is in the kitchen.
 
     Everything that changes while cooking lives inside this one fragment (the diagnosis too), so
@@ -190,7 +179,7 @@ def draw_live(svc: ServerKitchen, presenter: bool, wok_capacity: int) -> None:
 
 
 def follow_feed(
-    svc: ServerKitchen, job, run: LiveRun | None, presenter: bool, wok_capacity: int
+    svc: HostClient, job, run: LiveRun | None, presenter: bool, wok_capacity: int
 ) -> str | None:
     """The URL path of the job's feed, opened once per job; None where the server has no feed
     route or this session's scene could not read one (the fragment's ticks then follow the order)."""
@@ -204,7 +193,7 @@ def follow_feed(
     return url
 
 
-def draw_queue_place(svc: ServerKitchen, job) -> None:
+def draw_queue_place(svc: HostClient, job) -> None:
     if job.status in ("queued", "loading"):
         st.info(live_feed.wait_line(svc, job))
 

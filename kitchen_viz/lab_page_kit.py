@@ -62,7 +62,7 @@ def framing(exp: Experiment) -> None:
 def ready_service(settings):
     """This session's kitchen, waiting (with a message) while it loads: the app's own engine process,
     or a kitchen server (the app's own under `two-pot-kitchen`, or `--backend`), which runs the sweep
-    in an engine process of its own (lab/on_server.py) and streams its progress back."""
+    in an engine process of its own (lab/sweeps.py) and streams its progress back."""
     svc = service_for(settings)
     if svc.state == "loading":
         with st.spinner(svc.loading_message):
@@ -118,7 +118,7 @@ def run_experiment(exp: Experiment, svc, settings, cache: ResultCache, key: str)
             remember_roof(result.roof, cache)  # other pages' inspectors can now use it
         return cache.put(key, result)
 
-    work = LabRun(exp.key, settings, keep, exp.run)
+    work = LabRun(exp.key, settings, keep)
     job, joined = inflight().join_or_submit(key, lambda: svc.submit(work, label=f"lab: {exp.title}"))
     if joined:
         st.caption("Another visitor started this same measurement; following their run.")

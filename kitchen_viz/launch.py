@@ -6,10 +6,11 @@ order (`--caps caps.toml`, serving/caps.py) without touching files in the repo. 
 
     two-pot-kitchen --server.port 8600 --catalog ~/class/models.toml
 
-runs `streamlit run <repo>/serve.py --server.port 8600` with the extra catalog merged in (the
-catalog module reads it from TWO_POT_CATALOG, which the Streamlit process inherits; the caps file
-likewise travels as TWO_POT_CAPS). serve.py is
-app.py plus the live view's feed route (kitchen_viz/live_feed.py).
+runs `streamlit run <repo>/serve.py --server.port 8600 -- --app-settings FILE` with the extra
+catalog merged in: the launcher resolves every setting into one `AppSettings` (its command line
+over `--settings app.toml` over the defaults; serving/app_settings.py), checks the instructor's
+files now, and writes the result to a file of this user's only, which the app's process reads.
+serve.py is app.py plus the live view's feed route (kitchen_viz/live_feed.py).
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from engine.errors import EngineError
-from lab.on_server import LabRoutes
-from serving.app_settings import ENV, AppSettings
-from serving.caps import use_caps_file
-from serving.catalog import load_catalog, use_extra_catalogs
-from serving.server import main as serve_main
+from lab.sweeps import LabSweeps
+from serving.app_settings import HANDOFF_FLAG, AppSettings
+from serving.caps import load_caps
+from serving.catalog import check_extra_catalogs, load_catalog
+from serving.http.server import main as serve_main
 
 APP = Path(__file__).resolve().parent / "web" / "app.py"
 SERVE = APP.parent / "serve.py"  # app.py served through st.App, with the live feed's route
@@ -80,11 +81,15 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         help="float32 CPU kitchens answer every prompt with the same bits as if it were alone "
         "(engine/invariance.py; slower for a lone order)",
     )
+    parser.add_argument("--threads", type=int, default=0, metavar="N",
+                        help="the engine's torch threads (default: every core but one)")  # fmt: skip
+    parser.add_argument("--no-pin", action="store_true",
+                        help="let the engine and the app share every core (no core split)")  # fmt: skip
     parser.add_argument(
         "--settings",
         metavar="TOML",
         help="an [app] table of these settings (backend, backend_key, class_model, class_key, presenter, "
-        "batch_invariant); "
+        "batch_invariant, threads, pin), and optionally a [caps] table and [[model]] entries; "
         "the command line wins over it (serving/app_settings.py)",
     )
     parser.add_argument(
@@ -107,34 +112,28 @@ def server_address(passthrough: list[str]) -> str | None:
     return None
 
 
-def streamlit_command(passthrough: list[str]) -> list[str]:
-    """`python -m streamlit run <repo>/serve.py` with our defaults, overridable by the caller's flags."""
+def streamlit_command(passthrough: list[str], settings_file: Path | None = None) -> list[str]:
+    """`python -m streamlit run <repo>/serve.py` with our defaults, overridable by the caller's flags,
+    and the app's settings file as the script's argument."""
     given = {arg.split("=")[0] for arg in passthrough if arg.startswith("--")}
     defaults = []
     for flag, value in zip(DEFAULT_FLAGS[::2], DEFAULT_FLAGS[1::2], strict=True):
         if flag not in given:
             defaults += [flag, value]
-    return [sys.executable, "-m", "streamlit", "run", str(SERVE), *defaults, *passthrough]
+    script_args = ["--", HANDOFF_FLAG, str(settings_file)] if settings_file is not None else []
+    return [sys.executable, "-m", "streamlit", "run", str(SERVE), *defaults, *passthrough, *script_args]
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["serve"]:  # the class kitchen server (serving/server.py), no Streamlit
-        return serve_main(argv[1:], extensions=(LabRoutes,))  # the kitchen server runs the Lab's sweeps too
+    if argv[:1] == ["serve"]:  # the class kitchen server (serving/http/server.py), no Streamlit
+        return serve_main(argv[1:], sweeps=LabSweeps())  # the kitchen server runs the Lab's sweeps too
     args, passthrough = parse(argv)
     if not (APP.is_file() and SERVE.is_file()):
         print(
             f"two-pot-kitchen: app not found at {APP.parent} (is the package installed from the repo?)",
             file=sys.stderr,
         )
-        return 2
-    try:  # the instructor's files are checked now (fail fast) and exported for the app's process
-        if args.catalog:
-            use_extra_catalogs(args.catalog)
-        if args.caps:
-            use_caps_file(args.caps)
-    except EngineError as err:
-        print(f"two-pot-kitchen: {err}", file=sys.stderr)
         return 2
     try:
         base = AppSettings.from_toml(args.settings) if args.settings else AppSettings()
@@ -149,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         print("two-pot-kitchen: --backend and --class-kitchen both name the class kitchen: choose one",
               file=sys.stderr)  # fmt: skip
         return 2
-    # Without --backend the Kitchen cooks in the app's own kitchens (serving/mounted.py), and the
+    # Without --backend the Kitchen cooks in the app's own kitchens (serving/http/mounted.py), and the
     # class pages order from the class kitchen mounted beside them unless --no-class-kitchen.
     classroom = not backend and not args.no_class_kitchen
     settings = AppSettings(
@@ -162,15 +161,27 @@ def main(argv: list[str] | None = None) -> int:
         batch_invariant=args.batch_invariant,
         # The served app keeps its own threads off the engine's cores (serving.cores.split_cores);
         # in-process page tests (AppTest) never run this, so the test runner is never pinned.
-        pin_server=os.environ.get(ENV["pin_server"], "1") == "1",
+        pin_server=not args.no_pin,
+        pin=not args.no_pin,
+        threads=args.threads,
+        caps=str(Path(args.caps).resolve()) if args.caps else None,
+        catalogs=tuple(args.catalog),
     ).over(replace(base, class_model=None) if not classroom else base)
+    try:  # the instructor's files are checked now (fail fast), not at the app's first page
+        if args.threads < 0:
+            raise EngineError(f"--threads must be 0 (every core but one) or more (got {args.threads})")
+        settings = replace(settings, catalogs=check_extra_catalogs(list(settings.catalogs)))
+        if settings.caps:
+            load_caps(settings.caps)
+    except EngineError as err:
+        print(f"two-pot-kitchen: {err}", file=sys.stderr)
+        return 2
     if settings.class_model and not settings.class_key and \
             server_address(passthrough) not in (None, "127.0.0.1", "localhost", "::1"):  # fmt: skip
         print("two-pot-kitchen: warning: no --class-key: anyone who can reach this address can order "
               "from the class kitchen", file=sys.stderr)  # fmt: skip
-    os.environ.update(settings.to_env())  # the Streamlit process inherits them
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    cmd = streamlit_command(passthrough)
+    cmd = streamlit_command(passthrough, settings.write())
     if args.print_command:
         print(" ".join(cmd))
         return 0

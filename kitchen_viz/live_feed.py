@@ -43,8 +43,8 @@ from kitchen_viz.class_rail import rail_html
 from kitchen_viz.live_panels import live_panel_data
 from kitchen_viz.panels import PanelValues, panel_values
 from kitchen_viz.timeline import LiveRun
+from serving.host_client import HostClient
 from serving.job import Job
-from serving.kitchen_client import ServerKitchen
 
 CLASS_RAIL_TITLE = "<div class='tpk-class-rail-title'>The class kitchen's rail: every order in the pot now</div>"
 FEED_PATH = "/two-pot/feed/"  # + token; under Streamlit's server.baseUrlPath
@@ -62,7 +62,7 @@ _MOUNTED = threading.Event()
 class Feed:
     """One order's feed: its job, a timeline of its own (the page keeps another), the scene's settings."""
 
-    svc: ServerKitchen  # the session's kitchen: for the place in line
+    svc: HostClient  # the session's kitchen: for the place in line
     job: Job  # its kitchen appends the events
     run: LiveRun
     presenter: bool
@@ -80,8 +80,8 @@ def queue_line(place: int, in_kitchen: int) -> str:
 
 def wait_line(svc, job) -> str:
     """What a waiting order is told: the machine's stove line, naming the order cooking on it, when
-    another kitchen holds the stove (serving/stove.py); else its place in this kitchen's line."""
-    stove = job.stove_line() if hasattr(job, "stove_line") else None
+    another kitchen holds the stove (serving/device_lock.py); else its place in this kitchen's line."""
+    stove = job.waiting_line() if hasattr(job, "waiting_line") else None
     if stove:
         return stove
     place = job.place_in_line()

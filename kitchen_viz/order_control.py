@@ -4,17 +4,17 @@ Why a module of its own: the order form (kitchen_ui.py) says what a learner may 
 what happens to an order once it is in the kitchen, which the serving side enforces
 (serving/caps.py, serving/job.py) and the page only words and wires up:
 
-  caps      `order_caps()` reads the instructor's file (`two-pot-kitchen --caps caps.toml`);
-            `refuse_over_caps` refuses an order over a cap in one line naming it, and the order's
-            time cap becomes the job's time limit (cancelled past it, in one line);
+  caps      `order_caps()` reads the instructor's file (`two-pot-kitchen --caps caps.toml`) for the
+            controls' ceilings; the kitchen's host enforces them (serving/host/host.py), the time
+            cap included (an order past it ends in one line);
   Cancel    `draw_cancel` shows the button while this session's order waits or cooks; the job
             leaves the stove's line, or its tables leave the batch at the next step
-            (serving/kitchen_client.py);
+            (serving/host_client.py);
   page gone Streamlit has no "session ended" callback, so `watch_session` hands the job a probe,
             "is this browser session still connected?" (Streamlit's runtime, thread-safe), which
             the kitchen's watcher asks every second: a page closed or reloaded for ABANDON_S
             has its order cancelled (a brief reconnect does not);
-  stove     `draw_shared_stove` says when something else used the engine's cores while the order
+  stove     `draw_shared_cores` says when something else used the engine's cores while the order
             was measured (what an order waits for, the stove included: live_feed.wait_line).
 """
 
@@ -39,16 +39,6 @@ def order_caps() -> Caps:
     except EngineError as err:
         st.error(f"Caps file: {err}; using the default caps.")
         return Caps()
-
-
-def refuse_over_caps(caps: Caps, prompt_ids: list[list[int]], max_new_tokens: int) -> None:
-    """Raise `CapExceeded` (one line naming the cap and its value) for an order over a cap."""
-    caps.check([len(p) for p in prompt_ids], max_new_tokens)
-
-
-def time_limit(caps: Caps) -> dict:
-    """`ServerKitchen.submit`'s keyword arguments for the order's time cap."""
-    return {"time_limit_s": caps.max_order_seconds, "time_limit_line": caps.time_line()}
 
 
 def session_alive_probe():
@@ -96,11 +86,11 @@ def is_cancelled(error: str | None) -> bool:
     return bool(error) and error.startswith("cancelled")
 
 
-def draw_shared_stove(job, load: float | None = None, cores: int | None = None) -> None:
+def draw_shared_cores(job, load: float | None = None, cores: int | None = None) -> None:
     """One line when something else used the engine's cores while this order was measured: the
     kitchen's own note (another order shared the passes), and the machine's load when other
     programs kept more cores busy than it has (`busy_line`)."""
-    note = getattr(job, "shared_stove", None)
+    note = getattr(job, "shared_cores", None)
     if note:
         st.warning(f"Measured while the stove was shared: {note}.")
     busy = busy_line(load, cores)

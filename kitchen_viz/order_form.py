@@ -28,7 +28,8 @@ from kitchen_viz.orders import (
     tighter,
 )
 from kitchen_viz.wok_win import Rates, rates_from, wok_win_order
-from serving.kitchen_client import ServerKitchen
+from serving.host.api import OrderForm
+from serving.host_client import HostClient
 
 LESSONS_PAGE = "pages/lessons.py"
 K_MODE, K_TEXT, K_PLEN, K_BATCH, K_NEW, K_TEMP = (
@@ -151,7 +152,7 @@ def count_control(label: str, low: int, high: int, key: str, help: str) -> int:
     return st.number_input(label, min_value=low, max_value=high, step=1, key=key, help=help)
 
 
-def order_ui(svc: ServerKitchen, seed: int) -> Order | None:
+def order_ui(svc: HostClient, seed: int) -> Order | None:
     """The order form: three columns of controls, then the Cook row. Returns an Order when Cook
     was pressed (`start_cook` has the engine check it).
 
@@ -196,7 +197,7 @@ def order_ui(svc: ServerKitchen, seed: int) -> Order | None:
                 refusal = "the prompt is empty (only spaces or line breaks): write at least one word"
             else:
                 try:
-                    plen = len(svc.check([text], max_new)[0])
+                    plen = len(svc.check(OrderForm([text], max_new)).prompt_ids[0])
                 except EngineError as err:
                     refusal = str(err)
             if refusal:
@@ -277,7 +278,7 @@ def measured_rates() -> Rates | None:
     return rates_from(result.metrics, "your last order")
 
 
-def wok_win_button(svc: ServerKitchen, caps, disabled: bool) -> None:
+def wok_win_button(svc: HostClient, caps, disabled: bool) -> None:
     """One click: an order sized so the wok wins on this machine (kitchen_viz/wok_win.py), set in the
     controls and cooked at once."""
     ctx = svc.info.max_context
@@ -304,7 +305,7 @@ def wok_win_button(svc: ServerKitchen, caps, disabled: bool) -> None:
 
 
 def prompt_ui(
-    svc: ServerKitchen, max_new: int, order_tokens: int | None = None
+    svc: HostClient, max_new: int, order_tokens: int | None = None
 ) -> tuple[str | None, int | None]:
     """A written prompt (text, None) or a generated one of N tokens (None, N)."""
     mode = st.radio("Prompt", MODES, key=K_MODE, horizontal=True, label_visibility="collapsed")

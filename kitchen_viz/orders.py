@@ -1,8 +1,8 @@
 """What a learner orders, the limits on it, and the job that carries it to the kitchen.
 
 Why here and not in the page: the limits ("why can't I pick batch 64?") are arithmetic on the
-model's context and the KV budget, and the order's prompts are built by the kitchen (its host
-owns the tokenizer), so both must be testable without a browser.
+model's context and the KV budget, and the order becomes the form its host checks (the host's
+engine owns the tokenizer), so both must be testable without a browser.
 
 Worked example, the chef (context 512) with max_new_tokens 64: a prompt may be at most
 512 - 64 = 448 tokens; with a 2 MB KV budget, 12,288 KV bytes per token and prompt 100,
@@ -14,6 +14,8 @@ The engine computes those numbers (`Engine.limits`) and refuses anything beyond 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from serving.host.api import OrderForm
 
 MAX_TABLES = 64  # the batch slider's ceiling even when memory would allow more
 DEFAULT_PROMPT = "ROMEO:\nO, she doth teach the torches to burn bright!\n"
@@ -149,44 +151,15 @@ class Order:
     prompt_tokens: int | None = None  # or: each table gets this many tokens of FILLER
     reuse_prefix: bool = False  # start from leftovers a cached prefix holds (the Leftovers lesson); off: cook every token
 
-    def prompts(self, engine) -> list:
-        """The batch's prompts: `engine` is anything with the engine's `info` and `encode` (the kitchen, an Engine)."""
+    def form(self) -> OrderForm:
+        """The order as the kitchen's host checks it: the written text for every table, or `batch`
+        generated prompts the engine cuts from FILLER (serving/host/api.py `generated_prompts`)."""
+        settings = {"temperature": self.temperature, "seed": self.seed, "reuse_prefix": self.reuse_prefix}
         if self.text is not None:
-            return [self.text] * self.batch
-        if engine.info.has_tokenizer:
-            filler = engine.encode(FILLER)
-        else:  # a preset without a tokenizer: any in-vocabulary ids (its text is noise anyway)
-            filler = [(7919 * i) % engine.info.vocab_size for i in range(1, 257)]
-        return generated_prompts(filler, self.prompt_tokens or 1, self.batch)
+            return OrderForm([self.text] * self.batch, self.max_new_tokens, settings)
+        return OrderForm([], self.max_new_tokens, settings, FILLER, self.batch, self.prompt_tokens or 1)
 
     @property
     def label(self) -> str:
         size = f"{self.prompt_tokens} tokens" if self.text is None else f"{len(self.text)} chars"
         return f"cook {self.batch} table(s), prompt {size}, {self.max_new_tokens} new"
-
-
-def generated_prompts(filler_ids: list[int], n_tokens: int, batch: int) -> list[list[int]]:
-    """`batch` prompts of exactly `n_tokens` ids each, cut from the filler at different offsets.
-
-    Example: filler ids [1..10], n_tokens 4, batch 2 -> [[1, 2, 3, 4], [8, 9, 10, 1]].
-    """
-    if not filler_ids:
-        raise ValueError("the filler text encoded to no tokens")
-    stride = 7
-    out = []
-    for table in range(batch):
-        start = (table * stride) % len(filler_ids)
-        out.append([filler_ids[(start + i) % len(filler_ids)] for i in range(n_tokens)])
-    return out
-
-
-@dataclass(frozen=True)
-class Cook:
-    """The job for one order: the kitchen (serving/kitchen_client.py) reads `order` and sends the
-    order itself to its host; code never travels."""
-
-    order: Order
-
-
-def cook(order: Order) -> Cook:
-    return Cook(order)

@@ -18,7 +18,7 @@ from kitchen_viz import live_feed
 from kitchen_viz.app_state import current_settings, run_log
 from kitchen_viz.compare import draw_compare, keep, kept_order
 from kitchen_viz.lab_page_kit import page_target
-from kitchen_viz.order_control import draw_shared_stove, is_cancelled, plain_line
+from kitchen_viz.order_control import draw_shared_cores, is_cancelled, plain_line
 from kitchen_viz.timeline import LiveRun
 from kitchen_viz.whole_class import draw_whole_class
 from lab.cache import latest_roof
@@ -56,7 +56,7 @@ def machine_load() -> float | None:
     """The machine's 1-minute load average (None where the OS does not say)."""
     try:
         return os.getloadavg()[0]
-    except OSError:
+    except (OSError, AttributeError):  # Windows has no load average
         return None
 
 
@@ -79,7 +79,7 @@ def draw_outcome(device: str, dtype: str) -> None:
         return
     if job is None or not job.finished or job.result is None:
         return
-    draw_shared_stove(job, st.session_state.get("tpk_load"), os.cpu_count())
+    draw_shared_cores(job, st.session_state.get("tpk_load"), os.cpu_count())
     draw_diagnosis(job.result, device, dtype)
     board = st.session_state.get("tpk_board")
     if board is not None:

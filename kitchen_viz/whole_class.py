@@ -1,6 +1,6 @@
 """The whole class beside your order: the same section on the class order page and on the Kitchen.
 
-Both pages order from a class kitchen, so both can show what the board (serving/class_board.py)
+Both pages order from a class kitchen, so both can show what the board (serving/http/board.py)
 says about the steps that cooked the order: your TTFT and TPOT beside the kitchen's medians over
 its last minute, how many of your steps the pot shared with someone else's order, the pot's batch
 size at every step while yours cooked (tickets joining mid-service marked), and the rail now.

@@ -38,7 +38,7 @@ class Rates:
 
 
 @dataclass(frozen=True)
-class WokWinOrder:
+class PrefillWinOrder:
     prompt: int
     batch: int
     new: int
@@ -53,7 +53,7 @@ def rates_from(metrics, source: str) -> Rates | None:
     return Rates(metrics.prefill_tps, metrics.tpot_s, source)
 
 
-def wok_win_order(longest_prompt: Callable[[int], int], most_new: int, rates: Rates | None) -> WokWinOrder:
+def wok_win_order(longest_prompt: Callable[[int], int], most_new: int, rates: Rates | None) -> PrefillWinOrder:
     """One table, the longest prompt, and as many new tokens as keep TTFT >= TARGET_SHARE of E2E.
 
     `longest_prompt(new)` is the Kitchen's prompt ceiling for `new` new tokens (the model's context
@@ -61,7 +61,7 @@ def wok_win_order(longest_prompt: Callable[[int], int], most_new: int, rates: Ra
     new = min(FEWEST_NEW, most_new)
     prompt = longest_prompt(new)
     if rates is None:
-        return WokWinOrder(prompt, 1, new, None, (
+        return PrefillWinOrder(prompt, 1, new, None, (
             f"the longest prompt this model takes ({prompt:,} tokens) and {new} new tokens; nothing "
             "measured yet, so the pot gets a single step (cook once and this order is sized from the rates)"
         ))  # fmt: skip
@@ -71,7 +71,7 @@ def wok_win_order(longest_prompt: Callable[[int], int], most_new: int, rates: Ra
     prompt = longest_prompt(new)
     ttft, pot = prompt / rates.wok_tps, (new - 1) * rates.tpot_s
     share = ttft / (ttft + pot) if ttft + pot > 0 else 1.0
-    return WokWinOrder(prompt, 1, new, share, (
+    return PrefillWinOrder(prompt, 1, new, share, (
         f"the longest prompt this model takes with {new} new tokens ({prompt:,}); from {rates.source} "
         f"(wok {rates.wok_tps:,.0f} tok/s, TPOT {fmt_s(rates.tpot_s)}) TTFT should be about "
         f"{share:.0%} of E2E"

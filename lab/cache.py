@@ -119,7 +119,7 @@ def remember_roof(roof, cache: ResultCache | None = None) -> None:
 
 
 def latest_roof(device: str, dtype: str, cache: ResultCache | None = None):
-    """The most recent `bench.roofline.Roofline` measured for this device/dtype, or None.
+    """The most recent `engine.bench.roofline.Roofline` measured for this device/dtype, or None.
 
     The kitchen page passes it to `lab.inspector.diagnose`, which can then tell a bandwidth-bound
     pot from a compute-bound one; without it the inspector says it cannot tell.

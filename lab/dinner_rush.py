@@ -8,10 +8,10 @@ is free, the next ticket joins at once, mid-service.
 Engine words: `static` admits a batch when the engine is empty and runs it until its last
 sequence finishes; `continuous` schedules per iteration (Orca, vLLM): finished sequences leave and
 waiting ones join at every step (engine/scheduler.py). The same seeded Poisson stream of orders
-(`bench.serve_bench.make_requests`: exponential gaps, a mix of short answers and the odd long one)
+(`engine.workload.make_requests`: exponential gaps, a mix of short answers and the odd long one)
 is replayed in real time under each policy on the same weights (`lab.serve_replay`).
 
-Measured per policy, vLLM's definitions (bench.serve_bench.report): requests/s and output tokens/s
+Measured per policy, vLLM's definitions (engine.bench.serve_bench.report): requests/s and output tokens/s
 from the first arrival to the last finish; each request's TTFT and TPOT (their distributions are
 drawn); and every step of the stove, with the tickets it held and its prefill and decode tokens,
 for the timeline.
@@ -25,8 +25,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from bench.serve_bench import Dist, PolicyReport, make_requests, report
+from engine.bench.serve_bench import PolicyReport, report
 from engine.errors import EngineError
+from engine.workload import Dist, make_requests
 from lab.experiment import Experiment, Prediction, StoryLink
 from lab.noise import Machine, MachineWatch
 from lab.plot_kit import GREY, POT, WOK, finish, guess_marker

@@ -54,7 +54,7 @@ from engine.trace import Metrics, StepRecord, Trace
 from lab.units import fmt_s, fmt_tps, reused_words
 
 if TYPE_CHECKING:  # the roofline module is optional at import time; we only read its fields
-    from bench.roofline import Roofline
+    from engine.bench.roofline import Roofline
 
 # Thresholds, stated once so the page can show them.
 BOTTLENECK_SHARE = 0.60  # a phase >= 60 % of E2E is the bottleneck; below that for both: balanced

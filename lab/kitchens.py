@@ -39,25 +39,36 @@ from engine.loader import ModelInfo
 from engine.model import Transformer, decode_one_token, prefill
 from engine.results import GenerationResult
 from engine.sampling import SamplingParams, sample
-from engine.text import IncrementalDecoder, TextCodec, encode_prompts
+from engine.text import IncrementalDecoder, TextCodec
 from engine.trace import Trace, measured_step
 
+CACHE_MODES = ("static", "growing", "none")  # the lessons' knobs: the engine itself only runs static and packed
+BATCHING_MODES = ("padded", "packed")
 
-def on_seats(req: RequestSettings, prompts: list[list[int]]) -> bool:
+
+def on_seats(cache: str, batching: str, prompts: list[list[int]]) -> bool:
     """Whether the engine's seats cook this order exactly as asked (they never pad)."""
-    return req.cache == "static" and (req.batching == "packed" or len({len(p) for p in prompts}) == 1)
+    return cache == "static" and (batching == "packed" or len({len(p) for p in prompts}) == 1)
 
 
-def stream(engine, prompts, max_new_tokens: int = 64, **settings) -> Iterator[Event]:
-    """`engine.stream()` with the lessons' knobs: the seats where they cook it, else a kitchen here."""
-    req = RequestSettings(max_new_tokens=max_new_tokens, **settings)
-    ids = encode_prompts(prompts, engine.codec)
-    if on_seats(req, ids):
+def stream(engine, prompts, max_new_tokens: int = 64, cache: str = "static", batching: str = "packed",
+           **settings) -> Iterator[Event]:  # fmt: skip
+    """`engine.stream()` with the lessons' knobs, `cache` and `batching`: the seats where they cook
+    it, else a kitchen here. A knob's bad value is refused in one line, as the engine refuses its own."""
+    if cache not in CACHE_MODES:
+        raise EngineError(f"unknown cache mode '{cache}' (choose {', '.join(CACHE_MODES)})")
+    if batching not in BATCHING_MODES:
+        raise EngineError(f"unknown batching '{batching}' (choose {', '.join(BATCHING_MODES)})")
+    graph_line = "cuda_graph=True replays the seats' decode graphs: use cache='static' and batching='packed'"
+    if settings.get("cuda_graph") and cache != "static":
+        raise EngineError(graph_line)
+    ids = engine.check(prompts, max_new_tokens, **settings)  # the engine's one-line refusals of sizes and settings
+    if on_seats(cache, batching, ids):
         return engine.stream(ids, max_new_tokens, **settings)
+    req = RequestSettings(max_new_tokens=max_new_tokens, **settings)
     if req.cuda_graph:
-        raise EngineError("cuda_graph=True replays the seats' decode graphs: use cache='static' and batching='packed'")
-    engine.check(ids, max_new_tokens, **settings)  # the engine's one-line refusals of sizes and settings
-    return FixedBatch(engine.model, engine.codec, engine.info, ids, req, 0).events()
+        raise EngineError(graph_line)
+    return FixedBatch(engine.model, engine.codec, engine.info, ids, req, 0, cache, batching).events()
 
 
 def generate(engine, prompts, max_new_tokens: int = 64, **settings):
@@ -160,10 +171,11 @@ class FixedBatch:
     path = "fixed batch"
 
     def __init__(self, model: Transformer, codec: TextCodec | None, info: ModelInfo, prompts: list[list[int]],
-                 req: RequestSettings, request_id: int):  # fmt: skip
+                 req: RequestSettings, request_id: int, cache: str = "static", batching: str = "packed"):  # fmt: skip
         self.model, self.codec, self.info = model, codec, info
         self.cfg, self.device = model.cfg, model.device
         self.prompts, self.req, self.request_id = prompts, req, request_id
+        self.cache, self.batching = cache, batching
 
     def events(self) -> Iterator[Event]:
         with torch.inference_mode():
@@ -196,15 +208,15 @@ class FixedBatch:
         B, lengths = len(prompts), [len(p) for p in prompts]
         gens = [torch.Generator(device=self.device).manual_seed(req.seed + i) for i in range(B)]  # table i: seed + i
         max_slots = max(lengths) + req.max_new_tokens - 1  # the last token is never fed back
-        batch = build_batch(prompts, req.batching, self.device, max_slots)
+        batch = build_batch(prompts, self.batching, self.device, max_slots)
         store = {"static": lambda: SeatPool(cfg, B, max_slots, self.model.dtype, self.device),
-                 "growing": lambda: GrowingKV(cfg.n_layers)}.get(req.cache, lambda: None)()  # fmt: skip
+                 "growing": lambda: GrowingKV(cfg.n_layers)}.get(self.cache, lambda: None)()  # fmt: skip
         per_token = cfg.kv_bytes_per_token(self.model.dtype.itemsize)
         live = [0] * B  # real tokens each row keeps (padding and junk slots excluded)
         out: list[list[int]] = [[] for _ in prompts]
         decoders = [IncrementalDecoder(self.codec, p) for p in prompts]
         trace = Trace()
-        yield from clock.emit([PrefillStart(clock.now(), B, lengths, batch.computed, req.batching, request_id=rid)])
+        yield from clock.emit([PrefillStart(clock.now(), B, lengths, batch.computed, self.batching, request_id=rid)])
 
         t_start = clock.now()  # the wok: one pass over every prompt token
         logits = self._prefill(batch, store)
@@ -238,7 +250,7 @@ class FixedBatch:
             step += 1
             t_start = clock.now()
             if store is None:  # recompute: the whole sequence again, through the wok's pass
-                full = build_batch([prompts[r] + out[r] for r in rows], req.batching, self.device)
+                full = build_batch([prompts[r] + out[r] for r in rows], self.batching, self.device)
                 logits = prefill(self.model, full, None)
                 work = (sum(full.lengths), full.computed, 0, full.attn_pairs)
             else:
@@ -263,7 +275,7 @@ class FixedBatch:
         allocated = store.peak_bytes if isinstance(store, GrowingKV) else store.bytes_reserved if store else 0
         texts = [self.codec.decode(t) if self.codec is not None else "" for t in out]
         result = GenerationResult.of(
-            out, prompts, trace, allocated, texts, settings=asdict(req), model=self.info.name, device=str(self.device),
+            out, prompts, trace, allocated, texts, settings=asdict(req) | {"cache": self.cache, "batching": self.batching}, model=self.info.name, device=str(self.device),
             dtype=self.info.precision, request_id=rid, path=self.path,
         )  # fmt: skip
         yield from clock.emit([Done(clock.now(), result, request_id=rid)])

@@ -13,7 +13,7 @@ prompt tokens looked up (`ServingState.prefix_queries`, `prefix_hits`); each req
 `cached_tokens`.
 
 Measured, two ways:
-1. One order, cold and warm (`bench.prefix_reuse.time_reuse`, the benchmark's own measurement):
+1. One order, cold and warm (`engine.bench.prefix_reuse.time_reuse`, the benchmark's own measurement):
    for each share of the prompt that is the house prefix, the TTFT of an order on an engine without
    reuse against the same order after a first order with that prefix has finished; the median of
    at least three repeats with their range (drawn as error bars), and "faster" is said only where the
@@ -32,9 +32,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from bench.prefix_reuse import ReuseTiming, time_reuse
-from bench.serve_bench import Request
+from engine.bench.prefix_reuse import ReuseTiming, time_reuse
 from engine.errors import EngineError
+from engine.workload import Request
 from lab.experiment import Experiment, Prediction, StoryLink
 from lab.noise import MIN_REPEATS, SPREAD_LEGEND, Machine, MachineWatch, Spread, clearly_apart, error_bars
 from lab.plot_kit import GREY, POT, WOK, finish, guess_marker

@@ -8,7 +8,7 @@ charts draw the range as error bars, and a conclusion is stated only where the e
 the spread (`clearly_apart`); otherwise the page says it is too noisy to say, and why.
 
 What else ran: `MachineWatch` wraps one measurement with the Kitchen's own meter
-(`serving.stove.StoveMeter`: the CPU time the engine's cores spent on anything but the engine and
+(`serving.device_lock.CoreMeter`: the CPU time the engine's cores spent on anything but the engine and
 the process that started it) and the machine's load average, so each Lab result says when other
 work used the engine's cores while it was measured. It runs inside the engine's process: the
 engine's cores are this process's own (`os.sched_getaffinity`), and the process that started it is
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from statistics import median
 
-from serving.stove import StoveMeter
+from serving.device_lock import CoreMeter
 
 MIN_REPEATS = 3  # a median of fewer than three is one lucky or unlucky run
 
@@ -111,7 +111,7 @@ class Machine:
 def _load() -> float:
     try:
         return os.getloadavg()[0]
-    except OSError:
+    except (OSError, AttributeError):  # Windows has no load average
         return 0.0
 
 
@@ -131,7 +131,7 @@ class MachineWatch:
         self.load0 = _load()
         # The Kitchen's meter subtracts the engine's process and the one that started it; here this
         # process is the engine and its parent the server, so the roles swap and the sum is the same.
-        self.meter = StoveMeter(self.cores, os.getppid())
+        self.meter = CoreMeter(self.cores, os.getppid())
 
     def stamp(self, result):
         """The result (a dataclass with a `machine` field) with this watch's finding on it."""

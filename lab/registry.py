@@ -51,6 +51,7 @@ How to add an experiment (one module and one line here):
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -69,6 +70,7 @@ from lab.smaller_portions import EXPERIMENT as PORTIONS
 from lab.stall import EXPERIMENT as STALL
 from lab.tables import EXPERIMENT as TABLES
 from lab.two_kitchens_lab import EXPERIMENT as TWO_KITCHENS
+from serving.host import wire
 
 EXPERIMENTS: list[Experiment] = [
     BANQUET,
@@ -109,9 +111,8 @@ DASHBOARD = LabPage("pages/dashboard.py", "Dashboard: all runs", ":material/dash
 class LabRun:
     """One experiment's run as a kitchen's job: `job = svc.submit(LabRun("padding", settings), ...)`.
 
-    It lives beside the registry because its key names an experiment there. A kitchen host
-    receives its `key`, `settings` (and, in process, `run`) and runs the experiment in its kitchen
-    loop between orders (lab/on_server.py).
+    It lives beside the registry because its key names an experiment there. A host receives its
+    `key` and `settings` and runs the experiment in its loop between orders (lab/sweeps.py).
     `keep(result)` runs wherever the result arrives, as soon as it does (the app stores it there, so
     a measurement survives the learner closing the tab mid-run); the job's result is what it returns.
     """
@@ -119,4 +120,15 @@ class LabRun:
     key: str
     settings: Any
     keep: Callable[[Any], Any] | None = None
-    run: Callable | None = None  # the experiment's run function (default: the registry's, by key)
+
+
+def _register_lab_types() -> None:
+    """Every dataclass of the Lab, the engine and serving may cross a host's pipe and its HTTP routes
+    (serving/host/wire.py): an experiment's settings, points and results, and the engine's, the
+    bench's and the two kitchens' measurements they hold. The modules are those this registry has loaded."""
+    for name, module in list(sys.modules.items()):
+        if name.startswith(("lab.", "engine.", "serving.")) and module is not None:
+            wire.register_module(module)
+
+
+_register_lab_types()

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.roofline import MemoryRoof, Roofline
+from engine.bench.roofline import MemoryRoof, Roofline
 
 NOISE_MARGIN = 0.10  # a roof measured on shared cores is trusted to within 10 %
 

@@ -7,7 +7,7 @@ the pantry door.
 
 Engine words: a pass with F FLOPs and B bytes has intensity I = F / B. The machine can reach at
 most min(peak FLOP/s, bandwidth x I). Both roofs are measured in this same run
-(`bench.roofline.measure_roofline`), not read off a spec sheet. Each measured step is placed at
+(`engine.bench.roofline.measure_roofline`), not read off a spec sheet. Each measured step is placed at
 its analytic I (from `engine.costs`, carried in the trace) and its achieved FLOP/s = F / forward
 time, under the roof that explains it (`lab.roof_placement`: the DRAM roof, or the roof of the cache
 its bytes fit in). The theory point sits straight above it on that roof; the gap is the % of roof
@@ -31,7 +31,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
-from bench.roofline import Roofline, best_roof, measure_roofline
+from engine.bench.roofline import Roofline, best_roof, measure_roofline
 from engine.costs import step_cost
 from lab.experiment import Experiment, Prediction, StoryLink, decode_verdict
 from lab.model_for import ASSISTANT

@@ -1,6 +1,6 @@
 """A stream of orders through the engine's serving core, with every step kept: the serving labs' stopwatch.
 
-Why not `bench.serve_bench.replay` as it is: it keeps only each request's result, and the serving
+Why not `engine.bench.serve_bench.replay` as it is: it keeps only each request's result, and the serving
 labs also draw the stove itself: which tickets each step held and how many of its tokens were the
 wok's (prefill) or the pot's (decode). So this replays the same kind of stream (the benchmark's
 `Request` list, from its seeded `make_requests`) the same way, in real time, submitting each
@@ -21,10 +21,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from bench.serve_bench import Request
-from engine.engine import Engine, ServingConfig, ServingState
+from engine.engine import Engine, ServingState
 from engine.events import Done, StepEnd
 from engine.results import RequestOutput
+from engine.workload import Request
 
 
 @dataclass(frozen=True)
@@ -68,8 +68,9 @@ def serving_engine(
     prefix_cache: bool = False,
 ) -> Engine:
     """An engine on `base`'s weights with these serving settings (refused in one line when invalid)."""
-    serving = ServingConfig(policy, token_budget, max_seqs, max_seq_len, prefix_cache=prefix_cache)
-    return Engine(base.model, base.codec, base.info, base.kv_budget_bytes, serving)
+    settings = base.settings.but(policy=policy, token_budget=token_budget, max_seqs=max_seqs, max_seq_len=max_seq_len,
+                                 prefix_cache=prefix_cache)  # fmt: skip
+    return Engine(base.model, base.codec, base.info, settings)
 
 
 def replay(engine: Engine, requests: list[Request]) -> ReplayResult:

@@ -38,7 +38,7 @@ from lab.progress import ProgressFn, ProgressTracker
 from lab.serving_verdicts import diagnose_two_kitchens
 from lab.workload import check_fits, prompt_ids
 from serving.two_kitchens import (
-    KitchenRun,
+    DisaggregatedRun,
     Link,
     StreamOrder,
     one_kitchen_stream,
@@ -76,7 +76,7 @@ class TwoKitchensResult:
     kv_bytes_per_token: int
     kv_formula: str  # "2 x 6 layers x 4 KV heads x 32 x 4 B"
     link: Link
-    handoffs: list[KitchenRun]
+    handoffs: list[DisaggregatedRun]
     one: list[StreamOrder]
     two: list[StreamOrder]
     same_tokens: bool  # every order's tokens equal in both kitchens

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build llama.cpp (the peer a CPU user would pick instead of our engine) from the source that
-# PyPI's llama-cpp-python sdist vendors, for `python -m bench peers`. Optional; never run in CI.
+# PyPI's llama-cpp-python sdist vendors, for `python -m engine bench peers`. Optional; never run in CI.
 #
 #   scripts/build_llama_cpp.sh [PREFIX]        (default /work/peers/llama.cpp; -j from $JOBS, 2)
 #
@@ -8,7 +8,7 @@
 # Layout under PREFIX: src/ (the sdist), tree -> the vendored llama.cpp source (it holds
 # convert_hf_to_gguf.py and gguf-py), build/bin/ (llama-bench, llama-batched-bench, llama-server,
 # llama-cli, llama-perplexity and the shared libraries; llama-cpp-python can use them via
-# LLAMA_CPP_LIB_PATH). llama-perplexity's --kl-divergence is how bench/int8_quality.py measures Q8_0.
+# LLAMA_CPP_LIB_PATH). llama-perplexity's --kl-divergence is how engine/bench/int8_quality.py measures Q8_0.
 #
 # AMX is switched off: -march=native sees AMX on these VMs, and the VM traps the instructions, so a
 # default build dies with SIGILL on any q8_0 model.

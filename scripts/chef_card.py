@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from bench.contestants import cpu_name
+from engine.bench.contestants import cpu_name
 
 
 def sample_text(model, tok, prompt: str, n: int, seed: int, temperature: float = 0.8) -> str:

@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/class_load.py --out docs/benchmarks/class-server-cpu.json
 
-Starts each server on 127.0.0.1, drives it with serving/loadgen.py, and records:
+Starts each server on 127.0.0.1, drives it with serving/clients/loadgen.py, and records:
 
   1. crowd    30 students streaming at once (ids prompts, greedy): errors, and every answer checked
               against the same prompt served alone (--verify): zero lost or mixed-up streams; then
@@ -39,8 +39,8 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.serve_bench import Dist  # noqa: E402
-from serving.loadgen import make_load, rss_kb, run_load, serve_alone, summarize  # noqa: E402
+from engine.workload import Dist  # noqa: E402
+from serving.clients.loadgen import make_load, rss_kb, run_load, serve_alone, summarize  # noqa: E402
 
 CHEF = str(REPO / "engine" / "models" / "chef")
 RUSH_BEGIN = "<!-- rush: scripts/class_rush.py -->"
@@ -140,7 +140,7 @@ def main() -> int:
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    ours = start([sys.executable, "-m", "serving.server", "--model", "chef", "--port", str(port)], url, "/health",
+    ours = start([sys.executable, "-m", "serving.http.server", "--model", "chef", "--port", str(port)], url, "/health",
                  logs / "class-server.log")  # fmt: skip
     try:
         out["crowd_30_students"] = load(url, "chef", 150, 30.0, 30, "ids", True, 0)
@@ -155,7 +155,7 @@ def main() -> int:
         stop(ours)
     port = free_port()  # the same class in batch-invariant mode (engine/invariance.py)
     url = f"http://127.0.0.1:{port}"
-    ours = start([sys.executable, "-m", "serving.server", "--model", "chef", "--port", str(port), "--batch-invariant"],
+    ours = start([sys.executable, "-m", "serving.http.server", "--model", "chef", "--port", str(port), "--batch-invariant"],
                  url, "/health", logs / "class-server-invariant.log")  # fmt: skip
     try:
         out["crowd_30_students_batch_invariant"] = load(url, "chef", 150, 30.0, 30, "ids", True, 0)
@@ -203,7 +203,7 @@ def render(d: dict) -> list[str]:
     out = ["# The class kitchen under a class's load (this CPU)", "",
            f"Measured {d['machine']['date']} on this project's 2-core machine by `scripts/class_load.py` "
            "(`two-pot-kitchen serve --model chef`, policy chunked, prefix reuse on; the load from "
-           "`python -m serving.loadgen`, streaming, greedy, 32 new tokens, measured at the client). "
+           "`python -m serving.clients.loadgen`, streaming, greedy, 32 new tokens, measured at the client). "
            "Every number is copied by the script from `class-server-cpu.json`.", "",
            "| load | requests | errors | mismatches | req/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | TPOT p50 ms |",
            "|---|---:|---:|---:|---:|---:|---:|---:|",

@@ -1,4 +1,4 @@
-"""The class kitchen under a rush bigger than the room, measured on this machine (serving/rush.py).
+"""The class kitchen under a rush bigger than the room, measured on this machine (serving/clients/rush.py).
 
     .venv/bin/python scripts/class_rush.py --out docs/benchmarks/class-server-rush.json
 
@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from kitchen_server import kitchen_process  # noqa: E402
 
-from serving.rush import rush, slow_reader  # noqa: E402
+from serving.clients.rush import rush, slow_reader  # noqa: E402
 
 BEGIN, END = "<!-- rush: scripts/class_rush.py -->", "<!-- /rush -->"
 
@@ -70,7 +70,7 @@ def render(d: dict) -> list[str]:
         BEGIN,
         "## A rush bigger than the room",
         "",
-        f"Measured {load['date']} by `scripts/class_rush.py` (serving/rush.py; the same scenarios are asserted by "
+        f"Measured {load['date']} by `scripts/class_rush.py` (serving/clients/rush.py; the same scenarios are asserted by "
         f"tests/test_class_rush.py). The machine was shared: load average {load['loadavg_before'][0]:.1f} before, "
         f"{load['loadavg_after'][0]:.1f} after, on {load['cpus']} cores.",
         "",

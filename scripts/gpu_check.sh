@@ -7,12 +7,12 @@
 # else to /tmp/gpu_check_out. Every step has its own timeout, so a hang costs minutes, not the lease.
 #
 # What it checks (issue 2): `pytest -m gpu`, then `python -m engine bench --device cuda`, which
-# also times our engine with cuda_graph=True. Targets (issue 15, bench/report.py): decode with CUDA
+# also times our engine with cuda_graph=True. Targets (issue 15, engine/bench/report.py): decode with CUDA
 # graphs >= 5x faster than HF eager `generate` (decode_tpot_cuda_graph_vs_hf_b1 <= 0.2); batch-1 TPOT
 # with graphs <= 1.0 ms (135M shape) and <= 1.2 ms (1B shape) (decode_tpot_cuda_graph_vs_goal_b1
 # <= 1); the 1B shape's 8 x 1024 prefill >= 65 % of the measured GEMM peak (..._vs_gpu_goal >= 1).
 # The gpu-marked tests include the serving core's graph buckets (tests/test_engine_serving.py).
-# Issue 15 adds: bf16 parity on the chef (bench/bf16_parity.py), and the lab computed on the GPU
+# Issue 15 adds: bf16 parity on the chef (engine/bench/bf16_parity.py), and the lab computed on the GPU
 # (scripts/lab_gpu.py compute, results pickled in $OUT/lab-gpu); draw them afterwards on a CPU:
 #   .venv/bin/python scripts/lab_gpu.py render --results <collected>/lab-gpu --out docs/lab-results-gpu
 # The step timeouts add up to 470 s, so the whole check fits in 8 minutes even when

@@ -102,7 +102,7 @@ def main() -> int:
                                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "loadavg_before": os.getloadavg()},
                     "load": {"route": args.route, "streams": STREAMS, "seconds_each": args.seconds,
                              "prompt_tokens": args.prompt_tokens, "output_tokens": args.output_tokens}}  # fmt: skip
-    servers = {"two-pot-kitchen serve --model chef": [sys.executable, "-m", "serving.server", "--model", "chef"]}
+    servers = {"two-pot-kitchen serve --model chef": [sys.executable, "-m", "serving.http.server", "--model", "chef"]}
     try:
         import fastapi  # noqa: F401  # lazy: transformers serve needs it
     except ImportError:

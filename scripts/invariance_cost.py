@@ -21,8 +21,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from bench.contestants import machine_facts  # noqa: E402
-from bench.peers_page import write_page  # noqa: E402
+from engine.bench.contestants import machine_facts  # noqa: E402
+from engine.bench.peers_page import write_page  # noqa: E402
 
 ROUND = """
 import json, statistics, sys, time

@@ -135,7 +135,7 @@ def main() -> None:
         "--threads",
         type=int,
         default=engine_threads(),
-        help="torch threads (default: the app's rule, every core but one; TWO_POT_THREADS overrides)",
+        help="torch threads (default: the app's rule, every core but one)",
     )
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "lab-results")
     ap.add_argument("--only", nargs="*", help="record only these experiments")

@@ -7,9 +7,9 @@ Optional (not in CI): it needs a llama.cpp build (scripts/build_llama_cpp.sh) an
 converted to GGUF (llama.cpp's convert_hf_to_gguf.py on engine/models/chef). It starts
 `llama-server -m GGUF --host 127.0.0.1 --port P --metrics`, then:
 
-  1. orders from it as the Order page does (serving/remote_order.py): text, client-side TTFT /
+  1. orders from it as the Order page does (serving/clients/remote_order.py): text, client-side TTFT /
      TPOT / tokens per second, logprobs if it sends them, and whether it keeps a class board;
-  2. reads its /metrics as The pass does (serving/scrape.py, llama.cpp's own names);
+  2. reads its /metrics as The pass does (serving/clients/scrape.py, llama.cpp's own names);
   3. starts `two-pot-kitchen --backend URL` and, in headless Chromium, opens the Order page (and
      orders), the Kitchen and The pass, saving a screenshot of each and the one-line notes each
      page shows for what llama.cpp cannot give.
@@ -35,8 +35,8 @@ from class_load import start  # noqa: E402
 from class_load import stop as stop_server  # noqa: E402
 
 from kitchen_viz.launch import free_port, spawn, stop, wait_healthy  # noqa: E402
-from serving.remote_order import board, models, order_remote  # noqa: E402
-from serving.scrape import scrape, window  # noqa: E402
+from serving.clients.remote_order import board, models, order_remote  # noqa: E402
+from serving.clients.scrape import scrape, window  # noqa: E402
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu"]
 PAGES = {"order": "class_order", "kitchen": "", "pass": "the_pass"}

@@ -93,10 +93,10 @@ def main() -> int:
                                              THREADS, "--decode-step", "1,32", "--decode-repeats", "15", "--requests", "1",
                                              "--json"])["decode_step"]
                                 for m in ("chef", "preset:smollm2-135m")},
-        "kv_layout": lambda: run_json(["-m", "bench.kv_layout", "--json"]),
-        "prefix_reuse": lambda: {m: run_json(["-m", "bench.prefix_reuse", "--model", m, "--prompt-len", "400", "--shared",
+        "kv_layout": lambda: run_json(["-m", "engine.bench.kv_layout", "--json"]),
+        "prefix_reuse": lambda: {m: run_json(["-m", "engine.bench.prefix_reuse", "--model", m, "--prompt-len", "400", "--shared",
                                               "0.9", "--threads", THREADS, "--json"]) for m in ("chef", "preset:smollm2-135m")},
-        "speculation": lambda: run_json(["-m", "bench.speculation", "--model", "chef", "--speculate", "4", "--threads",
+        "speculation": lambda: run_json(["-m", "engine.bench.speculation", "--model", "chef", "--speculate", "4", "--threads",
                                          THREADS, "--json"]),
         "two_kitchens": lambda: run_json(["scripts/two_kitchens_run.py"]),
     }  # fmt: skip
@@ -162,19 +162,19 @@ def render(d: dict) -> list[str]:
     out += ["", f"Goal, no slower than the static path at the same batch: worst ratio {worst:.3f}, the A/A spread "
             f"{noise * 100:.1f} %: {verdict(worst <= 1.0) if worst <= 1.0 else ('**within the noise**' if within else '**not met**')}.",
             ""]  # fmt: skip
-    out += ["## KV layout: seats against blocks (docs/design/kv-cache.md)", "", "`python -m bench.kv_layout`", "",
+    out += ["## KV layout: seats against blocks (docs/design/kv-cache.md)", "", "`python -m engine.bench.kv_layout`", "",
             "| shape | batch | context | seats ms | blocks + gather ms | blocks / seats |", "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
     for r in d["kv_layout"]:
         out.append(f"| {r['shape']} | {r['batch']} | {r['context']} | {r['seats_ms']:.3f} | {r['blocks_ms']:.3f} | "
                    f"{r['blocks_vs_seats']:.2f} |")  # fmt: skip
     out += ["", "## Leftovers: an order whose prefix is cached", "",
-            "`python -m bench.prefix_reuse --model M --prompt-len 400 --shared 0.9`", "",
+            "`python -m engine.bench.prefix_reuse --model M --prompt-len 400 --shared 0.9`", "",
             "| model | prompt | shared | TTFT cold ms | TTFT cached ms | cached / cold |", "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
     for model, r in d["prefix_reuse"].items():
         out.append(f"| {model} | {r['prompt_len']} | {r['shared_tokens']} | {ms(r['cold_ttft_s'])} | {ms(r['warm_ttft_s'])} | "
                    f"{r['ratio']:.2f} ({verdict(r['ratio'] <= 0.3)}: goal <= 0.3) |")  # fmt: skip
     out += ["", "## The apprentice: prompt-lookup drafts (K = 4), chef, greedy", "",
-            "`python -m bench.speculation --model chef --speculate 4`", "",
+            "`python -m engine.bench.speculation --model chef --speculate 4`", "",
             "| order | plain tok/s | speculating tok/s | speedup | identical | mean acceptance length | accepted per position |",
             "|---|---:|---:|---:|---|---:|---|"]  # fmt: skip
     for r in d["speculation"]:

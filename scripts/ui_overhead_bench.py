@@ -48,8 +48,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.cook_probe import CoreProbe, cpu_list  # noqa: E402
-from bench.report import paired  # noqa: E402
+from engine.bench.cook_probe import CoreProbe, cpu_list  # noqa: E402
+from engine.bench.report import paired  # noqa: E402
 from kitchen_viz.launch import free_port, spawn, stop, wait_healthy  # noqa: E402
 from serving.cores import (  # noqa: E402
     ALL_CORES,
@@ -195,8 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     query = base + ("&live=0" if args.quiet_view else "&live=1")
     quiet_query = base + "&live=0"  # the no-UI side
     threads = args.threads or engine_threads()
-    os.environ["TWO_POT_THREADS"] = str(threads)  # the app's kitchen reads it
-    split = split_cores(threads)  # the app's kitchen loop is pinned to split.engine (serving/mounted.py)
+    split = split_cores(threads)  # the app's kitchen loop is pinned to split.engine (serving/http/mounted.py)
 
     def no_ui_side() -> float | None:
         return tpot_with_live_kitchen(page, url, quiet_query, probe=probe, side="no_ui")
@@ -205,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     folder = Path(tempfile.mkdtemp())
     log = folder / "streamlit.log"
-    proc, url = spawn(free_port(), log)
+    proc, url = spawn(free_port(), log, "--threads", str(threads))  # the app's kitchens run this many
     # The harness (this process and Playwright's driver, started below) runs where the server does:
     # it is not part of the UI, and on the engine's core it showed up in --perf (a person does not
     # run it). Chromium runs on every core unless --pin-browser.

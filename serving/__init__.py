@@ -1,25 +1,25 @@
-"""What runs the engine for the app, without Streamlit: the model catalog, the kitchen host (every
-Cook and every Lab sweep, whatever the launch), the one stove per machine, the instructor's caps.
+"""What runs the engine for the app and the class, without Streamlit: hosts, their HTTP server, their clients.
 
-    catalog         the allow-listed menu of models (catalog.toml + an instructor's extra files)
-    caps            the instructor's caps per order (tokens, new tokens, seconds)
-    job             Job: one order or sweep as the pages see it
-    stove           one stove per device: kitchens of different models never cook at once
-    cores           which cores the engine's loop keeps, how many threads it runs
+    host/       the engine host: one engine in its own process, every client's way to it
+                  api (the `Host` interface, an order's form and its checked ids), host (`EngineHost`),
+                  process (the child: start it, the pipe's writer and reader, restarts), loop (the
+                  child's step loop), wire (every message on the pipe and its one codec), watchdog,
+                  handles (each request's news)
+    http/       the class kitchen server, an adapter over a host: server (the app and `two-pot-kitchen
+                  serve`), openai_routes and openai_api (OpenAI's API), answer (its response shapes),
+                  order_routes (the Kitchen's and the Lab's), auth, admission (the queue bound),
+                  metrics, board (the class board), mounted (the hosts inside the app's own server)
+    clients/    what reaches a host from outside: remote (`RemoteHost`, a host over HTTP),
+                  remote_order (one measured order), loadgen (a class of simulated students), rush
+                  (overload), scrape (its /metrics), token_confidence (per-token probabilities)
+    host_client the pages' client of a host (`HostClient`): orders and sweeps as jobs
+    job, stove  a page's job; one stove per machine (kitchens of different models take turns)
+    catalog     the allow-listed menu of models (catalog.toml + an instructor's extra files)
+    caps        the instructor's caps per order (tokens, new tokens, seconds)
+    cores       which cores the engine's loop keeps, how many threads it runs
+    app_settings  what the launcher hands the app (`AppSettings`)
+    two_kitchens  prefill and decode on two engines (the Lab's disaggregation lesson)
 
-The kitchen host (`two-pot-kitchen serve`, and the app's own: one continuous batch for everyone):
-    server (the app and the command), kitchen_http (the routes), answer (OpenAI's response shapes),
-    admission (the queue bound), auth (the key), engine_client, kitchen_loop and loop_messages (its
-    engine process, its watchdog and their typed protocol, JSON on the pipe), openai_api, metrics,
-    class_board; kitchen_orders and order_wire (the Kitchen's orders of B tables, every engine
-    event, and `LocalHost`: those routes' code called in process); lab_wire (a Lab run's settings and result as JSON;
-    the Lab's routes are lab/on_server.py, passed in as an extension); mounted (the hosts inside
-    the app's own server); app_settings (what the launcher hands the app). Its clients reach it
-    through host (`KitchenHost`: `LocalHost` in process, `HttpHost` over HTTP): kitchen_client (the
-    Kitchen's and the Lab's; it takes the stove), remote_order (one measured
-    order), loadgen (a class of simulated students), rush (overload: a rush, a slow reader), scrape
-    (its /metrics), token_confidence (the Order page's per-token probabilities).
-
-Import direction: entry points -> kitchen_viz/ -> lab/ -> serving/ -> bench/ -> engine/
-(tests/test_import_graph.py). Nothing here imports streamlit, kitchen_viz or lab.
+Import direction: entry points -> kitchen_viz/ -> lab/ -> serving/ -> engine/
+(tests/test_import_graph.py). Nothing here imports streamlit, kitchen_viz, lab or the engine's bench.
 """

@@ -3,7 +3,8 @@
 Why: the engine refuses only what cannot work (past the context, past the KV memory); an order can
 fit both and still hold the machine for minutes while every other learner waits. The caps keep one
 order to a classroom-sized share. They are server-side: a TOML file the launcher is given
-(`two-pot-kitchen --caps caps.toml`, exported as `TWO_POT_CAPS` so the Streamlit process reads it):
+(`two-pot-kitchen --caps caps.toml`, or a `[caps]` table in its settings file; the app's process
+finds it in its settings, serving/app_settings.py):
 
     [caps]
     max_order_tokens = 8192     # prompt tokens x tables, per order
@@ -14,22 +15,22 @@ order to a classroom-sized share. They are server-side: a TOML file the launcher
 Every key is optional (the defaults below). A request over a cap is refused before it queues, in
 one line naming the cap and its value; an order past its time is cancelled in one line
 (`time_line`); a request that finds `max_waiting` requests already waiting for a seat is refused
-at once with 503 and Retry-After (serving/admission.py). The default bound is generous: 2,048
+at once with 503 and Retry-After (serving/http/admission.py). The default bound is generous: 2,048
 waiting, so a class of a thousand streaming at once is queued, not refused. Lab experiments are
 not orders: they pace themselves and are not capped here.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import tomllib
 
 from engine.errors import EngineError
+from serving.app_settings import AppSettings
 
-ENV_VAR = "TWO_POT_CAPS"
+SETTINGS_TABLES = {"caps", "app", "model", "default"}  # the one settings file's tables (serving/app_settings.py)
 KEYS = {"max_order_tokens": int, "max_new_tokens": int, "max_order_seconds": float, "max_waiting": int}
 
 
@@ -73,8 +74,8 @@ class Caps:
 
 
 def load_caps(path: str | Path | None = None) -> Caps:
-    """The caps from `path`, else from the file named by `TWO_POT_CAPS`, else the defaults."""
-    path = path or os.environ.get(ENV_VAR)
+    """The caps from `path`, else from the app's settings' caps file, else the defaults."""
+    path = path or AppSettings.current().caps
     if not path:
         return Caps()
     path = Path(path)
@@ -86,7 +87,7 @@ def load_caps(path: str | Path | None = None) -> Caps:
     except tomllib.TOMLDecodeError as err:
         raise EngineError(f"caps file {path} is not valid TOML: {' '.join(str(err).split())}") from None
     table = data.get("caps")
-    if set(data) != {"caps"} or not isinstance(table, dict):
+    if set(data) - SETTINGS_TABLES or not isinstance(table, dict):  # a settings file may hold [app] and [[model]] too
         raise EngineError(f"{path.name}: expected one [caps] table (found: {', '.join(sorted(data)) or 'nothing'})")
     values = {}
     for key, value in table.items():
@@ -100,13 +101,4 @@ def load_caps(path: str | Path | None = None) -> Caps:
     return Caps(**values)
 
 
-def use_caps_file(path: str | Path, env: dict | None = None) -> Caps:
-    """For the launcher's `--caps`: check the file now (fail fast) and export it in TWO_POT_CAPS."""
-    env = os.environ if env is None else env
-    resolved = str(Path(path).resolve())
-    caps = load_caps(resolved)
-    env[ENV_VAR] = resolved
-    return caps
-
-
-__all__ = ["ENV_VAR", "CapExceeded", "Caps", "load_caps", "use_caps_file"]
+__all__ = ["CapExceeded", "Caps", "load_caps"]

@@ -2,8 +2,8 @@
 
 Why an allow-list: the browser must never name an arbitrary path or hub id; it picks a *catalog name*
 and the server resolves it. The menu lives in `catalog.toml` beside this module; an instructor adds
-entries with server-side files only (env `TWO_POT_CATALOG=extra.toml[:more.toml]`, or the launcher's
-`--catalog`, which calls `use_extra_catalogs`).
+entries with server-side files only (the launcher's `--catalog extra.toml`, or `[[model]]` entries in
+its settings file: the app's settings carry them, serving/app_settings.py).
 
 A catalog file:
 
@@ -34,7 +34,6 @@ to describe. `fits(entry, dtype, device)` says before loading whether the weight
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,14 +43,14 @@ import tomllib
 from engine.config import ModelConfig, config_from_hf
 from engine.errors import EngineError
 from engine.loader import EMBEDDED_MODELS
+from serving.app_settings import AppSettings
 
 DEFAULT_CATALOG = Path(__file__).resolve().parent / "catalog.toml"
 MODELS_ROOT = EMBEDDED_MODELS
-ENV_VAR = "TWO_POT_CATALOG"
 RANDOM_WEIGHTS_NOTE = "random weights: timing is real, text is not"
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
-FILE_KEYS = {"allowed_roots", "default", "model"}
+FILE_KEYS = {"allowed_roots", "default", "model", "app", "caps"}  # [app] and [caps]: the one settings file's
 ENTRY_KEYS = {"name", "path", "preset", "hub", "gguf", "fetch", "label", "trained", "description"}
 SOURCE_KEYS = ("path", "preset", "hub", "gguf", "fetch")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -120,9 +119,8 @@ class Catalog:
         return self.get(self.default_name)
 
 
-def _extra_paths_from_env() -> list[Path]:
-    raw = os.environ.get(ENV_VAR, "")
-    return [Path(p) for p in raw.split(os.pathsep) if p.strip()]
+def _extra_paths_from_settings() -> list[Path]:
+    return [Path(p) for p in AppSettings.current().catalogs]
 
 
 def _read_toml(path: Path) -> dict:
@@ -205,12 +203,12 @@ def _allowed_roots(data: dict, file: Path) -> list[Path]:
 
 
 def load_catalog(path: str | Path | None = None, extra_paths: tuple = ()) -> Catalog:
-    """Read the main catalog plus extras (arguments first, then env TWO_POT_CATALOG), merged in order.
+    """Read the main catalog plus extras (arguments first, then the app's settings'), merged in order.
 
     Allowed roots are collected from every file before any entry is checked, so an instructor's
     file may list the folder and its models together. Duplicate names anywhere are refused.
     """
-    files = [Path(path) if path else DEFAULT_CATALOG, *map(Path, extra_paths), *_extra_paths_from_env()]
+    files = [Path(path) if path else DEFAULT_CATALOG, *map(Path, extra_paths), *_extra_paths_from_settings()]
     files = list(dict.fromkeys(f.resolve() for f in files))  # a file named twice is read once
     parsed = []
     for f in files:
@@ -243,18 +241,12 @@ def resolve_source(name: str, catalog: Catalog | None = None) -> str | None:
     return next((e.source for e in cat.entries if e.name == name), None)
 
 
-def use_extra_catalogs(paths: list[str | Path], env: dict | None = None) -> Catalog:
-    """For the launcher's `--catalog`: check the files now (fail fast) and export them in TWO_POT_CATALOG.
-
-    Writing the env var (not a module global) means a Streamlit child process and every later
-    `load_catalog()` see the same merged menu.
-    """
-    env = os.environ if env is None else env
-    merged = [p for p in env.get(ENV_VAR, "").split(os.pathsep) if p]
-    merged += [str(Path(p).resolve()) for p in paths if str(Path(p).resolve()) not in merged]
-    catalog = load_catalog(extra_paths=tuple(merged))  # raises EngineError on a bad file
-    env[ENV_VAR] = os.pathsep.join(merged)
-    return catalog
+def check_extra_catalogs(paths: list[str | Path]) -> tuple[str, ...]:
+    """For the launcher's `--catalog`: the files' resolved paths, each named once, once the merged
+    menu has been read (a bad file is refused now, in one line, not at the app's first page)."""
+    merged = tuple(dict.fromkeys(str(Path(p).resolve()) for p in paths))
+    load_catalog(extra_paths=merged)  # raises EngineError on a bad file
+    return merged
 
 
 def _model_config(entry: Entry) -> ModelConfig:

@@ -13,22 +13,20 @@ from dataclasses import dataclass
 
 import psutil
 
+from serving.app_settings import AppSettings
+
 # The cores this process may use: Linux's affinity, else psutil's (Windows); none where the OS has no
 # affinity API (macOS), and then the cores are never split.
 ALL_CORES = frozenset(os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else
                       psutil.Process().cpu_affinity() if hasattr(psutil.Process, "cpu_affinity") else ())  # fmt: skip
-THREADS_ENV = "TWO_POT_THREADS"  # overrides engine_threads()
-PIN_ENV = "TWO_POT_PIN"  # "0" turns the core split off
 
 
 def engine_threads() -> int:
     """Threads the app's engine uses: every core but one, which is left to the page watching it.
 
-    Example: 2 cores -> 1 thread, 8 cores -> 7. `TWO_POT_THREADS` overrides it.
+    Example: 2 cores -> 1 thread, 8 cores -> 7. The app's settings' `threads` (`--threads`) overrides it.
     """
-    if os.environ.get(THREADS_ENV):
-        return max(1, int(os.environ[THREADS_ENV]))
-    return max(1, (os.cpu_count() or 2) - 1)
+    return AppSettings.current().threads or max(1, (os.cpu_count() or 2) - 1)
 
 
 @dataclass(frozen=True)
@@ -42,10 +40,10 @@ def split_cores(threads: int | None) -> CoreSplit | None:
 
     Example: cores {0, 1}, threads 1 -> engine {1}, server {0}. None when no core is left over
     (threads unset, or at least as many threads as cores), where the OS has no affinity API, or
-    with `TWO_POT_PIN=0`.
+    when the app's settings turn the split off (`--no-pin`).
     """
     cores = sorted(ALL_CORES)
-    if not threads or threads >= len(cores) or os.environ.get(PIN_ENV) == "0":
+    if not threads or threads >= len(cores) or not AppSettings.current().pin:
         return None
     return CoreSplit(frozenset(cores[-threads:]), frozenset(cores[:-threads]))
 

@@ -1,4 +1,4 @@
-"""`Job`: one order or Lab run on the Kitchen's kitchen (serving/kitchen_client.py), as the pages see it.
+"""`Job`: one order or Lab run on the pages' kitchen (serving/host_client.py), as the pages see it.
 
 Only the kitchen writes to a job (status, events, result, error, times); pages read it, and may
 `cancel()` it or `watch()` it (cancel it once its page is gone). `events` only ever grows, so a
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from serving.stove import StoveTicket
+from serving.device_lock import LockTicket
 
 log = logging.getLogger(__name__)
 USER_CANCEL = "cancelled: you pressed Cancel"
@@ -28,7 +28,7 @@ ABANDON_S = 3.0  # a page gone this long (not a brief reconnect) has its order c
 PAGE_GONE = "cancelled: the page that ordered it was closed or reloaded"
 
 JobStatus = Literal["queued", "loading", "running", "done", "error", "cancelled"]
-Work = Any  # what a job carries: a Kitchen order (kitchen_viz/orders.py `Cook`) or a Lab run (lab/registry.py `LabRun`)
+Work = Any  # what a job carries: a checked order (serving/host/api.py `CheckedOrder`) or a Lab run (lab/registry.py `LabRun`)
 
 
 class CancelToken:
@@ -68,9 +68,7 @@ class Job:
     result: Any = None
     error: str | None = None  # a failed or cancelled job's one line
     settle_s: float = 0.0  # set by release(): how long the kitchen waits after the release
-    time_limit_s: float | None = None  # cooking time allowed (the instructor's cap), None = no limit
-    time_limit_line: str = ""  # what the job is cancelled with past that time
-    shared_stove: str | None = None  # why its timings may be slow: something else used the stove
+    shared_cores: str | None = None  # why its timings may be slow: something else used the stove
     submitted_at: float = field(default_factory=time.perf_counter)
     started_at: float | None = None
     finished_at: float | None = None
@@ -78,21 +76,17 @@ class Job:
     response: Any = field(default=None, repr=False)  # on a kitchen server: the open stream (Cancel closes it)
     board: dict | None = field(default=None, repr=False)  # on a class kitchen: its board, read while cooking
     cancel_token: CancelToken = field(default_factory=CancelToken, repr=False)
-    _service: Any = field(default=None, repr=False)  # the kitchen that runs it (serving/kitchen_client.py)
-    _ticket: StoveTicket | None = field(default=None, repr=False)  # its place in the stove's line
+    _service: Any = field(default=None, repr=False)  # the kitchen that runs it (serving/host_client.py)
+    _ticket: LockTicket | None = field(default=None, repr=False)  # its place in the stove's line
     _alive: Callable[[], bool] | None = field(default=None, repr=False)
     _gone_since: float | None = field(default=None, repr=False)
     _finished: threading.Event = field(default_factory=threading.Event, repr=False)
     _go: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @classmethod
-    def new(cls, label: str, work: Work, service: Any, hold: bool, time_limit_s: float | None,
-            time_limit_line: str) -> Job:  # fmt: skip
-        """A job as a kitchen's `submit` makes it: held until `release()` when `hold`, cancelled past
-        `time_limit_s` with `time_limit_line` (or a line naming the limit)."""
-        job = cls(label=label, work=work, _service=service, time_limit_s=time_limit_s)
-        if time_limit_s is not None:
-            job.time_limit_line = time_limit_line or f"cancelled after {time_limit_s:g} s (its time limit)"
+    def new(cls, label: str, work: Work, service: Any, hold: bool) -> Job:
+        """A job as a kitchen's `submit` makes it: held until `release()` when `hold`."""
+        job = cls(label=label, work=work, _service=service)
         if not hold:
             job._go.set()
         return job
@@ -113,12 +107,12 @@ class Job:
             return 0
         return self._service._place_of(self)
 
-    def stove_line(self) -> str | None:
+    def waiting_line(self) -> str | None:
         """While the job waits because another kitchen (or a Lab sweep) cooks: the stove's line, naming the
         order that cooks ("Waiting for the stove (cpu): apprentice: cook 1 table(s) ... is cooking")."""
         if self._service is None or self._ticket is None or self.finished:
             return None
-        return self._service.stove.waiting_line(self._ticket)
+        return self._service.device_lock.waiting_line(self._ticket)
 
     def finish(self, result: Any = None, error: str | None = None, status: JobStatus | None = None) -> None:
         """The kitchen's last word on the job (only the kitchen calls this)."""
@@ -136,7 +130,7 @@ class Job:
 
     def release(self, settle_s: float = 0.0) -> None:
         """Let a job submitted with `hold=True` start, `settle_s` seconds from now at the earliest
-        (see `ServerKitchen.submit` and SETTLE_S)."""
+        (see `HostClient.submit` and SETTLE_S)."""
         self.settle_s = settle_s
         self._go.set()
 

@@ -57,7 +57,7 @@ REPEATS = 25  # crossings per probe size and per order's K/V in run_two_kitchens
 
 
 @dataclass(frozen=True)
-class KitchenRun:
+class DisaggregatedRun:
     tokens: list[int]
     text: str
     prompt_tokens: int
@@ -319,13 +319,13 @@ def _check_alive(procs: list, done: set, deadline: float, timeout_s: float) -> N
 
 
 def run_two_kitchens(model: str, prompts: list, max_new_tokens: int = 32, dtype: str = "float32",
-                     timeout_s: float = 600.0, threads: int = 1, **settings) -> tuple[list[KitchenRun], Link]:  # fmt: skip
+                     timeout_s: float = 600.0, threads: int = 1, **settings) -> tuple[list[DisaggregatedRun], Link]:  # fmt: skip
     """Serve `prompts` one after another through a prefill kitchen and a decode kitchen."""
     got = _two_processes("one_by_one", model, list(prompts), max_new_tokens, dtype, threads, timeout_s, settings)
     runs = [v for kind, v in got if kind == "run"]
     exact = next(v for kind, v in got if kind == "exact")
     link = next(v for kind, v in got if kind == "link")
-    return [KitchenRun(**r, round_trip_exact=e) for r, e in zip(runs, exact, strict=True)], link
+    return [DisaggregatedRun(**r, round_trip_exact=e) for r, e in zip(runs, exact, strict=True)], link
 
 
 def run_stream(model: str, orders: list[tuple], max_new_tokens: int = 32, dtype: str = "float32",

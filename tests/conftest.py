@@ -213,12 +213,37 @@ def chef_one_thread():
 
 
 def travels(result) -> None:
-    """A lab result survives the trip a kitchen server sends it on (serving/lab_wire.py): JSON and
-    back, the same value (compared through its encoding, so a NaN equals itself)."""
+    """A lab result survives the trip a host's pipe and its routes send it on (serving/host/wire.py):
+    JSON and back, the same value (compared through its encoding, so a NaN equals itself)."""
     import json
 
-    from serving.lab_wire import decode, encode
+    import lab.registry  # noqa: F401 -- registers the Lab's types with the wire
+    from serving.host.wire import from_json, to_json
 
-    sent = json.dumps(encode(result))
-    back = decode(json.loads(sent))
-    assert type(back) is type(result) and json.dumps(encode(back)) == sent
+    sent = json.dumps(to_json(result))
+    back = from_json(json.loads(sent))
+    assert type(back) is type(result) and json.dumps(to_json(back)) == sent
+
+
+def use_settings(monkeypatch, **fields):
+    """This process's app settings for one test (serving/app_settings.py `AppSettings.current()`), as
+    the launcher would hand them to the app's process; returns them."""
+    from serving import app_settings
+
+    settings = app_settings.AppSettings(**fields)
+    monkeypatch.setattr(app_settings, "_CURRENT", settings)
+    return settings
+
+
+def launched(argv: list[str], capsys):
+    """`two-pot-kitchen ARGV --print-command`: (exit code, the settings it hands the app's process or
+    None, what it wrote to stderr)."""
+    from kitchen_viz.launch import main
+    from serving.app_settings import HANDOFF_FLAG, AppSettings
+
+    code = main([*argv, "--print-command"])
+    out = capsys.readouterr()
+    if code != 0:
+        return code, None, out.err
+    words = out.out.split()
+    return code, AppSettings.read(words[words.index(HANDOFF_FLAG) + 1]), out.err

@@ -1,4 +1,4 @@
-"""A real class kitchen server in a thread, for tests: `with kitchen(...) as (url, client): ...`."""
+"""A real class kitchen server in a thread, for tests: `with kitchen(...) as (url, host): ...`."""
 
 from __future__ import annotations
 
@@ -7,29 +7,30 @@ import threading
 import time
 from contextlib import contextmanager
 
-from lab.on_server import LabRoutes
+from engine.settings import EngineSettings
+from lab.sweeps import LabSweeps
 from serving.caps import Caps
-from serving.class_board import ClassBoard
-from serving.engine_client import EngineClient, LoopSettings
-from serving.metrics import KitchenMetrics
-from serving.server import ServerConfig, close_app, create_app, served_name
+from serving.host.loop import LoopSettings
+from serving.http.server import ServerConfig, create_app, open_host
+
+WAIT_S = 120
 
 
 @contextmanager
 def kitchen(caps: Caps | None = None, api_key: str | None = None, model: str = "chef"):
-    """The chef behind `two-pot-kitchen serve`'s app on a free loopback port; yields (url, client)."""
-    name, source = served_name(model)
-    metrics = KitchenMetrics(name)
-    settings = LoopSettings(source, policy="chunked", token_budget=64, threads=1, prefix_cache=True)
-    client = EngineClient(settings, metrics, ClassBoard())
-    app = create_app(client, ServerConfig(name, api_key, caps or Caps()), metrics, (LabRoutes,))
-    client.app = app  # for tests that look inside the server
+    """The chef behind `two-pot-kitchen serve`'s app on a free loopback port; yields (url, process):
+    the engine process of the `EngineHost` the routes adapt (`process.host`, `process.app`)."""
+    settings = LoopSettings(model, EngineSettings(policy="chunked", token_budget=64, prefix_cache=True), threads=1)
+    host = open_host(model, settings, caps or Caps(), LabSweeps())
     try:
+        assert host.wait_ready(WAIT_S), host.status
+        app = create_app(host, ServerConfig(host.name, api_key, host.caps))
+        process = host.process
+        process.host, process.app = host, app  # for tests that look inside the server
         with serve(app) as url:
-            yield url, client
+            yield url, process
     finally:
-        close_app(app)
-        client.close()
+        host.close()
 
 
 @contextmanager
@@ -57,7 +58,7 @@ def serve(app):
 @contextmanager
 def kitchen_process(*args: str):
     """`two-pot-kitchen serve --model chef ARGS` as its own process on a free loopback port (so its memory
-    can be read: serving.loadgen.rss_kb); yields (url, process).
+    can be read: serving.clients.loadgen.rss_kb); yields (url, process).
 
     Its stderr goes to a file, shown only if it fails to start or the test fails: a pipe nobody
     drains during the test fills at 64 KB, and the server's next log line then blocks its event
@@ -69,7 +70,7 @@ def kitchen_process(*args: str):
 
     import httpx
 
-    from serving.rush import allow_open_files
+    from serving.clients.rush import allow_open_files
 
     allow_open_files()  # the server inherits it: a rush holds a socket per client on both sides
     with socket.socket() as s:
@@ -77,7 +78,7 @@ def kitchen_process(*args: str):
         port = s.getsockname()[1]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     log = tempfile.TemporaryFile()
-    proc = subprocess.Popen([sys.executable, "-m", "serving.server", "--model", "chef", "--port", str(port), *args],
+    proc = subprocess.Popen([sys.executable, "-m", "serving.http.server", "--model", "chef", "--port", str(port), *args],
                             env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
 

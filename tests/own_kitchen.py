@@ -1,10 +1,10 @@
-"""The Kitchen's kitchen as the app runs it, for tests: a `ServerKitchen` on this process's own
-kitchen host (serving/mounted.py's rooms, each engine in its kitchen-loop process, reached in
-process through serving/host.py `LocalHost`), with the Lab's sweeps.
+"""The Kitchen's kitchen as the app runs it, for tests: a `HostClient` on this process's own host
+(serving/http/mounted.py's rooms, each engine in its loop process, called directly), with the
+Lab's sweeps.
 
-    with own_kitchen("chef") as (svc, kitchens):
-        job = svc.submit(cook(order), order.label)
-        loop_of(kitchens).pid          # the engine's kitchen-loop process
+    with own_kitchen("chef") as (svc, hosts):
+        job = svc.submit(svc.check(order.form()), order.label)
+        process_of(hosts).pid          # the engine's loop process
 """
 
 from __future__ import annotations
@@ -12,34 +12,34 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 
-from lab.on_server import LabRoutes
-from serving.engine_client import EngineClient
-from serving.kitchen_client import ServerKitchen
-from serving.mounted import AppKitchens, KitchenRooms
+from lab.sweeps import LabSweeps
+from serving.host.process import EngineProcess
+from serving.host_client import HostClient
+from serving.http.mounted import AppHosts, HostRooms
 
 WAIT_S = 120
 
 
 @contextmanager
 def own_kitchen(model: str = "chef", device: str = "cpu", dtype: str = "float32", **kw):
-    """Yields (the ready ServerKitchen, the AppKitchens it cooks in); closes both after."""
-    kitchens = AppKitchens(None, KitchenRooms(None, (LabRoutes,)))
-    svc = ServerKitchen(kitchens.host(model, device, dtype), model, device, dtype, **kw)
+    """Yields (the ready HostClient, the AppHosts it cooks in); closes both after."""
+    hosts = AppHosts(None, HostRooms(None, LabSweeps()))
+    svc = HostClient(lambda: hosts.host_for(model, device, dtype), model, device, dtype, **kw)
     try:
         assert svc.wait_ready(WAIT_S) and svc.state == "ready", svc.load_error
-        yield svc, kitchens
+        yield svc, hosts
     finally:
         svc.close()
-        kitchens.rooms.close()
+        hosts.rooms.close()
 
 
-def loop_of(kitchens: AppKitchens, model: str = "chef", device: str = "cpu", dtype: str = "float32") -> EngineClient:
-    """The engine client of that kitchen: its loop's pid, what is in flight, its restarts."""
-    return kitchens.app_for(model, device, dtype).state.kitchen.client
+def process_of(hosts: AppHosts, model: str = "chef", device: str = "cpu", dtype: str = "float32") -> EngineProcess:
+    """The engine process of that kitchen: its pid, what is in flight, its restarts."""
+    return hosts.host_for(model, device, dtype).process
 
 
-def nothing_in_flight(client: EngineClient) -> bool:
-    return client.in_flight == 0 and client.state.running == 0 and client.state.waiting == 0
+def nothing_in_flight(process: EngineProcess) -> bool:
+    return process.in_flight == 0 and process.state.running == 0 and process.state.waiting == 0
 
 
 def wait_for(predicate, seconds: float = WAIT_S) -> bool:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from app_kit import open_kitchen
-from conftest import CHEF_CONTEXT
+from conftest import CHEF_CONTEXT, use_settings
 from streamlit.testing.v1 import AppTest
 
 APP = str(Path(__file__).resolve().parent.parent / "kitchen_viz" / "web" / "app.py")
@@ -123,7 +123,7 @@ def test_a_model_that_cannot_load_shows_one_line(tmp_path, monkeypatch):
     """An instructor's hub entry on a machine without internet: the page says why, in one line."""
     extra = tmp_path / "extra.toml"
     extra.write_text('[[model]]\nname = "offline-hub"\nhub = "nobody-here/not-a-model"\nlabel = "Offline"\n')
-    monkeypatch.setenv("TWO_POT_CATALOG", str(extra))
+    use_settings(monkeypatch, catalogs=(str(extra),))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     at = open_kitchen()
     at.session_state["tpk_model"] = "offline-hub"  # what the sidebar's model picker sets
@@ -140,7 +140,7 @@ def test_a_model_that_cannot_load_shows_one_line(tmp_path, monkeypatch):
 def test_a_broken_instructor_catalog_is_one_line_and_the_chef_still_opens(tmp_path, monkeypatch):
     extra = tmp_path / "extra.toml"
     extra.write_text('[[model]]\nname = "typo"\npaht = "/srv/models/x"\n')
-    monkeypatch.setenv("TWO_POT_CATALOG", str(extra))
+    use_settings(monkeypatch, catalogs=(str(extra),))
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
     assert not at.exception, at.exception

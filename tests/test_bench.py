@@ -11,13 +11,13 @@ import math
 import pytest
 import torch
 
-from bench.bench import run_bench
-from bench.ceilings import matmul_chain
-from bench.cli import main, parse_args, plan_from
-from bench.contestants import load_contestants, random_prompts, run_hf, run_ours
-from bench.plan import QUICK, BenchPlan
-from bench.report import check_targets, derive_ratios, kernel_bounds, roofline_bounds
-from bench.roofline import Roofline, measure_roofline
+from engine.bench.bench import run_bench
+from engine.bench.ceilings import matmul_chain
+from engine.bench.cli import main, parse_args, plan_from
+from engine.bench.contestants import load_contestants, random_prompts, run_hf, run_ours
+from engine.bench.plan import QUICK, BenchPlan
+from engine.bench.report import check_targets, derive_ratios, kernel_bounds, roofline_bounds
+from engine.bench.roofline import Roofline, measure_roofline
 from engine.costs import step_cost
 from engine.loader import read_config
 
@@ -233,21 +233,21 @@ def test_text_report_names_every_ratio(tiny_llama_tied, capsys):
 @pytest.mark.parametrize(
     ("bench", "argv"),
     [
-        ("bench.cli", ["--repeats", "abc"]),
-        ("bench.peers", ["--rounds", "abc"]),
-        ("bench.wait_policy", ["--rounds", "abc"]),
-        ("bench.step_profile", ["--steps", "abc"]),
+        ("engine.bench.cli", ["--repeats", "abc"]),
+        ("engine.bench.peers", ["--rounds", "abc"]),
+        ("engine.bench.wait_policy", ["--rounds", "abc"]),
+        ("engine.bench.step_profile", ["--steps", "abc"]),
     ],
 )
 def test_a_malformed_option_is_one_line_too(bench, argv, capsys):
-    """Every bench parses with the engine's one-line parser (engine/cli.py) and refuses with exit 2."""
+    """Every bench parses with the one-line parser (engine/errors.py) and refuses with exit 2."""
     assert importlib.import_module(bench).main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert "invalid int value: 'abc'" in err and "\n" not in err
 
 
 def test_a_negative_operator_count_is_refused_in_one_line(capsys):
-    from bench import step_profile
+    from engine.bench import step_profile
 
     assert step_profile.main(["--ops", "-1"]) == 2
     assert capsys.readouterr().err.strip() == "error: --ops must be 0 or more (got -1)"
@@ -312,7 +312,7 @@ def test_cuda_bench_times_the_graphed_decode_too(tiny_llama_tied):
 
 
 def test_gpu_goals_apply_to_their_shapes_on_cuda_only():
-    from bench.report import gpu_goal_ratios
+    from engine.bench.report import gpu_goal_ratios
 
     b1 = {"ours_cuda_graph": {"tpot_s": {"median": 1.5e-3}}}
     ratios = {"prefill_flops_fraction": 0.52}

@@ -1,4 +1,4 @@
-"""The smaller-portions benchmark (bench/int8.py, `python -m engine bench --quant int8`): it runs,
+"""The smaller-portions benchmark (engine/bench/int8.py, `python -m engine bench --quant int8`): it runs,
 reports every contestant and ratio, and refuses a bad --quant in one line. No timing is asserted."""
 
 import json
@@ -6,10 +6,10 @@ import json
 import pytest
 import torch
 
-from bench.ceilings import matmul_chain
-from bench.cli import main as cli_main
-from bench.int8 import COMPILED, VARIANTS, QuantPlan, run
 from engine import Engine
+from engine.bench.ceilings import matmul_chain
+from engine.bench.cli import main as cli_main
+from engine.bench.int8 import COMPILED, VARIANTS, QuantPlan, run
 from engine.compiled import compiler_problem
 
 TINY = QuantPlan(decode_prompt_tokens=4, decode_tokens=3, prefill_tokens=8, repeats=1, agreement_tokens=6)
@@ -58,3 +58,4 @@ def test_quant_with_compile_times_the_compiled_engines_too(tiny_llama, tmp_path)
         assert c["failure"] is None and c["steps"] > 0
         assert c["agreement_with_eager"]["common_prefix"] == c["agreement_with_eager"]["tokens"] > 0
     assert m["ratios"]["int8_compiled_tpot_vs_fp32_compiled"] > 0
+

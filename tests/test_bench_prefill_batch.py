@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from bench.bench import run_bench
-from bench.cli import main
-from bench.plan import BenchPlan
-from bench.roofline import measure_roofline
+from engine.bench.bench import run_bench
+from engine.bench.cli import main
+from engine.bench.plan import BenchPlan
+from engine.bench.roofline import measure_roofline
 
 TINY = BenchPlan(prefill_tokens=24, decode_prompt_tokens=5, decode_tokens=4, big_batch=3, big_batch_prompt_tokens=4,
             repeats=1, warmup=1)  # fmt: skip

@@ -1,4 +1,4 @@
-"""bf16 parity (bench/bf16_parity.py): in bfloat16 our logits are no further from HF's float32
+"""bf16 parity (engine/bench/bf16_parity.py): in bfloat16 our logits are no further from HF's float32
 logits than HF's own bfloat16 logits are, on tiny random models of every family.
 
 Margins, stated before the numbers: both sides end by rounding logits of magnitude ~1 to bf16
@@ -9,7 +9,7 @@ ours may exceed HF's rms error by at most 5 % and its max error by at most 10 %.
 
 import pytest
 
-from bench.bf16_parity import measure
+from engine.bench.bf16_parity import measure
 
 FAMILIES = ["tiny_llama", "tiny_llama_tied", "tiny_qwen2", "tiny_gpt2"]
 TOKENS = [11, 57, 3, 200, 42, 9, 101, 7, 250, 31, 64, 128, 5, 300, 77, 19]

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from serving.loop_messages import TEST_HANG_ENV
+from serving.host.loop import TEST_HANG_ENV
 from tests.browser_kit import app, chromium, needs_chromium
 
 HANG_S = 0.25  # per step: a 480-token order needs 120 s or more

@@ -11,7 +11,7 @@ import functools
 import pytest
 
 import engine.cuda_graph as cuda_graph
-import engine.runner as runner_mod
+import engine.torch_forward as forward_mod
 from engine import Engine
 from engine.cuda_graph import DecodeGraphs
 from engine.events import Done
@@ -32,7 +32,7 @@ def failing_capture(monkeypatch):
 
     monkeypatch.setattr(cuda_graph, "record", record)
     # an order's runner records its decode graphs as on a GPU (here the capture then fails)
-    monkeypatch.setattr(runner_mod, "DecodeGraphs", functools.partial(DecodeGraphs, capture=True))
+    monkeypatch.setattr(forward_mod, "DecodeGraphs", functools.partial(DecodeGraphs, capture=True))
     return calls
 
 
@@ -62,9 +62,9 @@ def test_a_failed_capture_does_not_poison_the_next_request(tiny_llama, failing_c
 
 
 def test_serving_bucket_whose_capture_failed_runs_eagerly(tiny_llama, failing_capture):
-    eng = Engine.load(str(tiny_llama.path), policy="continuous", max_seqs=4)
+    eng = Engine.load(str(tiny_llama.path), policy="continuous", max_seqs=4, native=False)  # graphs: the torch forward's option
     srv = eng.serving
-    srv.runner.graphs = DecodeGraphs(eng.model, srv.pool, capture=True)
+    srv.runner.forward.graphs = DecodeGraphs(eng.model, srv.pool, capture=True)
     ids = [eng.submit(p, max_new_tokens=6) for p in PROMPTS]
     done = {}
     while not eng.idle:

@@ -6,24 +6,23 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import CHEF_CONTEXT
+from conftest import CHEF_CONTEXT, use_settings
 
 from engine.errors import EngineError
 from serving.catalog import (
-    ENV_VAR,
     MODELS_ROOT,
     RANDOM_WEIGHTS_NOTE,
+    check_extra_catalogs,
     describe,
     fits,
     load_catalog,
     resolve_source,
-    use_extra_catalogs,
 )
 
 
 @pytest.fixture(autouse=True)
-def _no_env_catalog(monkeypatch):
-    monkeypatch.delenv(ENV_VAR, raising=False)
+def _no_extra_catalog(monkeypatch):
+    use_settings(monkeypatch)  # the defaults: no instructor's catalog
 
 
 def write(path: Path, text: str) -> Path:
@@ -152,7 +151,7 @@ def test_allowed_roots_admit_an_instructor_folder(tmp_path):
     assert cat.get("mine").trained
 
 
-def test_env_var_merges_extra_files(tmp_path, monkeypatch):
+def test_the_app_settings_merge_extra_files(tmp_path, monkeypatch):
     f = write(
         tmp_path / "extra.toml",
         """
@@ -161,12 +160,12 @@ def test_env_var_merges_extra_files(tmp_path, monkeypatch):
         hub = "HuggingFaceTB/SmolLM2-135M"
     """,
     )
-    monkeypatch.setenv(ENV_VAR, str(f))
+    use_settings(monkeypatch, catalogs=(str(f),))
     cat = load_catalog()
     assert resolve_source("smollm2-real", cat) == "HuggingFaceTB/SmolLM2-135M"
 
 
-def test_use_extra_catalogs_checks_then_exports(tmp_path):
+def test_the_launchers_extra_catalogs_are_checked_at_once(tmp_path):
     good = write(
         tmp_path / "good.toml",
         """
@@ -176,14 +175,11 @@ def test_use_extra_catalogs_checks_then_exports(tmp_path):
     """,
     )
     bad = write(tmp_path / "bad.toml", "[[model]]\nname = 'x'\n")
-    env: dict = {}
     with pytest.raises(EngineError) as e:
-        use_extra_catalogs([bad], env=env)
-    assert "exactly one of path, preset, hub" in one_line_error(e) and ENV_VAR not in env
-    use_extra_catalogs([good], env=env)
-    assert env[ENV_VAR] == str(good.resolve())
-    use_extra_catalogs([good], env=env)  # naming a file again is harmless, not a duplicate-name error
-    assert env[ENV_VAR] == str(good.resolve())
+        check_extra_catalogs([bad])
+    assert "exactly one of path, preset, hub" in one_line_error(e)
+    assert check_extra_catalogs([good]) == (str(good.resolve()),)
+    assert check_extra_catalogs([good, good]) == (str(good.resolve()),)  # naming a file again is harmless
 
 
 @pytest.mark.parametrize(

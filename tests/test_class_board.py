@@ -8,7 +8,7 @@ import threading
 import httpx
 from kitchen_server import kitchen
 
-from serving.remote_order import board, order_remote
+from serving.clients.remote_order import board, order_remote
 
 
 def test_the_board_shows_the_whole_class_and_marks_only_your_tickets():

@@ -13,7 +13,7 @@ import pytest
 from kitchen_server import kitchen
 from starlette.routing import Route
 
-from serving.auth import OPEN_PATHS
+from serving.http.auth import OPEN_PATHS
 
 KEY = "class-key-456"
 

@@ -7,10 +7,11 @@ import time
 import httpx
 import pytest
 from browser_kit import app, chromium, needs_chromium
+from conftest import launched, use_settings
 
 from engine.errors import EngineError
-from kitchen_viz.launch import main
-from serving.remote_order import board, models, order_remote
+from serving.caps import Caps
+from serving.clients.remote_order import board, models, order_remote
 
 
 def ready(url: str, key: str, timeout_s: float = 120) -> list[dict]:
@@ -110,26 +111,18 @@ def test_other_choices_open_their_own_kitchen_on_demand(server):
     assert r.status_code == 404 and r.json()["error"]["message"] == "device must be cpu or cuda[:N] (got 'tpu')"
 
 
-def test_the_launcher_warns_about_an_open_kitchen_without_a_key(monkeypatch, capsys):
-    monkeypatch.delenv("TWO_POT_CLASS_KITCHEN", raising=False)
-    monkeypatch.delenv("TWO_POT_CLASS_KEY", raising=False)
-    assert main(["--class-kitchen", "--server.address", "0.0.0.0", "--print-command"]) == 0
-    assert "no --class-key" in capsys.readouterr().err
-    import os
-
-    assert os.environ["TWO_POT_CLASS_KITCHEN"] == "chef"
-    assert main(["--class-kitchen", "preset:smollm2-135m", "--class-key", "s", "--print-command"]) == 0
-    assert "no --class-key" not in capsys.readouterr().err
-    assert (os.environ["TWO_POT_CLASS_KITCHEN"], os.environ["TWO_POT_CLASS_KEY"]) == ("preset:smollm2-135m", "s")
-    for env in ("TWO_POT_CLASS_KITCHEN", "TWO_POT_CLASS_KEY"):
-        del os.environ[env]
-    assert main(["--print-command"]) == 0 and os.environ["TWO_POT_CLASS_KITCHEN"] == "chef"  # on by default
-    del os.environ["TWO_POT_CLASS_KITCHEN"]
-    assert main(["--no-class-kitchen", "--print-command"]) == 0 and "TWO_POT_CLASS_KITCHEN" not in os.environ
-    assert main(["--backend", "http://10.0.0.5:8000", "--print-command"]) == 0
-    assert "TWO_POT_CLASS_KITCHEN" not in os.environ  # the class pages order from the backend instead
-    assert main(["--backend", "http://10.0.0.5:8000", "--class-kitchen", "--print-command"]) == 2
-    assert "choose one" in capsys.readouterr().err
+def test_the_launcher_warns_about_an_open_kitchen_without_a_key(capsys):
+    code, s, err = launched(["--class-kitchen", "--server.address", "0.0.0.0"], capsys)
+    assert code == 0 and "no --class-key" in err and s.class_model == "chef"
+    code, s, err = launched(["--class-kitchen", "preset:smollm2-135m", "--class-key", "s"], capsys)
+    assert code == 0 and "no --class-key" not in err
+    assert (s.class_model, s.class_key) == ("preset:smollm2-135m", "s")
+    assert launched([], capsys)[1].class_model == "chef"  # on by default
+    assert launched(["--no-class-kitchen"], capsys)[1].class_model is None
+    s = launched(["--backend", "http://10.0.0.5:8000"], capsys)[1]
+    assert s.class_model is None and s.backend == "http://10.0.0.5:8000"  # the class pages order from the backend
+    code, s, err = launched(["--backend", "http://10.0.0.5:8000", "--class-kitchen"], capsys)
+    assert code == 2 and "choose one" in err
 
 
 def test_the_kitchen_finds_its_kitchen_host_whatever_the_launch(monkeypatch):
@@ -137,35 +130,36 @@ def test_the_kitchen_finds_its_kitchen_host_whatever_the_launch(monkeypatch):
     for its own choice, a room of its own otherwise), called in process; without a launcher (plain
     `streamlit run app.py`) in the same rooms opened in process; `--backend` over HTTP."""
     from kitchen_viz import app_state
-    from serving import mounted
-    from serving.host import HttpHost, NotReady
-    from serving.kitchen_orders import LocalHost
+    from serving.clients.remote import RemoteHost
+    from serving.host.api import NotReady
+    from serving.host.host import EngineHost
+    from serving.http import mounted
 
-    monkeypatch.delenv("TWO_POT_BACKEND", raising=False)
-    monkeypatch.setenv(mounted.ENV_MODEL, "chef")
+    use_settings(monkeypatch, class_model="chef", kitchens=True)
     monkeypatch.setattr(mounted, "_SERVED", [])
-    opened = app_state.kitchen_host_for("chef", "cpu", "float32")  # nothing mounted: rooms opened here
-    assert isinstance(opened, LocalHost) and mounted.served_here().rooms is not None
-    assert mounted.served_here().mount is None  # no class kitchen without the launcher
-    mounted._SERVED.clear()
-    class_mount = mounted.ClassKitchenMount("chef", None)  # not started: it says it is loading
-    mounted._SERVED.append(mounted.AppKitchens(class_mount, mounted.KitchenRooms(None)))
-    host = app_state.kitchen_host_for("chef", "cpu", "float32")
-    assert isinstance(host, LocalHost)
-    with pytest.raises(NotReady, match="loading chef on cpu"):
-        host.about()
+    find = app_state.kitchen_host_for("nope", "cpu", "float32")  # nothing mounted: rooms opened here, on first use
     with pytest.raises(EngineError, match="no model 'nope'"):
-        app_state.kitchen_host_for("nope", "cpu", "float32").about()
-    monkeypatch.setenv("TWO_POT_BACKEND", "http://10.0.0.5:8000")
-    monkeypatch.setenv("TWO_POT_BACKEND_KEY", "s")
+        find()
+    assert mounted.served_here().rooms is not None and mounted.served_here().mount is None  # no class kitchen
+    mounted._SERVED.clear()
+    class_host = mounted.open_host("chef", mounted.loop_settings("chef", "cpu", "float32"), Caps())
+    try:  # the class kitchen's own host, called directly (it says it is loading until it is ready)
+        mounted._SERVED.append(mounted.AppHosts(mounted.HostMount(class_host, None), mounted.HostRooms(None)))
+        host = app_state.kitchen_host_for("chef", "cpu", "float32")()
+        assert host is class_host and isinstance(host, EngineHost)
+        with pytest.raises(NotReady, match="loading chef on cpu"):
+            host.about()
+    finally:
+        class_host.close()
+    use_settings(monkeypatch, backend="http://10.0.0.5:8000", backend_key="s")
     backend = app_state.kitchen_host_for("chef", "cpu", "float32")
-    assert isinstance(backend, HttpHost) and backend.url == "http://10.0.0.5:8000"
+    assert isinstance(backend, RemoteHost) and backend.url == "http://10.0.0.5:8000"
 
 
 @needs_chromium
 def test_a_lab_page_runs_its_sweep_on_the_kitchen_server(server):
     """Under the launcher the Lab, like the Kitchen, is a client of the app's kitchen server, which
-    runs the sweep in an engine process of its own (lab/on_server.py): it ends with its findings."""
+    runs the sweep in its engine process (lab/sweeps.py): it ends with its findings."""
     ready(server, "k")
     with chromium() as b:
         page = b.new_page(viewport={"width": 1280, "height": 3000})

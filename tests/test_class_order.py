@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from conftest import launched, use_settings
 from kitchen_server import kitchen
 
 from engine.errors import EngineError
-from serving.remote_order import RemoteOrder, _take, models, order_remote
+from serving.clients.remote_order import RemoteOrder, _take, models, order_remote
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,7 +38,7 @@ def test_an_order_measured_at_the_client_and_by_the_kitchen():
 def test_per_token_confidence_is_the_servers_logprobs():
     import math
 
-    from serving.token_confidence import confidence_html, summarize
+    from serving.clients.token_confidence import confidence_html, summarize
 
     with kitchen() as (url, _):
         out = order_remote(url, "chef", "ROMEO:", 12, logprobs=1)
@@ -76,7 +76,7 @@ def test_the_page_orders_and_shows_both_kinds_of_numbers(monkeypatch):
     from streamlit.testing.v1 import AppTest
 
     with kitchen() as (url, _):
-        monkeypatch.setenv("TWO_POT_BACKEND", url)
+        use_settings(monkeypatch, backend=url)
         page = AppTest.from_file(str(REPO / "kitchen_viz" / "web" / "pages" / "class_order.py"), default_timeout=120)
         page.run()
         assert not page.exception and page.selectbox(key="order-model").value == "chef"
@@ -98,10 +98,7 @@ def test_the_page_orders_and_shows_both_kinds_of_numbers(monkeypatch):
 
 
 def test_the_launcher_takes_a_backend_url(monkeypatch, capsys):
-    from kitchen_viz.launch import main
-
-    monkeypatch.delenv("TWO_POT_BACKEND", raising=False)
-    assert main(["--backend", "not-a-url", "--print-command"]) == 2
-    assert "--backend must be a URL" in capsys.readouterr().err
-    assert main(["--backend", "http://127.0.0.1:9000/v1", "--api-key", "k", "--print-command"]) == 0
-    assert os.environ["TWO_POT_BACKEND"] == "http://127.0.0.1:9000" and os.environ["TWO_POT_BACKEND_KEY"] == "k"
+    code, _, err = launched(["--backend", "not-a-url"], capsys)
+    assert code == 2 and "--backend must be a URL" in err
+    s = launched(["--backend", "http://127.0.0.1:9000/v1", "--api-key", "k"], capsys)[1]
+    assert s.backend == "http://127.0.0.1:9000" and s.backend_key == "k"

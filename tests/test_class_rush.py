@@ -13,7 +13,7 @@ from __future__ import annotations
 import httpx
 from kitchen_server import kitchen_process
 
-from serving.rush import gauge, rush, slow_reader
+from serving.clients.rush import gauge, rush, slow_reader
 
 RSS_GROWTH = 0.25  # the server and its engine after a 1,000-client rush, against before it
 

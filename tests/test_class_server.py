@@ -19,7 +19,7 @@ from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 from serving.caps import Caps
-from serving.loadgen import run_load
+from serving.clients.loadgen import run_load
 
 KEY = "class-key-123"
 
@@ -215,7 +215,7 @@ def test_a_killed_engine_ends_streams_with_an_error_and_comes_back():
 
 
 def test_loadgen_a_small_class_gets_every_answer_it_would_get_alone(capsys):
-    from serving.loadgen import main as loadgen
+    from serving.clients.loadgen import main as loadgen
 
     with kitchen(api_key=None) as (url, _):
         code = loadgen(["--url", url, "--students", "8", "--requests", "16", "--rate", "50", "--max-tokens", "12",
@@ -247,7 +247,7 @@ def test_loadgen_names_a_stream_that_never_ends_instead_of_hanging():
 
 
 def test_loadgen_refuses_anything_but_loopback(capsys):
-    from serving.loadgen import main as loadgen
+    from serving.clients.loadgen import main as loadgen
 
     assert loadgen(["--url", "http://10.0.0.5:8000"]) == 2
     assert "--url must be a loopback address" in capsys.readouterr().err

@@ -90,8 +90,8 @@ def test_an_order_on_seats_decodes_compiled(engines):
     """generate() cooks a packed order of mixed lengths on seats: compiled steps, eager's tokens, no note."""
     compiled, eager = engines["tiny_llama"]
     before = compiled.compiled.steps
-    res = compiled.generate(PROMPTS, max_new_tokens=10, batching="packed", stop_at_eos=False)
-    ref = eager.generate(PROMPTS, max_new_tokens=10, batching="packed", stop_at_eos=False)
+    res = compiled.generate(PROMPTS, max_new_tokens=10, stop_at_eos=False)
+    ref = eager.generate(PROMPTS, max_new_tokens=10, stop_at_eos=False)
     assert res.path == "seats" and res.tokens == ref.tokens and res.trace.notes == []
     assert compiled.compiled.steps - before == 8  # 9 decode steps; the last reads a full seat: eager
 
@@ -110,13 +110,13 @@ def test_a_40_step_generation_crossing_compile_max_batch_compiles_a_bounded_numb
     assert tokens == serve(Engine.load(str(tiny.path), max_seqs=4), arrivals)[0]
     assert (eng.compiled.steps, eng.compiled.eager_steps) == (30, 9)  # 9 steps at batch 3, 15 at 2, 15 at 1
     assert counters["stats"]["unique_graphs"] - graphs == 2
-    eng.generate(PROMPTS, max_new_tokens=12, batching="packed", stop_at_eos=False)  # a smaller pool
+    eng.generate(PROMPTS, max_new_tokens=12, stop_at_eos=False)  # a smaller pool
     assert counters["stats"]["unique_graphs"] - graphs == 2
 
 
 def test_compile_max_batch_has_a_measured_default_and_refuses_nonsense(tiny_llama):
     eng = Engine.load(str(tiny_llama.path), compile=True)
-    assert eng.serving_config.compile_max_batch == eng.compiled.max_batch == COMPILE_MAX_BATCH >= 1
+    assert eng.settings.compile_max_batch == eng.compiled.max_batch == COMPILE_MAX_BATCH >= 1
     for bad in (0, -1, 2.5, True):
         with pytest.raises(EngineError, match="compile_max_batch must be an int of at least 1"):
             Engine.load(str(tiny_llama.path), compile=True, compile_max_batch=bad)
@@ -144,8 +144,8 @@ def test_no_compiler_is_said_up_front_and_decodes_eagerly(tiny_llama, monkeypatc
         ),
     ):
         eng = Engine.load(str(tiny_llama.path), compile=True)
-    res = eng.generate(PROMPTS[:2], max_new_tokens=6, batching="packed")
-    ref = Engine.load(str(tiny_llama.path)).generate(PROMPTS[:2], max_new_tokens=6, batching="packed")
+    res = eng.generate(PROMPTS[:2], max_new_tokens=6)
+    ref = Engine.load(str(tiny_llama.path)).generate(PROMPTS[:2], max_new_tokens=6)
     assert res.tokens == ref.tokens and eng.compiled.steps == 0
     (note,) = res.trace.notes
     assert note.startswith("compile=True, decoded eagerly: torch.compile on CPU needs a C++ compiler")
@@ -173,7 +173,7 @@ def test_a_compile_that_fails_at_the_first_step_falls_back_for_good(tiny_qwen2, 
         and eng.compiled.steps == 0
     )
     assert tokens == serve(Engine.load(str(tiny_qwen2.path), max_seqs=4))[0]
-    res = eng.generate(PROMPTS[:2], max_new_tokens=5, batching="packed")
+    res = eng.generate(PROMPTS[:2], max_new_tokens=5)
     assert res.trace.notes == ["compile=True, decoded eagerly: compile failed: RuntimeError: CppCompileError: "
                                "C++ compile error g++: not found"]  # fmt: skip
 
@@ -231,7 +231,7 @@ def test_cli_generate_and_bench_take_compile(tiny_llama, tmp_path, capsys):
     assert cli_main([*args, "--max-new-tokens", "6"]) == 0
     assert compiled["tokens"] == json.loads(capsys.readouterr().out)["tokens"]
     out = tmp_path / "compiled.json"
-    from bench.cli import main as bench_main
+    from engine.bench.cli import main as bench_main
 
     code = bench_main(["--compile", "--model", str(tiny_llama.path), "--repeats", "1", "--decode-tokens", "4",
                      "--batch", "3", "--out", str(out), "--quiet"])  # fmt: skip

@@ -1,5 +1,5 @@
 """The pure-decode step's path: the runner's reused input buffers, the per-layer KV seats, the
-compiled step being the model's own pass, and the step profile (bench/step_profile.py).
+compiled step being the model's own pass, and the step profile (engine/bench/step_profile.py).
 
 Tokens equal to the general path's are the parity tests' job (test_engine_serving.py and the
 others run every decode step through this path); these check the mechanics underneath.
@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bench.step_profile import PARTS, profile
 from engine import Engine
+from engine.bench.step_profile import PARTS, profile
 from engine.compiled import compiler_problem
 from engine.kv_pool import SeatPool
 

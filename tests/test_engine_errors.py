@@ -51,8 +51,8 @@ def refuse(fn, *patterns):
         ([PROMPT], {"temperature": -1.0}, ["temperature"]),
         ([PROMPT], {"top_p": 0.0}, ["top_p"]),
         ([PROMPT], {"top_k": -3}, ["top_k"]),
-        ([PROMPT], {"cache": "paged"}, ["cache mode 'paged'", "static"]),
-        ([PROMPT], {"batching": "ragged"}, ["batching 'ragged'", "packed"]),
+        ([PROMPT], {"cache": "paged"}, ["unknown setting 'cache'", "temperature"]),
+        ([PROMPT], {"batching": "ragged"}, ["unknown setting 'batching'"]),
         ([PROMPT], {"beams": 4}, ["unknown setting 'beams'"]),
         ([PROMPT], {"cuda_graph": True}, ["cuda_graph=True needs a CUDA device"]),
         (["hello"], {}, ["no tokenizer", "token-id lists"]),
@@ -152,7 +152,7 @@ def test_cli_exits_2_with_one_stderr_line(tiny_llama, tmp_path):
 
 def test_cli_json_matches_the_engine(tiny_llama):
     proc = run_cli("generate", "--model", str(tiny_llama.path), "--prompt-ids", ",".join(map(str, PROMPT)),
-                   "--batch", "2", "--max-new-tokens", "5", "--cache", "static", "--batching", "packed", "--json")  # fmt: skip
+                   "--batch", "2", "--max-new-tokens", "5", "--json")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     for key in ("tokens", "texts", "ttft_s", "tpot_s", "itl_s", "e2e_s", "prefill_s", "kv_cache_bytes"):
@@ -160,9 +160,9 @@ def test_cli_json_matches_the_engine(tiny_llama):
     expected = Engine.load(str(tiny_llama.path)).generate([PROMPT], max_new_tokens=5).tokens[0]
     assert out["tokens"] == [expected, expected]
     assert len(out["itl_s"]) == 4 and out["ttft_s"] <= out["e2e_s"]
-    # the lessons' other kitchens are the lab's: the engine's CLI refuses them in one line
+    # the lessons' other kitchens are the lab's (lab/kitchens.py): the engine's CLI has no such option
     proc = run_cli("generate", "--model", str(tiny_llama.path), "--prompt-ids", "1,2", "--cache", "growing")
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "cache='growing'" in proc.stderr
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "--cache" in proc.stderr
 
 
 def test_cli_info_and_bench_dispatch(tiny_llama, capfd):
@@ -171,7 +171,7 @@ def test_cli_info_and_bench_dispatch(tiny_llama, capfd):
     assert main(["info", "--model", str(tiny_llama.path)]) == 0
     info = json.loads(capfd.readouterr().out)
     assert info["family"] == "llama" and info["n_layers"] == 2 and info["trained"] is True
-    # `bench` runs `python -m bench` as a program of its own: its refusal arrives as its one line and exit code
+    # `bench` is the engine's bench subpackage's command line: its refusal is its one line and exit code 2
     assert main(["bench", "--repeats", "abc"]) == 2
     err = capfd.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--repeats" in err[0] and "python -m bench" in err[0]
+    assert len(err) == 1 and "--repeats" in err[0] and "python -m engine bench" in err[0]

@@ -155,7 +155,7 @@ def test_graph_mode_bookkeeping_matches_eager_decode(eng, monkeypatch):
     """An order with cuda_graph=True replays the seats' decode graphs (engine/cuda_graph.py): their
     static buffers, whole-seat reads and bucket padding, run eagerly on CPU (the capture itself
     needs a GPU: see test_cuda_graph_gives_the_same_tokens)."""
-    import engine.runner as runner_mod
+    import engine.torch_forward as runner_mod
     from engine.limits import RequestSettings
 
     made, real = [], runner_mod.DecodeGraphs
@@ -166,7 +166,7 @@ def test_graph_mode_bookkeeping_matches_eager_decode(eng, monkeypatch):
 
     prompts = [[11, 57, 3, 200, 42, 9, 101, 7], [5, 6]]
     eager = eng.generate(prompts, max_new_tokens=7)
-    monkeypatch.setattr(runner_mod, "DecodeGraphs", graphs)
+    monkeypatch.setattr(runner_mod, "DecodeGraphs", graphs)  # the torch forward's option
     settings = RequestSettings(max_new_tokens=7, cuda_graph=True)
     graphed = list(eng._serve_order(prompts, settings))[-1].result
     assert graphed.tokens == eager.tokens and graphed.trace.notes == []

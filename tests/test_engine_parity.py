@@ -83,7 +83,7 @@ def test_half_precision_runs_close_to_transformers(tiny_llama, dtype, torch_dtyp
         ours = eng.model(tokens, torch.arange(len(PROMPT))[None]).float()
         ref = hf(tokens).logits.float()
     torch.testing.assert_close(ours, ref, atol=3e-2, rtol=0)
-    res = eng.generate([PROMPT, PROMPT[:3]], max_new_tokens=8, batching="packed")
+    res = eng.generate([PROMPT, PROMPT[:3]], max_new_tokens=8)
     assert [len(t) for t in res.tokens] == [8, 8]
     # 16-bit CPU weights lie (out, in) in memory under their (in, out) view: the faster layout there
     w = eng.model.layers[0].attn.wqkv_t  # (d, q + 2kv)

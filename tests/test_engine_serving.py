@@ -179,9 +179,9 @@ def test_request_metrics_follow_vllms_definitions(tiny_llama):
 
 def test_decode_graph_buckets_pad_and_give_the_same_tokens(tiny_llama):
     """The CUDA-graph bucket path with its static buffers, replayed eagerly (capture needs a GPU)."""
-    eng = Engine.load(str(tiny_llama.path), policy="continuous", max_seqs=8)
+    eng = Engine.load(str(tiny_llama.path), policy="continuous", max_seqs=8, native=False)  # the torch forward's option
     srv = eng.serving
-    srv.runner.graphs = DecodeGraphs(eng.model, srv.pool, capture=False)
+    srv.runner.forward.graphs = DecodeGraphs(eng.model, srv.pool, capture=False)
     arrivals = {0: [(p, {"max_new_tokens": 7}) for p in PROMPTS[:3]]}
     results, steps, _ = serve(eng, arrivals)
     assert set(srv.runner.graphs.steps) >= {4}  # batch 3 ran in the bucket of 4, one padding row
@@ -205,7 +205,7 @@ def test_the_chef_serves_a_busy_kitchen_like_a_quiet_one():
         ({}, (list(range(100)), {"max_new_tokens": 40}), "exceeds the model's context of 128"),
         ({"kv_tokens": 30}, (PROMPTS[0], {"max_new_tokens": 40}), "exceeds the KV memory of 30 tokens"),
         ({"kv_budget_bytes": 60_000}, (list(range(80)), {"max_new_tokens": 8}), "prefill working memory"),
-        ({}, (PROMPTS[0], {"cache": "growing"}), "applies to one order (generate/stream)"),
+        ({}, (PROMPTS[0], {"native": False}), "applies to one order (generate/stream)"),
         ({}, ([PROMPTS[0], PROMPTS[1]], {}), "submit takes one prompt"),
         ({}, ([], {}), "prompt 1 is empty"),
         ({}, (PROMPTS[0], {"max_new_tokens": 0}), "max_new_tokens must be at least 1"),

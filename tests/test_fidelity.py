@@ -1,4 +1,4 @@
-"""The fidelity measures (engine/fidelity.py) and how bench/int8_quality.py reads llama.cpp's.
+"""The fidelity measures (engine/fidelity.py) and how engine/bench/int8_quality.py reads llama.cpp's.
 
 No model and no llama.cpp here: the arithmetic against the module's worked example and a hand
 computation, llama-perplexity's summary as it prints it, and its base file's token ids."""
@@ -9,7 +9,7 @@ import struct
 import pytest
 import torch
 
-from bench.int8_quality import agreement, answer, base_tokens, parse_kld
+from engine.bench.int8_quality import agreement, answer, base_tokens, parse_kld
 from engine.errors import EngineError
 from engine.fidelity import FidelityMeter, prefix_agreement, scored_rows
 

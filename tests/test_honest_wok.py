@@ -13,12 +13,12 @@ from kitchen_server import kitchen
 
 from engine.events import PrefillStart
 from kitchen_viz.app_state import APP_DIR
-from kitchen_viz.orders import Order, cook
+from kitchen_viz.orders import Order
 from kitchen_viz.panels import panel_values
 from kitchen_viz.timeline import LiveRun
 from lab.inspector import diagnose
 from lab.runlog import RunLog
-from serving.kitchen_client import ServerKitchen
+from serving.host_client import HostClient
 
 PROMPT, TABLES, NEW = 40, 2, 4  # two tables of 40 prompt tokens: more than one 64-token pass
 
@@ -29,9 +29,9 @@ def served():
         yield url, client
 
 
-def cook_on(svc: ServerKitchen, reuse: bool):
+def cook_on(svc: HostClient, reuse: bool):
     order = Order(batch=TABLES, max_new_tokens=NEW, temperature=0.0, seed=0, prompt_tokens=PROMPT, reuse_prefix=reuse)
-    job = svc.submit(cook(order), order.label)
+    job = svc.submit(svc.check(order.form()), order.label)
     assert job.wait(60) and job.status == "done", job.error
     run = LiveRun.for_order("t", [PROMPT] * TABLES)
     run.consume(job.events)
@@ -44,7 +44,7 @@ def first_prefill(job) -> PrefillStart:
 
 def test_the_same_order_twice_cooks_every_prompt_token_both_times(served):
     log = RunLog()
-    svc = ServerKitchen(served[0], "chef", run_log=log)
+    svc = HostClient(served[0], "chef", run_log=log)
     assert svc.wait_ready(60)
     try:
         first, _ = cook_on(svc, reuse=False)
@@ -62,7 +62,7 @@ def test_the_same_order_twice_cooks_every_prompt_token_both_times(served):
 
 def test_reuse_turned_on_takes_the_leftovers_and_every_view_says_how_many(served):
     log = RunLog()
-    svc = ServerKitchen(served[0], "chef", run_log=log)
+    svc = HostClient(served[0], "chef", run_log=log)
     assert svc.wait_ready(60)
     try:
         cook_on(svc, reuse=False)  # the leftovers of this order stay in the cache
@@ -99,7 +99,7 @@ def test_the_dashboard_says_how_many_prompt_tokens_its_runs_reused(served):
     from kitchen_viz.app_state import run_log
     from lab.registry import DASHBOARD
 
-    svc = ServerKitchen(served[0], "chef")
+    svc = HostClient(served[0], "chef")
     assert svc.wait_ready(60)
     try:
         cook_on(svc, reuse=False)

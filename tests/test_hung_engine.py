@@ -14,13 +14,15 @@ import time
 from pathlib import Path
 
 import pytest
-from own_kitchen import loop_of, own_kitchen, wait_for
+from own_kitchen import own_kitchen, process_of, wait_for
 from streamlit.testing.v1 import AppTest
 
 from engine.errors import EngineError
 from engine.events import PrefillStart
-from kitchen_viz.orders import Order, cook
-from serving.loop_messages import SILENCE_ENV, TEST_HANG_ENV
+from kitchen_viz.orders import Order
+from serving.host.api import OrderForm
+from serving.host.loop import TEST_HANG_ENV
+from serving.host.watchdog import SILENCE_ENV
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 APP = str(Path(__file__).resolve().parent.parent / "kitchen_viz" / "web" / "app.py")
@@ -33,16 +35,16 @@ def test_an_order_whose_engine_hangs_mid_stream_fails_in_one_line_and_the_kitche
     monkeypatch.setenv(SILENCE_ENV, "6")  # the first step (a fresh engine's seats, a loaded machine) fits in it
     monkeypatch.setenv(TEST_HANG_ENV, "60")  # the first loop goes silent after each step's events
     with own_kitchen("chef") as (svc, kitchens):
-        client = loop_of(kitchens)
+        client = process_of(kitchens)
         first_pid = client.pid
         monkeypatch.delenv(TEST_HANG_ENV)  # the replacement loop behaves
-        job = svc.submit(cook(ORDER), "hangs")
+        job = svc.submit(svc.check(ORDER.form()), "hangs")
         assert job.wait(WAIT_S) and job.status == "error"
         assert isinstance(job.events[0], PrefillStart)  # it did start: alive, then silent
         limit = limit_named(job.error)  # 6 s, or 20 x its longest step if that is longer
         assert limit >= 6 and job.finished_at - job.started_at >= limit - 0.5 and "\n" not in job.error
         assert "hung" in job.error and "restarts it" in job.error
-        after = svc.submit(cook(ORDER), "after the hang")
+        after = svc.submit(svc.check(ORDER.form()), "after the hang")
         assert after.wait(WAIT_S) and after.status == "done", after.error
         assert client.pid != first_pid and len(after.result.tokens[0]) == 4
 
@@ -54,26 +56,27 @@ def test_a_quick_question_to_a_hung_engine_fails_in_one_line_and_the_fresh_one_a
     monkeypatch.setenv(TEST_HANG_ENV, "60")
     with own_kitchen("chef") as (svc, kitchens):
         monkeypatch.delenv(TEST_HANG_ENV)
-        job = svc.submit(cook(LONG), "keeps the loop in a step")
+        job = svc.submit(svc.check(LONG.form()), "keeps the loop in a step")
         assert wait_for(lambda: job.events), job.error
         t0 = time.perf_counter()
-        with pytest.raises(EngineError, match="hung") as err:
-            svc.limits(1, 8)
+        with pytest.raises(EngineError, match="hung") as err:  # the one question an order asks the engine
+            svc.check(OrderForm(["ROMEO, asked while the loop is stuck:"], 8))
         assert time.perf_counter() - t0 < 30 and "\n" not in str(err.value) and limit_named(str(err.value)) >= 5
+        assert svc.limits(1, 8).max_batch >= 1  # what one order may ask is the host's arithmetic: no engine needed
         assert job.wait(WAIT_S) and job.status == "error"  # the order in the stopped loop ended in one line too
-        assert svc.limits(1, 8).max_batch >= 1 and loop_of(kitchens).restarts == 1
+        assert svc.check(OrderForm(["ROMEO:"], 8)).prompt_ids and process_of(kitchens).restarts == 1
 
 
 def test_the_kitchen_restarts_an_engine_that_died_mid_order():
     with own_kitchen("chef") as (svc, kitchens):
-        client = loop_of(kitchens)
+        client = process_of(kitchens)
         first_pid = client.pid
-        job = svc.submit(cook(LONG), "cooking when the engine dies")
+        job = svc.submit(svc.check(LONG.form()), "cooking when the engine dies")
         assert wait_for(lambda: job.events), job.error
         os.kill(first_pid, signal.SIGKILL)
         assert job.wait(WAIT_S) and job.status == "error"
         assert "engine process for chef stopped" in job.error and "\n" not in job.error
-        after = svc.submit(cook(ORDER), "after the crash")
+        after = svc.submit(svc.check(ORDER.form()), "after the crash")
         assert after.wait(WAIT_S) and after.status == "done", after.error
         assert client.pid != first_pid and len(after.result.tokens[0]) == 4
 

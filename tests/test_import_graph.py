@@ -4,10 +4,11 @@ Every non-test ``.py`` file is parsed with ``ast``; every import in it (module l
 function, under ``if TYPE_CHECKING:``) that names a project file is an edge of a file-level graph.
 The rules, each a test that names what breaks it:
 - no cycle between files (a function-local import closes a cycle as surely as a top-level one);
-- ``engine/`` imports nothing of the project outside ``engine/``;
+- ``engine/`` imports nothing of the project outside ``engine/``, and the inference code never imports
+  its bench (``engine/bench/``: only the command line, ``engine/cli.py``, reaches it);
 - a function-local import carries its reason on its line: ``# lazy: <why it is loaded late>``;
 - packages import downward only: entry points (kitchen_viz/web/: app.py, serve.py, pages/; scripts/, docs/) ->
-  kitchen_viz/ -> lab/ -> serving/ -> bench/ -> engine/.
+  kitchen_viz/ -> lab/ -> serving/ -> engine/.
 
 Importing ``a.b`` is an edge to ``a/b.py`` only, not to ``a/__init__.py``: a package's ``__init__``
 re-exports its modules, so counting it would make every package a cycle with itself.
@@ -24,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SKIP_DIRS = {"tests", ".venv", "venv", "build", "dist", "node_modules", "__pycache__"}
 LAZY_REASON = re.compile(r"#\s*lazy:\s*\S")
-LAYERS = ["kitchen_viz", "lab", "serving", "bench", "engine"]  # each imports only those after it
+LAYERS = ["kitchen_viz", "lab", "serving", "engine"]  # each imports only those after it
 ENTRY = "kitchen_viz/web/"  # the Streamlit entry (app.py, serve.py) and its pages: entry points
 
 
@@ -247,6 +248,16 @@ def test_packages_import_downward_only():
         if layer(imp.target) < layer(imp.source) or (layer(imp.target) == -1 and layer(imp.source) >= 0)
     ]
     assert not bad, "an import against the layers (" + " -> ".join(LAYERS) + "):\n" + "\n".join(bad)
+
+
+def test_the_engine_never_loads_its_bench():
+    bad = [
+        f"{imp.source}:{imp.line} imports {imp.target}"
+        for imp in project_imports()
+        if imp.source.startswith("engine/") and not imp.source.startswith("engine/bench/")
+        and imp.target.startswith("engine/bench/") and imp.source != "engine/cli.py"
+    ]
+    assert not bad, "the bench is built on the engine, not inside it:\n" + "\n".join(bad)
 
 
 def test_function_local_imports_say_why():

@@ -5,7 +5,7 @@ turned into `Metrics` by the project's own `compute_metrics`, so the inspector s
 sees after a real run.
 """
 
-from bench.roofline import Roofline
+from engine.bench.roofline import Roofline
 from engine.trace import StepRecord, Trace, compute_metrics
 from lab.inspector import diagnose
 from lab.serving_verdicts import (
@@ -153,7 +153,7 @@ def test_the_regimes_crossing_follows_from_the_step_and_the_ridge():
 
 
 def test_a_step_whose_bytes_fit_in_a_measured_cache_is_judged_against_that_caches_ridge():
-    from bench.roofline import MemoryRoof
+    from engine.bench.roofline import MemoryRoof
 
     cached = Roofline(20e9, 100e9, "cpu", "float32", caches=(MemoryRoof("L3", 50e9, 32 * 2**20),))
     trace, out = build_trace(prefill_s=0.001, steps=50, step_s=0.0001, forward_share=0.95)  # 4 MB: in the L3

@@ -1,5 +1,5 @@
-"""The Kitchen's orders on a real class kitchen server (serving/kitchen_orders.py), the app's client
-for them (serving/kitchen_client.py) and the app's kitchen rooms (serving/mounted.py), on 127.0.0.1
+"""The Kitchen's orders on a real class kitchen server (serving/http/order_routes.py), the app's client
+for them (serving/host_client.py) and the app's kitchen rooms (serving/http/mounted.py), on 127.0.0.1
 only. One chef server for the module; every wait has a deadline."""
 
 from __future__ import annotations
@@ -10,15 +10,16 @@ import time
 
 import httpx
 import pytest
-from conftest import CHEF_CONTEXT
+from conftest import CHEF_CONTEXT, use_settings
 from kitchen_server import kitchen, serve
 
 from engine.errors import EngineError
 from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token
-from kitchen_viz.orders import Order, cook
+from kitchen_viz.orders import Order
 from serving.caps import Caps
-from serving.kitchen_client import ServerKitchen
-from serving.order_wire import from_wire
+from serving.host.api import OrderForm
+from serving.host.wire import from_json
+from serving.host_client import HostClient
 
 KEY = "kitchen-key-7"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -41,7 +42,7 @@ def ref():
 
 @pytest.fixture(scope="module")
 def svc(served):
-    kitchen_ = ServerKitchen(served[0], "chef", api_key=KEY)
+    kitchen_ = HostClient(served[0], "chef", api_key=KEY)
     assert kitchen_.wait_ready(60)
     yield kitchen_
     kitchen_.close()
@@ -73,7 +74,7 @@ def read_order(r: httpx.Response, on_event=None) -> tuple[dict, list, list[str]]
             continue
         assert set(msg) == {"events"} and msg["events"], msg  # one message per step: its events together
         for d in msg["events"]:
-            events.append(from_wire(d))
+            events.append(from_json(d))
             if on_event is not None and on_event(events[-1]) is False:
                 return first, events, lines
     return first, events, lines
@@ -179,10 +180,10 @@ def test_the_board_marks_the_orders_tables_while_it_cooks_and_a_hang_up_cancels_
                 seen += msg["events"] if "events" in msg else [msg]
                 if len(seen) == 1:
                     continue
-                if any(m.get("type") == "token" for m in seen[1:]):
+                if any(m.get("__t") == "Token" for m in seen[1:]):
                     snaps.append(board(url, seen[0]["order"]))
                     break  # then hang up, mid-order
-    assert all(m.get("type") != "done" for m in seen)
+    assert all(m.get("__t") != "Done" for m in seen)
     mine = [t for t in snaps[0]["tickets"] if t["mine"]]
     assert len(mine) == 2 and {t["state"] for t in mine} == {"running"}
     assert all(t["prompt_tokens"] > 0 for t in mine)
@@ -288,7 +289,7 @@ def test_model_limits_and_check_answer_the_order_form(served, ref):
     until(lambda: client.in_flight == 0, "the order form's questions stayed in flight")  # refused ones too
 
 
-# -- the app's client: ServerKitchen ---------------------------------------------------------------------------------
+# -- the app's client: HostClient ---------------------------------------------------------------------------------
 
 
 def test_server_kitchen_cooks_an_order_as_generate_would(svc, served, ref):
@@ -297,9 +298,11 @@ def test_server_kitchen_cooks_an_order_as_generate_would(svc, served, ref):
     lim = svc.limits(100, 64)
     assert lim.max_context == svc.limits(1, 1).max_context <= CHEF_CONTEXT and lim.kv_bytes_per_sequence == 164 * lim.kv_bytes_per_token
     o = Order(batch=3, max_new_tokens=10, temperature=0.0, seed=0, prompt_tokens=20)
-    ids = svc.check(o.prompts(svc), 10, temperature=0.0, seed=0)
-    assert [len(p) for p in ids] == [20, 20, 20] and svc.encode("ROMEO:") == ref.encode("ROMEO:")
-    job = svc.submit(cook(o), o.label, hold=True)
+    checked = svc.check(o.form())
+    ids = checked.prompt_ids
+    assert [len(p) for p in ids] == [20, 20, 20]
+    assert svc.check(OrderForm(["ROMEO:"], 1)).prompt_ids == [ref.encode("ROMEO:")]
+    job = svc.submit(checked, o.label, hold=True)
     assert job.status == "queued"
     job.release(0.05)
     assert job.wait(60) and job.status == "done" and job.error is None
@@ -309,7 +312,7 @@ def test_server_kitchen_cooks_an_order_as_generate_would(svc, served, ref):
     assert svc.queue_length() == 0 and job.place_in_line() == 0
 
     text = Order(batch=2, max_new_tokens=6, temperature=0.0, seed=0, text="JULIET:")
-    job = svc.submit(cook(text), text.label)
+    job = svc.submit(svc.check(text.form()), text.label)
     assert job.wait(60) and job.status == "done"
     assert job.result.tokens == ref.generate(["JULIET:"] * 2, max_new_tokens=6).tokens
 
@@ -320,13 +323,13 @@ def test_the_run_log_counts_the_orders_tables_not_the_busy_pot(served, ref):
     from lab.runlog import RunLog
 
     log = RunLog()
-    mine = ServerKitchen(served[0], "chef", api_key=KEY, run_log=log)
+    mine = HostClient(served[0], "chef", api_key=KEY, run_log=log)
     assert mine.wait_ready(60)
     busy = threading.Thread(target=order, args=(served[0], ["KING:", "QUEEN:", "DUKE:"], 300))
     busy.start()
     until(lambda: served[1].state.running >= 3, "the other student's order never started")
     o = Order(batch=2, max_new_tokens=8, temperature=0.0, seed=0, prompt_tokens=12)
-    job = mine.submit(cook(o), o.label)
+    job = mine.submit(mine.check(o.form()), o.label)
     assert job.wait(60) and job.status == "done"
     busy.join(60)
     mine.close()
@@ -335,10 +338,10 @@ def test_the_run_log_counts_the_orders_tables_not_the_busy_pot(served, ref):
     assert row["batch"] == 2 and row["prompt_tokens"] == 24 and row["output_tokens"] == 16
 
 
-def test_server_kitchen_cancel_and_time_limit_leave_nothing_running(svc, served):
+def test_server_kitchen_cancel_leaves_nothing_running(svc, served):
     client = served[1]
     long = Order(batch=2, max_new_tokens=480, temperature=0.0, seed=0, prompt_tokens=20)
-    job = svc.submit(cook(long), long.label)
+    job = svc.submit(svc.check(long.form()), long.label)
     until(lambda: any(isinstance(e, Token) for e in job.events), "the order never started cooking")
     assert job.cancel("cancelled: you pressed Cancel")
     assert job.wait(10) and job.status == "cancelled" and job.error == "cancelled: you pressed Cancel"
@@ -346,30 +349,26 @@ def test_server_kitchen_cancel_and_time_limit_leave_nothing_running(svc, served)
     assert not any(isinstance(e, Done) for e in job.events)
     until(lambda: nothing_running(client), "a cancelled order is still cooking on the server")
 
-    job = svc.submit(cook(long), long.label, time_limit_s=0.3)
-    assert job.wait(30) and job.status == "cancelled" and job.error == "cancelled after 0.3 s (its time limit)"
-    until(lambda: nothing_running(client), "an order past its time is still cooking on the server")
-
-    held = svc.submit(cook(long), long.label, hold=True)  # cancelled before its page released it
+    held = svc.submit(svc.check(long.form()), long.label, hold=True)  # cancelled before its page released it
     assert held.cancel("gone") and held.wait(10) and held.status == "cancelled" and held.error == "gone"
     assert held.events == [] and held.order_id is None
 
 
 def test_server_kitchen_refusals_are_one_line(svc):
     with pytest.raises(EngineError) as err:
-        svc.check([[7] * CHEF_CONTEXT], 8)
+        svc.check(OrderForm([[7] * CHEF_CONTEXT], 8))
     assert str(err.value).startswith("HTTP 400: ") and "context of" in str(err.value)
-    job = svc.submit(cook(Order(batch=1, max_new_tokens=481, temperature=0.0, seed=0, text="hi")), "too long")
-    assert job.wait(30) and job.status == "error"
-    assert job.error.startswith("HTTP 400: ") and "instructor's limit is 480 new tokens" in job.error
+    with pytest.raises(EngineError, match="instructor's limit is 480 new tokens") as err:  # the host's caps, at the check
+        svc.check(Order(batch=1, max_new_tokens=481, temperature=0.0, seed=0, text="hi").form())
+    assert str(err.value).startswith("HTTP 400: ")
     with pytest.raises(EngineError, match="the Lab's runs .* not other code"):
         svc.submit(lambda engine, emit: None, "code the server would have to run")
 
 
 def test_server_kitchen_for_a_model_or_key_the_server_does_not_have(served):
     url = served[0]
-    other = ServerKitchen(url, "apprentice", api_key=KEY)
-    keyless = ServerKitchen(url, "chef")
+    other = HostClient(url, "apprentice", api_key=KEY)
+    keyless = HostClient(url, "chef")
     try:
         assert other.wait_ready(30) and keyless.wait_ready(30)
         assert other.state == "error" and other.info is None
@@ -379,23 +378,24 @@ def test_server_kitchen_for_a_model_or_key_the_server_does_not_have(served):
             assert "\n" not in k.load_error
             with pytest.raises(EngineError, match="did not serve"):
                 k.limits(10, 10)
-        job = other.submit(cook(Order(batch=1, max_new_tokens=4, temperature=0.0, seed=0, text="hi")), "x")
-        assert job.wait(10) and job.status == "error" and job.error == other.load_error
+        with pytest.raises(EngineError) as err:
+            other.check(Order(batch=1, max_new_tokens=4, temperature=0.0, seed=0, text="hi").form())
+        assert str(err.value) == other.load_error
     finally:
         other.close()
         keyless.close()
 
 
 def test_server_kitchen_close_cancels_its_orders_and_refuses_more(served):
-    k = ServerKitchen(served[0], "chef", api_key=KEY)
+    k = HostClient(served[0], "chef", api_key=KEY)
     assert k.wait_ready(30)
     long = Order(batch=1, max_new_tokens=480, temperature=0.0, seed=0, prompt_tokens=20)
-    job = k.submit(cook(long), long.label)
+    job = k.submit(k.check(long.form()), long.label)
     until(lambda: bool(job.events), "the order never started cooking")
     k.close()
     assert job.wait(10) and job.status == "cancelled" and "closed" in job.error
     with pytest.raises(EngineError, match="closed"):
-        k.submit(cook(long), long.label)
+        k.submit(k.check(long.form()), long.label)
     until(lambda: nothing_running(served[1]), "a closed kitchen's order is still cooking on the server")
 
 
@@ -412,7 +412,7 @@ def stand_in(served):
 
     about = httpx.get(served[0] + "/kitchen/model", headers=AUTH, timeout=10).json()
     streams = {
-        "odd": ['{"type": "token", "t": 0.1}'],
+        "odd": ['{"events": [{"__t": "Token", "t": 0.1}]}'],
         "short": [],
         "boom": ['{"error": {"message": "the pot boiled over", "code": 500}}'],
         "list": ["[1, 2]"],
@@ -421,6 +421,9 @@ def stand_in(served):
     def room(name: str) -> Mount:
         async def model(request):
             return JSONResponse(about)
+
+        async def check(request):
+            return JSONResponse({"prompt_ids": [[5, 6]]})
 
         async def orders(request):
             async def lines():
@@ -431,14 +434,15 @@ def stand_in(served):
 
             return StreamingResponse(lines(), media_type="text/event-stream")
 
-        return Mount(f"/{name}", routes=[Route("/kitchen/model", model), Route("/kitchen/orders", orders, methods=["POST"])])
+        return Mount(f"/{name}", routes=[Route("/kitchen/model", model), Route("/kitchen/check", check, methods=["POST"]),
+                                         Route("/kitchen/orders", orders, methods=["POST"])])  # fmt: skip
 
     with serve(Starlette(routes=[room(n) for n in streams])) as url:
         yield url
 
 
 def test_a_server_without_kitchen_routes_is_an_error_at_once(stand_in):
-    k = ServerKitchen(stand_in + "/bare", "chef")
+    k = HostClient(stand_in + "/bare", "chef")
     try:
         assert k.wait_ready(10) and k.state == "error"
         assert "has no /kitchen/model" in k.load_error and "not a Two-Pot kitchen server" in k.load_error
@@ -450,17 +454,17 @@ def test_a_server_without_kitchen_routes_is_an_error_at_once(stand_in):
 @pytest.mark.parametrize(
     "room, words",
     [
-        ("odd", "cannot read: a malformed 'token' event"),
+        ("odd", "cannot read: a malformed Token"),
         ("list", "cannot read: an event must be a JSON object"),
         ("short", "ended the order without its result"),
         ("boom", "the pot boiled over"),
     ],
 )
 def test_a_broken_order_stream_ends_the_job_in_one_line(stand_in, room, words):
-    k = ServerKitchen(f"{stand_in}/{room}", "chef")
+    k = HostClient(f"{stand_in}/{room}", "chef")
     try:
         assert k.wait_ready(10) and k.state == "ready"
-        job = k.submit(cook(Order(batch=1, max_new_tokens=4, temperature=0.0, seed=0, text="hi")), "x")
+        job = k.submit(k.check(Order(batch=1, max_new_tokens=4, temperature=0.0, seed=0, text="hi").form()), "x")
         assert job.wait(10), "the job never finished"
         assert job.status == "error" and words in job.error and "\n" not in job.error
         assert job.order_id == "order-x"
@@ -472,9 +476,9 @@ def test_a_broken_order_stream_ends_the_job_in_one_line(stand_in, room, words):
 
 
 def test_kitchen_rooms_open_catalog_models_only():
-    from serving.mounted import KitchenRooms
+    from serving.http.mounted import HostRooms
 
-    refusal = KitchenRooms.refusal
+    refusal = HostRooms.refusal
     assert refusal("chef", "cpu", "int8") is None and refusal("chef", "cuda:1", "bfloat16") is None
     lines = {
         ("nope", "cpu", "float32"): "no model 'nope' in this server's catalog (chef, apprentice",
@@ -490,11 +494,11 @@ def test_kitchen_rooms_open_catalog_models_only():
 
 
 def test_kitchen_path_is_the_class_kitchen_only_for_its_own_choice(monkeypatch):
-    from serving.mounted import ENV_MODEL, kitchen_path
+    from serving.http.mounted import kitchen_path
 
-    monkeypatch.delenv(ENV_MODEL, raising=False)
+    use_settings(monkeypatch)
     assert kitchen_path("chef", "cpu", "float32") == "/kitchens/chef/cpu/float32"
-    monkeypatch.setenv(ENV_MODEL, "chef")
+    use_settings(monkeypatch, class_model="chef")
     assert kitchen_path("chef", "cpu", "float32") == "/class"
     assert kitchen_path("chef", "cpu", "int8") == "/kitchens/chef/cpu/int8"
     assert kitchen_path("chef", "cuda:0", "float32") == "/kitchens/chef/cuda%3A0/float32"

@@ -196,7 +196,7 @@ def assert_spread(s, repeats=3):
 
 
 def test_leftovers_draws_each_share_as_a_median_of_three_with_its_range(chef_one_thread):
-    from bench.prefix_reuse import time_reuse
+    from engine.bench.prefix_reuse import time_reuse
     from lab.leftovers import cold_spread, reuse_finding, warm_spread
     from lab.noise import MachineWatch
 
@@ -209,7 +209,7 @@ def test_leftovers_draws_each_share_as_a_median_of_three_with_its_range(chef_one
 
 
 def test_leftovers_withholds_faster_when_cold_and_warm_ranges_overlap():
-    from bench.prefix_reuse import ReuseTiming
+    from engine.bench.prefix_reuse import ReuseTiming
     from lab.leftovers import reuse_finding
     from lab.noise import Machine
 

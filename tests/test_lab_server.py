@@ -1,5 +1,5 @@
 """The Lab on a kitchen server: settings and results as JSON, a sweep run in the server's own engine
-process and followed by the app's client (serving/lab_wire.py, lab/on_server.py)."""
+process by key and followed by the app's client (serving/host/wire.py, lab/sweeps.py)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from lab.experiment import default_settings
 from lab.padding import PaddingSettings
 from lab.progress import Progress
 from lab.registry import EXPERIMENTS, LabRun
-from serving.kitchen_client import ServerKitchen
-from serving.lab_wire import decode, encode
+from serving.host.wire import from_json as decode
+from serving.host.wire import to_json as encode
+from serving.host_client import HostClient
 
 KEY = "lab-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -42,26 +43,27 @@ def test_every_experiments_default_settings_travel_as_json(chef_info):
         assert decode(json.loads(sent)) == s, exp.key
 
 
-def test_only_this_projects_dataclasses_are_rebuilt():
-    for bad in ({"__dc__": "os:system"}, {"__dc__": "builtins:dict"}, {"__dc__": "lab.padding:os.system"},
-                {"__dc__": "lab.padding:NoSuchThing"}, {"plain": "object"}):  # fmt: skip
+def test_only_registered_dataclasses_are_rebuilt():
+    for bad in ({"__t": "os:system"}, {"__t": "dict"}, {"__t": "lab.padding:os.system"},
+                {"__t": "NoSuchThing"}):  # fmt: skip
         with pytest.raises(ValueError):
             decode(bad)
+    assert decode({"plain": "object"}) == {"plain": "object"}
     with pytest.raises(TypeError, match="cannot travel"):
         encode(object())
 
     @dataclass
-    class Elsewhere:  # defined in a test module, not in lab/, engine/ or bench/
+    class Elsewhere:  # defined in a test, never registered
         x: int
 
-    with pytest.raises(TypeError, match="not one of this project's classes"):
+    with pytest.raises(TypeError, match="not a registered type"):
         encode(Elsewhere(1))
     assert decode(encode({"a": (1, 2.5, None), 3: [True]})) == {"a": (1, 2.5, None), 3: [True]}
 
 
 def test_a_sweep_runs_on_the_server_and_the_app_keeps_its_result(served, tmp_path):
     url, _ = served
-    svc = ServerKitchen(url, "chef", api_key=KEY)
+    svc = HostClient(url, "chef", api_key=KEY)
     assert svc.wait_ready(60)
     cache = ResultCache(tmp_path)
     kept = []
@@ -90,8 +92,8 @@ def test_bad_lab_requests_are_one_line_each(served):
     assert r.status_code == 404 and r.json()["error"]["message"].startswith("no lab experiment 'nope'")
     r = post("/kitchen/lab/padding", {})
     assert r.status_code == 422 and r.json()["error"]["param"] == "settings"
-    r = post("/kitchen/lab/padding", {"settings": {"__dc__": "os:system"}})
-    assert r.status_code == 422 and "not one of this project's classes" in r.json()["error"]["message"]
+    r = post("/kitchen/lab/padding", {"settings": {"__t": "os:system"}})
+    assert r.status_code == 422 and "not a type this side knows" in r.json()["error"]["message"]
     from lab.tables import TablesSettings
 
     r = post("/kitchen/lab/padding", {"settings": encode(TablesSettings())})
@@ -106,7 +108,7 @@ def test_bad_lab_requests_are_one_line_each(served):
 
 def test_a_client_that_hangs_up_cancels_its_sweep(served):
     url, _ = served
-    svc = ServerKitchen(url, "chef", api_key=KEY)
+    svc = HostClient(url, "chef", api_key=KEY)
     assert svc.wait_ready(60)
     job = svc.submit(LabRun("padding", PaddingSettings(lengths=(8, 64, 128, 256), repeats=5)), label="lab")
     deadline = time.monotonic() + 120
@@ -114,7 +116,7 @@ def test_a_client_that_hangs_up_cancels_its_sweep(served):
         time.sleep(0.05)
     assert job.cancel("cancelled: you pressed Cancel")
     assert job.wait(30) and job.status == "cancelled"
-    client = served[1]  # the kitchen's engine client: the sweep ran in its kitchen loop
+    client = served[1]  # the kitchen's engine process: the sweep ran in its loop
     deadline = time.monotonic() + 30
     while client.in_flight and time.monotonic() < deadline:
         time.sleep(0.1)

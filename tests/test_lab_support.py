@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.roofline import Roofline
+from engine.bench.roofline import Roofline
 from kitchen_viz.charts import SLOW_TAIL
 from lab.banquet import BanquetPoint, saturation_point
 from lab.cache import ResultCache, cache_key, latest_roof, model_fingerprint, remember_roof
@@ -124,7 +124,7 @@ def test_roofline_figure_draws_roof_both_phases_and_the_guess():
 
 
 def test_roofline_figure_draws_every_cache_roof_and_marks_a_point_above_them_all():
-    from bench.roofline import MemoryRoof
+    from engine.bench.roofline import MemoryRoof
 
     roof = Roofline(20e9, 100e9, "cpu", "float32",
                     caches=(MemoryRoof("L2", 100e9, 2**20), MemoryRoof("L3", 70e9, 32 * 2**20)))  # fmt: skip

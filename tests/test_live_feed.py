@@ -20,9 +20,9 @@ from starlette.testclient import TestClient
 
 from engine.events import StepEnd
 from kitchen_viz import live_feed
-from kitchen_viz.orders import Order, cook
+from kitchen_viz.orders import Order
 from kitchen_viz.timeline import LiveRun
-from serving.stove import StoveTicket
+from serving.device_lock import LockTicket
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 WAIT_S = 120
@@ -44,9 +44,9 @@ def client():
 
 def fed_order(kitchen, new_tokens: int, **kw):
     order = Order(batch=2, max_new_tokens=new_tokens, temperature=0.0, seed=0, prompt_tokens=12)
-    ids = kitchen.check(order.prompts(kitchen), order.max_new_tokens, temperature=0.0, seed=0)
-    job = kitchen.submit(cook(order), order.label, **kw)
-    run = LiveRun.for_order("order-1", [len(p) for p in ids])
+    checked = kitchen.check(order.form())
+    job = kitchen.submit(checked, order.label, **kw)
+    run = LiveRun.for_order("order-1", checked.prompt_tokens)
     url = live_feed.open_feed(kitchen, job, run, presenter=False, wok_capacity=4096)
     return job, url
 
@@ -102,8 +102,8 @@ def test_the_stream_of_an_unknown_order_is_a_404_with_one_line(client):
 
 def test_a_waiting_order_is_told_its_place_in_line(kitchen, client):
     """Another kitchen cooks on this machine's stove: the order waits in its line and says who cooks."""
-    other = StoveTicket("apprentice: cook 8 table(s)", kitchen="another kitchen")
-    assert kitchen.stove.take(other)
+    other = LockTicket("apprentice: cook 8 table(s)", kitchen="another kitchen")
+    assert kitchen.device_lock.take(other)
     try:
         job, url = fed_order(kitchen, new_tokens=4)
         deadline = time.monotonic() + 10
@@ -115,7 +115,7 @@ def test_a_waiting_order_is_told_its_place_in_line(kitchen, client):
         wait = data["panels"]["wait"]
         assert "Waiting for the stove (cpu): apprentice: cook 8 table(s) is cooking" in wait, wait
     finally:
-        kitchen.stove.give_back(other)
+        kitchen.device_lock.give_back(other)
     assert job.wait(WAIT_S) and job.status == "done", job.error
     assert client.get(url).json()["done"]
 
@@ -177,7 +177,7 @@ def test_the_live_view_is_the_default_where_the_feed_is_served(monkeypatch):
 
 
 def test_the_scene_gets_the_class_rail_while_a_class_kitchen_order_cooks():
-    """A job on a class kitchen carries the board its client reads while it cooks (serving/kitchen_client.py);
+    """A job on a class kitchen carries the board its client reads while it cooks (serving/host_client.py);
     the scene's data then holds the rail: tickets only, yours highlighted, and none once the job is done."""
     from types import SimpleNamespace
 
@@ -197,7 +197,7 @@ def test_the_scene_gets_the_class_rail_while_a_class_kitchen_order_cooks():
     assert live_feed.live_scene_data(svc, job, run, presenter=False, wok_capacity=4096, panels=None)["class_rail"] is None
     # Before its first read the board is pending: one placeholder card keeps the rail's place, so the
     # first read (while the engine cooks) changes the cards without moving the kitchen below them.
-    from serving.kitchen_client import PENDING_BOARD
+    from serving.host_client import PENDING_BOARD
 
     job.board = dict(PENDING_BOARD)
     rail = live_feed.live_scene_data(svc, job, run, presenter=False, wok_capacity=4096, panels=None)["class_rail"]

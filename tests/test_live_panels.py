@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import cook_probe
+from engine.bench import cook_probe
 from kitchen_viz.live_panels import live_panel_data, spark_points
 from kitchen_viz.panels import PanelValues
 
@@ -71,7 +71,7 @@ def test_the_bench_alternates_which_side_cooks_first_abba():
 
 def test_paired_overheads_give_the_median_and_an_interval_around_it():
     """Each round's B/A - 1 is one sample: B is 1-4 % slower than A in these rounds, whatever A's level."""
-    from bench.report import paired
+    from engine.bench.report import paired
 
     p = paired([1.0, 2.0, 3.0, 4.0, 5.0], [1.01, 2.04, 3.06, 4.12, 5.2])
     assert p["paired_overheads"] == pytest.approx([0.01, 0.02, 0.02, 0.03, 0.04])

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import use_settings
 
-from serving.remote_order import board, models, order_remote
-from serving.scrape import scrape, window
+from serving.clients.remote_order import board, models, order_remote
+from serving.clients.scrape import scrape, window
 
 REPO = Path(__file__).resolve().parents[1]
 LLAMA = os.environ.get("LLAMA_SERVER", "/work/peers/llama.cpp/build/bin/llama-server")
@@ -71,7 +72,7 @@ def test_its_metrics_read_under_its_own_names(llama):
 def test_each_page_says_what_llama_cpp_cannot_give_in_one_info_line(llama, monkeypatch, page, words):
     from streamlit.testing.v1 import AppTest
 
-    monkeypatch.setenv("TWO_POT_BACKEND", llama)
+    use_settings(monkeypatch, backend=llama)
     # The Kitchen is the app's home page: run it inside the app, whose navigation knows its links.
     path = REPO / "kitchen_viz" / "web" / "app.py" if page == "kitchen.py" else REPO / "kitchen_viz" / "web" / "pages" / page
     app = AppTest.from_file(str(path), default_timeout=120)

@@ -1,20 +1,25 @@
-"""A kitchen loop that is alive but silent is stopped after its limit, in one line, and replaced.
+"""A host's loop that is alive but silent is stopped after its limit, in one line, and replaced.
 
-The child here is the real kitchen loop on the embedded chef, made to hang for real by its test
-hook (`TWO_POT_TEST_HANG_S`: a pause after every step, far past the watchdog's limit, which
+The child here is the real loop on the embedded chef, made to hang for real by its test hook
+(`TWO_POT_TEST_HANG_S`: a pause after every step, far past the watchdog's limit, which
 `TWO_POT_SILENCE_S` lowers for the test). The replacement child starts without the hook and cooks.
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 
 import pytest
 
-from serving.engine_client import EngineClient, hung_line, silence_limit_s
-from serving.loop_messages import SILENCE_ENV, TEST_HANG_ENV, LoopSettings
+from engine.settings import EngineSettings
+from serving.host.api import CheckedOrder
+from serving.host.loop import TEST_HANG_ENV, LoopSettings
+from serving.host.process import EngineProcess
+from serving.host.watchdog import SILENCE_ENV, hung_line, silence_limit_s
+
+SETTINGS = LoopSettings("chef", EngineSettings(policy="chunked", token_budget=64), threads=1)
+ROMEO = [[835, 26]]  # "ROMEO:" in the chef's tokens: an order's checked ids
 
 
 def test_the_silence_limit_is_a_floor_or_a_multiple_of_the_longest_step():
@@ -24,58 +29,56 @@ def test_the_silence_limit_is_a_floor_or_a_multiple_of_the_longest_step():
     assert "\n" not in line and "sent nothing for 3 s (the limit for this order)" in line and "restarts it" in line
 
 
-async def drain_until_end(handle, timeout_s: float) -> list:
+def drain_until_end(handle, timeout_s: float) -> list:
     deadline = time.monotonic() + timeout_s
     items = []
     while time.monotonic() < deadline:
         items += handle.drain()
         if items and items[-1][0] in ("done", "error", "cancelled"):
             return items
-        await asyncio.sleep(0.05)
+        time.sleep(0.05)
     raise AssertionError(f"no end within {timeout_s} s: {items[-3:]}")
 
 
 def test_a_silent_loop_fails_its_order_in_one_line_and_the_fresh_one_cooks(monkeypatch):
     monkeypatch.setenv(SILENCE_ENV, "3")
     monkeypatch.setenv(TEST_HANG_ENV, "120")  # the first child pauses 120 s after every step
-    client = EngineClient(LoopSettings("chef", threads=1, token_budget=64))
+    process = EngineProcess(SETTINGS)
     monkeypatch.delenv(TEST_HANG_ENV)  # the replacement child behaves
     try:
-        first_pid = client.pid
-
-        async def orders():
-            t0 = time.monotonic()
-            hung = await client.submit_order(["ROMEO:"], 8, {"temperature": 0.0})
-            end = (await drain_until_end(hung, 60))[-1]
-            took = time.monotonic() - t0
-            fresh = await client.submit_order(["ROMEO:"], 8, {"temperature": 0.0})  # waits for the new child
-            return end, took, await drain_until_end(fresh, 120)
-
-        end, took, fresh = asyncio.run(orders())
+        first_pid = process.pid
+        t0 = time.monotonic()
+        hung = process.place_order(CheckedOrder(ROMEO, 8, {"temperature": 0.0}))
+        end = drain_until_end(hung, 60)[-1]
+        took = time.monotonic() - t0
+        fresh = process.place_order(CheckedOrder(ROMEO, 8, {"temperature": 0.0}))  # waits for the new child
+        fresh_items = drain_until_end(fresh, 120)
         assert end[0] == "error" and "\n" not in end[1], end
         found = re.search(r"sent nothing for ([\d,]+) s \(the limit for this order\)", end[1])
         assert found and int(found.group(1)) == 3 and "hung" in end[1] and "restarts it" in end[1], end[1]
         assert took < 60  # stopped at its limit, not after the 120 s pause
-        assert client.restarts == 1 and client.pid != first_pid
-        assert fresh[-1][0] == "done" and any(kind == "events" for kind, _ in fresh)
+        assert process.restarts == 1 and process.pid != first_pid
+        assert fresh_items[-1][0] == "done" and any(kind == "events" for kind, _ in fresh_items)
     finally:
-        client.close()
+        process.close()
 
 
 def test_an_idle_loop_is_never_called_hung(monkeypatch):
     monkeypatch.setenv(SILENCE_ENV, "2")
-    client = EngineClient(LoopSettings("chef", threads=1, token_budget=64))
+    process = EngineProcess(SETTINGS)
     try:
         time.sleep(3)  # silent with nothing in flight: past the limit
-        assert client.restarts == 0
-
-        async def one():
-            h = await client.submit_order(["ROMEO:"], 4, {"temperature": 0.0})
-            return await drain_until_end(h, 60)
-
-        assert asyncio.run(one())[-1][0] == "done" and client.restarts == 0
+        assert process.restarts == 0
+        placed = process.place_order(CheckedOrder(ROMEO, 4, {"temperature": 0.0}))
+        assert drain_until_end(placed, 60)[-1][0] == "done" and process.restarts == 0
     finally:
-        client.close()
+        process.close()
+
+
+def test_a_loop_that_dies_before_it_is_ready_is_a_load_error_in_one_line():
+    with pytest.raises(Exception, match="could not load no-such-model") as err:
+        EngineProcess(LoopSettings("no-such-model"))
+    assert "\n" not in str(err.value)
 
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -50,7 +50,7 @@ def shared_names(files: list[Path], root: Path = ROOT) -> dict[str, list[str]]:
 def test_the_collector_sees_the_project():
     places = class_places(project_files())
     assert places["Engine"] == [p for p in places["Engine"] if p.startswith("engine/engine.py:")] != []
-    assert "ServerKitchen" in places and "ClassBoard" in places
+    assert "HostClient" in places and "ClassBoard" in places
     assert not any(p.startswith("tests/") for where in places.values() for p in where)
 
 

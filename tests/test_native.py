@@ -213,7 +213,7 @@ def test_the_cache_key_follows_the_cpus_features(monkeypatch):
 
 
 def test_the_native_sweep_times_both_paths_on_a_real_engine(tiny_llama, capsys):
-    from bench.native_sweep import main, sweep
+    from engine.bench.native_sweep import main, sweep
 
     report = sweep(str(tiny_llama.path), None, [1, 3], prompt=4, new=5, rounds=1)
     assert [r["batch"] for r in report["rows"]] == [1, 3]
@@ -226,8 +226,8 @@ def test_the_native_sweep_times_both_paths_on_a_real_engine(tiny_llama, capsys):
 
 
 def test_the_kernel_ceilings_time_the_native_products_for_decode_and_prefill(tiny_llama):
-    """bench/ceilings.py: the native step's own products, decode rows and a prompt's rows (LM head one row)."""
-    from bench.ceilings import measure_ceilings
+    """engine/bench/ceilings.py: the native step's own products, decode rows and a prompt's rows (LM head one row)."""
+    from engine.bench.ceilings import measure_ceilings
 
     eng = Engine.load(str(tiny_llama.path))
     c = measure_ceilings(eng.model, 24, (1, 4), repeats=2)

@@ -12,16 +12,17 @@ from conftest import with_eos
 from engine import Engine, EngineError
 from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token
 from engine.limits import RequestSettings
+from lab import kitchens
 from lab.kitchens import FixedBatch, on_seats
 
 SAME = [[11, 57, 3, 200, 42, 9], [5, 6, 77, 8, 1, 300], [300, 1, 2, 99, 45, 2]]  # one length: the Kitchen's
 MIXED = [[11, 57, 3, 200, 42, 9, 101, 7], [5, 6], [300, 1, 2, 99, 45]]
 
 
-def fixed(eng: Engine, prompts, **settings) -> list:
+def fixed(eng: Engine, prompts, batching: str = "packed", **settings) -> list:
     """The same order as one fixed batch (the lab's kitchen), bypassing the lab's choice."""
     req = RequestSettings(**settings)
-    return list(FixedBatch(eng.model, eng.codec, eng.info, prompts, req, 0).events())
+    return list(FixedBatch(eng.model, eng.codec, eng.info, prompts, req, 0, "static", batching).events())
 
 
 def result(events):
@@ -39,9 +40,9 @@ def shape(res):
 def test_an_order_on_seats_equals_the_fixed_batch(request, family, prompts, batching):
     eng = Engine.load(str(request.getfixturevalue(family).path))
     for sampling in ({"temperature": 0.0}, {"temperature": 1.0, "top_k": 50, "seed": 7}):
-        kw = dict(max_new_tokens=12, batching=batching, stop_at_eos=False) | sampling
+        kw = dict(max_new_tokens=12, stop_at_eos=False) | sampling
         ours = eng.generate(prompts, **kw)
-        ref = result(fixed(eng, prompts, **kw))
+        ref = result(fixed(eng, prompts, batching, **kw))
         assert ours.path == "seats" and ref.path == "fixed batch"
         assert ours.tokens == ref.tokens, sampling
         if prompts is SAME:
@@ -88,18 +89,20 @@ def test_a_finished_table_leaves_its_seat(tiny_llama, tmp_path):
 
 def test_which_orders_run_on_seats(tiny_llama):
     one, mixed = [[1, 2], [3, 4]], [[1, 2, 3], [4]]
-    assert on_seats(RequestSettings(), one) and on_seats(RequestSettings(batching="padded"), one)
-    assert on_seats(RequestSettings(), mixed)  # packed, the default: the seats never pad
-    assert on_seats(RequestSettings(cuda_graph=True), one)  # the seats' decode graphs
-    assert not on_seats(RequestSettings(batching="padded"), mixed)  # the padding lesson pads for real
-    assert not on_seats(RequestSettings(cache="growing"), one)
-    assert not on_seats(RequestSettings(cache="none"), one)
-    eng = Engine.load(str(tiny_llama.path))  # the engine refuses the lab's kitchens in one line
-    for settings, words in [({"cache": "growing"}, "cache='growing'"), ({"cache": "none"}, "cache='none'"),
-                            ({"batching": "padded"}, "batching='padded'")]:  # fmt: skip
-        with pytest.raises(EngineError, match=words) as err:
+    assert on_seats("static", "packed", one) and on_seats("static", "padded", one)
+    assert on_seats("static", "packed", mixed)  # packed, the default: the seats never pad
+    assert not on_seats("static", "padded", mixed)  # the padding lesson pads for real
+    assert not on_seats("growing", "packed", one)
+    assert not on_seats("none", "packed", one)
+    eng = Engine.load(str(tiny_llama.path))  # the lessons' knobs are the lab's: the engine does not know them
+    for settings in ({"cache": "growing"}, {"batching": "padded"}):
+        with pytest.raises(EngineError, match=f"unknown setting '{next(iter(settings))}'") as err:
             eng.generate(mixed, max_new_tokens=2, **settings)
         assert "\n" not in str(err.value)
+    for settings, words in [({"cache": "fridge"}, "unknown cache mode 'fridge'"),
+                            ({"batching": "stacked"}, "unknown batching 'stacked'")]:  # fmt: skip
+        with pytest.raises(EngineError, match=words):
+            kitchens.generate(eng, mixed, max_new_tokens=2, **settings)
 
 
 def test_the_chef_cooks_the_kitchens_order_on_seats():
@@ -114,29 +117,21 @@ def test_the_chef_cooks_the_kitchens_order_on_seats():
 def test_equal_prompts_take_one_batched_prefill_pass(tiny_qwen2, monkeypatch):
     """The forward's wok on seats is laid out (B, T) like the fixed batch's, and its K/V serve the decode.
     (The native step, the CPU default, takes any layout as rows: this is the op-by-op path's.)"""
-    import engine.runner as runner
+    import engine.torch_forward as forward_mod
 
-    layouts = []
-    forward = runner.Runner._forward
+    layouts, real = [], forward_mod.SeatKV
 
-    def spy(self, decodes, spans, ids, pos, rows, uniform=False):
-        layouts.append(uniform)
-        return forward(self, decodes, spans, ids, pos, rows, uniform)
+    def seat_kv(sb, pool, *rest):  # one per pass of the torch forward: is it laid out (B, T)?
+        layouts.append(sb.uniform)
+        return real(sb, pool, *rest)
 
-    forward_decode = runner.Runner._forward_decode
-
-    def spy_decode(self, decodes, pos):  # a pure decode step: never the (B, T) layout
-        layouts.append(False)
-        return forward_decode(self, decodes, pos)
-
-    monkeypatch.setattr(runner.Runner, "_forward", spy)
-    monkeypatch.setattr(runner.Runner, "_forward_decode", spy_decode)
+    monkeypatch.setattr(forward_mod, "SeatKV", seat_kv)
     eng = Engine.load(str(tiny_qwen2.path), native=False)
     kw = dict(max_new_tokens=8, stop_at_eos=False)
     assert eng.generate(SAME, **kw).tokens == result(fixed(eng, SAME, **kw)).tokens
     assert layouts == [True] + [False] * 7
     layouts.clear()
-    eng.generate(MIXED, batching="packed", **kw)  # mixed lengths: one span per prompt
+    eng.generate(MIXED, **kw)  # mixed lengths: one span per prompt
     assert layouts[0] is False
 
 

@@ -5,11 +5,11 @@ import time
 
 import pytest
 
-from bench.cli import main
-from bench.peer_llama import EXTRA_PRE, find_build
-from bench.peers import MODELS, TARGETS, check_targets, matching_prefix, our_source, ratios, summary
-from bench.peers_page import page
-from bench.wait_policy import Neighbour
+from engine.bench.cli import main
+from engine.bench.peer_llama import EXTRA_PRE, find_build
+from engine.bench.peers import MODELS, TARGETS, check_targets, matching_prefix, our_source, ratios, summary
+from engine.bench.peers_page import page
+from engine.bench.wait_policy import Neighbour
 from engine.errors import EngineError
 
 MEDIANS = {

@@ -18,8 +18,8 @@ import pytest
 from kitchen_server import kitchen
 
 from serving.caps import Caps
-from serving.metrics import BUCKETS
-from serving.scrape import quantile, scrape
+from serving.clients.scrape import quantile, scrape
+from serving.http.metrics import BUCKETS
 
 PROMETHEUS = shutil.which("prometheus")
 CONFIG = Path(__file__).resolve().parent.parent / "docs" / "prometheus.yml"

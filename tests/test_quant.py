@@ -184,7 +184,7 @@ def test_both_paths_give_the_same_tokens(tiny_qwen2):
     eng = Engine.load(str(tiny_qwen2.path), quant="int8")
     prompts = [PROMPT, PROMPT[:3]]
     padded = kitchens.generate(eng, prompts, max_new_tokens=12, batching="padded").tokens
-    assert eng.generate(prompts, max_new_tokens=12, batching="packed").tokens == padded
+    assert eng.generate(prompts, max_new_tokens=12).tokens == padded
     ids = [eng.submit(p, max_new_tokens=12) for p in prompts]
     served = {}
     while not eng.idle:

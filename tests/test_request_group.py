@@ -1,5 +1,5 @@
 """One Kitchen order in a shared kitchen (engine/request_group.py) and its events on the wire
-(serving/order_wire.py), on the real chef engine: no server, no threads."""
+(serving/host/wire.py), on the real chef engine: no server, no threads."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from conftest import CHEF_CONTEXT
 from engine.errors import EngineError
 from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token
 from engine.request_group import RequestGroup, shared_check, shared_limits
-from serving.order_wire import from_wire, to_wire
+from serving.host.wire import from_json, to_json
 
 PROMPTS = ["ROMEO:\nO she doth", "JULIET:\nWherefore art thou", [5, 17, 300, 41]]  # text and token ids
 MAX_STEPS = 5000  # bounds every loop that steps the engine
@@ -321,50 +321,46 @@ def test_every_event_survives_json_and_comes_back_equal(order_events):
     kinds = {type(e).__name__ for e in events}
     assert kinds == {"PrefillStart", "PrefillEnd", "Token", "StepEnd", "Done"}
     for ev in events + [e for e in raw if not isinstance(e, Done)]:  # the scheduler's StepEnds have request ids
-        wire = json.loads(json.dumps(to_wire(ev)))
-        back = from_wire(wire)
-        assert type(back) is type(ev) and back == ev, wire["type"]
+        wire = json.loads(json.dumps(to_json(ev)))
+        back = from_json(wire)
+        assert type(back) is type(ev) and back == ev, wire["__t"]
     res = result_of(events)
-    back = from_wire(json.loads(json.dumps(to_wire(events[-1])))).result
+    back = from_json(json.loads(json.dumps(to_json(events[-1])))).result
     assert back.tokens == res.tokens and back.metrics == res.metrics and back.trace.steps == res.trace.steps
     assert back.trace.notes == res.trace.notes and back.settings == res.settings and back.path == "class kitchen"
     assert back.trace.prefill == res.trace.prefill and back.metrics.itl_s == res.metrics.itl_s
     assert any(isinstance(e, StepEnd) and e.request_ids for e in raw)
     step_end = next(e for e in raw if isinstance(e, StepEnd) and e.request_ids)
-    assert isinstance(from_wire(json.loads(json.dumps(to_wire(step_end)))).request_ids, tuple)
+    assert isinstance(from_json(json.loads(json.dumps(to_json(step_end)))).request_ids, tuple)
 
 
-def test_the_wire_dicts_are_plain_json_with_a_type(order_events):
+def test_the_wire_is_plain_json_tagged_with_the_events_type(order_events):
     events, _ = order_events
     token = next(e for e in events if isinstance(e, Token))
-    d = to_wire(token)
-    assert d == {"type": "token", "t": token.t, "seq": token.seq, "step": token.step, "token_id": token.token_id,
+    d = to_json(token)
+    assert d == {"__t": "Token", "t": token.t, "seq": token.seq, "step": token.step, "token_id": token.token_id,
                  "text": token.text, "finished": token.finished, "request_id": 11,
-                 "logprob": None, "top_logprobs": ()}  # fmt: skip  (an order asks for no logprobs)
-    done = to_wire(events[-1])
-    assert done["type"] == "done" and done["result"]["path"] == "class kitchen"
+                 "logprob": None, "top_logprobs": {"__tuple__": []}}  # fmt: skip  (an order asks for no logprobs)
+    done = to_json(events[-1])
+    assert done["__t"] == "Done" and done["result"]["path"] == "class kitchen"
     assert done["result"]["trace"]["notes"] == events[-1].result.trace.notes
-    assert [to_wire(e)["type"] for e in events[:2]] == ["prefill_start", "prefill_end"]
+    assert [to_json(e)["__t"] for e in events[:2]] == ["PrefillStart", "PrefillEnd"]
 
 
 @pytest.mark.parametrize(
     "d, words",
     [
-        ({"type": "token", "t": 1.0}, "malformed 'token' event"),
-        ({"type": "prefill_end", "t": 1.0, "kv_bytes": 0}, "malformed 'prefill_end' event"),
-        ({"type": "step_end", "t": 0.0, "step": {"phase": "decode"}}, "malformed 'step_end' event"),
-        ({"type": "done", "t": 0.0}, "malformed 'done' event"),
-        ({"type": "done", "t": 0.0, "result": {"tokens": []}}, "malformed 'done' event"),
-        ({"type": "soup", "t": 0.0}, "unknown event type from the kitchen server: 'soup'"),
-        ({"t": 0.0}, "malformed 'None' event"),
-        ([1, 2], "must be a JSON object (got list)"),
+        ({"__t": "Token", "t": 1.0}, "a malformed Token"),
+        ({"__t": "PrefillEnd", "t": 1.0, "kv_bytes": 0}, "a malformed PrefillEnd"),
+        ({"__t": "Done", "t": 0.0}, "a malformed Done"),
+        ({"__t": "Done", "t": 0.0, "result": {"__t": "GenerationResult", "tokens": []}}, "a malformed GenerationResult"),
+        ({"__t": "Soup", "t": 0.0}, "'Soup' is not a type this side knows"),
     ],
 )
-def test_from_wire_refuses_what_it_cannot_read(d, words):
+def test_the_wire_refuses_what_it_cannot_read(d, words):
     with pytest.raises(ValueError) as err:
-        from_wire(d)
+        from_json(d)
     assert words in str(err.value) and "\n" not in str(err.value)
-
 
 
 def test_a_sampled_order_in_the_shared_kitchen_equals_generate(order_events, ref):

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from bench.cache_probe import BLOCK_WORDS, cache_levels, probe_library, read_rate
-from bench.roofline import MemoryRoof, Roofline, best_roof, measure_roofline
+from engine.bench.cache_probe import BLOCK_WORDS, cache_levels, probe_library, read_rate
+from engine.bench.roofline import MemoryRoof, Roofline, best_roof, measure_roofline
 
 SYSFS = Path("/sys/devices/system/cpu/cpu0/cache")
 needs_sizes = pytest.mark.skipif(not cache_levels(), reason="this machine reports no cache sizes")
@@ -83,7 +83,7 @@ def test_the_probe_reads_every_byte_and_refuses_bad_arguments():
 
 
 def test_without_cache_sizes_only_dram_is_drawn_and_the_page_is_told(monkeypatch):
-    import bench.cache_probe as probe
+    import engine.bench.cache_probe as probe
 
     monkeypatch.setattr(probe, "cache_levels", lambda: [])
     reads, notes = probe.measure_cache_reads(1, 3)
@@ -91,7 +91,7 @@ def test_without_cache_sizes_only_dram_is_drawn_and_the_page_is_told(monkeypatch
 
 
 def test_a_level_no_buffer_can_isolate_is_named_not_measured(monkeypatch):
-    import bench.cache_probe as probe
+    import engine.bench.cache_probe as probe
 
     # An L3 no bigger than the L2s of 8 threads: half of it cannot exceed what they hold.
     monkeypatch.setattr(probe, "cache_levels", lambda: [probe.CacheLevel(2, 2**20, False, "sysfs"),
@@ -124,7 +124,9 @@ def test_a_roof_without_caches_still_reads_and_travels():
     """A roof cached before the cache roofs existed (no `caches` attribute state) still works."""
     import json
 
-    from serving.lab_wire import decode, encode
+    import lab.registry  # noqa: F401 -- registers the Lab's types with the wire
+    from serving.host.wire import from_json as decode
+    from serving.host.wire import to_json as encode
 
     plain = Roofline(20e9, 100e9, "cpu", "float32")
     assert plain.memory_roofs() == (MemoryRoof("DRAM", 20e9, None),) and plain.home(1e12).name == "DRAM"

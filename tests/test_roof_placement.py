@@ -9,8 +9,8 @@ import itertools
 
 import pytest
 
-from bench.cache_probe import cache_levels
-from bench.roofline import MemoryRoof, Roofline
+from engine.bench.cache_probe import cache_levels
+from engine.bench.roofline import MemoryRoof, Roofline
 from lab.roof_placement import NOISE_MARGIN, cache_line, cache_mb, place_point
 from lab.roofline_lab import RooflineSettings, run_roofline
 from tests.conftest import travels

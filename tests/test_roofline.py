@@ -6,7 +6,7 @@ No speed assertions: machines are shared and noisy. Small buffers/GEMMs keep thi
 import pytest
 import torch
 
-from bench.roofline import Roofline, measure_roofline
+from engine.bench.roofline import Roofline, measure_roofline
 from engine.errors import EngineError
 
 SMALL = {"buffer_bytes": 16 * 2**20, "gemm_sizes": (128, 256)}

@@ -12,10 +12,12 @@ import pytest
 
 from engine import Engine
 from engine.events import Done
-from kitchen_viz.orders import MAX_TABLES, Order, control_limits, generated_prompts
+from kitchen_viz.orders import MAX_TABLES, Order, control_limits
 from kitchen_viz.panels import fmt_s, panel_values
 from kitchen_viz.scene import scene_sources
 from kitchen_viz.timeline import MAX_REPLAY_S, SCENE_TABLES, LiveRun, choose_slowdown, slowdown_label
+from serving.host.api import generated_prompts
+from serving.host.loop import order_prompts
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +115,7 @@ def test_slowdown_label_says_how_much_slower():
 
 def test_generated_prompts_cut_the_filler_at_different_lines():
     assert generated_prompts(list(range(1, 11)), 4, 2) == [[1, 2, 3, 4], [8, 9, 10, 1]]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="encoded to no tokens"):
         generated_prompts([], 4, 1)
 
 
@@ -136,9 +138,9 @@ def test_control_limits_come_from_the_engine(chef):
 
 def test_an_order_builds_its_prompts_with_the_engines_tokenizer(chef):
     written = Order(batch=2, max_new_tokens=4, temperature=0.0, seed=0, text="ROMEO:")
-    assert written.prompts(chef) == ["ROMEO:", "ROMEO:"]
+    assert order_prompts(chef, written.form()) == ["ROMEO:", "ROMEO:"]
     generated = Order(batch=3, max_new_tokens=4, temperature=0.0, seed=0, prompt_tokens=25)
-    prompts = generated.prompts(chef)
+    prompts = order_prompts(chef, generated.form())
     assert [len(p) for p in prompts] == [25, 25, 25] and len({tuple(p) for p in prompts}) == 3
 
 

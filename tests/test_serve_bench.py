@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from bench.cli import main as cli
-from bench.serve_bench import Dist, make_requests, percentiles
+from engine.bench.cli import main as cli
+from engine.workload import Dist, make_requests, percentiles
 
 
 def test_every_policy_serves_the_same_seeded_stream(tiny_llama, capsys):
@@ -69,15 +69,15 @@ def test_bad_arguments_exit_2_with_one_line(tiny_llama, capsys, args, pattern):
 
 
 def test_kv_layout_probe_times_both_layouts_on_the_same_data():
-    from bench.kv_layout import KVShape, time_layouts
+    from engine.bench.kv_layout import KVShape, time_layouts
 
     t = time_layouts(KVShape("tiny", 2, 4, 2, 8), batch=3, context=32, repeats=2)
     assert t.seats_ms > 0 and t.blocks_ms > 0 and t.blocks_vs_seats == t.blocks_ms / t.seats_ms
 
 
 def test_prefix_reuse_probe_times_cold_and_warm_on_the_real_engine(tiny_llama):
-    from bench.prefix_reuse import time_reuse
     from engine import Engine
+    from engine.bench.prefix_reuse import time_reuse
 
     t = time_reuse(Engine.load(str(tiny_llama.path)), prompt_len=60, shared=0.9, repeats=2)
     assert t.shared_tokens == 54 and t.warm_cached_tokens == 54
@@ -85,8 +85,8 @@ def test_prefix_reuse_probe_times_cold_and_warm_on_the_real_engine(tiny_llama):
 
 
 def test_speculation_probe_compares_plain_and_drafted_decode_on_the_real_engine(tiny_llama):
-    from bench.speculation import time_speculation
     from engine import Engine
+    from engine.bench.speculation import time_speculation
 
     eng = Engine.load(str(tiny_llama.path))
     t = time_speculation(eng, [5, 6, 7, 5, 6, 7, 5, 6], "copy", k=3, new=16, repeats=2)

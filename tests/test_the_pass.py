@@ -9,7 +9,7 @@ import pytest
 from kitchen_server import kitchen
 
 from engine.errors import EngineError
-from serving.scrape import parse, quantile, scrape, window
+from serving.clients.scrape import parse, quantile, scrape, window
 
 REPO = Path(__file__).resolve().parents[1]
 TEXT = """# TYPE twopot:inter_token_latency_seconds histogram

@@ -31,7 +31,7 @@ def test_one_call_equals_the_loop(family, request, monkeypatch):
         one = eng.model(batch.tokens, batch.positions, BatchKV(packed=batch.packed))
     torch.testing.assert_close(one, loop, atol=1e-5, rtol=0)
     padded = kitchens.generate(eng, PROMPTS, max_new_tokens=6, batching="padded").tokens
-    assert eng.generate(PROMPTS, max_new_tokens=6, batching="packed").tokens == padded
+    assert eng.generate(PROMPTS, max_new_tokens=6).tokens == padded
 
 
 def test_one_call_only_when_it_scores_no_more_pairs_than_padding(tiny_llama, monkeypatch):
@@ -43,5 +43,5 @@ def test_one_call_only_when_it_scores_no_more_pairs_than_padding(tiny_llama, mon
 
     monkeypatch.setattr(attention_mod, "document_mask", no_mask)
     eng = Engine.load(str(tiny_llama.path))
-    res = eng.generate([[1, 2, 3, 4], [5, 6, 7, 8]], max_new_tokens=3, batching="packed")
+    res = eng.generate([[1, 2, 3, 4], [5, 6, 7, 8]], max_new_tokens=3)
     assert [len(t) for t in res.tokens] == [3, 3]

@@ -44,7 +44,7 @@ RUNTIME_FILES = [  # what the app reads at run time, by its path inside the whee
     "engine/native_step.c",
     "engine/native_products.h",
     "engine/native_int8.h",
-    "bench/cache_probe.c",
+    "engine/bench/cache_probe.c",
     "engine/models/chef/model.safetensors",
     "engine/models/chef/tokenizer.json",
     "engine/models/apprentice/model.safetensors",
@@ -123,7 +123,7 @@ def test_the_wheel_holds_the_app_and_nothing_of_the_checkout(wheel):
     assert [f for f in RUNTIME_FILES if f not in names] == []
     assert not [n for n in names if n.startswith(("tests/", "docs/", "scripts/", ".ci/"))]
     assert {n.split("/")[0] for n in names if "/" in n} - {"two_pot_kitchen-0.1.0.dist-info"} == {
-        "engine", "bench", "serving", "kitchen_viz", "lab"}  # fmt: skip
+        "engine", "serving", "kitchen_viz", "lab"}  # fmt: skip
     assert wheel.stat().st_size < MAX_WHEEL_BYTES, f"{wheel.stat().st_size:,} bytes"
 
 
@@ -190,8 +190,8 @@ def test_every_package_the_code_imports_is_a_declared_dependency():
     optional = {norm(re.match(r"[A-Za-z0-9_.-]+", d).group()) for ds in project["optional-dependencies"].values()
                 for d in ds}  # fmt: skip
     owners = packages_distributions()
-    ours = {"engine", "bench", "serving", "kitchen_viz", "lab"}
-    from_a_checkout = {"conversion"}  # llama.cpp's converter, imported from its own tree (`bench peers`)
+    ours = {"engine", "serving", "kitchen_viz", "lab"}
+    from_a_checkout = {"conversion"}  # llama.cpp's converter, imported from its own tree (`python -m engine bench peers`)
     missing = {}
     for folder in sorted(ours):
         for file in (ROOT / folder).rglob("*.py"):

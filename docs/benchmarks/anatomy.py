@@ -26,8 +26,8 @@ import time
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
-from bench.contestants import reference_folder
 from engine import Engine
+from engine.bench.contestants import reference_folder
 from engine.kv_pool import SeatPool
 
 

@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch
 
 import engine  # first: the engine's OpenMP defaults before torch loads
-from bench.report import paired, save_json
 from engine.attention import SeatKV, decode_attention
+from engine.bench.report import paired, save_json
 from engine.runner import Runner
 
 WITH_CHECKS = {"run": Runner.run, "_kv": Runner._kv, "attend": SeatKV.attend}

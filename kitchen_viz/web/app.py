@@ -29,7 +29,7 @@ from lab.registry import DASHBOARD, EXPERIMENTS
 from serving.app_settings import AppSettings
 
 # Presenter mode opens with the sidebar closed: at 1024 px the kitchen's drawing needs the width.
-_presenter = st.session_state.get(KEY_PRESENTER, AppSettings.from_env().presenter or (
+_presenter = st.session_state.get(KEY_PRESENTER, AppSettings.current().presenter or (
     st.query_params.get("presenter", "0") not in ("0", "false", "no")))  # fmt: skip
 st.set_page_config(page_title="Two-Pot Kitchen", page_icon=icons.KITCHEN, layout="wide",
                    initial_sidebar_state="collapsed" if _presenter else "auto")  # fmt: skip
@@ -96,7 +96,7 @@ def shared_controls_ui(url_path: str) -> None:
         st.number_input("Seed", min_value=0, max_value=2**31 - 1, value=0, step=1, key=KEY_SEED)
         st.toggle(
             "Presenter mode (large type)",
-            value=AppSettings.from_env().presenter,  # `two-pot-kitchen --presenter`
+            value=AppSettings.current().presenter,  # `two-pot-kitchen --presenter`
             key=KEY_PRESENTER,
         )
     app_state.keep_model_in_url()

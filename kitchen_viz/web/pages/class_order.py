@@ -5,7 +5,7 @@ anyone pointing the app at a vLLM or llama.cpp server (`two-pot-kitchen --backen
 shares the pot with everyone else's; the page shows what you can measure from outside (TTFT, the
 gaps between chunks, tokens/s, usage) and, from a Two-Pot server, the kitchen's own measurement of
 each step that cooked your tokens, including how many orders were in the pot with yours.
-Logic: serving/remote_order.py.
+Logic: serving/clients/remote_order.py.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from engine.errors import EngineError
 from kitchen_viz.app_state import class_kitchen_address
 from kitchen_viz.class_rail import rail_html
 from kitchen_viz.whole_class import draw_whole_class
-from serving.remote_order import board, models, order_remote
-from serving.token_confidence import confidence_html, summarize
+from serving.clients.remote_order import board, models, order_remote
+from serving.clients.token_confidence import confidence_html, summarize
 
 RAIL_EVERY_S = 0.5  # how often the rail is refreshed while your order streams
 

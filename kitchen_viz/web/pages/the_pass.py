@@ -6,7 +6,7 @@ names), keeps the scrapes of the last minutes in this session, and shows what th
 doing to the kitchen right now: orders running and waiting, KV memory, TTFT and ITL percentiles
 over a window, tokens per second, and the caps in force. A llama.cpp server (`llama-server
 --metrics`) exports its own names and no latency histograms: the page shows what it has and says
-in one line what it does not. Logic: serving/scrape.py.
+in one line what it does not. Logic: serving/clients/scrape.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import streamlit as st
 
 from engine.errors import EngineError
 from kitchen_viz.app_state import class_kitchen_address
-from serving.scrape import scrape, window
+from serving.clients.scrape import scrape, window
 
 KEY_URL, KEY_SCRAPES = "pass-url", "pass-scrapes"
 WINDOWS = {"last 30 s": 30, "last minute": 60, "last 5 minutes": 300}

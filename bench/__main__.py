@@ -1,5 +1,0 @@
-"""`python -m bench ...`: see bench/cli.py."""
-
-from bench.cli import main
-
-raise SystemExit(main())

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.config import ModelConfig
+from engine.native_ops import blocks
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,9 @@ class StepCost:
 def weight_bytes(cfg: ModelConfig, dtype_bytes: int, with_lm_head: bool = True, quant: str | None = None) -> int:
     """Weights one pass must read: every layer's matrices, biases and norms, plus the LM head.
 
-    `quant="int8"` (engine/quant.py): every matrix is one byte per weight plus a bfloat16 scale
-    per output channel; biases and norms stay at `dtype_bytes`. The chef: 4.7 M matrix weights,
-    18.9 MB in float32, 4.7 MB + 9 KB of scales in int8."""
+    `quant="int8"` (engine/quant.py): every matrix is one byte per weight plus a float16 scale
+    per 32 inputs of each output channel (Q8_0's 1.0625 bytes a weight); biases and norms stay at
+    `dtype_bytes`. The chef: 4.7 M matrix weights, 18.9 MB in float32, 4.7 MB + 0.3 MB of scales in int8."""
     layer_extras = cfg.num_params() - cfg.n_layers * cfg.layer_matmul_params()
     layer_extras -= cfg.vocab_size * cfg.d_model * (1 if cfg.tied else 2)  # embeddings: gathered, not read
     if cfg.positions == "learned":
@@ -48,10 +49,15 @@ def weight_bytes(cfg: ModelConfig, dtype_bytes: int, with_lm_head: bool = True, 
     matrices = cfg.n_layers * cfg.layer_matmul_params() + (cfg.vocab_size * cfg.d_model if with_lm_head else 0)
     if quant != "int8":
         return (matrices + layer_extras) * dtype_bytes
+    return layer_extras * dtype_bytes + matrices + 2 * scale_count(cfg, with_lm_head)
+
+
+def scale_count(cfg: ModelConfig, with_lm_head: bool = True) -> int:
+    """How many int8 scales the matrices hold: one per 32 inputs (rounded up) of each output channel."""
     up = cfg.ffn_dim * (2 if cfg.mlp_gated else 1)  # gate|up fused, or GPT-2's one fc
-    channels = cfg.n_layers * (cfg.q_dim + 2 * cfg.kv_dim + cfg.d_model + up + cfg.d_model)
-    channels += cfg.vocab_size if with_lm_head else 0
-    return layer_extras * dtype_bytes + matrices + channels * 2
+    per_layer = (cfg.q_dim + 2 * cfg.kv_dim) * blocks(cfg.d_model) + cfg.d_model * blocks(cfg.q_dim)
+    per_layer += up * blocks(cfg.d_model) + cfg.d_model * blocks(cfg.ffn_dim)
+    return cfg.n_layers * per_layer + (cfg.vocab_size * blocks(cfg.d_model) if with_lm_head else 0)
 
 
 def step_cost(

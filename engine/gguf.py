@@ -106,7 +106,7 @@ def q8_0_blocks(tensor) -> tuple[np.ndarray, np.ndarray]:
     """A Q8_0 matrix as (int8 values (rows, cols), float16 scales (rows, cols / 32)).
 
     Each block of 32 weights is 34 bytes: a float16 scale, then 32 int8 values; weight = value x scale.
-    The int8 values and their 32-wide scale groups are what an int8 kernel could use as they are.
+    They are our int8 weights' own layout (engine/quant.py): `int8_blocks` hands them over as they are.
     """
     raw = np.asarray(tensor.data, dtype=np.uint8)  # (rows, cols / 32 * 34)
     rows = raw.shape[0]
@@ -129,6 +129,42 @@ def dequantize(tensor) -> np.ndarray:
 
     out = gguf_dequantize(tensor.data, tensor.tensor_type)
     return out.astype(np.float32, copy=False) if out.dtype != np.float32 else out
+
+
+MATRICES = ("wqkv_t", "wo_t", "w_up_t", "w_down_t", "lm_head_t")  # our buffers that int8 stores (engine/quant.py)
+
+
+def int8_blocks(model: GgufModel, cfg) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Our int8 weights straight from the file's Q8_0 tensors, not dequantized: buffer name -> (q
+    (out, in) int8, scale (out, in / 32) float16), for every matrix whose parts are all Q8_0.
+
+    A Q8_0 block is ours bit for bit (32 inputs of one output row, a float16 scale), so the fused
+    q|k|v is its three tensors' rows stacked, the q/k rows unpermuted as the floats are. GPT-2's
+    matrices were stored transposed (their blocks run along the other axis) and a block holding
+    -128 (outside our symmetric range; llama.cpp's quantizer never writes it) is left out: those
+    weights are quantized from their dequantized floats like any other source's."""
+    if model.arch == "gpt2":
+        return {}
+    out = {}
+    for spec in weight_specs(cfg):
+        if not spec.target.endswith(MATRICES) or any(n not in model.hf_names for n, _ in spec.parts):
+            continue
+        tensors = [model.tensors[model.hf_names[n]] for n, _ in spec.parts]
+        if any(type_name(t) != "Q8_0" for t in tensors):
+            continue
+        parts = []
+        for (hf_name, _), tensor in zip(spec.parts, tensors, strict=True):
+            values, scales = q8_0_blocks(tensor)
+            q, scale = torch.from_numpy(values), torch.from_numpy(scales)  # int8, float16: as the file holds them
+            name = model.hf_names[hf_name]
+            if model.arch in PERMUTED_QK and name.endswith(("attn_q.weight", "attn_k.weight")):
+                heads = model.config["num_attention_heads"] if "attn_q" in name else model.config["num_key_value_heads"]
+                q, scale = unpermute(q, heads), unpermute(scale, heads)
+            parts.append((q, scale))
+        q, scale = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        if int(q.min()) >= -127:
+            out[spec.target] = (q.contiguous(), scale.contiguous())
+    return out
 
 
 def read_gguf(path: str | Path) -> GgufModel:

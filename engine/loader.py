@@ -214,22 +214,29 @@ def _eos_from_generation_config(folder: Path) -> tuple[int, ...]:
 def load_model(model: str, device: str = "cpu", dtype: str = "float32", quant: str | None = None) -> LoadedModel:
     """Everything `Engine.load` needs: weights on the device, the tokenizer, and a ModelInfo.
 
-    `quant="int8"` stores the matmul weights as int8 after loading (engine/quant.py); `weight_bytes`
-    then counts what is really on the device.
+    `quant="int8"` stores the matmul weights as int8 after loading (engine/quant.py), a Q8_0 GGUF's
+    as the file holds them (engine/gguf.py `int8_blocks`); `weight_bytes` then counts what is
+    really on the device.
     """
 
 
     dev, dt, quant = parse_device(device), parse_dtype(dtype), parse_quant(quant)
     source = resolve_source(str(model))
+    exact: dict = {}  # int8 weights the source holds as they are (a Q8_0 GGUF's), by buffer name
     if source.startswith("preset:"):
 
         net, codec = build_preset(source.removeprefix("preset:"), dev, dt)
         trained = False
     elif source.lower().endswith(".gguf"):
-        from engine.gguf import gguf_codec, read_gguf  # lazy: the gguf library only for a GGUF file
+        from engine.gguf import (  # lazy: the gguf library only for a GGUF file
+            gguf_codec,
+            int8_blocks,
+            read_gguf,
+        )
 
         gguf = read_gguf(source)
         net, codec, trained = load_weights(gguf, config_from_hf(gguf.config), dev, dt), gguf_codec(gguf), True
+        exact = int8_blocks(gguf, net.cfg) if quant is not None else {}
     else:
         folder = Path(source)
         cfg = read_config(folder)
@@ -239,7 +246,7 @@ def load_model(model: str, device: str = "cpu", dtype: str = "float32", quant: s
         net = load_weights(SafetensorsFolder(folder), cfg, dev, dt)
         codec, trained = TextCodec.from_folder(folder), True
     if quant is not None:
-        quantize(net, quant)
+        quantize(net, quant, exact)
     cfg = net.cfg
     weight_bytes = sum(
         b.numel() * b.element_size() for n, b in net.named_buffers() if not n.startswith("rope_")

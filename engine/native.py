@@ -66,8 +66,8 @@ def unsupported(model: Transformer) -> str | None:
                                                                       b.mlp.w_down_t)]  # fmt: skip
     if len({isinstance(w, Int8Weight) for w in weights}) > 1:
         return "the native step needs every weight int8 or every weight float32"
-    if any(isinstance(w, Int8Weight) and w.rowsum is None for w in weights):
-        return "the native step's int8 weights need the engine's W8A8 kernel, which was not built at load"
+    if any(isinstance(w, Int8Weight) and not w.native for w in weights):
+        return "the native step's int8 weights need the engine's int8 kernel, which was not built at load"
     return None
 
 
@@ -119,8 +119,8 @@ class NativeStep:
 
     def _linear(self, into, w, bias, names: dict[str, int], where: str, dims: tuple[str, str]) -> None:
         names = names | {"din": names[dims[0]], "dout": names[dims[1]]}
-        if isinstance(w, Int8Weight):  # the float32 scales and row sums of the engine's W8A8 product (engine/quant.py)
-            tensors = {"w": w.q, "scale": w.native_scale, "rowsum": w.rowsum, "bias": bias}
+        if isinstance(w, Int8Weight):  # int8 values and a float16 scale per 32 inputs (engine/quant.py)
+            tensors = {"w": w.q, "scale": w.scale, "bias": bias}
         else:
             tensors = {"w": w, "bias": bias}
         contract.fill(into, "LINEAR_BUFFERS", tensors, names, where, keep=self._keep)

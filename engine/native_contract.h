@@ -16,13 +16,15 @@
  * named twice is one field), then the LINEARS.
  *
  * Worked example, the chef (d 256, 8 heads, 4 KV heads of 32): layers[0].qkv.w is F32 (d, nqkv) =
- * (256, 512), 131,072 floats; in int8 it is I8 (nqkv, d), with scale F32 (nqkv,) and rowsum I32 (nqkv,).
+ * (256, 512), 131,072 floats; in int8 it is I8 (nqkv, d), with scale F16 (nqkv, (d + 31) / 32) =
+ * (512, 8): a float16 scale per 32 inputs, as llama.cpp's Q8_0 blocks (native_int8.h). `/` in a
+ * dimension is C's integer division.
  */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 
-typedef enum { F32 = 1, I8, I32, I64, U8, BUF, LAYER } BufType;
+typedef enum { F32 = 1, I8, I32, I64, U8, BUF, LAYER, F16 } BufType; /* F16: IEEE half, as uint16_t bits */
 typedef struct {
     const void *p; /* NULL: absent */
     int64_t n;     /* elements */
@@ -30,7 +32,7 @@ typedef struct {
 } Buf;
 
 typedef struct {
-    Buf w, scale, rowsum, bias;
+    Buf w, scale, bias;
 } Linear;
 
 typedef struct {
@@ -58,10 +60,10 @@ typedef struct {
     Buf tok, pos, seat, out, logits, k, v, scratch; /* k, v: (n_layers,) Buf, a layer's seats each */
 } Pass;
 
-/* y = x @ W: float32 W (depth, cols), or int8 W (cols, depth) times scale (a NULL scale: unscaled) */
+/* y = x @ W: float32 W (depth, cols), or int8 W (cols, depth) with a scale per 32 inputs */
 typedef struct {
     int rows, depth, cols, int8;
-    Buf x, w, scale, rowsum, y, xu, sx;
+    Buf x, w, scale, y, xq, sx;
 } Product;
 
 /* rows consecutive queries of one seat at positions p0.., G query heads on one KV head of size D */
@@ -85,7 +87,7 @@ typedef struct {
     X(norm2_w, F32, 1, d) X(norm2_b, F32, layer_norm, d)
 #define TWOPOT_LAYER_LINEARS(L) L(qkv, d, nqkv) L(out, qd, d) L(up, d, nup) L(down, ffn, d)
 #define TWOPOT_LINEAR_BUFFERS(X) X(w, F32, !int8, din, dout) X(w, I8, int8, dout, din) \
-    X(scale, F32, int8, dout) X(rowsum, I32, int8, dout) X(bias, F32, OPT, dout)
+    X(scale, F16, int8, dout, (din + 31) / 32) X(bias, F32, OPT, dout)
 #define TWOPOT_PASS_CONFIG(C) C(rows) C(n_out) C(seats) C(seat_len) C(cap) C(threads)
 #define TWOPOT_PASS_BUFFERS(X) X(tok, I64, 1, rows) X(pos, I64, 1, rows) X(seat, I64, 1, rows) \
     X(out, I64, OPT, n_out) X(logits, F32, 1, n_out, vocab) X(k, BUF, 1, n_layers)             \
@@ -93,8 +95,8 @@ typedef struct {
 #define TWOPOT_SEAT_BUFFERS(X) X(seats, F32, 1, seats, n_kv_heads, seat_len, head_dim)
 #define TWOPOT_PRODUCT_CONFIG(C) C(rows) C(depth) C(cols) C(int8)
 #define TWOPOT_PRODUCT_BUFFERS(X) X(x, F32, 1, rows, depth) X(w, F32, !int8, depth, cols) \
-    X(w, I8, int8, cols, depth) X(scale, F32, OPT, cols) X(rowsum, I32, int8, cols)        \
-    X(y, F32, 1, rows, cols) X(xu, U8, int8, rows, depth) X(sx, F32, int8, rows)
+    X(w, I8, int8, cols, depth) X(scale, F16, int8, cols, (depth + 31) / 32) X(y, F32, 1, rows, cols) \
+    X(xq, I8, int8, rows, depth) X(sx, F32, int8, rows, (depth + 31) / 32)
 #define TWOPOT_ATTENTION_CONFIG(C) C(rows) C(p0) C(G) C(D)
 #define TWOPOT_ATTENTION_BUFFERS(X) X(q, F32, 1, rows, G, D) X(keys, F32, 1, p0 + rows, D) \
     X(values, F32, 1, p0 + rows, D) X(out, F32, 1, rows, G, D) X(scratch, F32, 1, attention_floats)
@@ -116,8 +118,8 @@ static int refuse(Why *why, const char *fmt, ...) {
 }
 
 static const char *type_name(int t) {
-    static const char *names[] = {"?", "float32", "int8", "int32", "int64", "uint8", "buffer", "layer"};
-    return t >= 0 && t <= LAYER ? names[t] : "?";
+    static const char *names[] = {"?", "float32", "int8", "int32", "int64", "uint8", "buffer", "layer", "float16"};
+    return t >= 0 && t <= F16 ? names[t] : "?";
 }
 
 /* Where a buffer sits, spelled only when a check fails: {"layers", 3, "qkv."} is "layers[3].qkv.". */

@@ -26,7 +26,7 @@ from engine.errors import EngineError
 
 HEADER = Path(__file__).with_name("native_contract.h")
 TYPES = {"F32": (1, torch.float32), "I8": (2, torch.int8), "I32": (3, torch.int32), "I64": (4, torch.int64),
-         "U8": (5, torch.uint8), "BUF": (6, None), "LAYER": (7, None)}  # fmt: skip
+         "U8": (5, torch.uint8), "BUF": (6, None), "LAYER": (7, None), "F16": (8, torch.float16)}  # fmt: skip
 OPT = "OPT"
 
 
@@ -82,7 +82,8 @@ def rows(table: str) -> list[Row]:
 
 
 def evaluate(expr: str, names: dict[str, int]) -> int:
-    """A dimension or need of the header: integers, config names, + - * and parentheses; `!x` is not x."""
+    """A dimension or need of the header: integers, config names, + - * /, parentheses; `!x` is not x.
+    `/` is C's integer division (the dimensions are never negative): "(din + 31) / 32" of 576 is 18."""
     return _compiled(expr)(names)
 
 
@@ -105,7 +106,8 @@ def _compiled(expr: str):
     return walk(ast.parse(expr, mode="eval").body)
 
 
-OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b}
+OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+       ast.Div: lambda a, b: a // b}
 
 
 def dims(config: dict[str, int]) -> dict[str, int]:

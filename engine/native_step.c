@@ -14,7 +14,7 @@
  *
  * Layouts (as the model keeps them):
  *   float32 weight    (in, out) row-major, used as y = x @ W          -> gemm_kmajor
- *   int8 weight       q (out, in) row-major, scale (out,) float32     -> gemm_int8
+ *   int8 weight       q (out, in) row-major, scale (out, in / 32) float32, a scale per 32 inputs -> gemm_int8
  *   KV seats, a layer (S, Hkv, T, D); row b sits in seat seat[b] and writes slot pos[b]
  *   RoPE tables       cos, sin (ctx, D), sin's first half negated (rotate_half folded in)
  *
@@ -23,7 +23,7 @@
  *
  * Included pieces: native_vec.h (the vectors, and what differs by CPU), native_contract.h (the
  * structs Python hands over and the checks of every length), native_products.h (the products),
- * native_crew.h (the threads), native_attention.h (attention).
+ * native_int8.h (the int8 products), native_crew.h (the threads), native_attention.h (attention).
  */
 #include "native_vec.h"
 
@@ -35,6 +35,8 @@
 
 #include "native_products.h"
 
+#include "native_int8.h"
+
 #include "native_crew.h"
 
 typedef struct {
@@ -43,7 +45,7 @@ typedef struct {
     int B, K, N;
     const float *x;
     float *y;
-    const uint8_t *xu;
+    const int8_t *xq;
     const float *sx;
 } LinearJob;
 
@@ -54,7 +56,7 @@ static void linear_share(const void *job, int t, int T) {
     if (j->m->int8) {
         crew_share((j->N + 3) / 4, t, T, &a, &b);
         const int n1 = 4 * b < j->N ? 4 * b : j->N;
-        int8_span(j->B, j->K, 4 * a, n1, j->xu, j->sx, j->L->w.p, j->L->scale.p, j->L->rowsum.p, j->y, j->N);
+        int8_span(j->B, j->K, 4 * a, n1, j->xq, j->sx, j->L->w.p, j->L->scale.p, j->y, j->N);
     } else {
         crew_share((j->N + 63) / 64, t, T, &a, &b);
         const int n0 = 64 * a, n1 = 64 * b < j->N ? 64 * b : j->N;
@@ -63,10 +65,10 @@ static void linear_share(const void *job, int t, int T) {
 }
 
 /* y (B, N) = x (B, K) @ W (+ bias), on T threads (native_crew.h) */
-static void linear(const Model *m, const Linear *L, int B, int K, int N, const float *x, float *y, uint8_t *xu,
+static void linear(const Model *m, const Linear *L, int B, int K, int N, const float *x, float *y, int8_t *xq,
                    float *sx, int T) {
-    if (m->int8) quantize_rows(B, K, x, xu, sx); /* once, before the rows are shared */
-    const LinearJob job = {m, L, B, K, N, x, y, xu, sx};
+    if (m->int8) quantize_rows(B, K, x, xq, sx); /* once, before the rows are shared */
+    const LinearJob job = {m, L, B, K, N, x, y, xq, sx};
     crew_run(T, linear_share, &job);
     const float *bias = L->bias.p;
     if (bias)
@@ -144,7 +146,7 @@ long twopot_scratch_floats(const Model *m, int B, int seat_len) {
     long widest = m->d > m->ffn ? m->d : m->ffn;
     widest = widest > (long)m->n_heads * m->head_dim ? widest : (long)m->n_heads * m->head_dim;
     return B * (2L * m->d + qkv + (long)m->n_heads * m->head_dim + up + m->ffn) + QTILE * G * seat_len +
-           16L * m->head_dim + B + (B * widest + 3) / 4;
+           16L * m->head_dim + B * (long)qblocks((int)widest) + (B * widest + 3) / 4;
 }
 
 /* One group of at most `cap` rows through every layer: row b feeds token tok[b] at position pos[b]
@@ -155,12 +157,13 @@ static void layers_pass(const Model *m, int B, const int64_t *tok, const int64_t
                         const Buf *k_seats, const Buf *v_seats, int seat_len, float *scratch, int cap, int T) {
     const int d = m->d, H = m->n_heads, Hkv = m->n_kv_heads, D = m->head_dim, G = H / Hkv, F = m->ffn;
     const int qd = H * D, kvd = Hkv * D, nqkv = qd + 2 * kvd, nup = m->gated ? 2 * F : F;
-    /* scratch, laid out for `cap` rows: x, h (cap, d), qkv, att, up, act, scores (G, seat_len), sx, xu */
+    /* scratch, laid out for `cap` rows: x, h (cap, d), qkv, att, up, act, scores (G, seat_len), sx, xq */
     float *x = scratch, *h = x + (size_t)cap * d, *qkv = h + (size_t)cap * d, *att = qkv + (size_t)cap * nqkv;
     float *up = att + (size_t)cap * qd, *act = up + (size_t)cap * nup, *scores = act + (size_t)cap * F;
     float *kt = scores + (size_t)QTILE * G * seat_len; /* a block of 16 keys, transposed (D, 16) */
-    float *sx = kt + (size_t)16 * D;                   /* int8: each row's activation scale */
-    uint8_t *xu = (uint8_t *)(sx + cap);               /* int8: the rows rounded to 8 bits, cap * max(d, qd, F) */
+    const int widest = d > F ? (d > qd ? d : qd) : (F > qd ? F : qd);
+    float *sx = kt + (size_t)16 * D;                          /* int8: each row's block scales, cap * qblocks(widest) */
+    int8_t *xq = (int8_t *)(sx + (size_t)cap * qblocks(widest)); /* int8: the rows rounded to 8 bits, cap * widest */
     int run_at[B + 1]; /* attention: where each run of rows starts (a decode row, or a chunk of <= QTILE) */
     int missed[CREW_MAX] = {0};
 
@@ -176,7 +179,7 @@ static void layers_pass(const Model *m, int B, const int64_t *tok, const int64_t
     for (int l = 0; l < m->n_layers; l++) {
         const Layer *L = (const Layer *)m->layers.p + l;
         norm(m, B, x, L->norm1_w, L->norm1_b, h);
-        linear(m, &L->qkv, B, d, nqkv, h, qkv, xu, sx, T); /* (B, q | k | v) */
+        linear(m, &L->qkv, B, d, nqkv, h, qkv, xq, sx, T); /* (B, q | k | v) */
         for (int b = 0; b < B; b++) { /* RoPE, then this token's K/V into its seat, slot pos[b] */
             float *row = qkv + (size_t)b * nqkv;
             const size_t p = (size_t)pos[b], st_ = (size_t)seat[b];
@@ -199,10 +202,10 @@ static void layers_pass(const Model *m, int B, const int64_t *tok, const int64_t
         run_at[runs] = B;
         const AttendJob job = {m, l, pos, seat, k_seats, v_seats, seat_len, qkv, att, run_at, runs * Hkv, scores, kt, missed};
         attention(&job, T);
-        linear(m, &L->out, B, qd, d, att, h, xu, sx, T);
+        linear(m, &L->out, B, qd, d, att, h, xq, sx, T);
         for (size_t i = 0; i < (size_t)B * d; i++) x[i] += h[i];
         norm(m, B, x, L->norm2_w, L->norm2_b, h);
-        linear(m, &L->up, B, d, nup, h, up, xu, sx, T);
+        linear(m, &L->up, B, d, nup, h, up, xq, sx, T);
         for (int b = 0; b < B; b++) {
             const float *ub = up + (size_t)b * nup;
             float *ab = act + (size_t)b * F;
@@ -212,7 +215,7 @@ static void layers_pass(const Model *m, int B, const int64_t *tok, const int64_t
                                                                    : activate16(m->act, ld(ub + i)));
             for (; i < F; i++) ab[i] = m->gated ? activate(m->act, ub[i]) * ub[F + i] : activate(m->act, ub[i]);
         }
-        linear(m, &L->down, B, F, d, act, h, xu, sx, T);
+        linear(m, &L->down, B, F, d, act, h, xq, sx, T);
         for (size_t i = 0; i < (size_t)B * d; i++) x[i] += h[i];
     }
 }
@@ -257,21 +260,21 @@ int twopot_step(const Model *m, const Pass *p, char *why_text, int why_len) {
         float *sx = h + (size_t)cap * d; /* h's rows are free again: the LM head's own scratch follows */
         norm(m, r, x, m->final_w, m->final_b, h);
         linear(m, &m->lm_head, r, d, m->vocab, h, logits + (size_t)(out ? next - r : g0) * m->vocab,
-               (uint8_t *)(sx + r), sx, T);
+               (int8_t *)(sx + (size_t)r * qblocks(d)), sx, T);
     }
     crew_end(T);
     return 0;
 }
 
-/* One product alone: y = x @ W, float32 or int8 (W8A8). The model's forward runs its few-row int8
- * products here too (engine/int8_op.py), so a row gets the same numbers in every pass; the bench's
- * kernel ceilings time the float32 one. Returns 0, or 1 with one line in `why`. */
+/* One product alone: y = x @ W, float32 or int8 (W8A8 in 32-wide blocks). The model's forward runs
+ * its int8 products here too (engine/int8_op.py), so a row gets the same numbers in every pass; the
+ * bench's kernel ceilings time the float32 one. Returns 0, or 1 with one line in `why`. */
 int twopot_product(const Product *p, char *why_text, int why_len) {
     Why why = {why_text, why_len};
     if (check_product(&why, p)) return 1;
     if (p->int8)
-        gemm_int8(p->rows, p->depth, p->cols, p->x.p, p->w.p, p->scale.p, p->rowsum.p, (float *)p->y.p, p->cols,
-                  (uint8_t *)p->xu.p, (float *)p->sx.p);
+        gemm_int8(p->rows, p->depth, p->cols, p->x.p, p->w.p, p->scale.p, (float *)p->y.p, p->cols,
+                  (int8_t *)p->xq.p, (float *)p->sx.p);
     else
         gemm_kmajor(p->rows, p->depth, p->cols, p->x.p, p->depth, p->w.p, p->cols, (float *)p->y.p, p->cols);
     return 0;

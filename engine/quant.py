@@ -1,40 +1,26 @@
 """Smaller portions: int8 quantization of the model's matmul weights.
 
 Why: a batch-1 decode step reads every weight once and does two FLOPs per weight, so its time is
-the bytes it reads. Storing the weights as int8 (one byte each, plus one float scale per output
-channel) instead of float32 (four) cuts those bytes by almost 4x. Prefill is compute-bound and
-gains nothing from fewer bytes.
+the bytes it reads. Storing the weights as int8 (one byte each, plus a float16 scale per 32
+weights: 1.0625 bytes a weight, Q8_0's size) instead of float32 (four) cuts those bytes by 3.76x. Prefill is compute-bound and gains nothing
+from fewer bytes.
 
 What is quantized: every `x @ W` weight of the network -- the fused q|k|v and out projections,
 the fused gate|up and down projections of the MLP, and the LM head. The embedding table stays in
 the model's dtype: a token's embedding is one gathered row, not a matmul, so shrinking it saves
 no time per step. For tied models (one matrix for both) the embedding keeps its own float copy.
 
-The numbers (per output channel n, symmetric, no zero point):
-    scale[n] = max_k |W[n, k]| / 127        W[n, k] ~= q[n, k] * scale[n],  q in [-127, 127]
-so the largest weight of each row is exact and every other is off by at most scale[n] / 2.
-
-How a product is computed (`Int8Weight.forward`, i.e. the op `twopot::int8_matmul` of
-engine/int8_op.py, which a compiled decode step calls too), by the number of rows:
-  * few rows (decode, up to W8A8_MAX_ROWS), on a CPU whose fbgemm passed its probe: W8A8 dynamic,
-    the arithmetic of llama.cpp's q8_0 products. Each row of activations is quantized to 8 bits
-    over its own range at run time, int8 x int8 products are summed in int32 against a copy of the
-    weight that fbgemm packed once here (`Int8Weight.w8a8`), and the per-channel scales multiply
-    the float32 result. The packed copy is a second int8 copy of every matrix in memory (q stays
-    for the other kernels); a decode step reads only the packed one.
-  * few rows without that kernel (other torch builds, CUDA, a CPU where it saturated): W8A16,
-    `torch.ops.aten._weight_int8pack_mm`, which reads the int8 weight directly with bfloat16
-    activations and float32 sums (its CPU AVX-512 kernel; with float32 activations it falls back
-    to a scalar loop that was 5-20x slower here). It loads 16 values at a time with aligned loads,
-    so it needs the input width to be a multiple of 16 (other widths crashed or gave wrong sums in
-    torch 2.13); other widths take the next kernel.
-  * many rows (prefill, big batches): the weight is widened to bfloat16 (exact: |q| <= 127 fits
-    bfloat16's 8-bit significand) and multiplied by torch's bfloat16 GEMM, then scaled.
-`docs/benchmarks/int8-cpu.md` has the measurements behind the choice and the row thresholds.
-On CUDA, torch's int8 kernel exists only in some versions and takes float32 activations and
-scales: `kernel_works` tries it once per device on a small product, and the few-rows path uses it
-(float32 activations, so no bf16 rounding there) when it gives the right answer; otherwise every
-call widens the weight. Neither CUDA path has been timed on a GPU yet.
+The numbers: llama.cpp's Q8_0 blocks, symmetric, no zero point. Each output channel's row is cut
+into blocks of QBLOCK = 32 consecutive inputs (the last may be shorter), and each block g has its
+own scale:
+    d = max_k |W[n, k]| / 127 over the block,   q[n, k] = round(W[n, k] / d) (ties away from zero),
+    scale[n, g] = d rounded to float16,          W[n, k] ~= q[n, k] * scale[n, g],  q in [-127, 127]
+exactly as ggml and the gguf library quantize a Q8_0 tensor, so our int8 of a float32 model is
+llama.cpp's Q8_0 of it, value for value and scale for scale, and a Q8_0 GGUF loads into these
+buffers as it is (`Int8Weight(blocks=...)`, engine/gguf.py `int8_blocks`). The activations of every
+product are rounded to 8 bits per 32-wide block too, at run time (engine/int8_op.py,
+engine/native_int8.h): one range per whole row let a model's few outlier features coarsen every
+other input of the row (docs/benchmarks/int8-cpu.md has the measurements that chose blocks).
 Norms, RoPE, attention, the KV cache and the residual stream keep the model's dtype.
 """
 
@@ -47,14 +33,10 @@ from torch import nn
 
 from engine import native_build
 from engine.errors import EngineError
-from engine.int8_op import KERNEL_MAX_ROWS as KERNEL_MAX_ROWS  # re-exported: tests and docs name it here
-from engine.int8_op import KERNEL_WIDTH_MULTIPLE, Int8Parts, W8A8Pack, int8_product, pack_w8a8
+from engine.int8_op import QMAX, Int8Parts, dequantize, int8_product
+from engine.native_ops import QBLOCK, blocks
 
 QUANT_MODES = ("int8",)
-QMAX = 127  # symmetric: -127..127, so -q is always representable
-_KERNEL_WORKS: dict[str, bool] = {}  # device -> did the int8 kernel give the right product there
-
-
 INT8_PRECISION = "int8"  # the app's Precision choice: int8 matrices, float32 activations and KV cache
 
 
@@ -73,81 +55,57 @@ def parse_quant(quant: str | None) -> str | None:
     return quant
 
 
-def kernel_dtype(device: torch.device) -> torch.dtype:
-    """The activation (and scale) dtype torch's int8 kernel runs fast with on this device type."""
-    return torch.bfloat16 if device.type == "cpu" else torch.float32
+def quantize_blocks(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """w (out, in) float -> (q (out, in) int8, scale (out, blocks(in)) float16), Q8_0's rounding.
 
-
-def kernel_works(device: torch.device) -> bool:
-    """Whether `_weight_int8pack_mm` exists on this device and computes x @ (q * scale)^T, tried once.
-
-    A probe, not a version check: the op's CUDA kernel appeared in some torch versions only, and a
-    wrong answer must be as disqualifying as a missing op.
-    """
-    key = str(device)
-    if key not in _KERNEL_WORKS:
-        dt, gen = kernel_dtype(device), torch.Generator().manual_seed(0)
-        x = torch.randn(3, 32, generator=gen).to(device, dt)  # (M, K)
-        q = torch.randint(-QMAX, QMAX + 1, (48, 32), generator=gen, dtype=torch.int8).to(device)  # (N, K)
-        s = (torch.rand(48, generator=gen) / 64).to(device, dt)  # (N,)
-        try:
-            y = torch.ops.aten._weight_int8pack_mm(x, q, s).float()
-            ref = (x.float() @ q.float().t()) * s.float()
-            _KERNEL_WORKS[key] = bool(torch.allclose(y, ref, rtol=2e-2, atol=2e-2))
-        except (RuntimeError, NotImplementedError):
-            _KERNEL_WORKS[key] = False
-    return _KERNEL_WORKS[key]
+    Worked example, one block: max |w| = 0.254, so d = 0.002 and w = 0.1 becomes q = 50; the scale
+    stored is d in float16 (0.0019998550415039062), and q x scale = 0.09999 is what the products use."""
+    out, width = w.shape
+    pad = blocks(width) * QBLOCK - width
+    wb = nn.functional.pad(w.float(), (0, pad)).view(out, -1, QBLOCK)  # (out, G, 32)
+    d = wb.abs().amax(-1, keepdim=True) / QMAX  # (out, G, 1) float32
+    v = wb * torch.where(d == 0, torch.zeros_like(d), 1 / d)  # |v| <= 127
+    a = v.abs()
+    whole = a.floor()
+    q = (whole + (2 * (a - whole)).floor()).copysign(v)  # round half away from zero, exactly (as gguf's)
+    q = q.view(out, -1)[:, :width].to(torch.int8)
+    return q.contiguous(), d.squeeze(-1).half()
 
 
 class Int8Weight(nn.Module):
-    """A weight used as `x @ W_t` (W_t of shape (in, out)), stored as int8 rows with one scale each.
+    """A weight used as `x @ W_t` (W_t of shape (in, out)), stored as int8 rows with a scale per 32 inputs.
 
-    Buffers: `q` (out, in) int8, contiguous (the kernels read each output channel's row);
-    `scale` (out,) bfloat16 (quantization used this rounded scale); `kernel_scale` (out,) the same
-    values in float32 on CUDA (its W8A16 kernel takes them so), None on CPU.
-    `w8a8`: fbgemm's packed copy of q for the few-rows W8A8 kernel (engine/int8_op.py), made here
-    once, or None where that kernel is missing or failed its probe (then W8A16 serves those rows).
-    It is a plain attribute, not a buffer: its handle tensor owns native memory that must not be
-    copied byte by byte (`.to()`, a state dict).
+    Made from the float weight (`Int8Weight(w_t)`, quantized here) or from int8 blocks as they are
+    (`Int8Weight(blocks=(q, scale))`: a Q8_0 GGUF's; a float32 scale is rounded to float16). Buffers:
+    `q` (out, in) int8, contiguous (the kernels read each output channel's row); `scale`
+    (out, blocks(in)) float16.
+    `native`: the engine's own int8 kernel (engine/native_build.py) serves it: on CPU, where built.
     """
 
-    def __init__(self, w_t: torch.Tensor):
+    def __init__(self, w_t: torch.Tensor | None = None, blocks: tuple[torch.Tensor, torch.Tensor] | None = None):
         super().__init__()
-        w = w_t.t().float()  # (in, out) -> (out, in), the kernel's layout
-        scale = (w.abs().amax(dim=1) / QMAX).clamp(min=torch.finfo(torch.bfloat16).tiny).to(torch.bfloat16)
-        q = torch.round(w / scale.float()[:, None]).clamp_(-QMAX, QMAX).to(torch.int8)  # (out, in)
+        q, scale = quantize_blocks(w_t.t()) if blocks is None else blocks
+        want = (q.shape[0], -(-q.shape[1] // QBLOCK))
+        if q.dtype != torch.int8 or q.dim() != 2 or tuple(scale.shape) != want or (q.numel() and int(q.min()) < -QMAX):
+            raise EngineError(f"int8 blocks: q {q.dtype} {tuple(q.shape)} with scale {tuple(scale.shape)}; want int8 "
+                              f"values in -127..127 and a scale per {QBLOCK} inputs {want}")  # fmt: skip
         self.register_buffer("q", q.contiguous())
-        self.register_buffer("scale", scale)
-        self.in_features, self.out_features = w.shape[1], w.shape[0]
-        dev = w_t.device
-        self.kernel_dtype = kernel_dtype(dev)
-        # The engine's own W8A8 product (engine/native_build.py) where it is built: it needs each
-        # row's sum of q, and applies no scale itself, so the float32 scales multiply its result.
-        # Plain attributes, not buffers, like the W8A8 pack: `weight_bytes` counts q and its scales once.
-        native = dev.type == "cpu" and native_build.ready()
-        self.rowsum = q.sum(1, dtype=torch.int32) if native else None  # (out,)
-        self.native_scale = scale.float() if native else None  # (out,) the scales as its result takes them
-        self.w8a8: W8A8Pack | None = None if native else pack_w8a8(self.q, scale)
-        self.register_buffer("kernel_scale", scale.to(self.kernel_dtype) if dev.type != "cpu" else None)
-        aligned = dev.type != "cpu" or self.in_features % KERNEL_WIDTH_MULTIPLE == 0
-        self.use_kernel = aligned and kernel_works(dev)
+        self.register_buffer("scale", scale.half().contiguous())
+        self.out_features, self.in_features = q.shape
+        self.native = q.device.type == "cpu" and native_build.ready()
 
     @property
     def shape(self) -> tuple[int, int]:
         """(in, out), like the float weight it replaces (cost models and ceilings read it)."""
         return self.in_features, self.out_features
 
+    def dequantized(self) -> torch.Tensor:
+        """The weight the products use, (in, out) float32 like the float weight it replaces."""
+        return dequantize(self.q, self.scale).t()
+
     def parts(self) -> Int8Parts:
         """The current buffers and constants, as the op (engine/int8_op.py) and a compiled step take them."""
-        pack = self.w8a8
-        if self.rowsum is not None:
-            return Int8Parts(self.q, self.scale, self.native_scale, self.use_kernel, self.in_features,
-                             self.out_features, rowsum=self.rowsum)  # fmt: skip
-        if pack is None:
-            return Int8Parts(self.q, self.scale, self.kernel_scale, self.use_kernel, self.in_features,
-                             self.out_features)  # fmt: skip
-        return Int8Parts(self.q, self.scale, pack.scale, self.use_kernel, self.in_features, self.out_features,
-                         pack.packed, pack.col_offsets, pack.zero_bias)  # fmt: skip
+        return Int8Parts(self.q, self.scale, self.in_features, self.out_features, self.native)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., in) -> (..., out) in x's dtype: `torch.ops.twopot.int8_matmul` (engine/int8_op.py)."""
@@ -194,29 +152,32 @@ class QuantReport:
     bytes_after: int
 
 
-def _replace(module: nn.Module, name: str) -> tuple[int, int]:
+def _replace(module: nn.Module, name: str, blocks: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[int, int]:
     w_t = module._buffers.pop(name)  # (in, out) float
-    qw = Int8Weight(w_t)
+    qw = Int8Weight(w_t, blocks=None if blocks is None else tuple(t.to(w_t.device) for t in blocks))
     setattr(module, name, qw)  # a submodule now: named_buffers() reports q and scale
     return w_t.numel() * w_t.element_size(), qw.q.numel() + qw.scale.numel() * qw.scale.element_size()
 
 
-def quantize(model: nn.Module, mode: str = "int8") -> QuantReport:
+def quantize(model: nn.Module, mode: str = "int8", exact: dict | None = None) -> QuantReport:
     """Replace every matmul weight of an engine.model.Transformer by an Int8Weight, in place.
 
+    `exact`: int8 blocks to take as they are, by buffer name ("layers.0.attn.wqkv_t" -> (q, scale),
+    a Q8_0 GGUF's: engine/gguf.py `int8_blocks`); every other weight is quantized here.
     A tied model first gets its own float embedding table (the LM head matrix, transposed), so
     embedding a token still gathers exact float rows.
     """
     parse_quant(mode)
+    exact = exact or {}
     before = after = 0
     if model.embed is None:  # tied: the (d, V) head doubled as the embedding table
         model.embed = model.lm_head_t.t().contiguous()  # (V, d), model dtype
         after += model.embed.numel() * model.embed.element_size()
     count = 0
-    for block in model.layers:
-        for module, name in ((block.attn, "wqkv_t"), (block.attn, "wo_t"), (block.mlp, "w_up_t"),
-                             (block.mlp, "w_down_t")):  # fmt: skip
-            b, a = _replace(module, name)
+    for i, block in enumerate(model.layers):
+        for module, name, path in ((block.attn, "wqkv_t", "attn"), (block.attn, "wo_t", "attn"),
+                                   (block.mlp, "w_up_t", "mlp"), (block.mlp, "w_down_t", "mlp")):  # fmt: skip
+            b, a = _replace(module, name, exact.get(f"layers.{i}.{path}.{name}"))
             before, after, count = before + b, after + a, count + 1
-    b, a = _replace(model, "lm_head_t")
+    b, a = _replace(model, "lm_head_t", exact.get("lm_head_t"))
     return QuantReport(mode, count + 1, before + b, after + a)

@@ -19,7 +19,9 @@ pass of one `prefill_tokens` prompt, every variant once per repeat in a rotated 
 moment hits all alike, after one untimed warm-up of every shape; at least three repeats, each
 point the median of the repeats with their range drawn, and "faster" said only where the ranges do
 not overlap (`lab.noise`); then each variant's greedy tokens against float32's over
-`agreement_tokens` tokens.
+`agreement_tokens` tokens, and its next-token distributions against float32's on float32's own
+continuation, as llama.cpp measures its quants (engine/fidelity.py: KL divergence, same top-1,
+perplexity ratio).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import plotly.graph_objects as go
 
 from engine import Engine
 from engine.errors import EngineError
+from engine.fidelity import Fidelity, measure, prefix_agreement
 from engine.limits import available_memory
 from lab.cpu_time import generate_timed
 from lab.experiment import Experiment, Prediction, StoryLink, decode_verdict
@@ -73,6 +76,7 @@ class PortionPoint:
     prefill_s: float  # median prefill pass of `prefill_tokens`
     prefill_us_per_token: float
     greedy_prefix: int  # greedy tokens equal to float32's before the first difference
+    fidelity: Fidelity  # next-token distributions against float32's on float32's continuation
     decode: Spread  # seconds: each repeat's median decode step
     prefill: Spread  # seconds: each repeat's prefill pass
 
@@ -97,7 +101,9 @@ class PortionResult:
     def to_frame(self) -> pd.DataFrame:
         rows = []
         for p in self.points:
-            row = {k: v for k, v in asdict(p).items() if k not in ("decode", "prefill")}
+            row = {k: v for k, v in asdict(p).items() if k not in ("decode", "prefill", "fidelity")}
+            row.update(kl_vs_float32=p.fidelity.kl_mean, top1_vs_float32=p.fidelity.top1,
+                       ppl_ratio_vs_float32=p.fidelity.ppl_ratio)  # fmt: skip
             row.update(decode_low_s=p.decode.low, decode_high_s=p.decode.high, prefill_low_s=p.prefill.low,
                        prefill_high_s=p.prefill.high, repeats=p.decode.n)  # fmt: skip
             rows.append(row)
@@ -163,19 +169,21 @@ def run_portions(engine, settings: PortionSettings, on_progress: ProgressFn | No
             tracker.step(f"{v}: decode step {median_of(steps[v]) * 1e3:.2f} ms")
     greedy = {v: engines[v].generate(short, max_new_tokens=s.agreement_tokens, stop_at_eos=False).tokens[0]
               for v in variants}  # fmt: skip
+    text = [short[0] + greedy["float32"]]  # float32's own continuation, scored in its second half
+    fid = {v: measure(engines["float32"], engines[v], text) for v in variants}
     for v in variants:
-        tracker.step(f"{v}: greedy tokens compared with float32")
-    points = [point(v, engines[v], steps[v], cpu[v], pre[v], s, greedy[v], greedy["float32"]) for v in variants]
+        tracker.step(f"{v}: greedy tokens and next-token distributions compared with float32")
+    points = [point(v, engines[v], steps[v], cpu[v], pre[v], s, greedy[v], greedy["float32"], fid[v]) for v in variants]
     result = PortionResult(s, points, sample_of(runs["int8"], "int8 weights"), [], str(engine.device),
                            watch.finish())  # fmt: skip
     return replace(result, notes=notes(result, engine))
 
 
-def point(v, eng, steps, cpu, pre, s, tokens, reference) -> PortionPoint:
-    prefix = next((i for i, (a, b) in enumerate(zip(tokens, reference, strict=False)) if a != b), len(tokens))
+def point(v, eng, steps, cpu, pre, s, tokens, reference, fidelity) -> PortionPoint:
     decode, prefill = spread_of(steps), spread_of(pre)
     return PortionPoint(v, eng.info.weight_bytes / 1e6, decode.median, median_of(cpu), prefill.median,
-                        prefill.median / s.prefill_tokens * 1e6, prefix, decode, prefill)  # fmt: skip
+                        prefill.median / s.prefill_tokens * 1e6, prefix_agreement(reference, tokens), fidelity,
+                        decode, prefill)  # fmt: skip
 
 
 def faster_finding(what: str, ref: Spread, other: Spread, machine: Machine | None) -> str:
@@ -197,6 +205,10 @@ def notes(r: PortionResult, engine) -> list[str]:
         f"int8 {i8.prefill_s * 1e3:.1f} ms ({f32.prefill_s / i8.prefill_s:.2f}x)",
         f"greedy tokens equal to float32's before the first difference: int8 {i8.greedy_prefix} of "
         f"{r.settings.agreement_tokens}" + ("" if engine.info.trained else " (random weights: near-ties flip early)"),
+        f"int8 against float32 on float32's own continuation ({i8.fidelity.positions} positions), as llama.cpp "
+        f"measures its quants: KL divergence {i8.fidelity.kl_mean:.4f} (99th percentile {i8.fidelity.kl_p99:.4f}), "
+        f"the same most likely token at {100 * i8.fidelity.top1:.1f} % of positions, perplexity ratio "
+        f"{i8.fidelity.ppl_ratio:.4f}",
     ]
     out += [faster_finding("decode step", f32.decode, i8.decode, r.machine),
             faster_finding("prefill", f32.prefill, i8.prefill, r.machine)]  # fmt: skip
@@ -248,7 +260,7 @@ EXPERIMENT = Experiment(
     "it in smaller boxes and each trip is shorter, so the ladle comes faster, if the trip was the slow part. "
     "The wok was busy tossing, not waiting for the pantry: smaller boxes do not make it toss faster.",
     engineering="A batch-1 decode step reads every weight for two FLOPs each, so its time follows bytes: int8 "
-    "weights (one byte, a scale per output channel) read 4x fewer than float32. Prefill does hundreds of FLOPs "
+    "weights (one byte, a scale per 32 weights, as llama.cpp's Q8_0) read 3.6x fewer than float32. Prefill does hundreds of FLOPs "
     "per weight byte, so bytes do not decide it. Our int8 prefill multiplies in bfloat16: compare it with the "
     "bfloat16 row, which does the same arithmetic.",
     predict=Prediction(

@@ -7,7 +7,8 @@
 # Idempotent: each stage (download, extract, configure, build) is skipped when its output exists.
 # Layout under PREFIX: src/ (the sdist), tree -> the vendored llama.cpp source (it holds
 # convert_hf_to_gguf.py and gguf-py), build/bin/ (llama-bench, llama-batched-bench, llama-server,
-# llama-cli and the shared libraries; llama-cpp-python can use them via LLAMA_CPP_LIB_PATH).
+# llama-cli, llama-perplexity and the shared libraries; llama-cpp-python can use them via
+# LLAMA_CPP_LIB_PATH). llama-perplexity's --kl-divergence is how engine/bench/int8_quality.py measures Q8_0.
 #
 # AMX is switched off: -march=native sees AMX on these VMs, and the VM traps the instructions, so a
 # default build dies with SIGILL on any q8_0 model.
@@ -16,7 +17,7 @@ set -euo pipefail
 PREFIX="${1:-/work/peers/llama.cpp}"
 JOBS="${JOBS:-2}"
 PYTHON="${PYTHON:-python3}"
-TARGETS=(llama-bench llama-server llama-batched-bench llama-cli)
+TARGETS=(llama-bench llama-server llama-batched-bench llama-cli llama-perplexity)
 NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 
 mkdir -p "$PREFIX/src"

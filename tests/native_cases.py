@@ -12,8 +12,8 @@ The tolerance, and why:
   terms in the same order (native_vec.h); only where a multiply and an add fuse (FMA) may differ,
   and any such evaluation is within K u sum|x_k w_k| of the exact dot (Higham, Accuracy and Stability
   of Numerical Algorithms, 3.1), so two of them are within twice that.
-- int8 products: equal bits. The sums are exact integers, and the two float multiplies after them
-  have no add to fuse with.
+- int8 products: equal bits. The sums within a 32-wide block are exact integers, and the float
+  part has one order and fused multiply-adds on every build (engine/native_int8.h).
 - attention, K/V seats and logits (float32 and int8 models): 1e-5 absolute. These values are O(1)
   (under 10 here), so a float32 ulp is at most 1e-6; each differs from x86's by where FMAs fuse
   and by libm's last bit, which measured at most 1.5e-7 over two layers (x86-64-v2, clang and
@@ -38,7 +38,8 @@ from engine.native_ops import prepare_product
 
 U = 2.0**-24  # float32's unit roundoff
 STEP_ATOL = 1e-5  # float32 passes of the same order on two CPUs (see above)
-SUFFIX = {torch.float32: "f32", torch.int8: "i8", torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8"}
+SUFFIX = {torch.float32: "f32", torch.int8: "i8", torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8",
+          torch.float16: "f16"}
 BY_TYPE = {code: dtype for code, dtype in contract.TYPES.values() if dtype is not None}
 
 
@@ -62,13 +63,13 @@ def _config(folder: Path, values: dict) -> None:
     (folder / "config.txt").write_text(text)
 
 
-def product_case(root: Path, name: str, x: torch.Tensor, w: torch.Tensor, rowsum=None) -> Case:
+def product_case(root: Path, name: str, x: torch.Tensor, w: torch.Tensor, scale=None) -> Case:
     int8 = w.dtype == torch.int8
     y = torch.empty(x.shape[0], w.shape[0] if int8 else w.shape[1])  # (M, N)
-    prepare_product(x, w, y, rowsum)()
+    prepare_product(x, w, y, scale)()
     folder = root / name
     _config(folder, {"rows": x.shape[0], "depth": x.shape[1], "cols": y.shape[1], "int8": int(int8)})
-    for key, t in {"x": x, "w": w, "rowsum": rowsum}.items():
+    for key, t in {"x": x, "w": w, "scale": scale}.items():
         if t is not None:
             _write(folder, key, t)
     bound = {} if int8 else {"y": 2 * x.shape[1] * U * (x.abs() @ w.abs())}  # (M, N)

@@ -16,8 +16,8 @@
 
 #include <stdio.h>
 
-static const char *SUFFIX[] = {"", "f32", "i8", "i32", "i64", "u8"};
-static const int SIZE[] = {0, 4, 1, 4, 8, 1};
+static const char *SUFFIX[] = {"", "f32", "i8", "i32", "i64", "u8", "", "", "f16"}; /* by BufType */
+static const int SIZE[] = {0, 4, 1, 4, 8, 1, 0, 0, 2};
 
 static int fail(const char *fmt, const char *a, const char *b) {
     fprintf(stderr, fmt, a, b);
@@ -28,7 +28,8 @@ static int fail(const char *fmt, const char *a, const char *b) {
 /* DIR/PREFIXFIELD.<type> for whichever type exists: its bytes as a Buf; an empty Buf if none does. */
 static Buf load(const char *dir, const char *prefix, const char *field) {
     char path[512];
-    for (int t = F32; t <= U8; t++) {
+    for (int t = F32; t <= F16; t++) {
+        if (!SIZE[t]) continue; /* BUF, LAYER: no file of their own */
         snprintf(path, sizeof path, "%s/%s%s.%s", dir, prefix, field, SUFFIX[t]);
         FILE *f = fopen(path, "rb");
         if (!f) continue;
@@ -130,9 +131,10 @@ static void run_product(const char *dir, char *why) {
     TWOPOT_PRODUCT_BUFFERS(LOAD)
     const size_t n = (size_t)product.rows * product.cols;
     s->y = (Buf){floats(n), (int64_t)n, F32};
-    if (product.int8) {
-        s->xu = (Buf){calloc((size_t)product.rows, (size_t)product.depth), (int64_t)product.rows * product.depth, U8};
-        s->sx = (Buf){floats((size_t)product.rows), product.rows, F32};
+    if (product.int8) { /* scratch: the rows rounded to 8 bits, each block's scale */
+        const size_t blocks = (size_t)product.rows * qblocks(product.depth);
+        s->xq = (Buf){calloc((size_t)product.rows, (size_t)product.depth), (int64_t)product.rows * product.depth, I8};
+        s->sx = (Buf){floats(blocks), (int64_t)blocks, F32};
     }
     if (twopot_product(&product, why, 256)) fail("product %s: %s", dir, why);
     save(dir, "y", product.y.p, n * sizeof(float));

@@ -10,7 +10,6 @@ from engine import Engine
 from engine.bench.ceilings import matmul_chain
 from engine.bench.cli import main as cli_main
 from engine.bench.int8 import COMPILED, VARIANTS, QuantPlan, run
-from engine.bench.int8_kernels import candidates, chain_ms, model_shapes
 from engine.compiled import compiler_problem
 
 TINY = QuantPlan(decode_prompt_tokens=4, decode_tokens=3, prefill_tokens=8, repeats=1, agreement_tokens=6)
@@ -60,19 +59,3 @@ def test_quant_with_compile_times_the_compiled_engines_too(tiny_llama, tmp_path)
         assert c["agreement_with_eager"]["common_prefix"] == c["agreement_with_eager"]["tokens"] > 0
     assert m["ratios"]["int8_compiled_tpot_vs_fp32_compiled"] > 0
 
-
-def test_the_int8_kernel_probe_runs_every_candidate_on_decode_rows(tiny_llama):
-    """engine/bench/int8_kernels.py: every candidate computes the same product (to within int8 rounding) on
-    1 and 4 rows, and a chain over a model's weight shapes is timed."""
-    fns = candidates(64, 96)
-    for rows in (1, 4):
-        x = torch.randn(rows, 64)
-        ref = fns["fp32 x @ W_t"](x)
-        for name, fn in fns.items():
-            y = fn(x).float()
-            assert y.shape == (rows, 96), name
-            assert (y - ref).abs().max() <= 0.05 * ref.abs().max(), name
-    cfg = Engine.load(str(tiny_llama.path)).cfg
-    shapes = model_shapes(cfg)
-    assert len(shapes) == 4 * cfg.n_layers + 1 and shapes[-1] == (cfg.d_model, cfg.vocab_size)
-    assert chain_ms([fns["fp32 x @ W_t"]], 1, [64]) > 0

@@ -33,10 +33,10 @@ PROMPTS = [[11, 57, 3, 200, 42, 9, 101, 7], [5, 6], list(range(30, 47))]
 # step -> (prompt, max_new_tokens): two start together, the third joins while they decode
 ARRIVALS = {0: [(PROMPTS[0], 12), (PROMPTS[1], 18)], 4: [(PROMPTS[2], 9)]}
 LOGITS_ATOL = 1e-4  # float32; the compiled kernels sum in other orders than eager's
-# int8: decode products quantize their input rows to 8 bits (W8A8, engine/int8_op.py), so a sum-order
+# int8: products round each 32-wide block of their inputs to 8 bits (engine/int8_op.py), so a sum-order
 # difference in a fused norm can move one activation across a rounding boundary, and a logit by about
 # one 8-bit step of its input times a weight. Stated bound: rtol 2^-7 (+ atol 1e-3 near 0). Measured
-# 2026-12-01: at most 2.4e-7 on these models, same tokens.
+# 2026-12-01 (then one range per input row): at most 2.4e-7 on these models, same tokens.
 INT8_LOGITS_RTOL, INT8_LOGITS_ATOL = 2**-7, 1e-3
 INT8_ARRIVALS = {0: [(PROMPTS[0], 40), (PROMPTS[1], 25)], 4: [(PROMPTS[2], 9)]}  # 40 steps, batch 3 -> 2 -> 1
 

@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from engine import Engine, EngineError
-from engine.gguf import ACCEPTED_TYPES, llama3_rope, q8_0_blocks, read_gguf
+from engine.gguf import ACCEPTED_TYPES, llama3_rope, q8_0_blocks, read_gguf, unpermute
 from engine.model_store import convert
+from engine.quant import Int8Weight
 from tests.conftest import make_tiny_model, train_tiny_tokenizer
 from tests.gguf_kit import write_gguf
 
@@ -149,6 +150,45 @@ def test_q8_0_blocks_are_int8_values_and_32_wide_scales(tiny, tmp_path):
     assert values.dtype == np.int8 and values.shape == (128, 256) and scales.shape == (128, 8)
     rebuilt = values.reshape(128, 8, 32) * scales[:, :, None].astype(np.float32)
     np.testing.assert_array_equal(rebuilt.reshape(128, 256), gguf.dequantize(tensor.data, tensor.tensor_type))
+
+
+Q8_0_LOGIT_TOL = 0.02  # of the float logits' range: only the activations' 8-bit rounding differs (tests/test_quant.py)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])  # llama: q/k rows permuted in the file; gpt2: transposed
+def test_a_q8_0_gguf_loads_into_int8_as_the_file_holds_it(tiny, tmp_path, family):
+    """quant="int8" on a Q8_0 file takes its int8 values and float16 scales as they are: layer 0's fused
+    q|k|v is the file's three tensors (q and k rows unpermuted), value for value and scale for scale,
+    and every matrix dequantizes to exactly the floats the same file loads as. GPT-2 stored its
+    matrices transposed, so its blocks run along the other axis: they are quantized again from those
+    floats. The logits differ from the float load's only by the activations' rounding: measured
+    0.45-0.66 % of the range (every argmax equal), bound Q8_0_LOGIT_TOL."""
+    path = write_gguf(tiny[family].path, tmp_path / f"{family}.gguf", "Q8_0")
+    floats, eng = Engine.load(str(path)), Engine.load(str(path), quant="int8")
+    file = read_gguf(path)
+    if family != "gpt2":
+        cfg, parts = eng.cfg, []
+        for name, heads in (("attn_q", eng.cfg.n_heads), ("attn_k", eng.cfg.n_kv_heads), ("attn_v", None)):
+            values, scales = q8_0_blocks(file.tensors[f"blk.0.{name}.weight"])
+            q, s = torch.from_numpy(values), torch.from_numpy(scales)  # int8, float16
+            parts.append((unpermute(q, heads), unpermute(s, heads)) if family == "llama" and heads else (q, s))
+        qkv = eng.model.layers[0].attn.wqkv_t
+        assert torch.equal(qkv.q, torch.cat([p[0] for p in parts])) and torch.equal(qkv.scale, torch.cat([p[1] for p in parts]))
+        assert cfg.q_dim + 2 * cfg.kv_dim == qkv.q.shape[0]
+    int8 = {n: m for n, m in eng.model.named_modules() if isinstance(m, Int8Weight)}
+    assert len(int8) == 4 * eng.cfg.n_layers + 1
+    for name, qw in int8.items():
+        want = floats.model.get_buffer(name)  # (in, out) float32, the file's blocks dequantized
+        if family != "gpt2":
+            assert torch.equal(qw.dequantized(), want), name
+        else:
+            assert qw.dequantized().sub(want).abs().max() <= qw.scale.max() * 0.6, name
+    ids = torch.tensor([PROMPT])
+    with torch.inference_mode():
+        got, ref = eng.model(ids, torch.arange(len(PROMPT)).unsqueeze(0)), floats.model(ids, torch.arange(len(PROMPT)).unsqueeze(0))
+    span = (ref.max() - ref.min()).item()
+    assert (got - ref).abs().max().item() <= Q8_0_LOGIT_TOL * span
+    assert (got.argmax(-1) == ref.argmax(-1)).float().mean().item() >= 0.9
 
 
 def test_an_unsupported_type_is_refused_in_one_line(tiny, tmp_path):

@@ -24,6 +24,12 @@ def test_every_variant_is_measured_and_compared_with_float32(chef):
     f32, b16, i8 = r.points
     assert i8.weight_mb < b16.weight_mb < f32.weight_mb
     assert f32.greedy_prefix == 8 and 0 <= i8.greedy_prefix <= 8
+    # llama.cpp's measures on float32's continuation: positions 8..14 of the 16 tokens predict 9..15
+    assert f32.fidelity.kl_mean == pytest.approx(0.0, abs=1e-9) and f32.fidelity.top1 == 1.0
+    assert i8.fidelity.positions == 7 and i8.fidelity.kl_max >= i8.fidelity.kl_mean >= 0.0
+    assert 0.0 <= i8.fidelity.top1 <= 1.0 and i8.fidelity.ppl_ratio > 0
+    assert any(n.startswith("int8 against float32 on float32's own continuation (7 positions)") for n in r.notes)
+    assert r.to_frame().kl_vs_float32.iloc[2] == i8.fidelity.kl_mean
     assert r.decode_speedup == f32.decode_step_s / i8.decode_step_s
     assert r.sample.label == "int8 weights" and len(r.notes) >= 4  # the inspector judges the int8 run
     assert list(r.to_frame().variant) == ["float32", "bfloat16", "int8"]

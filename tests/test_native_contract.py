@@ -18,7 +18,7 @@ from engine import native_contract as contract
 from engine.native import NativeStep
 from engine.native_build import library
 from engine.native_contract import TYPES, Buf
-from engine.native_ops import int8_unscaled, product
+from engine.native_ops import int8_product, product
 from engine.serving_core import describe_decode_step
 
 pytestmark = pytest.mark.skipif(isinstance(library(), str), reason="the native step could not be built here")
@@ -52,24 +52,26 @@ def test_a_tensor_that_breaks_its_row_is_one_line_before_any_c_runs():
     }  # fmt: skip
     for message, (a, b) in cases.items():
         with pytest.raises(EngineError, match=message.replace("(", r"\(").replace(")", r"\)")) as err:
-            product(a, b, torch.zeros(b.shape[0], dtype=torch.int32) if b.dtype == torch.int8 else None)
+            product(a, b, torch.zeros(b.shape[0], 2).half() if b.dtype == torch.int8 else None)
         assert "\n" not in str(err.value) and str(err.value).startswith("native step: ")
-    with pytest.raises(EngineError, match=r"product.rowsum is missing; the contract wants int32 \(cols\) = \(10,\)"):
+    with pytest.raises(EngineError, match=r"product.scale is missing; the contract wants float16 \(cols, \(depth \+ 31\) / 32\) = \(10, 2\)"):
         product(x, torch.zeros(10, 64, dtype=torch.int8))
+    with pytest.raises(EngineError, match=r"product.scale is float16 \(10, 64\); the contract wants float16 \(cols, \(depth \+ 31\) / 32\) = \(10, 2\)"):
+        product(x, torch.zeros(10, 64, dtype=torch.int8), torch.ones(10, 64).half())  # a scale per input: not the layout
 
 
 def test_the_int8_product_checks_its_weight_once_and_the_rows_every_call():
     """The forward's few-row int8 products keep each weight's checked Product; x is checked each call."""
     g = torch.Generator().manual_seed(0)
     q = torch.randint(-127, 128, (10, 64), dtype=torch.int8, generator=g)
-    rowsum = q.sum(1, dtype=torch.int32)
+    scale = torch.rand(10, 2, generator=g).half()  # (cols, blocks)
     for rows in (3, 1, 5):  # the same weight, other row counts: the same numbers as the checked-once path
         x = torch.randn(rows, 64, generator=g)
-        assert torch.equal(int8_unscaled(x, q, rowsum), product(x, q, rowsum))
+        assert torch.equal(int8_product(x, q, scale), product(x, q, scale))
     with pytest.raises(EngineError, match=r"^native product: x is \(3, 63\); this weight takes \(rows, 64\)$"):
-        int8_unscaled(torch.randn(3, 63), q, rowsum)
-    with pytest.raises(EngineError, match=r"product.rowsum is int64 \(10,\); the contract wants int32 \(cols\)"):
-        int8_unscaled(torch.randn(3, 64), q, rowsum.long())
+        int8_product(torch.randn(3, 63), q, scale)
+    with pytest.raises(EngineError, match=r"product.scale is float32 \(10, 2\); the contract wants float16"):
+        int8_product(torch.randn(3, 64), q, scale.float())
 
 
 def _product_struct(n_w: int, x, w, y, type_w: int = F32) -> contract.Product:

@@ -49,11 +49,14 @@ def cases(tmp_path_factory, tiny_llama, tiny_gpt2):
     for M, K, N in [(1, 64, 200), (3, 64, 200), (7, 96, 130), (13, 40, 16400)]:
         x, w = torch.randn(M, K, generator=g), torch.randn(K, N, generator=g)  # (M, K), (K, N)
         made.append(product_case(root, f"f32_{M}x{K}x{N}", x, w))
-    # int8: K a multiple of 64 (VNNI), of 16 only (ARM's sdot), of neither (the plain loop throughout)
-    for M, K, N in [(1, 128, 37), (5, 96, 41), (3, 100, 20), (6, 64, 8)]:
+    # int8: K whole block pairs (VNNI's 64-byte dots), an odd block left (sdot's 32 bytes), a short last
+    # block (the plain loop), one block; an outlier input in every row, as real activations have
+    for M, K, N in [(1, 128, 37), (5, 96, 41), (3, 100, 20), (6, 32, 8)]:
         x = torch.randn(M, K, generator=g)
+        x[:, K // 3] *= 40.0
         q = torch.randint(-127, 128, (N, K), dtype=torch.int8, generator=g)  # (N, K)
-        made.append(product_case(root, f"int8_{M}x{K}x{N}", x, q, q.sum(1, dtype=torch.int32)))
+        scale = (torch.rand(N, -(-K // 32), generator=g) / 64).half()  # (N, blocks)
+        made.append(product_case(root, f"int8_{M}x{K}x{N}", x, q, scale))
     # attention: a decode row; a prompt chunk after 11 slots; a first chunk with a head size not a multiple of 16
     for R, p0, G, D in [(1, 22, 2, 32), (5, 11, 2, 16), (3, 0, 3, 20)]:
         q, keys, values = torch.randn(R, G, D, generator=g), torch.randn(p0 + R, D, generator=g), torch.randn(p0 + R, D, generator=g)

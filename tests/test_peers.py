@@ -7,7 +7,7 @@ import pytest
 
 from engine.bench.cli import main
 from engine.bench.peer_llama import EXTRA_PRE, find_build
-from engine.bench.peers import TARGETS, check_targets, matching_prefix, ratios, summary
+from engine.bench.peers import MODELS, TARGETS, check_targets, matching_prefix, our_source, ratios, summary
 from engine.bench.peers_page import page
 from engine.bench.wait_policy import Neighbour
 from engine.errors import EngineError
@@ -56,7 +56,19 @@ def test_page_has_a_row_per_contestant_and_the_targets():
     }  # fmt: skip
     text = page(report)
     assert "| llama.cpp f32 | 700.0 (630.0-770.0) |" in text and "| 32/32 |" in text
+    assert "Ours loads the files" not in text  # the chef: its folder
+    report["models"]["chef"]["ours_loads"] = {"fp32": "/w/a-f32.gguf", "int8": "/w/a-q8_0.gguf"}
+    assert "Ours loads the files llama.cpp runs: fp32 from `a-f32.gguf`, int8 from `a-q8_0.gguf`." in page(report)
     assert "| decode fp32 default vs f32 | 0.50 | 1.0 | no |" in text
+
+
+def test_the_assistant_is_timed_on_the_same_gguf_files_on_both_sides():
+    """Ours int8 loads the q8_0 file llama.cpp's q8_0 runs, ours fp32 the f32 file; the other models their folder."""
+    prep = {"folder": "/m/hf", "gguf": {"f32": "/m/assistant-f32.gguf", "q8_0": "/m/assistant-q8_0.gguf"}}
+    assert MODELS["assistant"] == "assistant"
+    assert our_source("assistant", prep, "int8") == "/m/assistant-q8_0.gguf"
+    assert our_source("assistant", prep, None) == "/m/assistant-f32.gguf"
+    assert our_source("chef", prep, "int8") == our_source("chef", prep, None) == "/m/hf"
 
 
 def test_no_llama_cpp_build_is_one_line(tmp_path, capsys):

@@ -44,6 +44,7 @@ RUNTIME_FILES = [  # what the app reads at run time, by its path inside the whee
     "serving/catalog.toml",
     "engine/native_step.c",
     "engine/native_products.h",
+    "engine/native_int8.h",
     "engine/bench/cache_probe.c",
     "engine/models/chef/model.safetensors",
     "engine/models/chef/tokenizer.json",

@@ -1,8 +1,9 @@
 """`python -m engine bench [peers | serve-bench] ...`: the command line of every benchmark in engine/bench/.
 
-  python -m engine bench ...              the main bench (engine/bench/bench.py); `--quant int8` (engine/bench/int8.py) and
-                                   `--compile` (engine/bench/compiled.py) time those comparisons instead
+  python -m engine bench ...              the main bench (engine/bench/bench.py); `--quant int8` (engine/bench/int8.py)
+                                          and `--compile` (engine/bench/compiled.py) time those comparisons instead
   python -m engine bench peers ...        our engine beside llama.cpp (engine/bench/peers.py)
+  python -m engine bench int8-quality ... int8's fidelity to float32, and llama.cpp Q8_0's to F32 (engine/bench/int8_quality.py)
   python -m engine bench wait-policy ...  OpenMP's wait policies: our decode and a neighbour's share (engine/bench/wait_policy.py)
   python -m engine bench step-profile ... one serving decode step's parts, in µs (engine/bench/step_profile.py)
   python -m engine bench native-sweep ... the native step against op by op, by batch (engine/bench/native_sweep.py)
@@ -19,7 +20,7 @@ from dataclasses import asdict
 
 import torch
 
-from engine.bench import compiled, int8, peers, serve_bench, wait_policy
+from engine.bench import compiled, int8, int8_quality, peers, serve_bench, wait_policy
 from engine.bench.bench import run_bench
 from engine.bench.plan import DEFAULT_MODEL, FULL, QUICK, BenchPlan
 from engine.bench.report import emit, format_report
@@ -73,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         argv = argv[1:]
     if argv[:1] == ["peers"]:
         return peers.main(argv[1:])
+    if argv[:1] == ["int8-quality"]:
+        return int8_quality.main(argv[1:])
     if argv[:1] == ["native-sweep"]:  # its own process, like step-profile
         return subprocess.run([sys.executable, "-m", "engine.bench.native_sweep", *argv[1:]]).returncode
     if argv[:1] == ["step-profile"]:  # its own process: the engine's OpenMP defaults need engine before torch

@@ -30,7 +30,7 @@ from engine.bench.ceilings import measure_ceilings
 class TimingSpec:
     """What one timing process loads and times; its JSON is the process's one argument."""
 
-    folder: str  # the HF folder (the same weights llama.cpp's GGUF came from)
+    folder: str  # what Engine.load takes: the HF folder llama.cpp's GGUF came from, or that GGUF itself
     quant: str | None = None  # None or "int8"
     compile: bool = False
     native: bool = True  # the native step (engine/native.py), the engine's CPU default

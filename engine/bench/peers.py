@@ -2,7 +2,10 @@
 
 One run, same weights, same threads:
   1. find llama.cpp's build (scripts/build_llama_cpp.sh; --llama-cpp PREFIX) and convert each
-     model's HF folder to GGUF f32 and q8_0 with its converter (reused when already there);
+     model's HF folder to GGUF f32 and q8_0 with its converter (reused when already there). The
+     assistant (fetched once into the model cache, engine/model_store.py) is timed on the same
+     files on both sides: ours loads the f32 GGUF for float32 and the q8_0 GGUF for int8, whose
+     blocks are our int8 weights as they are (`our_source`);
   2. check greedy agreement: 32 tokens from one token-id prompt, llama.cpp (both GGUFs) and each of
      our configurations against HF transformers;
   3. time, in alternating rounds (the order reverses every round, so neither side always runs in
@@ -50,10 +53,13 @@ from engine.bench.peer_ours import TimingSpec, spec_json
 from engine.bench.peers_page import page, write_page
 from engine.bench.report import save_json
 from engine.errors import EngineError, OneLineParser
+from engine.loader import resolve_source
 from engine.presets import CHEF_DIR
 
 WORK = Path("/work/peers")  # GGUF files and the random-weight HF folders live outside the repository
-MODELS = {"chef": None, "smollm2-135m": "preset:smollm2-135m"}  # None: the embedded chef folder
+# None: the embedded chef folder; "preset:": random weights of that shape; a name: a model the engine fetches
+MODELS = {"chef": None, "smollm2-135m": "preset:smollm2-135m", "assistant": "assistant"}
+SAME_FILES = {"assistant"}  # models ours loads from the very GGUF files llama.cpp runs (`our_source`)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 OMP_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 
@@ -144,10 +150,13 @@ def check_targets(r: dict[str, float]) -> dict[str, dict]:
 
 def hf_folder(model: str, work: Path) -> str:
     """The HF folder of `model`: the chef as it ships; the 135M shape built once with seeded random
-    weights (engine/bench/contestants.py) and the chef's tokenizer beside them (GGUF needs a vocabulary)."""
+    weights (engine/bench/contestants.py) and the chef's tokenizer beside them (GGUF needs a vocabulary);
+    the assistant as the model cache holds it (fetched and converted on first use)."""
     source = MODELS[model]
     if source is None:
         return str(CHEF_DIR)
+    if not source.startswith("preset:"):
+        return resolve_source(source)
     folder = work / "hf" / model
     if not (folder / "model.safetensors").is_file():
         folder.mkdir(parents=True, exist_ok=True)
@@ -169,6 +178,14 @@ def prepare(build: LlamaBuild, models: list[str], work: Path, progress) -> dict[
         out[model] = {"folder": folder, "gguf": ggufs}
     (work / "READY").write_text("\n".join(p for m in out.values() for p in m["gguf"].values()) + "\n")
     return out
+
+
+def our_source(model: str, prep: dict, quant: str | None) -> str:
+    """What our engine loads for one configuration: the same GGUF file as llama.cpp's counterpart
+    (f32 for float32, q8_0 for int8) for SAME_FILES models, else the HF folder."""
+    if model not in SAME_FILES:
+        return prep["folder"]
+    return prep["gguf"]["q8_0" if quant == "int8" else "f32"]
 
 
 # ---------------------------------------------------------------- one contestant, one round
@@ -233,7 +250,8 @@ def bench_model(build: LlamaBuild, model: str, prep: dict, plan: PeerPlan, progr
                 got = run_llama(build, ggufs[name.split()[-1]], plan)
             else:
                 cfg = next(c for c in OURS if c.name == name)
-                spec = replace(base, batch_prompts=batch_prompts if name in BATCHED else None,
+                spec = replace(base, folder=our_source(model, prep, cfg.quant),
+                              batch_prompts=batch_prompts if name in BATCHED else None,
                               greedy_prompt=greedy_prompt if r == 0 else None, greedy_new=plan.greedy_new,
                               ceilings=r == 0 and name == OURS[0].name)  # fmt: skip
                 got = run_ours(cfg, spec)
@@ -253,7 +271,8 @@ def bench_model(build: LlamaBuild, model: str, prep: dict, plan: PeerPlan, progr
     for key in ("decode_tps", "prefill_tps", "batch_decode_tps"):
         best[key] = ceilings.get(f"ceiling_native_{key}", best.get(key))
     ceiling = {"ours fp32 default": best}
-    return {"plan": plan.__dict__, "folder": folder, "gguf": ggufs, "greedy_tokens_matching_hf": agreement, "greedy_of": plan.greedy_new,
+    sources = {q or "fp32": our_source(model, prep, q) for q in (None, "int8")}
+    return {"plan": plan.__dict__, "folder": folder, "gguf": ggufs, "ours_loads": sources, "greedy_tokens_matching_hf": agreement, "greedy_of": plan.greedy_new,
             "results": results, "ours_details": details, "kernel_ceilings_tps": ceilings, "ratios": r,
             "ceiling_ratios": ratios(peers | ceiling), "targets": check_targets(r)}  # fmt: skip
 

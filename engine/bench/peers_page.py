@@ -21,8 +21,11 @@ def page(report: dict) -> str:
         "",
     ]  # fmt: skip
     for model, m in report["models"].items():
-        lines += [f"## {model}", "", f"Prefill prompt: {m['plan']['prefill']} tokens.", "", "| contestant | decode | prefill | batched decode | greedy = HF |",
-                  "|---|---:|---:|---:|---:|"]  # fmt: skip
+        loads = m.get("ours_loads", {})
+        same = [f"{k} from `{Path(v).name}`" for k, v in loads.items() if str(v).endswith(".gguf")]
+        source = f" Ours loads the files llama.cpp runs: {', '.join(same)}." if same else ""
+        lines += [f"## {model}", "", f"Prefill prompt: {m['plan']['prefill']} tokens.{source}", "",
+                  "| contestant | decode | prefill | batched decode | greedy = HF |", "|---|---:|---:|---:|---:|"]  # fmt: skip
         for name, res in m["results"].items():
             cells = [_cell(res.get(k)) for k in ("decode_tps", "prefill_tps", "batch_decode_tps")]
             agree = m["greedy_tokens_matching_hf"].get(name)

@@ -12,7 +12,8 @@ falls on both alike:
                8..64 prompt ids and 32 new tokens, 30 students at once, all arriving in the first
                second: requests/s over the run, and TTFT p50
 
-Each side runs in its own checkout's `.venv` (its own code, imported from there). Usage:
+Each side runs its checkout's `.venv/bin/python` with the checkout first on PYTHONPATH (its own code,
+even where a checkout's `.venv` is a link to another's with the same dependencies). Usage:
 
     .venv/bin/python scripts/cook_class_ab.py --a /path/to/before --b . --rounds 3 --out ab.json
 
@@ -97,7 +98,9 @@ print("RESULT " + json.dumps(out))
 
 
 def one(checkout: Path, what: str) -> dict:
-    env = {**os.environ, "TWO_POT_PREFETCH": "0", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    # PYTHONPATH: the checkout's own packages first, even where two checkouts share one venv
+    env = {**os.environ, "PYTHONPATH": str(checkout), "TWO_POT_PREFETCH": "0", "HF_HUB_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(ONE_SIDE)
     r = subprocess.run([str(checkout / ".venv/bin/python"), f.name, what], cwd=checkout, env=env,

@@ -63,10 +63,9 @@ if what == "cook":
     finally:
         stop(proc)
 else:
-    try:
-        loadgen = importlib.import_module("serving.clients.loadgen")
-    except ImportError:
-        loadgen = importlib.import_module("serving.loadgen")
+    root = Path.cwd()  # the load generator's module in this checkout: before the layout change, or after
+    name = "serving.loadgen" if (root / "serving/loadgen.py").exists() else "serving.clients.loadgen"
+    loadgen = importlib.import_module(name)
     port = free_port()
     exe = str(Path(sys.executable).parent / "two-pot-kitchen")
     with open(logs / "serve.log", "w") as log:

@@ -78,6 +78,9 @@ class OverheadPoint:
     decode_tps: float
     step: Spread  # seconds: each repeat's median decode step, wall
     share: Spread  # each repeat's math share of the decode phase (profiled)
+    # Ops dispatched per decode step (aten ops and native calls; on GPU, kernels): the count behind the
+    # chores, the same on any machine at any load (a neighbour stretches their time, never their number).
+    ops_per_step: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -99,8 +102,16 @@ class OverheadResult:
         return pd.DataFrame(rows)
 
 
-def op_self_seconds(prof, on_gpu: bool) -> float:
-    """Time spent in the math itself, from a profile.
+@dataclass(frozen=True)
+class OpTotals:
+    """What a profile saw of the math: its summed self time, and how many ops (or kernels) ran."""
+
+    seconds: float
+    calls: int
+
+
+def op_totals(prof, on_gpu: bool) -> OpTotals:
+    """Time spent in the math itself, and the number of op calls that spent it, from a profile.
 
     CPU: the summed self time of aten ops (time inside op code, children excluded, so nothing is
     counted twice), and of the native decode step's one C call (engine/native.py labels it
@@ -109,14 +120,14 @@ def op_self_seconds(prof, on_gpu: bool) -> float:
     with CUDA graphs the replayed kernels belong to no aten op, so op-attributed device time would
     read ~0.
     """
-    total_us = 0.0
+    total_us, calls = 0.0, 0
     for ev in prof.key_averages():
         if on_gpu:
             if ev.device_type == DeviceType.CUDA:
-                total_us += ev.self_device_time_total
+                total_us, calls = total_us + ev.self_device_time_total, calls + ev.count
         elif ev.key.startswith("aten::") or ev.key == NATIVE_LABEL:
-            total_us += ev.self_cpu_time_total
-    return total_us / 1e6
+            total_us, calls = total_us + ev.self_cpu_time_total, calls + ev.count
+    return OpTotals(total_us / 1e6, calls)
 
 
 # Kineto (torch.profiler's tracer) prints a "USDT: ... profiler_start" / "profiler_stop" line at every
@@ -126,27 +137,34 @@ def op_self_seconds(prof, on_gpu: bool) -> float:
 KINETO_QUIET = "6"
 
 
-def profiled_run(engine, prompts, new_tokens: int, order: dict, on_gpu: bool) -> tuple[float, float]:
-    """(total aten op self time, summed wall time of the decode steps) of one profiled generation."""
+def profiled_run(engine, prompts, new_tokens: int, order: dict, on_gpu: bool) -> tuple[OpTotals, float]:
+    """(the math's op totals, summed wall time of the decode steps) of one profiled generation."""
     os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
     with profile(activities=activities) as prof:
         res = engine.generate(
             prompts, max_new_tokens=new_tokens, temperature=0.0, stop_at_eos=False, **order
         )
-    return op_self_seconds(prof, on_gpu), sum(st.seconds for st in res.trace.decode_steps)
+    return op_totals(prof, on_gpu), sum(st.seconds for st in res.trace.decode_steps)
 
 
-def decode_math_share(engine, prompts, s: OverheadSettings, order: dict, on_gpu: bool) -> float:
+@dataclass(frozen=True)
+class DecodeMath:
+    share: float  # of the decode phase's wall time, inside the math
+    ops_per_step: float  # op calls (GPU: kernels) per decode step
+
+
+def decode_math(engine, prompts, s: OverheadSettings, order: dict, on_gpu: bool) -> DecodeMath:
     """Share of the decode phase spent inside aten ops, both measured in the same profiled run.
 
     Decode op time = op time of an N-token run - op time of a 1-token run (same prompt, same
     prefill). Dividing by the profiled run's own decode wall time keeps the profiler's slowdown on
-    both sides of the ratio.
+    both sides of the ratio. The op calls are differenced the same way, over the N - 1 decode steps.
     """
-    full_ops, decode_wall = profiled_run(engine, prompts, s.new_tokens, order, on_gpu)
-    first_ops, _ = profiled_run(engine, prompts, 1, order, on_gpu)
-    return min(1.0, max(0.0, full_ops - first_ops) / decode_wall) if decode_wall > 0 else 0.0
+    full, decode_wall = profiled_run(engine, prompts, s.new_tokens, order, on_gpu)
+    first, _ = profiled_run(engine, prompts, 1, order, on_gpu)
+    share = min(1.0, max(0.0, full.seconds - first.seconds) / decode_wall) if decode_wall > 0 else 0.0
+    return DecodeMath(share, (full.calls - first.calls) / (s.new_tokens - 1))
 
 
 def measure_variant(engine, prompts, s: OverheadSettings, variant: str, order: dict, on_gpu: bool):
@@ -157,7 +175,7 @@ def measure_variant(engine, prompts, s: OverheadSettings, variant: str, order: d
     """
     # Warm this variant up first: a CUDA graph is captured on its first use, which is not a step.
     engine.generate(prompts, max_new_tokens=4, stop_at_eos=False, **order)
-    steps_s, cpus_s, forwards_s, shares, last = [], [], [], [], None
+    steps_s, cpus_s, forwards_s, shares, last, math = [], [], [], [], None, None
     for _ in range(max(MIN_REPEATS, s.repeats)):
         timed = generate_timed(
             engine,
@@ -172,7 +190,8 @@ def measure_variant(engine, prompts, s: OverheadSettings, variant: str, order: d
         step = median_of([st.seconds for st in last.trace.decode_steps])
         steps_s.append(step)
         forwards_s.append(median_of([st.forward_s for st in last.trace.decode_steps]))
-        shares.append(decode_math_share(engine, prompts, s, order, on_gpu))
+        math = decode_math(engine, prompts, s, order, on_gpu)
+        shares.append(math.share)
     step_s = median_of(steps_s)
     forward_s = min(median_of(forwards_s), step_s)
     math_s = min(median_of(shares) * step_s, forward_s)
@@ -187,6 +206,7 @@ def measure_variant(engine, prompts, s: OverheadSettings, variant: str, order: d
         decode_tps=s.batch / step_s if step_s > 0 else 0.0,
         step=spread_of(steps_s),
         share=spread_of(shares),
+        ops_per_step=math.ops_per_step,
     )
     return point, sample_of(last, f"{variant}, batch {s.batch}")
 
@@ -214,7 +234,8 @@ def run_overhead(engine, settings: OverheadSettings, on_progress: ProgressFn | N
         f"glue inside forward {eager.glue_ms:.2f} ms, outside forward {eager.outside_ms:.2f} ms",
     ]
     for g in points[1:]:
-        notes.append(f"{g.variant}: step {eager.step_ms:.2f} -> {g.step_ms:.2f} ms ({eager.step_ms / g.step_ms:.1f}x)")
+        notes.append(f"{g.variant}: step {eager.step_ms:.2f} -> {g.step_ms:.2f} ms ({eager.step_ms / g.step_ms:.1f}x); "
+                     f"ops dispatched per step {eager.ops_per_step:.0f} -> {g.ops_per_step:.0f}")
     if len(points) == 1:
         notes.append(f"no portioning station here ({device}: CUDA graphs need a GPU, and the native step could "
                      f"not be built: {engine.native.problem if engine.native else 'not this model'})")  # fmt: skip

@@ -27,7 +27,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from engine.errors import EngineError
-from engine.events import Done, Token
+from engine.events import Done, StepEnd, Token
 from lab.experiment import Experiment, Prediction, StoryLink
 from lab.noise import MIN_REPEATS, SPREAD_LEGEND, Machine, MachineWatch, Spread, error_bars, spread_of
 from lab.plot_kit import POT, WOK, finish, guess_marker, mark_x, reference_line
@@ -57,6 +57,9 @@ class StallRun:
     itl_p50_s: float  # the tables' usual gap (median over repeats)
     itl_max_s: float  # their worst gap (median over repeats of each repeat's worst)
     itl_s: list[float]  # the last repeat's gaps, gap i = between the tables' tokens i+1 and i+2
+    # The scheduler's decisions, the same on any machine at any load (they carry the lesson in counts):
+    banquet_passes: int  # passes from the banquet's arrival to its first token (1 when it goes whole)
+    stall_tokens: int  # the most tokens the stove computed between two of the tables' tokens
     ttft: Spread | None = None  # seconds: the banquet's TTFT over the repeats (median, range)
     worst: Spread | None = None  # seconds: each repeat's worst gap (median, range)
 
@@ -88,7 +91,8 @@ class StallResult:
     def to_frame(self) -> pd.DataFrame:
         return pd.DataFrame(
             [{"policy": r.policy, "token_budget": r.token_budget, "banquet_ttft_s": r.banquet_ttft_s,
-              "itl_p50_s": r.itl_p50_s, "itl_max_s": r.itl_max_s, "spike": r.itl_max_s / r.itl_p50_s}
+              "itl_p50_s": r.itl_p50_s, "itl_max_s": r.itl_max_s, "spike": r.itl_max_s / r.itl_p50_s,
+              "banquet_passes": r.banquet_passes, "stall_tokens": r.stall_tokens}
              for r in self.runs]
         )  # fmt: skip
 
@@ -126,8 +130,24 @@ def check(engine, s: StallSettings) -> None:
         raise EngineError("don't stall the pot: repeats and every length must be at least 1")
 
 
-def serve_once(base, s: StallSettings, policy: str, budget: int) -> tuple[float, list[float]]:
-    """One run: tables decoding, the banquet arrives; returns its TTFT and the tables' median gaps."""
+@dataclass(frozen=True)
+class ServedOnce:
+    """One run's numbers: two measured on the clock, two counted from the scheduler's passes."""
+
+    banquet_ttft_s: float
+    gaps: list[float]  # the tables' gaps between tokens (median over the tables at each gap), seconds
+    banquet_passes: int  # passes from the banquet's submission to its first token, that pass included
+    stall_tokens: int  # the most tokens (prefill + decode) computed between two of the tables' tokens
+
+
+def serve_once(base, s: StallSettings, policy: str, budget: int) -> ServedOnce:
+    """One run: tables decoding, the banquet arrives; its TTFT, the tables' gaps, and the passes behind them.
+
+    The counts say what the clock shows, on any machine: under `continuous` the banquet's whole
+    prompt is one pass that the tables wait through (`stall_tokens` >= the prompt, `banquet_passes`
+    1); chunked, every pass holds at most the budget (`stall_tokens` <= budget) and the banquet's
+    prompt takes at least prompt / budget passes.
+    """
     seat = max(s.table_prompt + s.table_answer, s.banquet_prompt + s.banquet_answer)
     eng = serving_engine(base, policy, token_budget=budget, max_seqs=s.tables + 1, max_seq_len=seat)
     warm_up(eng, base.info.vocab_size)
@@ -136,17 +156,27 @@ def serve_once(base, s: StallSettings, policy: str, budget: int) -> tuple[float,
     served = dict.fromkeys(tables, 0)
     done = {}
     banquet = None
+    passes = arrived_at = 0  # passes run; the pass after which the banquet was submitted
+    first_at = None  # the pass that gave the banquet its first token
+    since_tables = stall_tokens = 0  # tokens computed since the tables' last token; the most of those
     while not eng.idle:
-        for ev in eng.step():
+        events = eng.step()
+        passes += 1
+        since_tables += sum(ev.prefill_tokens + ev.decode_tokens for ev in events if isinstance(ev, StepEnd))
+        for ev in events:
             if isinstance(ev, Token) and ev.request_id in served:
                 served[ev.request_id] += 1
+                stall_tokens, since_tables = max(stall_tokens, since_tables), 0
+            elif isinstance(ev, Token) and ev.request_id == banquet and first_at is None:
+                first_at = passes
             elif isinstance(ev, Done):
                 done[ev.request_id] = ev.result.metrics
         if banquet is None and min(served.values()) >= s.join_after:
             banquet = eng.submit(prompt_ids(base, s.banquet_prompt, 3), s.banquet_answer, stop_at_eos=False)
+            arrived_at = passes
     # (tables, gaps) -> (gaps, tables): at each gap, the median over the tables (they step together)
     gaps = [statistics.median(g) for g in zip(*(done[t].itl_s for t in tables), strict=True)]
-    return done[banquet].ttft_s, gaps
+    return ServedOnce(done[banquet].ttft_s, gaps, first_at - arrived_at, stall_tokens)
 
 
 def run_stall(engine, settings: StallSettings, on_progress: ProgressFn | None = None) -> StallResult:
@@ -160,13 +190,14 @@ def run_stall(engine, settings: StallSettings, on_progress: ProgressFn | None = 
     for policy, budget in plan:
         ttfts, p50s, maxes = [], [], []
         for _ in range(max(MIN_REPEATS, s.repeats)):
-            ttft, gaps = serve_once(engine, s, policy, budget)
-            ttfts.append(ttft), p50s.append(median_of(gaps)), maxes.append(max(gaps))
+            once = serve_once(engine, s, policy, budget)
+            ttfts.append(once.banquet_ttft_s), p50s.append(median_of(once.gaps)), maxes.append(max(once.gaps))
             tracker.step(
-                f"{policy} {budget}: banquet TTFT {ttft * 1e3:.0f} ms, worst gap {max(gaps) * 1e3:.0f} ms"
+                f"{policy} {budget}: banquet TTFT {once.banquet_ttft_s * 1e3:.0f} ms, "
+                f"worst gap {max(once.gaps) * 1e3:.0f} ms"
             )
-        runs.append(StallRun(policy, budget, median_of(ttfts), median_of(p50s), median_of(maxes), gaps,
-                             spread_of(ttfts), spread_of(maxes)))
+        runs.append(StallRun(policy, budget, median_of(ttfts), median_of(p50s), median_of(maxes), once.gaps,
+                             once.banquet_passes, once.stall_tokens, spread_of(ttfts), spread_of(maxes)))
     cont = runs[0]
     flattest = min(runs[1:], key=lambda r: r.itl_max_s / r.itl_p50_s)
     notes = [

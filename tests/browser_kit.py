@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from kitchen_viz.launch import free_port, spawn, stop, wait_healthy
+from tests.proc_kit import telling
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -54,8 +55,9 @@ def app(log_dir: Path, env: dict[str, str] | None = None, args: tuple[str, ...] 
             else:
                 os.environ[k] = v
     try:
-        if not wait_healthy(proc, url):
-            pytest.fail(f"the app never became healthy:\n{log.read_text()}")
-        yield url
+        with telling(proc, log, "the app"):  # a failing test shows what the app said
+            if not wait_healthy(proc, url):
+                pytest.fail("the app never became healthy (its log is below)")
+            yield url
     finally:
         stop(proc)

@@ -26,11 +26,11 @@ The tolerance, and why:
 from __future__ import annotations
 
 import ctypes
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from proc_kit import run
 
 from engine import native_contract as contract
 from engine.native_build import library
@@ -146,9 +146,7 @@ def write_cases(root: Path, cases: list[Case]) -> None:
 
 def run_driver(command: list[str], root: Path) -> str:
     """Run a built driver over the cases (command: the program, or qemu and the program); its stdout."""
-    done = subprocess.run([*command, str(root)], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"the driver failed: {done.stderr[-2000:]}"
-    return done.stdout.strip()
+    return run([*command, str(root)], timeout=600).stdout.strip()
 
 
 def compare(root: Path, cases: list[Case]) -> dict[str, float]:

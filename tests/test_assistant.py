@@ -9,7 +9,6 @@ prompt prefix, speculative decoding with the n-gram draft, and the command line 
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -19,6 +18,7 @@ from engine import Engine
 from engine.events import Done
 from engine.model_store import ASSISTANT
 from tests.conftest import REPO
+from tests.proc_kit import run
 
 QUESTIONS = ["What is the capital of France?", "Name three vegetables that grow in a garden.", "Why do we cook pasta in salted water?"]
 PASSAGE = ("In a busy kitchen two pots share one stove. The wok tosses everything at once, hot and fast, "
@@ -121,12 +121,10 @@ def test_the_command_line_gives_hfs_greedy_tokens(assistant, eng, hf, source):
     model = "assistant" if source == "assistant" else str(assistant.gguf)
     args = [sys.executable, "-m", "engine", "generate", "--model", model, "--prompt", QUESTIONS[0], "--json"]
     env = {**os.environ, **assistant.env}
-    out = subprocess.run(args, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
-    assert out.returncode == 0, out.stderr
+    out = run(args, env=env, cwd=REPO, timeout=300)
     assert json.loads(out.stdout)["tokens"][0] == hf_greedy(hf, eng.encode(QUESTIONS[0]), 32)
     if source == "assistant":  # and as a chat: the model's template around the question
-        out = subprocess.run([*args, "--chat", "--max-new-tokens", "20"], capture_output=True, text=True, env=env,
-                             cwd=REPO, timeout=300)  # fmt: skip
+        out = run([*args, "--chat", "--max-new-tokens", "20"], env=env, cwd=REPO, timeout=300)
         answer = json.loads(out.stdout)
         assert answer["tokens"][0] == hf_greedy(hf, chat(eng, QUESTIONS[0]), 20) and "Paris" in answer["texts"][0]
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import httpx
 import pytest
 from kitchen_server import kitchen_process
+from proc_kit import run
 
 from engine import Engine
 from engine.errors import EngineError
@@ -60,9 +60,7 @@ print(json.dumps({"probe": products_invariant(), "alone": alone, "crowd": crowd,
 def crowd_run(invariant: bool) -> dict:
     env = {k: v for k, v in os.environ.items() if k != MKL_ENV}
     env.update(HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))
-    done = subprocess.run([sys.executable, "-c", CROWD, "1" if invariant else "0"], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=240)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = run([sys.executable, "-c", CROWD, "1" if invariant else "0"], env=env, cwd=REPO, timeout=240)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

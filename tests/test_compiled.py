@@ -16,12 +16,12 @@ Compiling is slow on two cores, so each family's compiled engine is built once f
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import pytest
 import torch
 from conftest import make_tiny_model
+from proc_kit import run
 from torch._dynamo.utils import counters
 
 from engine import Engine, EngineError
@@ -126,8 +126,8 @@ def test_the_openmp_wait_policy_in_effect_says_when_torch_came_first():
     """libgomp reads OMP_WAIT_POLICY when torch loads it: engine's PASSIVE is too late after torch."""
     def policy(code: str) -> str:
         env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-        return subprocess.run([sys.executable, "-c", f"{code}; print(engine.OMP_WAIT_POLICY_IN_EFFECT)"],
-                              env=env, capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        return run([sys.executable, "-c", f"{code}; print(engine.OMP_WAIT_POLICY_IN_EFFECT)"], env=env,
+                   timeout=120).stdout.strip()
 
     assert policy("import engine") == "PASSIVE"
     assert policy("import torch, engine") == "default (torch imported before engine)"

@@ -3,12 +3,12 @@ keeps working afterwards. The CLI turns the same refusals into exit code 2 + one
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 import torch
 from conftest import REPO
+from proc_kit import run, said
 
 from engine import Engine, EngineError
 
@@ -129,9 +129,7 @@ def test_preset_refused_before_building_when_memory_is_short(monkeypatch):
 
 def run_cli(*args):
     env = os.environ | {"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, "-m", "engine", *args], capture_output=True, text=True, env=env, timeout=120
-    )
+    return run([sys.executable, "-m", "engine", *args], env=env, timeout=120, check=False)
 
 
 def test_cli_exits_2_with_one_stderr_line(tiny_llama, tmp_path):
@@ -143,17 +141,17 @@ def test_cli_exits_2_with_one_stderr_line(tiny_llama, tmp_path):
     ]
     for extra, pattern in cases:
         proc = run_cli("generate", "--model", str(tiny_llama.path), *extra)
-        assert proc.returncode == 2, proc.stderr
+        assert proc.returncode == 2, said(proc)
         lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and pattern in lines[0], proc.stderr
+        assert len(lines) == 1 and pattern in lines[0], said(proc)
     proc = run_cli("generate", "--model", str(tmp_path / "missing"), "--prompt-ids", "1")
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, said(proc)
 
 
 def test_cli_json_matches_the_engine(tiny_llama):
     proc = run_cli("generate", "--model", str(tiny_llama.path), "--prompt-ids", ",".join(map(str, PROMPT)),
                    "--batch", "2", "--max-new-tokens", "5", "--json")  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 0, said(proc)
     out = json.loads(proc.stdout)
     for key in ("tokens", "texts", "ttft_s", "tpot_s", "itl_s", "e2e_s", "prefill_s", "kv_cache_bytes"):
         assert key in out
@@ -162,7 +160,7 @@ def test_cli_json_matches_the_engine(tiny_llama):
     assert len(out["itl_s"]) == 4 and out["ttft_s"] <= out["e2e_s"]
     # the lessons' other kitchens are the lab's (lab/kitchens.py): the engine's CLI has no such option
     proc = run_cli("generate", "--model", str(tiny_llama.path), "--prompt-ids", "1,2", "--cache", "growing")
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "--cache" in proc.stderr
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "--cache" in proc.stderr, said(proc)
 
 
 def test_cli_info_and_bench_dispatch(tiny_llama, capfd):

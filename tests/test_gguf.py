@@ -6,7 +6,6 @@ reads no OLMo GGUF, so OLMo's reference is the original HF model (F32: the file 
 weights) or HF loading the file converted to a safetensors folder (engine/model_store.py `convert`).
 """
 
-import subprocess
 import sys
 
 import numpy as np
@@ -19,6 +18,7 @@ from engine.model_store import convert
 from engine.quant import Int8Weight
 from tests.conftest import make_tiny_model, train_tiny_tokenizer
 from tests.gguf_kit import write_gguf
+from tests.proc_kit import run, said
 
 FAMILIES = ["llama", "qwen2", "olmo", "starcoder2", "gpt2"]
 HF_READS_GGUF = {"llama", "qwen2", "starcoder2", "gpt2"}
@@ -197,9 +197,9 @@ def test_an_unsupported_type_is_refused_in_one_line(tiny, tmp_path):
         Engine.load(str(path))
     msg = str(err.value)
     assert "\n" not in msg and "Q5_0" in msg and all(t in msg for t in ACCEPTED_TYPES)
-    cli = subprocess.run([sys.executable, "-m", "engine", "generate", "--model", str(path), "--prompt-ids", "1,2"],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert cli.returncode == 2 and cli.stderr.strip().count("\n") == 0 and "Q5_0" in cli.stderr
+    cli = run([sys.executable, "-m", "engine", "generate", "--model", str(path), "--prompt-ids", "1,2"],
+              timeout=120, check=False)  # fmt: skip
+    assert cli.returncode == 2 and cli.stderr.strip().count("\n") == 0 and "Q5_0" in cli.stderr, said(cli)
 
 
 @pytest.mark.parametrize("bad", ["missing.gguf", "not-gguf"])

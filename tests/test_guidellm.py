@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from kitchen_server import kitchen
+from proc_kit import run
 
 CHEF = Path(__file__).resolve().parent.parent / "engine" / "models" / "chef"
 GUIDELLM = shutil.which("guidellm", path=str(Path(sys.executable).parent)) or shutil.which("guidellm")
@@ -38,8 +38,7 @@ def test_guidellm_runs_clean_on_both_routes(served, route, tmp_path):
            "--tokenizer", f"kind=huggingface_auto,model={CHEF}", "--output", f"kind=json,path={out}",
            "--disable-console"]  # fmt: skip
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
-    assert run.returncode == 0, run.stderr[-2000:]
+    run(cmd, timeout=180, env=env, cwd=tmp_path)
     bench = json.loads(out.read_text())["benchmarks"][0]
     totals = bench["metrics"]["request_totals"]
     assert totals == {"successful": REQUESTS, "errored": 0, "incomplete": 0, "total": REQUESTS}, totals

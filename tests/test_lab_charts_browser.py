@@ -18,7 +18,6 @@ page gets all four).
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -44,6 +43,7 @@ from lab.tables import TablesSettings
 from lab.two_kitchens_lab import TwoKitchensSettings
 from tests.browser_kit import app, chromium, needs_chromium
 from tests.chart_text import MEASURE_CHARTS, chart_problems
+from tests.proc_kit import run
 
 pytestmark = [pytest.mark.browser, needs_chromium]
 
@@ -99,7 +99,7 @@ def server(tmp_path_factory):
     in this one (engine children, Streamlit's caches)."""
     folder = tmp_path_factory.mktemp("charts")
     code = f"from tests.test_lab_charts_browser import fill_cache; fill_cache({str(folder / 'lab-cache')!r})"
-    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=FILL_S)
+    run([sys.executable, "-c", code], cwd=REPO, timeout=FILL_S)
     with app(folder, env={"TWO_POT_LAB_CACHE": str(folder / "lab-cache")}) as url:
         yield url
 

@@ -135,8 +135,13 @@ def test_overhead_parts_add_up_to_the_step(chef_one_thread):
     for p in r.points:
         assert 0 < p.math_ms <= p.forward_ms <= p.step_ms
         assert p.math_ms + p.glue_ms + p.outside_ms == pytest.approx(p.step_ms)
-    # one C call holds the whole layer math: a larger share of a shorter step
-    assert station.math_share > eager.math_share and station.step_ms < eager.step_ms
+    # One C call holds the whole layer math: the chores between ladles are op dispatches, and the
+    # station dispatches a handful per step where op by op dispatches every layer's ops. Counted, not
+    # timed: the count is the same on any machine at any load (measured 1081 -> 7 per step). The math
+    # *share* is not compared: both are ~0.7 on this CPU and a neighbour tips either way. The shorter
+    # step is a wide gap (medians of three; measured 9.9 vs 1.2 ms at load average 11).
+    assert eager.ops_per_step > 10 * station.ops_per_step > 0
+    assert station.step_ms < eager.step_ms
     assert any(n.startswith("native step: step ") for n in r.notes)
     assert eager.step.n == eager.share.n == 3  # repeats=1 asked, three measured: a median needs three
     assert eager.step.low <= eager.step.median <= eager.step.high

@@ -2,10 +2,12 @@
 
 What is asserted: facts that hold by construction of the scheduler (static admits whole batches,
 continuous lets tickets join mid-service, exact output lengths, cached tokens equal the shared
-prefix, the hit rate is vLLM's token ratio), and timing facts only where the gap is structural and
-wide (a ticket waiting for a whole batch against one that joins at once; a 384-token prefill pass
-against a decode step), with the measured values stated beside each margin. Torch runs
-single-threaded, as in test_lab_compute.py (a loaded 2-core machine).
+prefix, the hit rate is vLLM's token ratio, the passes a banquet takes and the tokens the tables
+wait through), and timing facts only where the gap is structural and wide (a ticket waiting for a
+whole batch against one that joins at once; a 384-token prefill pass against a decode step), with
+the measured values stated beside each margin. A comparison of two runs' seconds whose gap is
+narrow (chunked prefill's later banquet) is asserted in passes: a busy neighbour reorders such
+seconds. Torch runs single-threaded, as in test_lab_compute.py (a loaded 2-core machine).
 """
 
 import pytest
@@ -61,12 +63,17 @@ def test_a_banquet_stalls_the_pot_under_continuous_and_chunks_flatten_it(chef_on
     ]
     assert all(len(x.itl_s) == 23 for x in r.runs)  # one gap between each pair of the tables' 24 tokens
     cont, small = r.runs[0], r.runs[1]
-    # Continuous: the 384-token prefill pass sits between two of the tables' tokens (measured 15-20x the
-    # usual gap). Chunked at 16 tokens per step: 13 prompt tokens per pass (measured ~2x the usual gap)
-    # but 30 passes before the banquet's first token (measured TTFT ~2x continuous's).
+    # The lesson in the scheduler's passes, the same on any machine at any load. Continuous: the
+    # 384-token prompt is one pass that the tables wait through, and the banquet's first token comes
+    # from that one pass. Chunked at 16 tokens per step: no pass the tables wait through holds more
+    # than the budget (the flat pot), and the prompt takes at least 384 / 16 passes (the later banquet;
+    # measured 28, its TTFT 1.6-1.8x continuous's, a gap a busy neighbour has reversed in seconds).
+    assert cont.banquet_passes == 1 and cont.stall_tokens >= s.banquet_prompt
+    assert small.stall_tokens <= small.token_budget < s.banquet_prompt
+    assert small.banquet_passes >= -(-s.banquet_prompt // small.token_budget) > cont.banquet_passes
+    # The clock, where the gap is structural and wide: the 384-token pass against a 3-token decode
+    # step (measured 15-20x the usual gap on a quiet machine, 28-33x at load average 10.5).
     assert cont.itl_max_s > 3 * cont.itl_p50_s
-    assert small.itl_max_s < cont.itl_max_s
-    assert small.banquet_ttft_s > cont.banquet_ttft_s
     assert list(r.to_frame().columns) == [
         "policy",
         "token_budget",
@@ -74,6 +81,8 @@ def test_a_banquet_stalls_the_pot_under_continuous_and_chunks_flatten_it(chef_on
         "itl_p50_s",
         "itl_max_s",
         "spike",
+        "banquet_passes",
+        "stall_tokens",
     ]
     assert len(stall_figures(r, 5.0)) == 2
     assert "continuous" in stall_verdict(r).evidence[0]

@@ -2,7 +2,6 @@
 """The lab's plumbing: ETA arithmetic, the result cache, dashboard percentiles, charts and PNG export."""
 
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,12 +9,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from proc_kit import run
 
 from engine.bench.roofline import Roofline
 from kitchen_viz.charts import SLOW_TAIL
 from lab.banquet import BanquetPoint, saturation_point
 from lab.cache import ResultCache, cache_key, latest_roof, model_fingerprint, remember_roof
-from lab.export import figure_png, write_pngs
+from lab.export import RENDER_TRIES, PngExportError, figure_png, write_pngs
 from lab.monitoring import requests_per_minute, summary, with_percentiles
 from lab.noise import MachineWatch, clearly_apart, error_bars, spread_of
 from lab.progress import ProgressTracker
@@ -148,6 +148,26 @@ def test_png_export_writes_real_png_files(tmp_path):
     (path,) = write_pngs(figs, [tmp_path / "roof.png"])
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
     assert figure_png(figs[0])[:8] == b"\x89PNG\r\n\x1a\n"  # what the page's download button serves
+    # A chart kaleido returns an error for (here: not a figure) is named, with kaleido's error, and the
+    # others are written: kaleido returns such errors rather than raising them.
+    with pytest.raises(PngExportError) as err:
+        write_pngs([figs[0], {"not": "a figure"}], [tmp_path / "good.png", tmp_path / "bad.png"])
+    assert str(err.value).startswith(f"Chromium drew no PNG for bad.png after {RENDER_TRIES} tries"), err.value
+    assert "TypeError: Figure supplied doesn't seem to be a valid plotly figure" in str(err.value)
+    assert (tmp_path / "good.png").read_bytes()[:4] == b"\x89PNG" and not (tmp_path / "bad.png").exists()
+
+
+def test_a_png_export_that_fails_says_which_charts_and_why(tmp_path, monkeypatch):
+    """No file and no message was the old failure (plotly dropped kaleido's returned errors)."""
+    monkeypatch.setenv("BROWSER_PATH", str(tmp_path / "no-chromium-here"))
+    figs = [roofline_figure(fake_roofline_result(), guess=None)]
+    with pytest.raises(PngExportError) as err:
+        write_pngs(figs, [tmp_path / "roof.png"])
+    said = str(err.value)
+    assert said.startswith(f"Chromium drew no PNG for roof.png after {RENDER_TRIES} tries")
+    assert "ChromeNotFoundError" in said and "no-chromium-here" in said and not (tmp_path / "roof.png").exists()
+    with pytest.raises(PngExportError, match=f"no PNG of the chart after {RENDER_TRIES} tries"):
+        figure_png(figs[0])
 
 
 def test_latest_roof_is_kept_per_device_and_dtype(tmp_path):
@@ -186,7 +206,7 @@ def test_a_busy_machine_is_measured_by_the_kitchens_meter_and_named_in_the_resul
     """Another program on the engine's cores during a measurement: the watch says so, with the load."""
     watch = MachineWatch()
     burn = "import time\nend = time.monotonic() + 1.5\nwhile time.monotonic() < end: pass\n"
-    subprocess.run([sys.executable, "-c", burn], check=True)
+    run([sys.executable, "-c", burn], timeout=60)
     machine = watch.finish()
     assert machine.busy and "something else used the engine's cores for" in machine.line, machine
     assert "core-seconds of this measurement's" in machine.line and machine.load >= 0

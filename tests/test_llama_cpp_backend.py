@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import use_settings
+from proc_kit import telling
 
 from serving.clients.remote_order import board, models, order_remote
 from serving.clients.scrape import scrape, window
@@ -44,7 +45,8 @@ def llama(tmp_path_factory):
         except httpx.HTTPError:
             pass
         time.sleep(0.3)
-    yield url
+    with telling(proc, log, "llama-server"):
+        yield url
     proc.terminate()
     proc.wait(20)
 

@@ -17,6 +17,7 @@ from engine import Engine, EngineError, model_store
 from engine.model_store import FetchProgress, Recipe
 from tests.conftest import REPO, make_tiny_model, train_tiny_tokenizer
 from tests.gguf_kit import write_gguf
+from tests.proc_kit import run, said
 
 PROMPT = [11, 57, 3, 200, 42, 9]
 
@@ -93,10 +94,10 @@ def test_offline_and_not_cached_is_one_line_naming_the_fetch_command(store, monk
 
 def test_the_assistant_offline_from_the_command_line_is_one_line(tmp_path):
     env = dict(os.environ, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(tmp_path), **{model_store.CACHE_ENV: str(tmp_path / "c")})
-    out = subprocess.run([sys.executable, "-m", "engine", "generate", "--model", "assistant", "--prompt", "Hi"],
-                         capture_output=True, text=True, env=env, cwd=REPO, timeout=300)  # fmt: skip
-    assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr.count("\n") == 1 and "python -m engine fetch assistant" in out.stderr
+    out = run([sys.executable, "-m", "engine", "generate", "--model", "assistant", "--prompt", "Hi"],
+              env=env, cwd=REPO, timeout=300, check=False)  # fmt: skip
+    assert out.returncode == 2 and out.stdout == "", said(out)
+    assert out.stderr.count("\n") == 1 and "python -m engine fetch assistant" in out.stderr, said(out)
 
 
 def test_an_unwritable_cache_is_one_line(store, monkeypatch, tmp_path):
@@ -121,10 +122,21 @@ print(json.dumps({"folder": str(folder), "converted": "convert" in stages}))
 
 def test_two_processes_fetching_at_once_convert_once_and_agree(store, tmp_path):
     env = dict(os.environ)  # the store fixture's pip and cache settings
+    # Each child's stderr goes to a file, not a pipe: one child waits on the other's lock, and a pipe
+    # nobody reads meanwhile could fill and stop the other.
+    errs = [(tmp_path / f"child-{i}.err").open("w+") for i in range(2)]
     procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT, json.dumps(store.__dict__)], cwd=REPO, env=env,
-                              stdout=subprocess.PIPE, text=True) for _ in range(2)]  # fmt: skip
-    results = [json.loads(p.communicate(timeout=300)[0]) for p in procs]
-    assert all(p.returncode == 0 for p in procs)
+                              stdout=subprocess.PIPE, stderr=err, text=True) for err in errs]  # fmt: skip
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    said_err = []
+    for e in errs:
+        e.seek(0)
+        said_err.append(e.read())
+        e.close()
+    ended = [subprocess.CompletedProcess(p.args, p.returncode, out, err)
+             for p, out, err in zip(procs, outs, said_err, strict=True)]  # fmt: skip
+    assert all(e.returncode == 0 for e in ended), "\n".join(said(e) for e in ended)
+    results = [json.loads(e.stdout) for e in ended]
     assert results[0]["folder"] == results[1]["folder"] == str(model_store.folder_of("tinychat"))
     assert sorted(r["converted"] for r in results) == [False, True]  # the second waited, then found it whole
     assert Engine.load("tinychat").info.has_tokenizer

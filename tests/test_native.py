@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
 import sys
 
 import pytest
 import torch
+from proc_kit import run
 from test_compiled import (
     INT8_ARRIVALS,
     INT8_LOGITS_ATOL,
@@ -165,10 +165,7 @@ def test_the_engine_says_which_step_cooks_and_for_which_instructions(tiny_llama)
 
 
 def _in_child(code: str, env: dict[str, str]) -> str:
-    done = subprocess.run([sys.executable, "-c", code], env=os.environ | env, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout.strip()
+    return run([sys.executable, "-c", code], env=os.environ | env, timeout=300).stdout.strip()
 
 
 CHILD = """

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from proc_kit import run, said
 
 from engine.native_build import library
 
@@ -46,15 +47,15 @@ print("no report", flush=True)
 
 
 def child(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=REPO, env=os.environ | {"HF_HUB_OFFLINE": "1"} | env,
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    return run([sys.executable, *args], cwd=REPO, env=os.environ | {"HF_HUB_OFFLINE": "1"} | env, timeout=900,
+               check=False)  # fmt: skip
 
 
 def native_tests(env: dict[str, str]) -> str:
     """tests/test_native*.py in a child pytest: every test passed (none skipped), or its output."""
     done = child(["-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-rs", *NATIVE_TESTS], env)
     out = done.stdout + done.stderr
-    assert done.returncode == 0, out[-4000:]
+    assert done.returncode == 0, said(done)
     summary = out.strip().splitlines()[-1]
     assert re.search(r"\b\d+ passed", summary) and "skipped" not in summary and "failed" not in summary, summary
     return summary
@@ -64,12 +65,12 @@ def native_tests(env: dict[str, str]) -> str:
 def test_the_native_tests_pass_with_the_step_built_for_x86_64_v2(tmp_path):
     env = {"TWO_POT_NATIVE_ARCH": "x86-64-v2", "TWO_POT_NATIVE_CACHE": str(tmp_path)}
     isa = child(["-c", "from engine.native_build import library; print(library().twopot_isa().decode())"], env)
-    assert isa.stdout.strip() == "SSE", isa.stdout + isa.stderr  # built with no AVX of any width
+    assert isa.stdout.strip() == "SSE", said(isa)  # built with no AVX of any width
     native_tests(env)
 
 
 def test_the_native_tests_pass_under_asan_and_ubsan_with_no_report(tmp_path):
-    runtime = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
+    runtime = run(["gcc", "-print-file-name=libasan.so"], timeout=60, check=False).stdout.strip()
     if not os.path.isabs(runtime):
         pytest.skip("gcc's AddressSanitizer runtime (libasan) is not installed")
     logs = tmp_path / "reports"
@@ -81,7 +82,7 @@ def test_the_native_tests_pass_under_asan_and_ubsan_with_no_report(tmp_path):
         return "\n".join(p.read_text() for p in sorted(logs.iterdir()))
 
     proof = child(["-c", OVERFLOW], env)  # the sanitized step, handed a short buffer: a report, and the child stops
-    assert proof.returncode != 0 and "no report" not in proof.stdout, proof.stdout + proof.stderr
+    assert proof.returncode != 0 and "no report" not in proof.stdout, said(proof)
     assert "AddressSanitizer: heap-buffer-overflow" in reports() and "twopot_product" in reports()
     for p in logs.iterdir():
         p.unlink()

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from proc_kit import run, said
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -146,10 +146,9 @@ def test_the_app_kitchen_and_the_class_kitchen_cook_on_another_kind_of_host(kind
     env = dict(os.environ, FAKE_HOST_KIND=kind, FAKE_HOST_MARKS=str(marks), TESTS_DIR=str(ROOT / "tests"),
                PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]), HF_HUB_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false")  # fmt: skip
-    proc = subprocess.run([sys.executable, "-c", SCENARIO], env=env, capture_output=True, text=True, timeout=600,
-                          cwd=tmp_path)  # fmt: skip
+    proc = run([sys.executable, "-c", SCENARIO], env=env, timeout=600, cwd=tmp_path)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    assert lines, said(proc)
     out = json.loads(lines[-1][len("RESULT "):])
     windows = kind == "windows"
     assert out["present"] == {"sched": False, "proc": False, "uname": not windows, "fork": not windows,

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from proc_kit import run
 from test_compiled import PROMPTS
 
 from engine import Engine
@@ -84,8 +84,7 @@ print(json.dumps({{"decode_step": eng.info.decode_step, "tokens": res.tokens[0],
 def on_host(kind: str, model, tmp_path, env: dict[str, str]) -> dict:
     code = FAKE.format(kind=kind, path=str(model.path), prompt=PROMPTS[0])
     env = os.environ | {"TWO_POT_NATIVE_CACHE": str(tmp_path / "cache"), "TWO_POT_PIN": "1"} | env
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run([sys.executable, "-c", code], cwd=REPO, env=env, timeout=300)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from kitchen_server import kitchen
+from proc_kit import telling
 
 from serving.caps import Caps
 from serving.clients.scrape import quantile, scrape
@@ -68,9 +69,10 @@ def prometheus(tmp_path):
                                 stdout=subprocess.DEVNULL, stderr=(tmp_path / "prometheus.log").open("w"))  # fmt: skip
         base = f"http://127.0.0.1:{port}"
         try:
-            until(lambda: _ok(base + "/-/ready"), 60, "Prometheus did not become ready")
-            until(lambda: promql(base, 'up{job="class-kitchen"}') == 1.0, 30, "Prometheus never scraped the kitchen")
-            yield base, url
+            with telling(proc, tmp_path / "prometheus.log", "Prometheus"):
+                until(lambda: _ok(base + "/-/ready"), 60, "Prometheus did not become ready")
+                until(lambda: promql(base, 'up{job="class-kitchen"}') == 1.0, 30, "Prometheus never scraped the kitchen")
+                yield base, url
         finally:
             proc.terminate()
             proc.wait(20)

@@ -111,10 +111,10 @@ def test_the_same_order_in_two_fresh_sessions_cooks_every_prompt_token_and_reuse
             assert page.get_by_text("reused", exact=False).count() == 0
         finally:
             page.close()
-    assert notes == ["800 tokens cooked in the pass"] * 2  # 4 tables x 200: every token, both times
-    # Hidden reuse makes the second cook tens of times faster; the bound is loose because a busy
-    # neighbour (the other test worker) alone can make two fresh cooks differ several-fold.
-    assert max(ttft) < 10 * min(ttft), ttft
+    # No hidden reuse, counted: both fresh cooks put every prompt token through the wok (4 tables x
+    # 200), the same on any machine. (Their TTFTs are only shown: a busy neighbour alone can make two
+    # fresh cooks differ several-fold, so a ratio of them cannot tell reuse from load.)
+    assert notes == ["800 tokens cooked in the pass"] * 2, (notes, ttft)
     page = open_page(browser, order)
     try:  # the Leftovers lesson: reuse on, the same order twice
         page.get_by_role("button", name="Cook").wait_for(timeout=COOK_TIMEOUT_MS)

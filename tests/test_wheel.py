@@ -27,6 +27,7 @@ import httpx
 import pytest
 import tomllib
 
+from tests import proc_kit
 from tests.browser_kit import chromium, needs_chromium
 from tests.test_browser import COOK_TIMEOUT_MS, wait_for_cooked
 
@@ -53,10 +54,8 @@ RUNTIME_FILES = [  # what the app reads at run time, by its path inside the whee
 
 
 def run(cmd: list[str], cwd: Path, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run `cmd`; a failure shows its stderr, so the test says why, not only that."""
-    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"{' '.join(cmd)} exited {done.returncode}:\n{done.stderr[-4000:]}"
-    return done
+    """Run `cmd` in `cwd`; a failure or a timeout shows its stderr, so the test says why, not only that."""
+    return proc_kit.run(cmd, cwd=cwd, env=env, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -147,10 +146,11 @@ def test_installed_class_kitchen_answers_the_openai_client(venv, tmp_path):
     proc = subprocess.Popen([str(venv.parent / "two-pot-kitchen"), "serve", "--model", "chef", "--host", "127.0.0.1",
                              "--port", str(port)], cwd=tmp_path, env=clean_env(), stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
     try:
-        wait_for(f"http://127.0.0.1:{port}/health", proc)
-        client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none")
-        answer = client.completions.create(model="chef", prompt="ROMEO:", max_tokens=8, temperature=0)
-        assert answer.choices[0].text.strip() and answer.usage.completion_tokens == 8
+        with proc_kit.telling(proc, tmp_path / "serve.log", "the installed class kitchen"):
+            wait_for(f"http://127.0.0.1:{port}/health", proc)
+            client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none")
+            answer = client.completions.create(model="chef", prompt="ROMEO:", max_tokens=8, temperature=0)
+            assert answer.choices[0].text.strip() and answer.usage.completion_tokens == 8
     finally:
         stop(proc)
         log.close()
@@ -166,8 +166,8 @@ def test_installed_app_shows_the_kitchen_and_cooks_in_chromium(venv, tmp_path):
                              "127.0.0.1"], cwd=tmp_path, env=clean_env(), stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for(url + "/_stcore/health", proc)
-        with chromium() as browser:
+        with proc_kit.telling(proc, tmp_path / "app.log", "the installed app"), chromium() as browser:
+            wait_for(url + "/_stcore/health", proc)
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
             page.goto(url + "/?new=8&batch=2&prompt=32")
             page.get_by_role("button", name="Cook").wait_for(timeout=COOK_TIMEOUT_MS)

@@ -8,9 +8,9 @@ falls on both alike:
                `?new=16` (the default order, 16 tokens a table), then: seconds from launch to the
                Cook button, and from pressing Cook to the finished order (TTFT panel measured,
                diagnosis shown): the first Cook pays for the engine process and the model load
-  class        `two-pot-kitchen serve --model chef`, then the load generator: 60 requests of
-               8..64 prompt ids and 32 new tokens, 30 students at once, all arriving in the first
-               second: requests/s over the run, and TTFT p50
+  class        `two-pot-kitchen serve --model chef`, then the load generator: 120 requests of
+               8..64 prompt ids and 32 new tokens, all there at once, 30 in flight at most (so the
+               kitchen, not the arrivals, sets the pace): requests/s over the run, and TTFT p50
 
 Each side runs its checkout's `.venv/bin/python` with the checkout first on PYTHONPATH (its own code,
 even where a checkout's `.venv` is a link to another's with the same dependencies). Usage:
@@ -83,7 +83,7 @@ else:
                 time.sleep(0.5)
         else:
             raise SystemExit("the server never became healthy: " + (logs / "serve.log").read_text())
-        args = ["--url", url, "--model", "chef", "--requests", "60", "--students", "30", "--rate", "60",
+        args = ["--url", url, "--model", "chef", "--requests", "120", "--students", "30", "--rate", "10000",
                 "--prompt-len", "uniform:8:64", "--max-tokens", "32", "--json"]
         r = subprocess.run([sys.executable, "-m", loadgen.__name__, *args], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr

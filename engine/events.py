@@ -86,10 +86,25 @@ class StepEnd:
 
 
 @dataclass(frozen=True)
+class Restart:
+    """The engine process died (or was stopped as hung) while this order cooked, and a fresh one
+    took it over: the tokens already served stay, and the order goes on from them (its next pass
+    recomputes their KV cache). A host sends it, not an engine (serving/host/process.py).
+
+    Example: 4 tables, 12 tokens each served when the process was killed 0.84 s into the order ->
+    Restart(t=0.84, why="... stopped (exit code -9) ...", kept=48)."""
+
+    t: float  # on the order's clock
+    why: str  # what happened to the process, in one line
+    kept: int  # tokens already served, over every table, that the order goes on from
+    request_id: int = 0
+
+
+@dataclass(frozen=True)
 class Done:
     t: float
     result: GenerationResult | RequestOutput
     request_id: int = 0
 
 
-Event = PrefillStart | WokPass | PrefillEnd | Token | StepEnd | Done
+Event = PrefillStart | WokPass | PrefillEnd | Token | StepEnd | Restart | Done

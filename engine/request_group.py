@@ -29,17 +29,26 @@ then Done with a `GenerationResult` whose tokens equal `Engine.generate` on the 
 
 Sampling: table i samples with its own generator seeded `seed + i`, so a table's tokens never
 depend on its neighbours: they are the tokens of its prompt served alone with seed + i.
+
+A fresh engine process can go on with an order its predecessor was cooking (`OrderResume`, sent
+by serving/host/recovery.py): each unfinished table cooks its prompt + the tokens already served
+as its prompt, for the tokens still owed, its generator past their draws, and the order's story
+goes on where the host last heard it: the same clock, the same trace, token indices counting on.
+The pass that recomputes their K/V is one more pass of the order's pot (as for a preempted table),
+so TTFT stays the one the client saw and the restart's cost shows as one long gap between tokens.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from engine.errors import EngineError
 from engine.events import Done, Event, PrefillEnd, PrefillStart, StepEnd, Token, WokPass
 from engine.limits import Limits, RequestSettings, check_request
 from engine.results import GenerationResult
+from engine.sampling import skip_draws
 from engine.serving_core import ServingLimits
 from engine.text import encode_prompts
 from engine.trace import StepRecord, Trace
@@ -90,6 +99,22 @@ def shared_check(engine, prompts: list, max_new_tokens: int, **settings) -> list
     return ids
 
 
+@dataclass(frozen=True)
+class OrderResume:
+    """An order as the host last heard of it, for the fresh engine process that goes on with it.
+
+    Example: 2 tables of 5 prompt tokens, 8 new each, 3 tokens served per table when the process
+    died 0.4 s in -> each table is submitted with an 8-token prompt for 5 new tokens; its next
+    Token has step 3; the order's clock reads 0.4 s plus the time the restart took."""
+
+    tokens: tuple[tuple[int, ...], ...]  # per table: the token ids already served
+    finished: tuple[str, ...]  # per table: why it ended ("stop", "length"), "" while it cooks
+    steps: tuple[StepRecord, ...]  # the order's trace so far: its wok's record, then its pot's passes
+    elapsed_s: float  # the order's clock when the fresh process takes it
+    wok_started: bool = False  # the host has had the order's PrefillStart (not told twice)
+    restarts: int = 1  # engine processes this order has outlived
+
+
 class RequestGroup:
     """B prompts submitted to `engine` as B requests; `take(step_events)` returns the order's events.
 
@@ -98,49 +123,72 @@ class RequestGroup:
     each table's `submit` checks its own request either way, as every request entering the engine
     is. `path`: which kitchen cooked it, for `GenerationResult.path`. `kv_allocated`: the KV bytes
     reserved for the order (default: each table's prompt + new tokens). `recorded`: the settings
-    the result records (default: those given)."""
+    the result records (default: those given). `resume`: go on with an order a previous engine
+    process was cooking (`OrderResume`)."""
 
     def __init__(self, engine, prompts: list, max_new_tokens: int, order_id: int = 0, *,
                  path: str = "class kitchen", kv_allocated: int | None = None, recorded: dict | None = None,
-                 checked: bool = False, **settings):  # fmt: skip
+                 checked: bool = False, resume: OrderResume | None = None, **settings):  # fmt: skip
         if not checked:
             shared_check(engine, prompts, max_new_tokens, **settings)
         self.engine, self.order_id, self.max_new, self.path = engine, order_id, max_new_tokens, path
         self.settings = recorded if recorded is not None else {"max_new_tokens": max_new_tokens} | settings
         self.kv_allocated = kv_allocated
-        arrival = time.perf_counter()
-        self.t0 = arrival - engine.clock_start  # the order's zero on the engine's clock
+        self.prompts = [list(p) for p in encode_prompts(prompts, engine.codec)]
+        n = len(self.prompts)
+        if resume is not None and not len(resume.tokens) == len(resume.finished) == n:
+            raise EngineError(f"a resumed order of {n} tables came with {len(resume.tokens)} tables' tokens")
+        kept = [list(t) for t in resume.tokens] if resume is not None else [[] for _ in range(n)]
+        ended = list(resume.finished) if resume is not None else [""] * n
+        arrival = time.perf_counter()  # each table's own clock (its TTFT in the engine's metrics) starts here
+        self.t0 = arrival - (resume.elapsed_s if resume is not None else 0.0) - engine.clock_start  # the order's zero
         seed = int(settings.pop("seed", 0))
-        self.rids: list[int] = []
+        self.kept = kept  # per table: tokens a previous engine process served
+        self.table: dict[int, int] = {}  # engine request id -> table
         try:
-            for table, prompt in enumerate(prompts):
-                self.rids.append(engine.submit(prompt, max_new_tokens, arrival_s=arrival, seed=seed + table, **settings))
+            for table, prompt in enumerate(self.prompts):
+                if not ended[table]:
+                    rid = engine.submit(prompt + kept[table], max_new_tokens - len(kept[table]), arrival_s=arrival,
+                                        seed=seed + table, **settings)  # fmt: skip
+                    self.table[rid] = table
         except Exception:
-            for rid in self.rids:  # a refused table: the whole order leaves the kitchen
+            for rid in self.table:  # a refused table: the whole order leaves the kitchen
                 engine.cancel(rid)
             raise
-        self.table = {rid: i for i, rid in enumerate(self.rids)}
+        self.rids = list(self.table)
         # The tables' sequences, held past their Done: a table that finishes in a pass still held its K/V in it.
-        self.seqs = [engine.serving.seqs[rid] for rid in self.rids]
-        self.prompts = [list(seq.prompt) for seq in self.seqs]
-        self.cached = [0] * len(self.rids)  # K/V positions each table holds
-        self.waiting_first = set(range(len(self.rids)))  # tables still in the wok
+        self.seqs = [None] * n
+        for rid, table in self.table.items():
+            self.seqs[table] = seq = engine.serving.seqs[rid]
+            if kept[table] and not seq.params.greedy:
+                skip_draws(seq.generator, len(kept[table]), engine.cfg.vocab_size)
+        self.cached = [0] * n  # K/V positions each table holds
         self.wok: list[StepRecord] = []  # the passes of the order's prefill, folded into one
         self.passes: list[WokPass] = []  # the same passes as the page draws them (this order's share of each)
         self.trace = Trace()
-        self.finished: dict[int, str] = {}  # table -> finish reason
+        self.finished: dict[int, str] = {t: why for t, why in enumerate(ended) if why}  # table -> finish reason
         self.started = False
+        self.waiting_first = {t for t in range(n) if not kept[t] and not ended[t]}  # tables still in the wok
+        if resume is not None:
+            self.trace.steps, self.started = list(resume.steps), resume.wok_started
+            if (wok := self.trace.prefill) is not None:  # the wok was done: every table had its first bowl
+                self.trace.t_first_token, self.waiting_first = wok.t_end, set()
+            served = sum(map(len, kept))
+            self.trace.notes.append(
+                f"the engine process was restarted {resume.restarts} time{'s' if resume.restarts > 1 else ''} "
+                f"while this order cooked; it went on from the {served:,} tokens already served, the fresh "
+                "process recomputing their KV cache in its first pass")  # fmt: skip
 
     @property
     def done(self) -> bool:
-        return len(self.finished) == len(self.rids)
+        return len(self.finished) == len(self.prompts)
 
     @property
     def cancelled(self) -> bool:
         return "cancelled" in self.finished.values()
 
     def cancel(self) -> None:
-        for table, rid in enumerate(self.rids):
+        for rid, table in self.table.items():
             if table not in self.finished:
                 self.engine.cancel(rid)
 
@@ -165,7 +213,7 @@ class RequestGroup:
             if kind is Token:
                 t = table.get(ev.request_id)
                 if t is not None:
-                    tokens.append(Token(ev.t - t0, t, ev.step, ev.token_id, ev.text, ev.finished, oid))
+                    tokens.append(Token(ev.t - t0, t, ev.step + len(self.kept[t]), ev.token_id, ev.text, ev.finished, oid))
             elif kind is StepEnd:
                 step = ev
             elif kind is Done and ev.request_id in table:
@@ -209,12 +257,12 @@ class RequestGroup:
 
     def _cooked(self) -> int:
         """Prompt tokens the wok has computed for this order so far (not those taken from leftovers)."""
-        return sum(max(0, min(s.num_cached, len(p)) - s.cached_tokens) for s, p in zip(self.seqs, self.prompts, strict=True))
+        return sum(max(0, min(s.num_cached, len(s.prompt)) - s.cached_tokens) for s in self.seqs if s is not None)
 
     @property
     def reused(self) -> int:
         """Prompt tokens the order's tables took from a cached prefix (known once they are seated)."""
-        return sum(seq.cached_tokens for seq in self.seqs)
+        return sum(seq.cached_tokens for seq in self.seqs if seq is not None)
 
     def _rebased(self, end: StepEnd, phase: str, index: int) -> StepRecord:
         """A pass's record on the order's clock, its `kv_bytes` the order's tables' own (a table that
@@ -222,7 +270,7 @@ class RequestGroup:
         are not this order's (the class's, in a shared kitchen)."""
         rec, finished, cached = end.step, self.finished, self.cached
         for t, seq in enumerate(self.seqs):
-            if t not in finished:
+            if t not in finished and seq is not None:
                 cached[t] = seq.num_cached
         t0 = self.t0
         return StepRecord(phase, index, rec.t_start - t0, rec.t_end - t0, rec.forward_s, rec.batch, rec.tokens,
@@ -249,8 +297,8 @@ class RequestGroup:
 
     @property
     def tokens(self) -> list[list[int]]:
-        """Each table's tokens so far (its sequence's output)."""
-        return [seq.output for seq in self.seqs]
+        """Each table's tokens so far (those a previous process served, then its sequence's output)."""
+        return [kept + (seq.output if seq is not None else []) for kept, seq in zip(self.kept, self.seqs, strict=True)]
 
     def _result(self) -> GenerationResult:
         self.trace.t_done = self.trace.steps[-1].t_end
@@ -264,7 +312,8 @@ class RequestGroup:
             tokens, self.prompts, self.trace, reserved, [engine.decode(t) if engine.codec is not None else "" for t in tokens],
             settings=dict(self.settings), model=info.name, device=str(engine.device), dtype=info.precision,
             request_id=self.order_id, path=self.path, reused_tokens=self.reused, table_ids=tuple(self.rids),
-            reused_from=tuple(sorted({s.reused_from for s in self.seqs if s.cached_tokens and s.reused_from >= 0})),
+            reused_from=tuple(sorted({s.reused_from for s in self.seqs
+                                      if s is not None and s.cached_tokens and s.reused_from >= 0})),
         )  # fmt: skip
 
     def _eager_notes(self) -> list[str]:

@@ -63,3 +63,12 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
     logits = filter_top_p(filter_top_k(logits / params.temperature, params.top_k), params.top_p)
     probs = logits.softmax(dim=-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def skip_draws(generator: torch.Generator, draws: int, vocab: int) -> None:
+    """Move a request's generator past `draws` sampled tokens: each token is one multinomial draw
+    over one row of the vocabulary (`sample`), whatever the probabilities, so the same draws over
+    a flat row leave the generator where a previous engine process left it."""
+    flat = torch.full((1, vocab), 1.0 / vocab)  # (1, V)
+    for _ in range(draws):
+        torch.multinomial(flat, 1, generator=generator)

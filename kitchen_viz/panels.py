@@ -21,6 +21,7 @@ so the drawing's wok time and the panels' TTFT visibly add up instead of disagre
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
@@ -194,12 +195,13 @@ SHORT_NAMES = {"setup": "setup", "wok": "wok", "first": "1st token", "pot": "pot
 
 def timeline_html(
     segments: list[Segment], steps: int, queue_wait_s: float | None = None, scale_s: float | None = None,
-    tosses: str = "",
+    tosses: str = "", restarts: Sequence[tuple[float, int]] = (),
 ) -> str:
     """One bar, to scale, with each part's measured time; the words under it add TTFT up.
 
     `scale_s` draws the bar as a share of a longer time (two orders compared on one scale);
-    `tosses` says how many passes the wok took and why, when it took several (kitchen_viz/wok_passes.py)."""
+    `tosses` says how many passes the wok took and why, when it took several (kitchen_viz/wok_passes.py);
+    `restarts` (t, tokens served) marks where the engine process restarted under the order."""
     total = sum(s.seconds for s in segments)
     if total <= 0:
         return ""
@@ -228,6 +230,11 @@ def timeline_html(
     )
     if queue_wait_s:
         words += f" · before all this the order waited {fmt_s(queue_wait_s)} in line (not in TTFT or E2E)"
+    marks = "".join(
+        f'<div class="tpk-tl-restart" style="left:{min(100.0, 100.0 * t / total):.2f}%" '
+        f'title="{html.escape(restart_words(t, kept))}"></div>' for t, kept in restarts
+    )  # fmt: skip
+    words += "".join(f" · <b>{html.escape(restart_words(t, kept))}</b>" for t, kept in restarts)
     return (
         "<style>"
         ".tpk-timeline{width:100%}"
@@ -241,10 +248,12 @@ def timeline_html(
         ".tpk-tl-seg span{color:#1b1b1b;font-size:.8rem;font-weight:700;white-space:nowrap;padding:0 .3rem;"
         "line-height:1.9rem;height:1.9rem}"
         ".tpk-tl-words{font-size:.85rem;line-height:1.4}"
+        ".tpk-tl-at{position:relative}"
+        ".tpk-tl-restart{position:absolute;top:-.25rem;bottom:-.25rem;width:0;border-left:3px dashed #c0392b}"
         "</style>"
         f'<div class="tpk-timeline" aria-label="the order to scale">'
         f'<div class="tpk-tl-title" style="font-weight:700">The order to scale: prefill vs decode share of E2E</div>'
-        f'<div class="tpk-tl" style="width:{width:.2f}%">{"".join(cells)}</div>'
+        f'<div class="tpk-tl-at" style="width:{width:.2f}%"><div class="tpk-tl">{"".join(cells)}</div>{marks}</div>'
         f'<div class="tpk-tl-words">{words}</div></div>'
     )
 
@@ -255,4 +264,9 @@ def draw_timeline(run: LiveRun | None, queue_wait_s: float | None = None) -> Non
     if segments:
         steps = len(run.result.metrics.itl_s) if run is not None and run.result is not None else 0
         tosses = "; ".join(w for w in (tosses_words(run.tosses), run.wok_why) if w) if run is not None else ""
-        st.html(timeline_html(segments, steps, queue_wait_s, tosses=tosses))
+        st.html(timeline_html(segments, steps, queue_wait_s, tosses=tosses, restarts=run.restarts))
+
+
+def restart_words(t: float, kept: int) -> str:
+    """Example: restart_words(0.84, 48) -> "the engine process restarted at 840.0 ms; the order went on from its 48 tokens"."""
+    return f"the engine process restarted at {fmt_s(t)}; the order went on from its {kept:,} tokens"

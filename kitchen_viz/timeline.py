@@ -21,7 +21,7 @@ from itertools import pairwise
 from statistics import median
 from typing import Any
 
-from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token, WokPass
+from engine.events import Done, PrefillEnd, PrefillStart, Restart, StepEnd, Token, WokPass
 from kitchen_viz.wok_passes import Toss, live_words, why_tosses
 from lab.units import fmt_s, fmt_tps, reused_words
 
@@ -80,6 +80,7 @@ class LiveRun:
     result: Any = None  # the GenerationResult from Done
     slowdown: int | None = None  # fixed once chosen, so a replay never changes speed mid-way
     seen: int = 0  # events consumed
+    restarts: list[tuple[float, int]] = field(default_factory=list)  # (t, tokens served) where the engine restarted
 
     @classmethod
     def for_order(cls, run_id: str, prompt_tokens: list[int], wok: int = 0) -> LiveRun:
@@ -129,6 +130,8 @@ class LiveRun:
                 self.served.append([ev.t, (self.served[-1][1] if self.served else 0) + 1])
             if self.t_first_token is None and self.t_prefill_end is not None:
                 self.t_first_token = ev.t
+        elif isinstance(ev, Restart):  # a fresh engine process took the order over at t
+            self.restarts.append((ev.t, ev.kept))
         elif isinstance(ev, StepEnd) and ev.step.phase == "decode":
             self.decode_steps.append((ev.step.t_start, ev.step.t_end, ev.step.kv_bytes))
         elif isinstance(ev, Done):
@@ -252,6 +255,7 @@ class LiveRun:
             "tosses": [[round(x.t_start, 5), round(x.t_end, 5), x.tokens] for x in self.tosses],
             "wok_why": self.wok_why,
             "wok_live": self.wok_live,
+            "restarts": [[round(t, 5), kept] for t, kept in self.restarts],
         }
 
 

@@ -43,6 +43,13 @@ def chromium():
 @contextmanager
 def app(log_dir: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()):
     """`two-pot-kitchen [args]` on a free port, with `env` set for it (and so its engine's child); yields its URL."""
+    with app_process(log_dir, env, args) as (url, _):
+        yield url
+
+
+@contextmanager
+def app_process(log_dir: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()):
+    """The same as `app`, yielding (URL, the app's process) for a test that reaches into its processes."""
     log = log_dir / "streamlit.log"
     saved = {k: os.environ.get(k) for k in env or {}}
     os.environ.update(env or {})
@@ -58,6 +65,6 @@ def app(log_dir: Path, env: dict[str, str] | None = None, args: tuple[str, ...] 
         with telling(proc, log, "the app"):  # a failing test shows what the app said
             if not wait_healthy(proc, url):
                 pytest.fail("the app never became healthy (its log is below)")
-            yield url
+            yield url, proc
     finally:
         stop(proc)

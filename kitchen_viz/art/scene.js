@@ -219,6 +219,7 @@ function horizon(d) {
   if (d.t_done !== null) return d.t_done;
   let h = d.prefill ? (d.prefill[1] ?? d.prefill[0]) : 0;
   if (d.steps.length) h = Math.max(h, d.steps[d.steps.length - 1][1]);
+  if (d.restarts && d.restarts.length) h = Math.max(h, d.restarts[d.restarts.length - 1][0]); // the restart is news too
   return h;
 }
 
@@ -406,9 +407,20 @@ function draw(scene, d, T, wall) {
   drawAllTables(scene, d, T);
 }
 
+// The engine process restarted under the order (a crash, or stopped as hung): the last restart at or
+// before T, and whether the fresh process has yet to ladle (its first pass recomputes the KV cache).
+function restartBy(d, T) {
+  const r = (d.restarts || []).filter((x) => x[0] <= T).pop();
+  if (!r) return null;
+  const back = d.steps.find((s) => s[1] > r[0]);
+  return { t: r[0], kept: r[1], waiting: !back || T < back[1] };
+}
+
 function drawClock(scene, d, T, cooking, decoding, done, live) {
   const { $ } = scene;
+  const r = restartBy(d, T);
   const phase = d.quiet && !d.prefill ? "Quiet view: the order is cooking unwatched"
+    : r && r.waiting && !done ? `RESTART · a fresh engine goes on from ${fmtInt(r.kept)} tokens`
     : !d.prefill ? "Order going to the kitchen…"
     : live ? (d.wok_live ? `PREFILL · ${d.wok_live}` : "PREFILL · the wok is on right now")
     : cooking && d.tosses && d.tosses.length > 1
@@ -421,7 +433,7 @@ function drawClock(scene, d, T, cooking, decoding, done, live) {
   setText($("#tpk-clock"), scene.playStart === null
     ? (d.quiet ? "the kitchen replays it when it is done"
       : d.prefill ? `LIVE · ${fmtTime(T)} measured so far` : "waiting for the first measurements…")
-    : `engine clock ${fmtTime(T)}${speed}`);
+    : `engine clock ${fmtTime(T)}${speed}${r ? ` · restarted at ${fmtTime(r.t)}` : ""}`);
 }
 
 function drawWok(scene, d, T, cooking, prefilled, wall, live) {

@@ -28,6 +28,7 @@ import torch
 from engine import Engine, EngineError
 from engine.events import Done, StepEnd, Token
 from engine.request_group import RequestGroup, shared_check
+from engine.sampling import skip_draws
 from engine.settings import EngineSettings
 from engine.text import encode_prompts
 from serving.cores import pin_this_process
@@ -113,18 +114,9 @@ def filler_words(engine: Engine, filler: str) -> tuple[list[int], list[bool]]:
     return list(ids), list(starts)
 
 
-def advance(generator: torch.Generator, draws: int, vocab: int) -> None:
-    """Move a request's generator past `draws` sampled tokens: each token is one multinomial draw
-    over one row of the vocabulary (engine/sampling.py `sample`), whatever the probabilities, so
-    the same draws over a flat row leave the generator where the first process left it."""
-    flat = torch.full((1, vocab), 1.0 / vocab)  # (1, V)
-    for _ in range(draws):
-        torch.multinomial(flat, 1, generator=generator)
-
-
 @dataclass(frozen=True)
 class Poison:
-    """The test hook behind POISON_ENV: a request whose text prompt holds `word` crashes this
+    """The test hook behind POISON_ENV: a request whose text prompt (an order: whose prompt's text) holds `word` crashes this
     process at the step that makes its first token, before that step's news leaves: "kill" kills
     the process (SIGKILL), "hang" leaves it alive and silent (the host's watchdog stops it). A
     resubmitted request keeps its text prompt, so it crashes the fresh process too: a poison order."""
@@ -211,7 +203,7 @@ class Loop:
             return
         seq = engine.serving.seqs[rid]
         if m.resume and not seq.params.greedy:
-            advance(seq.generator, len(m.resume), engine.cfg.vocab_size)
+            skip_draws(seq.generator, len(m.resume), engine.cfg.vocab_size)
         if self.poison is not None and isinstance(m.prompt, str) and self.poison.word in m.prompt:
             self.poisoned.add(rid)
         self.key_of[rid], self.id_of[m.key], self.arrived[m.key] = m.key, rid, time.perf_counter()
@@ -229,12 +221,14 @@ class Loop:
 
     def place_order(self, m: wire.PlaceOrder) -> None:
         try:
-            order = RequestGroup(self.engine, m.prompt_ids, m.max_new_tokens, checked=True, **m.settings)
+            order = RequestGroup(self.engine, m.prompt_ids, m.max_new_tokens, checked=True, resume=m.resume, **m.settings)
         except Exception as err:  # noqa: BLE001 -- a refusal (or a bug) is one line, the kitchen goes on
             self.send_msg(wire.Refusal(m.key, one_line(err)))
             return
         self.orders[m.key] = order
-        for table, rid in enumerate(order.rids):
+        if self.poison is not None and any(self.poison.word in self.engine.decode(p) for p in m.prompt_ids):
+            self.poisoned.update(order.rids)
+        for rid, table in order.table.items():
             self.key_of[rid] = f"{m.key}/{table}"
             self.arrived[self.key_of[rid]] = time.perf_counter()
         self.send_msg(wire.OrderAccepted(m.key, [len(p) for p in order.prompts]))

@@ -14,22 +14,19 @@ caller waits on its handle, never on the pipe:
 Nothing blocks on the pipe: one writer thread sends every message, so no caller waits on a busy child.
 
 A child that dies, or is stopped as hung by the watchdog (watchdog.py), is replaced by a fresh one;
-every request in flight resumes there from its streamed tokens (recovery.py: no error, except for a
-poison request); a Kitchen order, a question or a sweep in flight ends with one line naming why.
+every request and Kitchen order in flight resumes there from its streamed tokens (recovery.py: no
+error, except for a poison one); a question or a sweep in flight ends with one line naming why.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import collections
 import itertools
 import logging
-import multiprocessing.util  # noqa: F401 -- before the atexit hook below: exit hooks run last first
 import queue
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -40,21 +37,13 @@ from serving.host.api import CheckedOrder, OrderForm
 from serving.host.handles import Handle, PolledHandle, Tok
 from serving.host.loop import LoopSettings
 from serving.host.recovery import Recovery, poison_line
-from serving.host.spawn import start_loop
+from serving.host.spawn import RUNNING, start_loop
 from serving.host.watchdog import SWEEP_SILENCE_S, Watchdog, hung_line, silence_floor_s, silence_limit_s
 from serving.host.wire import QueueState, ReadyInfo, StepInfo, StepNews
 
 log = logging.getLogger(__name__)
 READY_TIMEOUT_S = 600.0
 STOP_S = 10.0  # how long a closing host waits for its loop to finish before killing it
-_OPEN: weakref.WeakSet = weakref.WeakSet()
-
-
-@atexit.register
-def _close_all() -> None:
-    """At exit, stop every loop still running, before multiprocessing waits for its children."""
-    for process in list(_OPEN):
-        process.close()
 
 
 class EngineProcess:
@@ -70,7 +59,7 @@ class EngineProcess:
         self.sent: collections.Counter = collections.Counter()  # messages sent to the loop, by class name
         self._handles: dict[str, Handle] = {}
         self.recovery = Recovery()
-        self._resuming: dict[str, Handle] = {}  # streaming requests waiting for the fresh child
+        self._resuming: dict[str, Handle] = {}  # streaming requests and orders waiting for the fresh child
         self.on_end: Callable[[str], None] = lambda key: None  # a streaming request left the engine (serving/http/fair.py)
         self._lock = threading.Lock()
         self._ready = threading.Event()
@@ -84,7 +73,7 @@ class EngineProcess:
         self._load_error: str | None = None
         self._plan = None  # the last crash's resubmissions, sent when the fresh child is ready
         self._start()
-        _OPEN.add(self)
+        RUNNING.add(self)
         threading.Thread(target=self._write, daemon=True, name="engine-process-writer").start()
         threading.Thread(target=self._read, daemon=True, name="engine-process-reader").start()
         Watchdog("engine-process-watchdog", self._limit_s, self._is_hung, self._kill, lambda: self._closing)
@@ -108,7 +97,7 @@ class EngineProcess:
         if self._closing:
             return
         self._closing = True  # once: a second close (at exit, after the host's) finds it done
-        _OPEN.discard(self)
+        RUNNING.discard(self)
         self._send(wire.Stop())
         self._outbox.put(None)  # the writer's last item: the Stop above goes first
         self._proc.join(STOP_S)
@@ -136,7 +125,9 @@ class EngineProcess:
         events]) per step, then ("done", None), ("cancelled", None) or ("error", line); `accepted`
         its tables' prompt lengths, or Refused."""
         handle = PolledHandle(f"o{next(self._keys)}")
-        self._queue(wire.PlaceOrder(handle.key, order.prompt_ids, order.max_new_tokens, order.settings), handle)
+        msg = wire.PlaceOrder(handle.key, order.prompt_ids, order.max_new_tokens, order.settings)
+        self.recovery.track(msg)  # an order outlives its engine process too
+        self._queue(msg, handle)
         return handle
 
     def run_sweep(self, experiment: str, settings: Any) -> PolledHandle:
@@ -236,8 +227,8 @@ class EngineProcess:
         self.ready = m.info
         with self._lock:
             self._ready.set()
-            for msg in self._plan.now if self._plan is not None else ():
-                self._resubmit(msg)
+            for key in self._plan.now if self._plan is not None else ():
+                self._resubmit(key)
             self._plan = None
         self._probe()
 
@@ -294,8 +285,12 @@ class EngineProcess:
                 handle = self._handles.get(key) if end is None else self._handles.pop(key, None)
             if handle is not None and events:
                 handle.put(("events", events))
+            if events and self.recovery.heard(key, events):
+                self._probe()
             if handle is not None and end is not None:
                 handle.put((end, None))
+            if end is not None:
+                self._ended(key)
         info, state = news.info, news.state
         self.state = state
         if info is not None:
@@ -330,24 +325,24 @@ class EngineProcess:
         if self.recovery.drop(key):
             self._probe()
 
-    def _resubmit(self, msg: wire.Submit) -> None:
-        """Under the lock: a streaming request goes to the fresh child, continuing where it stopped."""
-        handle = self._resuming.pop(msg.key, None)
-        if handle is None:
+    def _resubmit(self, key: str) -> None:
+        """Under the lock: a streaming request or order goes to the fresh child, continuing where it stopped."""
+        handle, msg = self._resuming.pop(key, None), self.recovery.again(key)
+        if handle is None or msg is None:
             return
-        self._handles[msg.key] = handle
+        self._handles[key] = handle
         self._send(msg)
-        if self.recovery.is_cancelled(msg.key):
-            self._send(wire.Cancel(msg.key))
+        if self.recovery.is_cancelled(key):
+            self._send(wire.Cancel(key))
 
     def _probe(self) -> None:
         """The next request blamed for a crash goes alone (the one before it has streamed a token)."""
         with self._lock:
-            if self._ready.is_set() and (msg := self.recovery.next_probe()) is not None:
-                self._resubmit(msg)
+            if self._ready.is_set() and (key := self.recovery.next_probe()) is not None:
+                self._resubmit(key)
 
     def _child_died(self) -> bool:
-        """Keep every streaming request for the fresh child (a poison order ends), fail the rest in one
+        """Keep every streaming request and order for the fresh child (a poison one ends), fail the rest in one
         line, start a fresh child (one that died before it was ever ready: a failed load, no restart)."""
         with self._lock:
             self._ready.clear()
@@ -361,12 +356,14 @@ class EngineProcess:
         line = self._hung or (f"the engine process for {self.settings.model} stopped (exit code {code}) while "
                               "this request was cooking; the server is starting a new one")  # fmt: skip
         self._hung = None
-        streaming = {h.key: h for h in handles if h.key.startswith("r")} | self._resuming
-        plan = self.recovery.crashed(list(streaming))
+        streaming = {h.key: h for h in handles if h.key[0] in "ro"} | self._resuming  # requests and orders
+        plan = self.recovery.crashed(list(streaming), line)
         poisoned = set(plan.poisoned)
         with self._lock:
             self._plan = plan
             self._resuming = {k: h for k, h in streaming.items() if k not in poisoned}
+        for key, mark in plan.marks.items():  # an order's page marks the restart on its timeline
+            streaming[key].put(("events", [mark]))
         for handle in [*(streaming[k] for k in poisoned), *(h for h in handles if h.key not in streaming)]:
             why = poison_line(self.settings.model, line) if handle.key in poisoned else line
             handle.settle(False, why)

@@ -6,16 +6,27 @@ keeps the child from re-running whatever script the parent's `__main__` is.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import multiprocessing
+import multiprocessing.util  # noqa: F401 -- before the atexit hook below: exit hooks run last first
 import os
 import sys
 import threading
 import types
+import weakref
 
 SPAWN = multiprocessing.get_context("spawn")  # a fresh interpreter, on every OS (no fork, no inherited fds)
 _BARE_MAIN = types.ModuleType("__main__")  # no file, no spec: what the child is told the parent's script is
 _START_LOCK = threading.Lock()
+RUNNING: weakref.WeakSet = weakref.WeakSet()  # hosts' engine processes not yet closed (serving/host/process.py)
+
+
+@atexit.register
+def _close_all() -> None:
+    """At exit, stop every loop still running, before multiprocessing waits for its children."""
+    for process in list(RUNNING):
+        process.close()
 
 
 @contextlib.contextmanager

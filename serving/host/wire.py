@@ -30,9 +30,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.events import Done, PrefillEnd, PrefillStart, StepEnd, Token, WokPass
+from engine.events import Done, PrefillEnd, PrefillStart, Restart, StepEnd, Token, WokPass
 from engine.limits import Limits
 from engine.loader import ModelInfo
+from engine.request_group import OrderResume
 from engine.results import GenerationResult, RequestMetrics, RequestOutput
 from engine.serving_core import ServingLimits
 from engine.speculative import SpecCounters
@@ -241,12 +242,14 @@ class Check:
 
 @dataclass(frozen=True)
 class PlaceOrder:
-    """A checked order: its tables join the batch as requests "key/0", "key/1", ... (engine/request_group.py)."""
+    """A checked order: its tables join the batch as requests "key/0", "key/1", ... (engine/request_group.py).
+    `resume`: what a previous engine process served of it; the loop goes on from there (serving/host/recovery.py)."""
 
     key: str
     prompt_ids: list
     max_new_tokens: int
     settings: dict
+    resume: OrderResume | None = None
 
 
 @dataclass(frozen=True)
@@ -337,6 +340,6 @@ TO_LOOP = (Submit, Check, PlaceOrder, RunSweep, Cancel, ClearLeftovers, Stop)
 TO_HOST = (Ready, LoadError, Accepted, OrderAccepted, Checked, Refusal, SweepProgress, SweepDone, Steps)
 MESSAGES = frozenset(TO_LOOP + TO_HOST)
 
-register(*TO_LOOP, *TO_HOST, ReadyInfo, StepInfo, QueueState, StepNews, OrderForm, CheckedOrder,
-         PrefillStart, WokPass, PrefillEnd, Token, StepEnd, Done, StepRecord, Trace, Metrics, GenerationResult, RequestOutput,
-         RequestMetrics, SpecCounters, ModelInfo, ServingLimits, Limits)  # fmt: skip
+register(*TO_LOOP, *TO_HOST, ReadyInfo, StepInfo, QueueState, StepNews, OrderForm, CheckedOrder, OrderResume,
+         PrefillStart, WokPass, PrefillEnd, Token, StepEnd, Restart, Done, StepRecord, Trace, Metrics, GenerationResult,
+         RequestOutput, RequestMetrics, SpecCounters, ModelInfo, ServingLimits, Limits)  # fmt: skip

@@ -21,6 +21,7 @@ def test_the_kernel_is_its_rule_on_every_product_and_every_run_is_scored(tiny_ll
     for kind, row in report["products"].items():
         assert row["calls"] >= 2 and row["max_rel"] < 1e-5, kind
     positions = 2 * len(scored_rows(16))
-    assert len(report["against_float32"]) == 8 and len(report["against_native_step"]) == 3
+    assert len(report["against_float32"]) == 10 and len(report["against_native_step"]) == 4
     for row in report["against_float32"] + report["against_native_step"]:
         assert row["positions"] == positions and 0 <= row["kl_mean"] < 0.05 and 0.5 <= row["top1"] <= 1
+    assert all(len(kls) == 2 for kls in report["kl_mean_per_window"].values())

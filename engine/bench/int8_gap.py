@@ -12,7 +12,8 @@ runs merely round differently somewhere and the figures differ by chance. This b
      windows as int8-quality: the native step (the bench's figure), the model's forward with the
      kernel products, the rule in float32 (int8_causes' row), and the rule with each product summed in
      float64 -- the same rounding and only the summation's last bits changed, which says how far the
-     figures move when nothing but float rounding differs.
+     figures move when nothing but float rounding differs; last, that float64 rule with the LM
+     head's input left unrounded, what rounding that one product's activations costs.
 Worked example of reading it: if every product's kernel differs from the rule by ~1e-7 of its range
 while the float32 and float64 sums of the one rule give KL 0.0038 and 0.0040, a 3 % difference
 between two implementations of the rule is within what float rounding alone moves the figure.
@@ -83,15 +84,18 @@ def compared_products(model, table: dict[str, dict]):
 
 
 @contextlib.contextmanager
-def float64_rule():
-    """The rule of int8_causes' "32, 32" row, each product summed in float64 and rounded once to float32."""
+def float64_rule(model, exact_input: str | None = None):
+    """The rule of int8_causes' "32, 32" row, each product summed in float64 and rounded once to
+    float32. `exact_input`: the kind of product ("lm_head", ...) whose activations stay unrounded,
+    what rounding them costs."""
     cache: dict[int, torch.Tensor] = {}
-    plain = model_module.matmul
+    names, plain = product_names(model), model_module.matmul
 
     def product(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         if id(w) not in cache:
             cache[id(w)] = rounded_weight(w, "32").double()  # (in, out)
-        return (rounded_input(x, "32").double() @ cache[id(w)]).to(x.dtype)
+        xr = x if names[id(w)] == exact_input else rounded_input(x, "32")
+        return (xr.double() @ cache[id(w)]).to(x.dtype)
 
     model_module.matmul = attention_module.matmul = product
     try:
@@ -110,10 +114,12 @@ def gap(model: str, windows: list[list[int]], progress) -> dict:
     f32_native = Engine.load(model)  # float32, the native step (int8-quality's reference)
     int8 = Engine.load(model, quant="int8")  # the native step's int8 (int8-quality's figure)
     assert int8.native is not None and int8.native.ready and f32_native.native.ready
-    runs = ("native step", "forward, kernel products", "rule, float32 sums", "rule, float64 sums")
+    runs = ("native step", "forward, kernel products", "rule, float32 sums", "rule, float64 sums",
+            "rule, float64 sums, LM head input unrounded")  # fmt: skip
     meters = {(run, ref): FidelityMeter() for run in runs for ref in ("forward", "native")}
     apart = {run: FidelityMeter() for run in runs[1:]}  # each run against the native step itself
     ops: dict[str, dict] = {}
+    per_window: dict[str, list[float]] = {}
     for i, ids in enumerate(windows):
         rows = scored_rows(len(ids))
         targets = torch.tensor([ids[r + 1] for r in rows])  # (N,)
@@ -123,17 +129,23 @@ def gap(model: str, windows: list[list[int]], progress) -> dict:
             logits["forward, kernel products"] = forward_logits(int8, ids, rows)
         with rounded_products("32", "32"):
             logits["rule, float32 sums"] = forward_logits(f32_op, ids, rows)
-        with float64_rule():
+        with float64_rule(f32_op.model):
             logits["rule, float64 sums"] = forward_logits(f32_op, ids, rows)
+        with float64_rule(f32_op.model, "lm_head"):
+            logits[runs[-1]] = forward_logits(f32_op, ids, rows)
         for (run, ref), meter in meters.items():
             meter.add(refs[ref], logits[run], targets)
+        for run in runs:  # each window's mean KL against the native float32 pass, to see the spread
+            one = FidelityMeter()
+            one.add(refs["native"], logits[run], targets)
+            per_window.setdefault(run, []).append(one.result().kl_mean)
         for run, meter in apart.items():
             meter.add(logits["native step"], logits[run], targets)
         progress(f"window {i + 1}/{len(windows)}: " + ", ".join(f"{r} KL {meters[(r, 'native')].result().kl_mean:.5f}"
                                                                 for r in runs))  # fmt: skip
     return {"against_float32": [{"run": run, "reference": ref, **summary(m)} for (run, ref), m in meters.items()],
             "against_native_step": [{"run": run, **summary(m)} for run, m in apart.items()],
-            "products": ops}  # fmt: skip
+            "products": ops, "kl_mean_per_window": per_window}  # fmt: skip
 
 
 def main(argv: list[str]) -> int:

@@ -110,7 +110,7 @@ def test_prometheus_reads_what_the_kitchen_reports(prometheus):
     until(lambda: scrape(url).gauges.get("num_requests_running") == LONG, 30, "the server never ran the 4 streams")
     seen = until(lambda: promql(base, "twopot:num_requests_running") == LONG and LONG, 30,
                  "Prometheus never read 4 requests running")  # fmt: skip
-    assert seen == scrape(url).gauges["num_requests_running"] == LONG
+    assert seen == LONG  # (the server's own gauge may have moved on since: a quick machine ends the streams)
     quick = [threading.Thread(target=stream, args=(url, {"prompt": f"{i} ROMEO:", "max_tokens": 4}, ttfts))
              for i in range(SHORT)]  # fmt: skip
     for t in quick:

@@ -90,6 +90,20 @@ def causes(model: str, windows: list[list[int]], progress) -> list[dict]:
     return rows
 
 
+def text_windows(model: str, text: str, ctx: int, count: int) -> list[list[int]]:
+    """int8-quality's windows of `ctx` tokens, as our tokenizer splits the text (the same ids llama.cpp evaluated)."""
+    ids = Engine.load(model, native=False).encode(open(text).read())[: ctx * count]
+    return [ids[i : i + ctx] for i in range(0, len(ids) - ctx + 1, ctx)]
+
+
+def write_report(report: dict, out: str | None) -> None:
+    """The report as JSON on stdout, and in `out` when given."""
+    text = json.dumps(report, indent=1)
+    if out:
+        open(out, "w").write(text + "\n")
+    print(text)
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m engine.bench.int8_causes", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="assistant")
@@ -98,14 +112,10 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     plan = QualityPlan()
     torch.set_num_threads(plan.threads)
-    ids = Engine.load(args.model, native=False).encode(open(args.text).read())[: plan.ctx * plan.chunks]
-    windows = [ids[i : i + plan.ctx] for i in range(0, len(ids) - plan.ctx + 1, plan.ctx)]  # int8-quality's, by our tokenizer
+    windows = text_windows(args.model, args.text, plan.ctx, plan.chunks)
     report = {"model": args.model, "text": args.text, "windows": len(windows), "ctx": plan.ctx,
               "rules": causes(args.model, windows, lambda m: print(m, file=sys.stderr, flush=True))}
-    text = json.dumps(report, indent=1)
-    if args.out:
-        open(args.out, "w").write(text + "\n")
-    print(text)
+    write_report(report, args.out)
     return 0
 
 

@@ -23,18 +23,24 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 import time
 from dataclasses import asdict
 
+import psutil
 import torch
 
 from engine import Engine
 from engine import attention as attention_module
 from engine import model as model_module
 from engine.bench.contestants import machine_facts
-from engine.bench.int8_causes import rounded_input, rounded_products, rounded_weight
+from engine.bench.int8_causes import (
+    rounded_input,
+    rounded_products,
+    rounded_weight,
+    text_windows,
+    write_report,
+)
 from engine.bench.int8_quality import DEFAULT_TEXT, QualityPlan
 from engine.fidelity import FidelityMeter, scored_rows, window_logits
 from engine.int8_op import emulated_product
@@ -157,18 +163,13 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     plan = QualityPlan()
     torch.set_num_threads(plan.threads)
-    t0, load0 = time.perf_counter(), open("/proc/loadavg").read().split()[:3]
-    ids = Engine.load(args.model, native=False).encode(open(args.text).read())[: plan.ctx * args.windows]
-    # int8-quality's windows, as our tokenizer splits the text (the same ids llama.cpp evaluated there)
-    windows = [ids[i : i + plan.ctx] for i in range(0, len(ids) - plan.ctx + 1, plan.ctx)]
+    t0, load0 = time.perf_counter(), psutil.getloadavg()
+    windows = text_windows(args.model, args.text, plan.ctx, args.windows)
     report = {"model": args.model, "text": args.text, "windows": len(windows), "ctx": plan.ctx,
               **gap(args.model, windows, lambda m: print(m, file=sys.stderr, flush=True)),
-              "machine": machine_facts(), "loadavg_start": load0, "loadavg_end": open("/proc/loadavg").read().split()[:3],
+              "machine": machine_facts(), "loadavg_start": load0, "loadavg_end": psutil.getloadavg(),
               "elapsed_s": time.perf_counter() - t0, "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
-    text = json.dumps(report, indent=1)
-    if args.out:
-        open(args.out, "w").write(text + "\n")
-    print(text)
+    write_report(report, args.out)
     return 0
 
 

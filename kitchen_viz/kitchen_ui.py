@@ -25,7 +25,6 @@ Session state this page keeps (per browser session):
 
 from __future__ import annotations
 
-import gc
 import uuid
 
 import streamlit as st
@@ -39,6 +38,7 @@ from kitchen_viz.outcome import draw_failed_order, draw_outcome
 from kitchen_viz.panels import draw_panels, draw_timeline, panel_values
 from kitchen_viz.scene import ART, draw_scene
 from kitchen_viz.timeline import LiveRun
+from serving.heap import freeze_heap
 from serving.host_client import HostClient
 from serving.job import SETTLE_S
 
@@ -61,22 +61,6 @@ def draw_loading(svc: HostClient) -> None:
     wait()
 
 
-def freeze_server_heap() -> None:
-    """Keep what the server already holds out of the full garbage collections Streamlit forces.
-
-    Streamlit runs `gc.collect(2)` after every script run, each fragment rerun of the live view
-    included (`runner.postScriptGC`). With torch, plotly and the app loaded, py-spy measured each
-    of those at 0.3-1 s of the server's CPU: during a live Cook the server's core stayed busy, so
-    the browser's work went to the engine's core. `gc.freeze()` moves every object alive now to
-    the permanent generation, so later collections walk only what was created since (measured:
-    0.21 s for the first Cook's collect and freeze, 7 ms for the next). The price: cyclic garbage
-    among objects alive at a freeze is never reclaimed. Called once per Cook, before the order is
-    released, so none of it overlaps the measurement.
-    """
-    gc.collect()
-    gc.freeze()
-
-
 def start_cook(svc: HostClient, order: Order) -> None:
     """Check the order with the kitchen's host, queue it, and start a fresh timeline for it.
 
@@ -95,7 +79,7 @@ def start_cook(svc: HostClient, order: Order) -> None:
         return
     st.session_state["tpk_error"] = None
     st.session_state["tpk_result"] = None
-    freeze_server_heap()
+    freeze_heap()  # the server's heap out of Streamlit's forced full collections (serving/heap.py)
     job = svc.submit(checked, order.label, hold=True)
     watch_session(job)
     st.session_state["tpk_job"] = job
@@ -109,7 +93,7 @@ def release_cook() -> None:
     Both views then give the browser SETTLE_S to paint what pressing Cook changed before the
     engine starts (the wait is queue time, not TTFT or TPOT). The live view used to start at once
     because the settle measured worse there; that was Streamlit's full garbage collection after
-    each fragment rerun landing in the cook (see `freeze_server_heap`), and with that gone the
+    each fragment rerun landing in the cook (see serving/heap.py), and with that gone the
     settle keeps the Cook rerun's paint out of the measurement for the live view too.
 
     With the live view off, the page then waits for the order without refreshing (the wait holds

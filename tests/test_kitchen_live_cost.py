@@ -19,7 +19,7 @@ import gc
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kitchen_viz import kitchen_ui
+from serving.heap import freeze_heap
 from serving.job import SETTLE_S
 
 
@@ -32,7 +32,7 @@ def unfrozen():
 def test_the_server_heap_is_frozen_so_later_full_collections_skip_it(unfrozen):
     kept = [[i] for i in range(10_000)]  # tracked objects alive at the Cook
     before = gc.get_freeze_count()
-    kitchen_ui.freeze_server_heap()
+    freeze_heap()
     assert gc.get_freeze_count() >= before + len(kept)
 
 

@@ -32,6 +32,7 @@ from engine.sampling import skip_draws
 from engine.settings import EngineSettings
 from engine.text import encode_prompts
 from serving.cores import pin_this_process
+from serving.heap import freeze_heap
 from serving.host import wire
 from serving.host.api import OrderForm, generated_prompts, word_starts
 from serving.host.wire import QueueState, ReadyInfo, StepInfo, StepNews
@@ -60,6 +61,7 @@ def main(conn, settings: LoopSettings, sweeps=None) -> None:
         pin_this_process(frozenset(settings.cores))  # before torch starts its threads: they inherit these cores
     engine = load(conn, settings)
     if engine is not None:
+        freeze_heap()  # the loaded engine stays out of the full collections that would stall a step
         trace = os.environ.get(TRACE_ENV)
         Loop(conn, engine, settings.model, sweeps, OrderTrace(trace) if trace else None).run()
 

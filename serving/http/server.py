@@ -52,6 +52,7 @@ from engine.loader import EMBEDDED_MODELS
 from engine.settings import precision_settings
 from serving.caps import load_caps
 from serving.catalog import resolve_source
+from serving.heap import freeze_heap
 from serving.host.host import EngineHost
 from serving.host.loop import LoopSettings
 from serving.http.admission import Full
@@ -169,6 +170,7 @@ def main(argv: list[str] | None = None, sweeps=None) -> int:
             print("warning: no --api-key: anyone who can reach this address can order", file=sys.stderr)
     else:
         print(f"the kitchen is open at http://{args.host}:{args.port}/v1 (model '{name}')", file=sys.stderr)
+    freeze_heap()  # what startup loaded stays out of the full collections that would pause every stream
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     finally:

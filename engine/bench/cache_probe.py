@@ -148,34 +148,53 @@ def probe_library() -> ctypes.CDLL | str:
     return lib
 
 
-def read_rate(buffer_bytes: int, threads: int, repeats: int) -> tuple[float, list[float], int]:
-    """(bytes/s, each call's seconds, bytes per call) of `threads` threads summing a filled buffer.
+@dataclass
+class Reader:
+    """`threads` threads summing one filled buffer again and again: `call()` is one timed call's seconds.
 
-    The buffer is split into one slice per thread; each call reads every slice `passes` times. The
-    rate is the fastest call's: a call lasts milliseconds, and on shared cores one that lost its
-    core for a moment measures the neighbour, not the cache (a roof is what the machine can do)."""
-    lib = probe_library()
-    if isinstance(lib, str):
-        raise RuntimeError(lib)
-    per = max(buffer_bytes // 8 // threads // BLOCK_WORDS, 1) * BLOCK_WORDS  # words per thread's slice
-    words = np.ones(per * threads, dtype=np.uint64)  # written: every page is real
-    read = words.nbytes  # bytes one pass reads
-    passes = max(1, -(-MIN_BYTES_PER_CALL // read))
-    out = ctypes.c_uint64(0)
+    The buffer is split into one slice per thread; each call reads every slice `passes` times (at
+    least MIN_BYTES_PER_CALL in all), and the sum proves every read happened."""
 
-    def call() -> float:
+    lib: ctypes.CDLL
+    words: np.ndarray
+    threads: int
+    passes: int
+
+    @classmethod
+    def make(cls, buffer_bytes: int, threads: int) -> Reader:
+        lib = probe_library()
+        if isinstance(lib, str):
+            raise RuntimeError(lib)
+        per = max(buffer_bytes // 8 // threads // BLOCK_WORDS, 1) * BLOCK_WORDS  # words per thread's slice
+        words = np.ones(per * threads, dtype=np.uint64)  # written: every page is real
+        return cls(lib, words, threads, max(1, -(-MIN_BYTES_PER_CALL // words.nbytes)))
+
+    @property
+    def bytes_per_call(self) -> int:
+        return self.words.nbytes * self.passes
+
+    def call(self) -> float:
+        out = ctypes.c_uint64(0)
         t0 = time.perf_counter()
-        rc = lib.tpk_read_passes(words.ctypes.data, words.size, threads, passes, ctypes.byref(out))
+        rc = self.lib.tpk_read_passes(self.words.ctypes.data, self.words.size, self.threads, self.passes,
+                                      ctypes.byref(out))  # fmt: skip
         elapsed = time.perf_counter() - t0
         if rc != 0:
             raise RuntimeError(f"the cache probe refused its arguments (code {rc})")
-        if out.value != passes * per * threads:  # every word is 1: the sum proves every read happened
-            raise RuntimeError(f"the cache probe's sum is {out.value}, expected {passes * per * threads}")
+        if out.value != self.passes * self.words.size:  # every word is 1
+            raise RuntimeError(f"the cache probe's sum is {out.value}, expected {self.passes * self.words.size}")
         return elapsed
 
-    call()  # warm-up: brings the buffer into the cache being measured
-    times = [call() for _ in range(repeats)]
-    return read * passes / min(times), times, read * passes
+
+def read_rate(buffer_bytes: int, threads: int, repeats: int) -> tuple[float, list[float], int]:
+    """(bytes/s, each call's seconds, bytes per call) of one buffer read `repeats` times after a warm-up.
+
+    The rate is the fastest call's: a call lasts milliseconds, and on shared cores one that lost its
+    core for a moment measures the neighbour, not the cache (a roof is what the machine can do)."""
+    reader = Reader.make(buffer_bytes, threads)
+    reader.call()  # warm-up: brings the buffer into the cache being measured
+    times = [reader.call() for _ in range(repeats)]
+    return reader.bytes_per_call / min(times), times, reader.bytes_per_call
 
 
 def measure_cache_reads(threads: int, repeats: int) -> tuple[list[CacheRead], list[str]]:
@@ -187,7 +206,7 @@ def measure_cache_reads(threads: int, repeats: int) -> tuple[list[CacheRead], li
     lib = probe_library()
     if isinstance(lib, str):
         return [], [f"{lib}: only the DRAM roof is drawn"]
-    reads, below = [], 0  # below: what the faster levels hold, which a slower level's buffer must exceed
+    chosen, below = [], 0  # below: what the faster levels hold, which a slower level's buffer must exceed
     for c in levels:
         capacity = c.size_bytes if c.shared else c.size_bytes * threads
         buffer = capacity // 2
@@ -196,15 +215,27 @@ def measure_cache_reads(threads: int, repeats: int) -> tuple[list[CacheRead], li
                            f"than the faster caches hold ({below / 2**20:.1f} MB)")  # fmt: skip
             continue
         try:
-            rate, times, per_call = read_rate(buffer, threads, repeats)
+            reader = Reader.make(buffer, threads)
+            reader.call()  # warm-up: brings the buffer into its level (and proves the probe's sum)
         except RuntimeError as err:
             missing.append(f"L{c.level} not measured: {err}")
             continue
+        chosen.append((c, capacity, reader))
+        below = capacity
+    # The levels' calls take turns (L2, L3, L2, L3, ...): a neighbour that takes a core for a while
+    # then slows every level alike, so their order is measured at the same moments. Each call starts
+    # by bringing its buffer back into its level: one pass of the many it reads.
+    times: list[list[float]] = [[] for _ in chosen]
+    for _ in range(repeats):
+        for i, (_, _, reader) in enumerate(chosen):
+            times[i].append(reader.call())
+    reads = []
+    for (c, capacity, reader), t in zip(chosen, times, strict=True):
+        buffer = reader.words.nbytes
         reads.append(CacheRead(
             level=c.level, name=f"L{c.level}", capacity_bytes=capacity, buffer_bytes=buffer,
-            bandwidth_bytes_per_s=rate, times_s=times, bytes_per_call=per_call,
+            bandwidth_bytes_per_s=reader.bytes_per_call / min(t), times_s=t, bytes_per_call=reader.bytes_per_call,
             method=f"C probe: {threads} thread(s) sum a filled {buffer / 2**20:.1f} MB buffer, half the "
-                   f"L{c.level}'s {capacity / 2**20:.1f} MB ({c.source}), again and again",
+                   f"L{c.level}'s {capacity / 2**20:.1f} MB ({c.source}), again and again, in turns with the other levels",
         ))  # fmt: skip
-        below = capacity
     return reads, missing

@@ -25,9 +25,14 @@ pytestmark = [pytest.mark.browser, needs_chromium]
 
 
 def engine_processes(app_pid: int) -> list[psutil.Process]:
-    """The app's engine loops: its children that multiprocessing spawned (`spawn_main`; not its resource tracker)."""
-    return [c for c in psutil.Process(app_pid).children(recursive=True)
-            if any("spawn_main" in part for part in c.cmdline())]  # fmt: skip
+    """The app's engine loops: the children of its fork server (serving/host/spawn.py; Linux), or its
+    children that multiprocessing spawned (`spawn_main`, elsewhere); never the fork server itself."""
+    loops = []
+    for child in psutil.Process(app_pid).children(recursive=True):
+        line, parent = " ".join(child.cmdline()), " ".join(child.parent().cmdline())
+        if "spawn_main" in line or ("forkserver" in line and "forkserver" in parent):
+            loops.append(child)
+    return loops
 
 
 def test_an_engine_crash_mid_order_is_a_mark_on_the_timeline_not_an_error(tmp_path):

@@ -10,6 +10,8 @@ on the Windows-like host also no `fork`, no `pass_fds` for a child process, no `
 on Windows it never does). Each process the fake reached leaves a mark, so the test knows the
 engine's loop ran faked too. `sys.platform` stays "linux": multiprocessing would take its Windows
 branch (`_winapi`) otherwise; the engine's own reading of the platform is tests/test_portable_host.py's.
+So the macOS-like host forks its loops from the fork server as Linux does (serving/host/spawn.py;
+real macOS spawns them, as the Windows-like host here does, having no fork).
 
 In that process: the Kitchen's client on the app's own host (called directly, as the Kitchen calls
 it) checks and cooks an order, and the class kitchen's server answers an OpenAI completion.
@@ -87,6 +89,7 @@ SITECUSTOMIZE = textwrap.dedent('''
 SCENARIO = textwrap.dedent('''
     import json, os, subprocess, sys
     import httpx
+    import psutil
     from kitchen_viz.orders import Order
     from lab.sweeps import LabSweeps
     from serving.host_client import HostClient
@@ -120,13 +123,14 @@ SCENARIO = textwrap.dedent('''
     job = svc.submit(svc.check(order.form()), order.label)
     job.wait(120)
     out["kitchen_job"] = [job.status, job.error, [len(t) for t in job.result.tokens] if job.result else None]
-    out["kitchen_pid"] = svc.engine_pid
+    out["kitchen_pid"], out["kitchen_parent"] = svc.engine_pid, psutil.Process(svc.engine_pid).ppid()
     svc.close()
     hosts.rooms.close()
 
     host = open_host("chef", LoopSettings("chef", EngineSettings(policy="chunked", prefix_cache=True)), Caps())
     assert host.wait_ready(180), host.status
-    out["class_pid"] = host.process.pid
+    out["class_pid"], out["class_parent"] = host.process.pid, psutil.Process(host.process.pid).ppid()
+    out["me"] = os.getpid()
     with serve(create_app(host, ServerConfig(host.name, None, host.caps))) as url:
         r = httpx.post(url + "/v1/completions", json={"model": "chef", "prompt": "ROMEO:", "max_tokens": 5,
                                                       "temperature": 0}, timeout=120)
@@ -157,4 +161,8 @@ def test_the_app_kitchen_and_the_class_kitchen_cook_on_another_kind_of_host(kind
     assert out["kitchen_job"] == ["done", None, [6, 6]]
     assert out["class_completion"] == [200, 5]
     faked = {int(p.name) for p in marks.iterdir()}
-    assert {out["kitchen_pid"], out["class_pid"]} <= faked  # the engines' loops ran on the faked host too
+    loops, parents = {out["kitchen_pid"], out["class_pid"]}, {out["kitchen_parent"], out["class_parent"]}
+    if windows:  # no fork: each loop is a fresh interpreter that started on the faked host
+        assert loops <= faked and parents == {out["me"]}
+    else:  # sys.platform is "linux": the loops are forked from the fork server, which started faked
+        assert parents <= faked and out["me"] not in parents

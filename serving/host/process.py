@@ -369,7 +369,6 @@ class EngineProcess:
             handle.settle(False, why)
             handle.put(("error", why))
             self._ended(handle.key)
-        self.restarts += 1
         self.last_step, self.state = None, QueueState(0, 0, 0.0)
         if self.board is not None:
             self.board.forget_all()
@@ -378,6 +377,7 @@ class EngineProcess:
             self.metrics.observe_state(self.state)
         self._conn.close()
         self._start()
+        self.restarts += 1  # counted once the fresh child has started: whoever sees the count sees its pid
         return True
 
     # -- the watchdog's questions ----------------------------------------------------------------------

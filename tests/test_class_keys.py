@@ -57,18 +57,22 @@ def test_the_board_shows_no_other_students_text_or_ids(served):
     url, _ = served
     auth = {"Authorization": f"Bearer {KEY}"}
     theirs: dict = {}
+    cooking = threading.Event()
 
-    def other_student() -> None:  # a long order, so it is cooking while we look
-        body = {"prompt": "TYBALT: secret words", "max_tokens": 200, "temperature": 0, "stream": True}
+    def other_student() -> None:  # a long order (EOS ignored), cooking from its first token until we have looked
+        body = {"prompt": "TYBALT: secret words", "max_tokens": 400, "temperature": 0, "stream": True,
+                "ignore_eos": True}
         with httpx.stream("POST", url + "/v1/completions", json=body, headers=auth, timeout=60) as r:
             for line in r.iter_lines():
                 if line.startswith("data: {"):
                     ev = json.loads(line[6:])
                     theirs["id"] = ev["id"]
                     theirs["text"] = theirs.get("text", "") + "".join(c["text"] for c in ev["choices"])
+                    cooking.set()
 
     t = threading.Thread(target=other_student)
     t.start()
+    assert cooking.wait(60)  # their order is in the kitchen before we order and look
     mine = httpx.post(url + "/v1/completions", json={"prompt": "ROMEO: my own", "max_tokens": 40, "temperature": 0},
                       headers=auth, timeout=60).json()  # fmt: skip
     boards = [httpx.get(url + "/kitchen/board", params={"order": mine["id"]}, headers=auth).json() for _ in range(3)]

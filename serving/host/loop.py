@@ -8,8 +8,9 @@ batch at the next step. The messages are serving/host/wire.py's; `Loop.handlers`
 that dispatches them.
 
 `main(conn, settings, sweeps, environment)` is the child's entry, started by serving/host/spawn.py
-(forked from the fork server on Linux, a fresh interpreter elsewhere). `sweeps` is what runs the Lab's experiments by key
-(lab/sweeps.py), given by whoever started the host; None: this loop runs no sweeps.
+(forked from the fork server on Linux, a fresh interpreter elsewhere). `sweeps` is what runs the
+Lab's experiments by key (lab/sweeps.py), given by whoever started the host; None: this loop runs
+no sweeps.
 """
 
 from __future__ import annotations
@@ -54,13 +55,12 @@ class LoopSettings:
     cores: tuple[int, ...] = ()  # pin the loop's process to these cores (serving/cores.py); () = any
 
 
-def main(conn, settings: LoopSettings, sweeps=None, environment: dict | None = None) -> None:
+def main(conn, settings: LoopSettings, sweeps, environment: dict) -> None:
     """The child's entry: take the parent's `environment` (a loop forked from the fork server starts
     with the server's, serving/host/spawn.py), pin, load, say Ready (or LoadError), then run until
     Stop or EOF."""
-    if environment is not None:
-        os.environ.clear()
-        os.environ.update(environment)
+    os.environ.clear()
+    os.environ.update(environment)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's to handle: it stops its loops
     if settings.cores:
         pin_this_process(frozenset(settings.cores))  # before torch starts its threads: they inherit these cores

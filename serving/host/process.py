@@ -1,8 +1,8 @@
 """The host's side of its engine process: start the loop, hand it work, route its news, restart it.
 
-The loop (serving/host/loop.py) runs in a child process and talks through a pipe (serving/host/spawn.py:
-forked from a fork server that has torch loaded on Linux, a fresh interpreter on macOS and Windows). One reader thread receives
-the loop's messages and puts each key's news on that key's handle (serving/host/handles.py), so a
+The loop (serving/host/loop.py) runs in a child process and talks through a pipe
+(serving/host/spawn.py: forked from a fork server that has torch loaded on Linux, a fresh
+interpreter on macOS and Windows). One reader thread receives the loop's messages and puts each key's news on that key's handle (serving/host/handles.py), so a
 caller waits on its handle, never on the pipe:
 
     process = EngineProcess(LoopSettings("chef"))          # starts the child, waits for Ready

@@ -5,18 +5,14 @@ Why a fork server: a fresh interpreter spends much of a model switch's wait impo
 engine, and every engine restart after a crash pays it again. The fork server (`multiprocessing`'s
 forkserver context) imports them once, the first time a loop starts, and forks each loop from
 itself: nothing else runs in it, so no thread or lock is copied half-held, which is why it is used
-rather than forking the app itself. Measured on this 2-core machine, quiet: the assistant's host
-from open to Ready in 1.2-1.5 s forked against 2.2-2.4 s spawned; in the app, choosing the
-assistant after a restart to its answer on the page 5.1-6.9 s against 8.5-8.8 s (scripts/first_cook.py,
-the two in turns). macOS and Windows spawn (fork is unsafe on macOS once system frameworks are
-loaded; Windows has no fork).
+rather than forking the app itself (docs/models.md has the time it saves). macOS and Windows spawn
+(fork is unsafe on macOS once system frameworks are loaded; Windows has no fork).
 
 A forked loop starts with the fork server's environment, which is the parent's when the first loop
 started; so the entry is given the parent's environment as it is when this loop starts (a test hook
 set since, a changed variable) and makes it its own first. What torch read when it loaded in the
 fork server (OMP_WAIT_POLICY, engine/__init__.py) stays as it was then: the parent sets it before
-the first start.
-`bare_main` keeps the child from re-running whatever script the parent's `__main__` is.
+the first start. `bare_main` keeps the child from re-running whatever script the parent's `__main__` is.
 """
 
 from __future__ import annotations

@@ -19,10 +19,11 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import select
+import queue
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -80,6 +81,33 @@ def the_class(url: str) -> float:
     return p99([o["ttft_s"] for o in answers])
 
 
+def _lines(proc: subprocess.Popen) -> queue.Queue:
+    """Each line the process prints, as it comes, then None at its end: a thread reads them, so a wait
+    for the next line can time out (a select on the pipe cannot see lines already in Python's buffer)."""
+    lines: queue.Queue = queue.Queue()
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def _next(proc: subprocess.Popen, lines: queue.Queue, deadline: float, what: str) -> dict:
+    """The process's next JSON line by `deadline`; else it is killed and the test fails with its stderr."""
+    try:
+        line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+    except queue.Empty:
+        line = None
+    if line is None:
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"the flooder gave no {what} (exit {proc.returncode}): {proc.stderr.read()}")
+    return json.loads(line)
+
+
 @contextmanager
 def flood(url: str):
     """The flooder's process, yielded once every one of its requests is cooking or refused: a list of
@@ -88,17 +116,14 @@ def flood(url: str):
     script = Path(__file__).with_name("flood_client.py")
     proc = subprocess.Popen([sys.executable, str(script), url, "flooder", str(FLOOD), str(LONG)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    statuses: list[dict] = []
+    lines = _lines(proc)
     try:
         deadline = time.monotonic() + 120
-        while len(statuses) < FLOOD:
-            assert proc.poll() is None and time.monotonic() < deadline, (len(statuses), proc.stderr.read())
-            if select.select([proc.stdout], [], [], 1.0)[0]:
-                statuses.append(json.loads(proc.stdout.readline()))
+        statuses = [_next(proc, lines, deadline, f"status for request {i + 1} of {FLOOD} in 120 s") for i in range(FLOOD)]
         yield statuses
         proc.stdin.close()
-        end = json.loads(proc.stdout.readline() or "{}")
-        assert proc.wait(60) == 0 and end.get("done") and end["errors"] == 0, (end, proc.stderr.read())
+        end = _next(proc, lines, time.monotonic() + 60, "end line within 60 s of its hang-up")
+        assert proc.wait(60) == 0 and end.get("done") and end["errors"] == 0, end
     finally:
         proc.kill()
     deadline = time.monotonic() + 60

@@ -68,6 +68,8 @@ def unsupported(model: Transformer) -> str | None:
         return "the native step needs every weight int8 or every weight float32"
     if any(isinstance(w, Int8Weight) and not w.native for w in weights):
         return "the native step's int8 weights need the engine's int8 kernel, which was not built at load"
+    if any(isinstance(w, Int8Weight) and w.refine != (w is model.lm_head_t) for w in weights):
+        return "the native step rounds the int8 LM head's input twice and every other product's once"
     return None
 
 

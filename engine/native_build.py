@@ -32,7 +32,7 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 SOURCE = HERE / "native_step.c"
-HEADERS = tuple(HERE / n for n in ("native_vec.h", "native_contract.h", "native_products.h", "native_int8.h",
+HEADERS = tuple(HERE / n for n in ("native_vec.h", "native_contract.h", "native_products.h", "native_int8.h", "native_refine.h",
                                    "native_crew.h", "native_attention.h"))  # in the cache key  # fmt: skip
 PROBE = HERE / "native_probe.c"
 X86 = ("x86_64", "amd64", "i386", "i686")

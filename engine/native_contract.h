@@ -60,9 +60,10 @@ typedef struct {
     Buf tok, pos, seat, out, logits, k, v, scratch; /* k, v: (n_layers,) Buf, a layer's seats each */
 } Pass;
 
-/* y = x @ W: float32 W (depth, cols), or int8 W (cols, depth) with a scale per 32 inputs */
+/* y = x @ W: float32 W (depth, cols), or int8 W (cols, depth) with a scale per 32 inputs; `refine`
+ * (int8): x is rounded to 8 bits twice, as the LM head's input is (native_refine.h) */
 typedef struct {
-    int rows, depth, cols, int8;
+    int rows, depth, cols, int8, refine;
     Buf x, w, scale, y, xq, sx;
 } Product;
 
@@ -93,10 +94,10 @@ typedef struct {
     X(out, I64, OPT, n_out) X(logits, F32, 1, n_out, vocab) X(k, BUF, 1, n_layers)             \
     X(v, BUF, 1, n_layers) X(scratch, F32, 1, scratch_floats)
 #define TWOPOT_SEAT_BUFFERS(X) X(seats, F32, 1, seats, n_kv_heads, seat_len, head_dim)
-#define TWOPOT_PRODUCT_CONFIG(C) C(rows) C(depth) C(cols) C(int8)
+#define TWOPOT_PRODUCT_CONFIG(C) C(rows) C(depth) C(cols) C(int8) C(refine)
 #define TWOPOT_PRODUCT_BUFFERS(X) X(x, F32, 1, rows, depth) X(w, F32, !int8, depth, cols) \
     X(w, I8, int8, cols, depth) X(scale, F16, int8, cols, (depth + 31) / 32) X(y, F32, 1, rows, cols) \
-    X(xq, I8, int8, rows, depth) X(sx, F32, int8, rows, (depth + 31) / 32)
+    X(xq, I8, int8, (refine + 1) * rows, depth) X(sx, F32, int8, (refine + 1) * rows, (depth + 31) / 32)
 #define TWOPOT_ATTENTION_CONFIG(C) C(rows) C(p0) C(G) C(D)
 #define TWOPOT_ATTENTION_BUFFERS(X) X(q, F32, 1, rows, G, D) X(keys, F32, 1, p0 + rows, D) \
     X(values, F32, 1, p0 + rows, D) X(out, F32, 1, rows, G, D) X(scratch, F32, 1, attention_floats)
@@ -213,8 +214,9 @@ static int check_pass(Why *why, const Model *m, const Pass *p) {
 static int check_product(Why *why, const Product *s) {
     const Where at = {"product.", -1, ""};
     TWOPOT_PRODUCT_CONFIG(TWOPOT_LOCAL)
-    if (rows < 1 || depth < 1 || cols < 1 || (int8 & ~1))
-        return refuse(why, "product: rows %d, depth %d, cols %d must be at least 1", s->rows, s->depth, s->cols);
+    if (rows < 1 || depth < 1 || cols < 1 || (int8 & ~1) || (refine & ~int8))
+        return refuse(why, "product: rows %d, depth %d, cols %d must be at least 1 (int8 %d, refine %d: 0 or 1, "
+                      "refine only with int8)", s->rows, s->depth, s->cols, s->int8, s->refine);
     TWOPOT_PRODUCT_BUFFERS(TWOPOT_CHECK)
     return 0;
 }

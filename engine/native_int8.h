@@ -47,41 +47,45 @@ static inline float half_float(uint16_t h) {
     return out;
 }
 
-/* Each row of x (B, K) to 8 bits, block by block: xq (B, K), sx (B, G). Ties to even (torch.round). */
-static void quantize_rows(int B, int K, const float *x, int8_t *xq, float *sx) {
+/* One block of x (n <= 32 values) to 8 bits over its own range: qb[k] = round(xb[k] / s), ties to
+ * even (torch.round), s = max |xb| / 127 returned (an all-zero block is 0 with s = 0). */
+static float quantize_block(const float *xb, int n, int8_t *qb) {
     typedef int8_t v16b __attribute__((vector_size(16), aligned(1), may_alias));
     const v16i absmask = (v16i)splat(-0.0f);
+    float amax = 0.0f;
+    if (n == QBLOCK) {
+        const v16 a = (v16)((v16i)ld(xb) & ~absmask), c = (v16)((v16i)ld(xb + 16) & ~absmask);
+        const v16 m = pick(a > c, a, c);
+        for (int i = 0; i < 16; i++) amax = m[i] > amax ? m[i] : amax;
+    } else
+        for (int k = 0; k < n; k++) amax = fabsf(xb[k]) > amax ? fabsf(xb[k]) : amax;
+    const float s = amax / 127.0f;
+    if (!(amax > 0.0f)) {
+        memset(qb, 0, (size_t)n);
+        return s;
+    }
+    if (n == QBLOCK)
+        for (int k = 0; k < QBLOCK; k += 16) { /* x / s to the nearest integer, ties to even */
+            v16 v = (ld(xb + k) / s + 12582912.0f) - 12582912.0f;
+            v = pick(v > splat(127.0f), splat(127.0f), v);
+            v = pick(v < splat(-127.0f), splat(-127.0f), v);
+            *(v16b *)(qb + k) = __builtin_convertvector(__builtin_convertvector(v, v16i), v16b);
+        }
+    else
+        for (int k = 0; k < n; k++) {
+            const long v = lrintf(xb[k] / s);
+            qb[k] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+        }
+    return s;
+}
+
+/* Each row of x (B, K) to 8 bits, block by block: xq (B, K), sx (B, G). */
+static void quantize_rows(int B, int K, const float *x, int8_t *xq, float *sx) {
     const int G = qblocks(K);
     for (int b = 0; b < B; b++)
         for (int g = 0; g < G; g++) {
             const int k0 = g * QBLOCK, n = K - k0 < QBLOCK ? K - k0 : QBLOCK;
-            const float *xb = x + (size_t)b * K + k0;
-            int8_t *qb = xq + (size_t)b * K + k0;
-            float amax = 0.0f;
-            if (n == QBLOCK) {
-                const v16 a = (v16)((v16i)ld(xb) & ~absmask), c = (v16)((v16i)ld(xb + 16) & ~absmask);
-                const v16 m = pick(a > c, a, c);
-                for (int i = 0; i < 16; i++) amax = m[i] > amax ? m[i] : amax;
-            } else
-                for (int k = 0; k < n; k++) amax = fabsf(xb[k]) > amax ? fabsf(xb[k]) : amax;
-            const float s = amax / 127.0f;
-            sx[(size_t)b * G + g] = s;
-            if (!(amax > 0.0f)) {
-                memset(qb, 0, (size_t)n);
-                continue;
-            }
-            if (n == QBLOCK)
-                for (int k = 0; k < QBLOCK; k += 16) { /* x / s to the nearest integer, ties to even */
-                    v16 v = (ld(xb + k) / s + 12582912.0f) - 12582912.0f;
-                    v = pick(v > splat(127.0f), splat(127.0f), v);
-                    v = pick(v < splat(-127.0f), splat(-127.0f), v);
-                    *(v16b *)(qb + k) = __builtin_convertvector(__builtin_convertvector(v, v16i), v16b);
-                }
-            else
-                for (int k = 0; k < n; k++) {
-                    const long v = lrintf(xb[k] / s);
-                    qb[k] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
-                }
+            sx[(size_t)b * G + g] = quantize_block(x + (size_t)b * K + k0, n, xq + (size_t)b * K + k0);
         }
 }
 
@@ -301,11 +305,4 @@ static void int8_span(int B, int K, int n0, int n1, const int8_t *xq, const floa
     int n = n0;
     for (; n + 4 <= n1; n += 4) int8_rows(4, B, K, xq, sx, xp, q + (size_t)n * K, sw + n * G, y + n, ldy);
     for (; n < n1; n++) int8_rows(1, B, K, xq, sx, xp, q + (size_t)n * K, sw + n * G, y + n, ldy);
-}
-
-/* y (B, N) = x (B, K) @ W^T, W the int8 weight (q, sw); xq (B * K bytes) and sx (B * G floats) are scratch. */
-static void gemm_int8(int B, int K, int N, const float *x, const int8_t *q, const uint16_t *sw, float *y, int ldy,
-                      int8_t *xq, float *sx) {
-    quantize_rows(B, K, x, xq, sx);
-    int8_span(B, K, 0, N, xq, sx, q, sw, y, ldy);
 }

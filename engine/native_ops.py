@@ -35,19 +35,23 @@ def blocks(width: int) -> int:
     return -(-width // QBLOCK)
 
 
-def prepare_product(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, scale: torch.Tensor | None = None):
+def prepare_product(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, scale: torch.Tensor | None = None,
+                    refine: bool = False):  # fmt: skip
     """y = x @ W, every tensor checked against the contract here, once: returns a function that runs
     it. x (M, K) float32; float32 W (K, N), or int8 q (N, K) with scale (N, ceil(K / 32)) float16:
     W8A8, each 32-wide block of a row of x rounded to 8 bits over its own range, int8 x int8 products
-    summed exactly, each block's sum times its two scales. y (M, N) float32."""
+    summed exactly, each block's sum times its two scales (`refine`: x rounded twice, as the LM head's
+    input is). y (M, N) float32."""
     int8 = w.dtype == torch.int8
     M, K = x.shape
     N = w.shape[0] if int8 else w.shape[1]
-    p = contract.Product(rows=M, depth=K, cols=N, int8=int(int8))
+    R = M * (2 if refine else 1)  # rows of x once rounded
+    p = contract.Product(rows=M, depth=K, cols=N, int8=int(int8), refine=int(refine))
     tensors = {"x": x, "w": w, "scale": scale, "y": y}
     if int8:  # scratch: the rows rounded to 8 bits, each block's scale
-        tensors |= {"xq": torch.empty(M, K, dtype=torch.int8), "sx": torch.empty(M, blocks(K))}
-    contract.fill(p, "PRODUCT_BUFFERS", tensors, {"rows": M, "depth": K, "cols": N, "int8": int(int8)}, "product.")
+        tensors |= {"xq": torch.empty(R, K, dtype=torch.int8), "sx": torch.empty(R, blocks(K))}
+    config = {"rows": M, "depth": K, "cols": N, "int8": int(int8), "refine": int(refine)}
+    contract.fill(p, "PRODUCT_BUFFERS", tensors, config, "product.")
     why = ctypes.create_string_buffer(256)
 
     def run() -> None:
@@ -71,7 +75,8 @@ class _Int8Weight:
         self.q, self.scale, (self.N, self.K) = weakref.ref(q), scale, q.shape
         self.p = contract.Product(depth=self.K, cols=self.N, int8=1)
         contract.fill(self.p, "PRODUCT_BUFFERS", {"w": q, "scale": scale},
-                      {"rows": 1, "depth": self.K, "cols": self.N, "int8": 1}, "product.", partial=True)  # fmt: skip
+                      {"rows": 1, "depth": self.K, "cols": self.N, "int8": 1, "refine": 0}, "product.",
+                      partial=True)  # fmt: skip
         self.views = (self.p.x, self.p.y, self.p.xq, self.p.sx)  # the Product's own Bufs, set in place
         for view, kind in zip(self.views, (F32, F32, I8, F32), strict=True):
             view.type = kind
@@ -81,8 +86,9 @@ class _Int8Weight:
 _weights = threading.local()  # each thread's {id(q): _Int8Weight}; an entry leaves with its q
 
 
-def int8_product(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """x (M, K) -> x @ W^T (M, N) float32, W the int8 weight (q, scale) (see `prepare_product`)."""
+def int8_product(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, refine: bool = False) -> torch.Tensor:
+    """x (M, K) -> x @ W^T (M, N) float32, W the int8 weight (q, scale) (see `prepare_product`).
+    `refine`: x is rounded to 8 bits twice, as the LM head's input is (engine/int8_op.py)."""
     table = getattr(_weights, "table", None)
     if table is None:
         table = _weights.table = {}
@@ -93,11 +99,11 @@ def int8_product(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch
     x = x.float().contiguous()
     if x.dim() != 2 or x.shape[1] != w.K:
         raise EngineError(f"native product: x is {tuple(x.shape)}; this weight takes (rows, {w.K})")
-    M, G = x.shape[0], blocks(w.K)
-    y, xq, sx = torch.empty(M, w.N), torch.empty(M * w.K, dtype=torch.int8), torch.empty(M * G)  # (M, N), scratch
+    M, G, R = x.shape[0], blocks(w.K), x.shape[0] * (2 if refine else 1)  # R: rows of x once rounded
+    y, xq, sx = torch.empty(M, w.N), torch.empty(R * w.K, dtype=torch.int8), torch.empty(R * G)  # (M, N), scratch
     bx, by, bxq, bsx = w.views
-    w.p.rows = M
+    w.p.rows, w.p.refine = M, int(refine)
     bx.p, by.p, bxq.p, bsx.p = x.data_ptr(), y.data_ptr(), xq.data_ptr(), sx.data_ptr()
-    bx.n, by.n, bxq.n, bsx.n = M * w.K, M * w.N, M * w.K, M * G
+    bx.n, by.n, bxq.n, bsx.n = M * w.K, M * w.N, R * w.K, R * G
     _run(w.p, w.why)
     return y

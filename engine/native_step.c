@@ -14,7 +14,7 @@
  *
  * Layouts (as the model keeps them):
  *   float32 weight    (in, out) row-major, used as y = x @ W          -> gemm_kmajor
- *   int8 weight       q (out, in) row-major, scale (out, in / 32) float32, a scale per 32 inputs -> gemm_int8
+ *   int8 weight       q (out, in) row-major, scale (out, in / 32) float16, a scale per 32 inputs -> gemm_int8
  *   KV seats, a layer (S, Hkv, T, D); row b sits in seat seat[b] and writes slot pos[b]
  *   RoPE tables       cos, sin (ctx, D), sin's first half negated (rotate_half folded in)
  *
@@ -23,7 +23,8 @@
  *
  * Included pieces: native_vec.h (the vectors, and what differs by CPU), native_contract.h (the
  * structs Python hands over and the checks of every length), native_products.h (the products),
- * native_int8.h (the int8 products), native_crew.h (the threads), native_attention.h (attention).
+ * native_int8.h (the int8 products), native_refine.h (the int8 LM head's refinement), native_crew.h
+ * (the threads), native_attention.h (attention).
  */
 #include "native_vec.h"
 
@@ -37,12 +38,14 @@
 
 #include "native_int8.h"
 
+#include "native_refine.h"
+
 #include "native_crew.h"
 
 typedef struct {
     const Model *m;
     const Linear *L;
-    int B, K, N;
+    int B, K, N, refine;
     const float *x;
     float *y;
     const int8_t *xq;
@@ -64,12 +67,27 @@ static void linear_share(const void *job, int t, int T) {
     }
 }
 
-/* y (B, N) = x (B, K) @ W (+ bias), on T threads (native_crew.h) */
+/* Share t of T of the LM head's refinement (native_refine.h refine_top): a run of rows. */
+static void refine_share(const void *job, int t, int T) {
+    const LinearJob *j = job;
+    int a, b;
+    crew_share(j->B, t, T, &a, &b);
+    refine_top(j->B, a, b, j->K, j->N, j->xq, j->sx, j->L->w.p, j->L->scale.p, j->y, j->N);
+}
+
+/* y (B, N) = x (B, K) @ W (+ bias), on T threads (native_crew.h). `refine` (int8, the LM head): x is
+ * rounded twice (quantize_rows_twice, so xq and sx hold 2B rows) and each row's largest outputs
+ * refined (refine_top) before the bias. */
 static void linear(const Model *m, const Linear *L, int B, int K, int N, const float *x, float *y, int8_t *xq,
-                   float *sx, int T) {
-    if (m->int8) quantize_rows(B, K, x, xq, sx); /* once, before the rows are shared */
-    const LinearJob job = {m, L, B, K, N, x, y, xq, sx};
+                   float *sx, int T, int refine) {
+    refine = refine && m->int8;
+    if (refine) /* once, before the rows are shared */
+        quantize_rows_twice(B, K, x, xq, sx);
+    else if (m->int8)
+        quantize_rows(B, K, x, xq, sx);
+    const LinearJob job = {m, L, B, K, N, refine, x, y, xq, sx};
     crew_run(T, linear_share, &job);
+    if (refine) crew_run(T, refine_share, &job);
     const float *bias = L->bias.p;
     if (bias)
         for (int b = 0; b < B; b++)
@@ -179,7 +197,7 @@ static void layers_pass(const Model *m, int B, const int64_t *tok, const int64_t
     for (int l = 0; l < m->n_layers; l++) {
         const Layer *L = (const Layer *)m->layers.p + l;
         norm(m, B, x, L->norm1_w, L->norm1_b, h);
-        linear(m, &L->qkv, B, d, nqkv, h, qkv, xq, sx, T); /* (B, q | k | v) */
+        linear(m, &L->qkv, B, d, nqkv, h, qkv, xq, sx, T, 0); /* (B, q | k | v) */
         for (int b = 0; b < B; b++) { /* RoPE, then this token's K/V into its seat, slot pos[b] */
             float *row = qkv + (size_t)b * nqkv;
             const size_t p = (size_t)pos[b], st_ = (size_t)seat[b];
@@ -202,10 +220,10 @@ static void layers_pass(const Model *m, int B, const int64_t *tok, const int64_t
         run_at[runs] = B;
         const AttendJob job = {m, l, pos, seat, k_seats, v_seats, seat_len, qkv, att, run_at, runs * Hkv, scores, kt, missed};
         attention(&job, T);
-        linear(m, &L->out, B, qd, d, att, h, xq, sx, T);
+        linear(m, &L->out, B, qd, d, att, h, xq, sx, T, 0);
         for (size_t i = 0; i < (size_t)B * d; i++) x[i] += h[i];
         norm(m, B, x, L->norm2_w, L->norm2_b, h);
-        linear(m, &L->up, B, d, nup, h, up, xq, sx, T);
+        linear(m, &L->up, B, d, nup, h, up, xq, sx, T, 0);
         for (int b = 0; b < B; b++) {
             const float *ub = up + (size_t)b * nup;
             float *ab = act + (size_t)b * F;
@@ -215,7 +233,7 @@ static void layers_pass(const Model *m, int B, const int64_t *tok, const int64_t
                                                                    : activate16(m->act, ld(ub + i)));
             for (; i < F; i++) ab[i] = m->gated ? activate(m->act, ub[i]) * ub[F + i] : activate(m->act, ub[i]);
         }
-        linear(m, &L->down, B, F, d, act, h, xq, sx, T);
+        linear(m, &L->down, B, F, d, act, h, xq, sx, T, 0);
         for (size_t i = 0; i < (size_t)B * d; i++) x[i] += h[i];
     }
 }
@@ -257,10 +275,12 @@ int twopot_step(const Model *m, const Pass *p, char *why_text, int why_len) {
             for (; next < n_out && out[next] < g0 + n; next++, r++)
                 if (out[next] - g0 != r) memmove(x + (size_t)r * d, x + (size_t)(out[next] - g0) * d, sizeof(float) * d);
         if (!r) continue;
-        float *sx = h + (size_t)cap * d; /* h's rows are free again: the LM head's own scratch follows */
+        /* h's rows are free again: the LM head's own scratch follows them, x rounded twice: 2r rows
+         * (2r G floats of scales, then 2r d bytes), inside the qkv rows' cap x (q | k | v) floats */
+        float *sx = h + (size_t)cap * d;
         norm(m, r, x, m->final_w, m->final_b, h);
         linear(m, &m->lm_head, r, d, m->vocab, h, logits + (size_t)(out ? next - r : g0) * m->vocab,
-               (int8_t *)(sx + (size_t)r * qblocks(d)), sx, T);
+               (int8_t *)(sx + (size_t)2 * r * qblocks(d)), sx, T, 1);
     }
     crew_end(T);
     return 0;
@@ -274,7 +294,7 @@ int twopot_product(const Product *p, char *why_text, int why_len) {
     if (check_product(&why, p)) return 1;
     if (p->int8)
         gemm_int8(p->rows, p->depth, p->cols, p->x.p, p->w.p, p->scale.p, (float *)p->y.p, p->cols,
-                  (int8_t *)p->xq.p, (float *)p->sx.p);
+                  (int8_t *)p->xq.p, (float *)p->sx.p, p->refine);
     else
         gemm_kmajor(p->rows, p->depth, p->cols, p->x.p, p->depth, p->w.p, p->cols, (float *)p->y.p, p->cols);
     return 0;

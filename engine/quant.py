@@ -20,7 +20,9 @@ llama.cpp's Q8_0 of it, value for value and scale for scale, and a Q8_0 GGUF loa
 buffers as it is (`Int8Weight(blocks=...)`, engine/gguf.py `int8_blocks`). The activations of every
 product are rounded to 8 bits per 32-wide block too, at run time (engine/int8_op.py,
 engine/native_int8.h): one range per whole row let a model's few outlier features coarsen every
-other input of the row (docs/benchmarks/int8-cpu.md has the measurements that chose blocks).
+other input of the row (docs/benchmarks/int8-cpu.md has the measurements that chose blocks). The LM
+head's input is rounded twice (`refine`: to 8 bits, then the remainder to 8 bits), because its
+error lands on the logits with nothing after it to average it out.
 Norms, RoPE, attention, the KV cache and the residual stream keep the model's dtype.
 """
 
@@ -80,9 +82,11 @@ class Int8Weight(nn.Module):
     `q` (out, in) int8, contiguous (the kernels read each output channel's row); `scale`
     (out, blocks(in)) float16.
     `native`: the engine's own int8 kernel (engine/native_build.py) serves it: on CPU, where built.
+    `refine`: its input is rounded to 8 bits twice (engine/int8_op.py): the LM head's.
     """
 
-    def __init__(self, w_t: torch.Tensor | None = None, blocks: tuple[torch.Tensor, torch.Tensor] | None = None):
+    def __init__(self, w_t: torch.Tensor | None = None, blocks: tuple[torch.Tensor, torch.Tensor] | None = None,
+                 refine: bool = False):  # fmt: skip
         super().__init__()
         q, scale = quantize_blocks(w_t.t()) if blocks is None else blocks
         want = (q.shape[0], -(-q.shape[1] // QBLOCK))
@@ -93,6 +97,7 @@ class Int8Weight(nn.Module):
         self.register_buffer("scale", scale.half().contiguous())
         self.out_features, self.in_features = q.shape
         self.native = q.device.type == "cpu" and native_build.ready()
+        self.refine = refine
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -105,7 +110,7 @@ class Int8Weight(nn.Module):
 
     def parts(self) -> Int8Parts:
         """The current buffers and constants, as the op (engine/int8_op.py) and a compiled step take them."""
-        return Int8Parts(self.q, self.scale, self.in_features, self.out_features, self.native)
+        return Int8Parts(self.q, self.scale, self.in_features, self.out_features, self.native, self.refine)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., in) -> (..., out) in x's dtype: `torch.ops.twopot.int8_matmul` (engine/int8_op.py)."""
@@ -152,9 +157,10 @@ class QuantReport:
     bytes_after: int
 
 
-def _replace(module: nn.Module, name: str, blocks: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[int, int]:
+def _replace(module: nn.Module, name: str, blocks: tuple[torch.Tensor, torch.Tensor] | None,
+             refine: bool = False) -> tuple[int, int]:  # fmt: skip
     w_t = module._buffers.pop(name)  # (in, out) float
-    qw = Int8Weight(w_t, blocks=None if blocks is None else tuple(t.to(w_t.device) for t in blocks))
+    qw = Int8Weight(w_t, blocks=None if blocks is None else tuple(t.to(w_t.device) for t in blocks), refine=refine)
     setattr(module, name, qw)  # a submodule now: named_buffers() reports q and scale
     return w_t.numel() * w_t.element_size(), qw.q.numel() + qw.scale.numel() * qw.scale.element_size()
 
@@ -179,5 +185,5 @@ def quantize(model: nn.Module, mode: str = "int8", exact: dict | None = None) ->
                                    (block.mlp, "w_up_t", "mlp"), (block.mlp, "w_down_t", "mlp")):  # fmt: skip
             b, a = _replace(module, name, exact.get(f"layers.{i}.{path}.{name}"))
             before, after, count = before + b, after + a, count + 1
-    b, a = _replace(model, "lm_head_t", exact.get("lm_head_t"))
+    b, a = _replace(model, "lm_head_t", exact.get("lm_head_t"), refine=True)  # its input rounded twice
     return QuantReport(mode, count + 1, before + b, after + a)

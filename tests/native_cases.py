@@ -63,12 +63,13 @@ def _config(folder: Path, values: dict) -> None:
     (folder / "config.txt").write_text(text)
 
 
-def product_case(root: Path, name: str, x: torch.Tensor, w: torch.Tensor, scale=None) -> Case:
+def product_case(root: Path, name: str, x: torch.Tensor, w: torch.Tensor, scale=None, refine: bool = False) -> Case:
     int8 = w.dtype == torch.int8
     y = torch.empty(x.shape[0], w.shape[0] if int8 else w.shape[1])  # (M, N)
-    prepare_product(x, w, y, scale)()
+    prepare_product(x, w, y, scale, refine)()
     folder = root / name
-    _config(folder, {"rows": x.shape[0], "depth": x.shape[1], "cols": y.shape[1], "int8": int(int8)})
+    _config(folder, {"rows": x.shape[0], "depth": x.shape[1], "cols": y.shape[1], "int8": int(int8),
+                     "refine": int(refine)})  # fmt: skip
     for key, t in {"x": x, "w": w, "scale": scale}.items():
         if t is not None:
             _write(folder, key, t)

@@ -131,9 +131,9 @@ static void run_product(const char *dir, char *why) {
     TWOPOT_PRODUCT_BUFFERS(LOAD)
     const size_t n = (size_t)product.rows * product.cols;
     s->y = (Buf){floats(n), (int64_t)n, F32};
-    if (product.int8) { /* scratch: the rows rounded to 8 bits, each block's scale */
-        const size_t blocks = (size_t)product.rows * qblocks(product.depth);
-        s->xq = (Buf){calloc((size_t)product.rows, (size_t)product.depth), (int64_t)product.rows * product.depth, I8};
+    if (product.int8) { /* scratch: the rows rounded to 8 bits (twice with refine), each block's scale */
+        const size_t rows = (size_t)product.rows * (product.refine ? 2 : 1), blocks = rows * qblocks(product.depth);
+        s->xq = (Buf){calloc(rows, (size_t)product.depth), (int64_t)rows * product.depth, I8};
         s->sx = (Buf){floats(blocks), (int64_t)blocks, F32};
     }
     if (twopot_product(&product, why, 256)) fail("product %s: %s", dir, why);

@@ -29,7 +29,7 @@ from proc_kit import run, said
 from engine.native_build import library
 
 REPO = Path(__file__).resolve().parents[1]
-NATIVE_TESTS = ["tests/test_native.py", "tests/test_native_contract.py"]
+NATIVE_TESTS = ["tests/test_native.py", "tests/test_native_contract.py", "tests/test_int8_head.py"]
 pytestmark = pytest.mark.skipif(isinstance(library(), str), reason="the native step could not be built here")
 
 OVERFLOW = """

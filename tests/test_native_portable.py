@@ -50,13 +50,15 @@ def cases(tmp_path_factory, tiny_llama, tiny_gpt2):
         x, w = torch.randn(M, K, generator=g), torch.randn(K, N, generator=g)  # (M, K), (K, N)
         made.append(product_case(root, f"f32_{M}x{K}x{N}", x, w))
     # int8: K whole block pairs (VNNI's 64-byte dots), an odd block left (sdot's 32 bytes), a short last
-    # block (the plain loop), one block; an outlier input in every row, as real activations have
-    for M, K, N in [(1, 128, 37), (5, 96, 41), (3, 100, 20), (6, 32, 8)]:
+    # block (the plain loop), one block; an outlier input in every row, as real activations have. The
+    # LM head's input is rounded twice (refine): its pairs of rounded rows cross the 4-row groups at 3 and 5 rows
+    for M, K, N, refine in [(1, 128, 37, 0), (5, 96, 41, 0), (3, 100, 20, 0), (6, 32, 8, 0), (5, 96, 41, 1),
+                            (3, 100, 20, 1), (1, 128, 37, 1)]:  # fmt: skip
         x = torch.randn(M, K, generator=g)
         x[:, K // 3] *= 40.0
         q = torch.randint(-127, 128, (N, K), dtype=torch.int8, generator=g)  # (N, K)
         scale = (torch.rand(N, -(-K // 32), generator=g) / 64).half()  # (N, blocks)
-        made.append(product_case(root, f"int8_{M}x{K}x{N}", x, q, scale))
+        made.append(product_case(root, f"int8_{M}x{K}x{N}{'_refine' if refine else ''}", x, q, scale, bool(refine)))
     # attention: a decode row; a prompt chunk after 11 slots; a first chunk with a head size not a multiple of 16
     for R, p0, G, D in [(1, 22, 2, 32), (5, 11, 2, 16), (3, 0, 3, 20)]:
         q, keys, values = torch.randn(R, G, D, generator=g), torch.randn(p0 + R, D, generator=g), torch.randn(p0 + R, D, generator=g)
@@ -93,7 +95,7 @@ def test_the_cases_this_machine_made_hold_the_math(cases):
     want = torch.einsum("rgs,sd->rgd", scores.masked_fill(~causal[:, None], float("-inf")).softmax(-1), values)
     torch.testing.assert_close(attention(q, keys, values, p0), want, atol=1e-5, rtol=0)
     root, made = cases
-    assert len(made) == 4 + 4 + 3 + 6 and (root / "cases.txt").read_text().count("\n") == len(made)
+    assert len(made) == 4 + 7 + 3 + 6 and (root / "cases.txt").read_text().count("\n") == len(made)
 
 
 @pytest.mark.parametrize("build", [Build(cc="gcc"), Build(cc="gcc", portable=True), Build(cc="gcc", arch="x86-64-v2")],

@@ -262,9 +262,9 @@ def test_the_int8_op_passes_torch_library_checks():
     qw = Int8Weight(torch.randn(64, 48))
     p = qw.parts()
     for native in {False, p.native}:
-        for rows in (1, 9):
+        for rows, refine in ((1, False), (9, False), (3, True)):
             x = torch.randn(rows, 64)
-            torch.library.opcheck(torch.ops.twopot.int8_matmul.default, (x, p.q, p.scale, native),
+            torch.library.opcheck(torch.ops.twopot.int8_matmul.default, (x, p.q, p.scale, native, refine),
                                   test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))  # fmt: skip
     compiled = torch.compile(lambda x: matmul(x, p), fullgraph=True, dynamic=True)
     for rows in (1, 3, 64, 65, 37):

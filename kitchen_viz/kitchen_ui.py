@@ -43,15 +43,17 @@ from serving.host_client import HostClient
 from serving.job import SETTLE_S
 
 TICK_S = 0.25  # how often the live view looks for new events while an order cooks
+LOADING_LOOK_S = 0.2  # how often the page looks whether the kitchen's host has loaded
 K_FEED, K_FEED_FAILED = "tpk_feed", "tpk_feed_failed"
 QUIET_WAIT_S = 600  # the longest a page waits, without refreshing, for an order it is not watching
 
 
 def draw_loading(svc: HostClient) -> None:
-    """While the kitchen host loads the weights: say what is loading, then rerun once it is ready."""
+    """While the kitchen host loads the weights: say what is loading, then rerun once it is ready
+    (looked at every LOADING_LOOK_S: the assistant's host is ready about a second after it starts)."""
     st.session_state[K_FORM_HIDDEN] = True  # the order form (and its live toggle) is not drawn now
 
-    @st.fragment(run_every=0.5)
+    @st.fragment(run_every=LOADING_LOOK_S)
     def wait():
         if svc.state == "loading":
             st.info(f"{svc.loading_message}…", icon=":material/hourglass_top:")

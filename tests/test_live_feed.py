@@ -95,6 +95,18 @@ def test_the_stream_sends_each_change_once_then_done(kitchen, client):
     assert all(d["run_id"] == "order-1" and not d["done"] for d in states)
 
 
+def test_the_stream_says_done_as_soon_as_the_order_finishes(kitchen, client, monkeypatch):
+    """The page's final numbers wait for the done event, so it does not wait for the next look at the
+    order's state: with looks a minute apart, a short order's stream still ends within seconds."""
+    monkeypatch.setattr(live_feed, "STREAM_S", 60.0)
+    job, url = fed_order(kitchen, new_tokens=8)
+    t0 = time.monotonic()
+    with client.stream("GET", live_feed.stream_url(url)) as reply:
+        events = [line[6:] for line in reply.iter_lines() if line.startswith("data: ")]
+    assert json.loads(events[-1]) == {"status": "done", "done": True} and job.status == "done"
+    assert time.monotonic() - t0 < 30, "the done event waited for the next look (STREAM_S)"
+
+
 def test_the_stream_of_an_unknown_order_is_a_404_with_one_line(client):
     reply = client.get(live_feed.stream_url(live_feed.FEED_PATH + "no-such-token"))
     assert reply.status_code == 404 and reply.json() == {"error": "no such order in this kitchen"}

@@ -72,16 +72,22 @@ def load_weights(source, cfg: ModelConfig, device, dtype) -> Transformer:
     model = Transformer(cfg, device=device, dtype=dtype)
     buffers = dict(model.named_buffers())
     for spec in specs:
-        parts = []
+        target, row = buffers[spec.target], 0  # each part straight into its rows of the target, no cat
         for name, shape in spec.parts:
             if name not in names:
                 raise EngineError(f"weights in '{source.where}' lack tensor '{name}' needed by {cfg.family}")
             tensor = source.get(name)
             if tuple(tensor.shape) != shape:
                 raise EngineError(f"tensor '{name}' has shape {tuple(tensor.shape)}; config expects {shape}")
-            parts.append(tensor)
-        full = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
-        buffers[spec.target].copy_(full.t() if spec.transpose else full)  # casts dtype, moves device
+            rows = slice(row, row + shape[0])
+            if spec.transpose:  # casts dtype, moves device
+                target[:, rows].copy_(tensor.t())  # (in, out) target: the part's columns
+            else:
+                target[rows].copy_(tensor)
+            row += shape[0]
+        if row != target.shape[1 if spec.transpose else 0]:
+            raise EngineError(f"tensors {[n for n, _ in spec.parts]} fill {row} rows of {spec.target}, "
+                              f"which has {target.shape[1 if spec.transpose else 0]}")  # fmt: skip
     if not cfg.norm_affine:  # a LayerNorm without parameters is one with weight 1 and bias 0
         for name, buf in buffers.items():
             if name.endswith(("norm.weight", "norm.bias")):

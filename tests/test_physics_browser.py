@@ -53,7 +53,8 @@ def number(pattern: str, text: str) -> float:
     return float(found.group(1).replace(",", ""))
 
 
-def test_the_roofline_lab_opens_on_the_assistant_and_its_batch_1_pot_sits_under_the_dram_roof(server, page):
+def roofline_notes(page, server) -> list[str]:
+    """Open the Roofline lab (on the assistant by default), answer its question, run it: the notes."""
     page.goto(server + "/lab_roofline")
     guess = page.get_by_label(re.compile("What % of its roof"))
     guess.wait_for(timeout=COOK_TIMEOUT_MS)
@@ -66,13 +67,30 @@ def test_the_roofline_lab_opens_on_the_assistant_and_its_batch_1_pot_sits_under_
     page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "physics-roofline-assistant.png"))
-    notes = [li.inner_text() for li in page.locator('[data-testid="stMarkdownContainer"] li').all()]
-    assert any(re.fullmatch(r"the assistant's 538 MB of weights do not fit in the [\d.,]+ MB L3: its pot reads them "
-                            r"from DRAM at every step, so it sits under the DRAM roof", n) for n in notes), notes  # fmt: skip
-    roofs = next(n for n in notes if n.startswith("roofs measured in this run: "))
-    assert "L3 " in roofs and "DRAM " in roofs, roofs
-    decode1 = next(n for n in notes if n.startswith("decode batch 1: "))
-    assert decode1.endswith("of the DRAM roof there"), decode1
+    return [li.inner_text() for li in page.locator('[data-testid="stMarkdownContainer"] li').all()]
+
+
+ROOF_RUNS = 3  # the lab's runs at most; see the test
+
+
+def test_the_roofline_lab_opens_on_the_assistant_and_its_batch_1_pot_sits_under_the_dram_roof(server, page):
+    """The DRAM roof and the decode pass are timed moments apart. The suite's other worker (or any
+    neighbour) streaming memory while the roof is probed lowers it, and the lab then says so in a
+    line and places the point under the next roof. That run measured the neighbour, so the lab is
+    run again, as a reader is told to, up to ROOF_RUNS times; every run's placement is checked."""
+    for attempt in range(ROOF_RUNS):
+        notes = roofline_notes(page, server)
+        assert any(re.fullmatch(r"the assistant's 538 MB of weights do not fit in the [\d.,]+ MB L3: its pot reads "
+                                r"them from DRAM at every step, so it sits under the DRAM roof", n) for n in notes), notes  # fmt: skip
+        roofs = next(n for n in notes if n.startswith("roofs measured in this run: "))
+        assert "L3 " in roofs and "DRAM " in roofs, roofs
+        decode1 = next(n for n in notes if n.startswith("decode batch 1: "))
+        if decode1.endswith("of the DRAM roof there"):
+            break
+        why = [n for n in notes if n.startswith(("decode batch 1 ran at ", "decode batch 1 is drawn above every roof"))]
+        assert why and "measured in a slower moment" in why[0], notes  # the page says why, in one line
+        print(f"\nroofline run {attempt + 1}: the DRAM roof measured a neighbour ({roofs}); running the lab again")
+    assert decode1.endswith("of the DRAM roof there"), notes
     assert number(r"= ([\d.,]+)% of the DRAM roof", decode1) <= 100 * (1 + NOISE_MARGIN)
     assert not [n for n in notes if n.startswith("decode batch 1 ") and "above" in n], notes  # no artefact line
 

@@ -14,7 +14,7 @@ each block of 32 inputs at run time (W8A8 in Q8_0's blocks). The LM head refines
 rounding error lands on the logits directly, with no later layer to average it out, so its input is
 rounded twice, to 8 bits and then what that missed to 8 bits as well, and each row's REFINE_TOP
 largest logits get the remainder's product added: the top of the distribution, which sampling and
-a KL divergence depend on, sees the input to about 16 bits, for 256 of the vocabulary's 49,152 rows
+a KL divergence depend on, sees the input to about 16 bits, for 64 of the vocabulary's 49,152 rows
 of the assistant's weight (docs/benchmarks/int8-cpu.md measures what each costs). By where it runs:
   * on a CPU where the engine's own kernels are built (engine/native_build.py): the native
     product, any number of rows, the same bits the native step gives a row (native_ops.py);
@@ -36,7 +36,7 @@ from engine.native_ops import QBLOCK, blocks
 
 QMAX = 127  # symmetric: -127..127, so -q is always representable (the VNNI kernel negates weight bytes)
 DEQUANT_ROWS = 4096  # weight rows dequantized at a time off the native path: bounds the float copy
-REFINE_TOP = 64  # the LM head's largest outputs per row that get the remainder's product (native_refine.h)
+REFINE_TOP = 64  # the LM head's largest outputs per row refined: native_refine.h's own (the ties test holds them equal)
 
 
 def dequantize(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:

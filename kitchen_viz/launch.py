@@ -94,7 +94,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     )
     parser.add_argument(
         "--no-fetch", action="store_true",
-        help="do not start fetching the catalog's fetched models (the assistant) in the background",
+        help="do not start fetching the catalog's fetched models (the assistant) in the background, "
+             "nor load them before their first order",
     )
     parser.add_argument(
         "--print-command", action="store_true", help="print the streamlit command instead of running it"
@@ -181,11 +182,14 @@ def main(argv: list[str] | None = None) -> int:
         print("two-pot-kitchen: warning: no --class-key: anyone who can reach this address can order "
               "from the class kitchen", file=sys.stderr)  # fmt: skip
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    prefetch = settings.kitchens and not args.no_fetch and os.environ.get(PREFETCH_ENV, "1") != "0"
+    if prefetch:  # what is fetched in the background is also loaded ahead of its first order (mounted.warm)
+        settings = replace(settings, warm=tuple(e.name for e in load_catalog().entries if e.kind == "fetch"))
     cmd = streamlit_command(passthrough, settings.write())
     if args.print_command:
         print(" ".join(cmd))
         return 0
-    if settings.kitchens and not args.no_fetch and os.environ.get(PREFETCH_ENV, "1") != "0":
+    if prefetch:
         for name in fetch_in_background():
             print(f"two-pot-kitchen: fetching the {name} model in the background (once; the sidebar shows "
                   f"its progress)", file=sys.stderr)  # fmt: skip

@@ -15,6 +15,7 @@ of it counts. `--no-prefetch` turns the launcher's fetch off: then choosing the 
     .venv/bin/python scripts/first_cook.py                      # pip as configured (PyPI here)
     .venv/bin/python scripts/first_cook.py --wheels ~/.cache/two-pot-kitchen/wheels   # no network
     .venv/bin/python scripts/first_cook.py --json docs/benchmarks/first-cook.json
+    .venv/bin/python scripts/first_cook.py --runs 3 --wheels ~/.cache/two-pot-kitchen/wheels   # three pairs
 
 Targets (the assistant's doc): under 60 s on the first launch, 5 s after a restart, on a 2-core laptop.
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -48,7 +50,7 @@ TIMEOUT_MS = 600_000
 class Cook:
     """One launch: seconds from launch to the page, from choosing the assistant to the finished Cook."""
 
-    launch: str  # "first (empty model cache)" or "after a restart"
+    launch: str  # "run N: first (empty model cache)" or "run N: after a restart"
     page_s: float  # launch -> the Kitchen's Cook button (the chef, the default model)
     choose_to_answer_s: float  # the assistant chosen in the sidebar -> its answer on the page
     choose_to_form_s: float  # of which: the assistant chosen -> its order form (fetched, loaded, checked)
@@ -104,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--wheels", metavar="DIR", help="pip takes the wheel from DIR only (no index)")
     parser.add_argument("--no-prefetch", action="store_true", help="the launcher does not fetch at launch")
+    parser.add_argument("--runs", type=int, default=1, help="launch pairs (first, restart), each from an empty cache")
     parser.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="first-cook-") as tmp:
@@ -111,8 +114,11 @@ def main(argv: list[str] | None = None) -> int:
                            PREFETCH_ENV: "0" if args.no_prefetch else "1", "TOKENIZERS_PARALLELISM": "false"})  # fmt: skip
         if args.wheels:
             os.environ.update({"PIP_FIND_LINKS": str(Path(args.wheels).expanduser()), "PIP_NO_INDEX": "1"})
-        cooks = [launch_and_cook(Path(tmp) / "first.log", "first (empty model cache)"),
-                 launch_and_cook(Path(tmp) / "again.log", "after a restart")]  # fmt: skip
+        cooks = []
+        for run in range(1, args.runs + 1):
+            shutil.rmtree(Path(tmp) / "models", ignore_errors=True)  # each run starts with an empty model cache
+            cooks += [launch_and_cook(Path(tmp) / f"first-{run}.log", f"run {run}: first (empty model cache)"),
+                      launch_and_cook(Path(tmp) / f"again-{run}.log", f"run {run}: after a restart")]  # fmt: skip
     conditions = {"cores": os.cpu_count(), "pip": f"--find-links {args.wheels} --no-index" if args.wheels
                   else "as configured", "pip_cache": "off" if os.environ.get("PIP_NO_CACHE_DIR") else "as configured",
                   "prefetch": not args.no_prefetch}  # fmt: skip

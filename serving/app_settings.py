@@ -47,6 +47,7 @@ class AppSettings:
     catalogs: tuple[str, ...] = ()  # extra model catalogs (docs/models.md)
     threads: int = 0  # the engine's torch threads; 0: every core but one (serving/cores.py)
     pin: bool = True  # the engine's threads on cores of their own, the app's on the others
+    warm: tuple[str, ...] = ()  # catalog models whose kitchen opens at launch, once cached (the assistant)
 
     @classmethod
     def current(cls) -> AppSettings:
@@ -62,7 +63,7 @@ class AppSettings:
     def read(cls, path: str | Path) -> AppSettings:
         """What `write` wrote."""
         values = json.loads(Path(path).read_text(encoding="utf-8"))
-        return cls(**(values | {"catalogs": tuple(values.get("catalogs", ()))}))
+        return cls(**(values | {"catalogs": tuple(values.get("catalogs", ())), "warm": tuple(values.get("warm", ()))}))
 
     def write(self, path: str | Path | None = None) -> Path:
         """These settings as a file only this user can read (a new one when `path` is None)."""

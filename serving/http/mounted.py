@@ -164,6 +164,40 @@ class HostRooms:
             room.host.close()
 
 
+def warm(rooms: HostRooms, names: tuple[str, ...], first: EngineHost | None = None, poll_s: float = 0.5) -> list[str]:
+    """Open the float32 CPU kitchen of each catalog model in `names` before anyone orders from it, so
+    that choosing it finds its weights already loaded; returns the names opened.
+
+    Why: after a restart, choosing the assistant otherwise waits 2-4 s here for its engine process to
+    load 538 MB of weights, most of a first answer's time. The launcher names the models it fetches
+    in the background (the assistant); one still being fetched is opened when its fetch lands, one
+    neither cached nor being fetched (offline, a failed fetch) is left to the page, which says why.
+    `first` (the class kitchen, the chef) is waited for, so the page a teacher opens first is not
+    slowed by a model they may never pick.
+
+        warm(rooms, ("assistant",))  ->  ["assistant"]   # rooms.rooms now holds its kitchen, loading
+    """
+    from engine import model_store  # lazy: only a launch that fetches warms
+
+    while first is not None and not (first.ready or first.failed or first.closed):
+        time.sleep(poll_s)
+    opened = []
+    for name in names:
+        try:
+            entry = load_catalog().get(name)
+        except EngineError:
+            continue
+        if entry.kind == "fetch":
+            while model_store.cached(entry.source) is None and model_store.fetching(entry.source):
+                time.sleep(poll_s)
+            if model_store.cached(entry.source) is None:
+                continue
+        room, _ = rooms.room((name, CLASS_DEVICE, CLASS_DTYPE))
+        if room is not None:
+            opened.append(name)
+    return opened
+
+
 class AppHosts:
     """The hosts this process serves: the class's (`mount`) and the Kitchen's rooms (`rooms`)."""
 
@@ -225,6 +259,9 @@ def class_kitchen(base: str = "", sweeps=None) -> tuple[list, object | None]:
     if mount is None and rooms is None:
         return [], None
     _SERVED.append(AppHosts(mount, rooms))
+    if rooms is not None and s.warm:
+        first = mount.host if mount is not None else None
+        threading.Thread(target=warm, args=(rooms, s.warm, first), daemon=True, name="kitchen-warmer").start()
 
     @contextlib.asynccontextmanager
     async def lifespan(app):

@@ -76,6 +76,14 @@ def test_a_model_neither_cached_nor_being_fetched_is_left_to_the_page(tmp_path, 
     assert not rooms.rooms
 
 
+def test_a_model_the_class_kitchen_serves_is_not_loaded_twice(monkeypatch):
+    """`--class-kitchen assistant`: the Kitchen's float32 CPU orders for it go to the class kitchen."""
+    use_settings(monkeypatch, kitchens=True, class_model="chef")
+    rooms = HostRooms(None)
+    assert warm(rooms, ("chef",), poll_s=0.05) == []
+    assert not rooms.rooms
+
+
 def test_the_class_kitchen_loads_first(monkeypatch):
     """The page a teacher opens first cooks on the class kitchen (the chef): warm waits for it."""
     use_settings(monkeypatch, kitchens=True)

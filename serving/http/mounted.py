@@ -183,6 +183,8 @@ def warm(rooms: HostRooms, names: tuple[str, ...], first: EngineHost | None = No
         time.sleep(poll_s)
     opened = []
     for name in names:
+        if kitchen_path(name, CLASS_DEVICE, CLASS_DTYPE) == PREFIX:
+            continue  # the class kitchen cooks it, and is loaded already
         try:
             entry = load_catalog().get(name)
         except EngineError:

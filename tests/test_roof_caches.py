@@ -3,7 +3,8 @@
 No speed is asserted: machines are shared and noisy. What is asserted does not depend on the
 machine's speed: the buffers' sizes follow the reported caches, the probe really reads every byte
 (its sum is checked), bad arguments are refused at the C boundary, and the measured levels are
-ordered L2 >= L3 >= DRAM within stated noise margins (a cache level is several times DRAM here).
+ordered L2 >= L3 >= DRAM within stated noise margins (a cache level is several times DRAM here),
+in one of three measurements (a busy neighbour can break it in one).
 """
 
 import ctypes
@@ -23,10 +24,14 @@ L2_OVER_L3_AT_LEAST = 0.7  # on Zen 4 a core reads L2 about 1.5x as fast as L3; 
 L3_OVER_DRAM_AT_LEAST = 1.5  # a cache is several times DRAM (about 3x here)
 
 
+MEASURE = dict(quick=False, buffer_bytes=256 * 2**20, gemm_sizes=(128,))  # 256 MiB: eight times a 32 MB L3
+ATTEMPTS = 3  # a busy neighbour slows the cache reads (CPU time) more than DRAM's (memory time): measure again
+
+
 @pytest.fixture(scope="module")
 def roof() -> Roofline:
-    # 256 MiB: eight times a 32 MB L3, so the DRAM roof is DRAM's; full repeats for a steadier figure.
-    return measure_roofline("cpu", "float32", quick=False, buffer_bytes=256 * 2**20, gemm_sizes=(128,))
+    # The DRAM roof's buffer is far past L3, so it is DRAM's; full repeats for a steadier figure.
+    return measure_roofline("cpu", "float32", **MEASURE)
 
 
 @pytest.mark.skipif(not SYSFS.is_dir(), reason="no Linux sysfs cache description here")
@@ -58,13 +63,27 @@ def test_each_cache_buffer_is_half_the_level_these_threads_can_hold(roof):
     assert [m.name for m in roof.caches] == [f"L{m['level']}" for m in measured]
 
 
+def disorder(roof: Roofline) -> str | None:
+    """What breaks the order L2 >= L3 >= DRAM beyond the margins in one measurement, or None."""
+    by_name = {m.name: m.bandwidth_bytes_per_s for m in roof.caches}
+    if "L3" not in by_name:
+        return f"no L3 roof: {roof.cache_notes}"
+    if by_name["L3"] < L3_OVER_DRAM_AT_LEAST * roof.bandwidth_bytes_per_s:
+        return f"L3 {by_name['L3'] / 1e9:.1f} GB/s < {L3_OVER_DRAM_AT_LEAST} x DRAM {roof.bandwidth_bytes_per_s / 1e9:.1f} GB/s"
+    if "L2" in by_name and by_name["L2"] < L2_OVER_L3_AT_LEAST * by_name["L3"]:  # L2 is measured wherever it holds anything
+        return f"L2 {by_name['L2'] / 1e9:.1f} GB/s < {L2_OVER_L3_AT_LEAST} x L3 {by_name['L3'] / 1e9:.1f} GB/s"
+    return None
+
+
 @needs_sizes
 def test_cache_roofs_are_ordered_L2_L3_DRAM_within_noise_margins(roof):
-    by_name = {m.name: m.bandwidth_bytes_per_s for m in roof.caches}
-    assert "L3" in by_name, roof.cache_notes
-    assert by_name["L3"] >= L3_OVER_DRAM_AT_LEAST * roof.bandwidth_bytes_per_s, (by_name, roof.bandwidth_bytes_per_s)
-    if "L2" in by_name:  # measured wherever half the L2s hold more than nothing; here it always is
-        assert by_name["L2"] >= L2_OVER_L3_AT_LEAST * by_name["L3"], by_name
+    """In one of up to ATTEMPTS measurements: a probe that read the wrong level (a buffer past its
+    cache) would break the order in every one; a neighbour breaks it only while it is busy."""
+    problems = [disorder(roof)]
+    while problems[-1] is not None and len(problems) < ATTEMPTS:
+        roof = measure_roofline("cpu", "float32", **MEASURE)
+        problems.append(disorder(roof))
+    assert problems[-1] is None, problems
     assert [m.name for m in roof.memory_roofs()][-1] == "DRAM"
 
 

@@ -57,8 +57,9 @@ def live_pass() -> None:
     history[:] = [s for s in history if now - s.t <= KEEP_S]
     base = next((s for s in history if now - s.t <= WINDOWS[span]), history[0])
     w = window(base, history[-1])
+    note = st.empty()  # one slot, filled or not, so the elements below keep their places between runs
     if len(history) < 2:
-        st.info("First reading taken; the rates and percentiles need a second one, a couple of seconds from now.")
+        note.info("First reading taken; the rates and percentiles need a second one, a couple of seconds from now.")
     cols = st.columns(4)
     cols[0].metric("Orders cooking (running)", f"{w.running:,.0f}")
     cols[1].metric("Orders waiting for a seat", f"{w.waiting:,.0f}")

@@ -23,11 +23,13 @@ def where_the_class_kitchen_is(address: str) -> str:
     """One sentence: where the class kitchen these pages read comes from, for how the app was launched."""
     s = AppSettings.current()
     if s.backend:
-        return f"This app was started with `--backend`: the pages read the kitchen server at {s.backend}."
+        return (f"This app was started with `--backend`: the pages read the kitchen server at {s.backend}, and "
+                "students order from it with any OpenAI client.")  # fmt: skip
     if s.class_model:
         return (f"This app serves the class kitchen itself ({s.class_model}, at {address}): nothing else to start; "
                 "students point any OpenAI client at that address.")  # fmt: skip
-    return "Start the class kitchen with `two-pot-kitchen serve` (the README's classroom section)."
+    return ("Start the class kitchen with `two-pot-kitchen serve` (the README's classroom section); students "
+            "order from it with any OpenAI client.")  # fmt: skip
 
 
 def not_reachable(address: str) -> str:

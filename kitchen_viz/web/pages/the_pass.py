@@ -30,8 +30,7 @@ EVERY_S = 2.0
 
 st.title(f"{icons.THE_PASS} The pass: the whole class's kitchen")
 address, known_key = class_kitchen_address()
-st.caption(f"{where_the_class_kitchen_is(address)} Students order from it with any OpenAI client. Every number "
-           "here is read from the server's own /metrics.")  # fmt: skip
+st.caption(f"{where_the_class_kitchen_is(address)} Every number here is read from the server's own /metrics.")
 default_url = st.session_state.get(KEY_URL, address)
 url = st.text_input("Kitchen server", value=default_url, key=KEY_URL)
 api_key = st.text_input("API key (only if the server was started with one)", type="password",

@@ -160,7 +160,9 @@ def test_the_pass_says_what_is_true_and_counts_whole_orders(served, offline):
         page.goto(url + "/the_pass")
         page.get_by_text("This app serves the class kitchen itself").wait_for(timeout=COOK_TIMEOUT_MS)
         assert "two-pot-kitchen serve" not in page.inner_text("body")
-        chart = page.locator(".st-key-pass-orders .js-plotly-plot").filter(has_text="Orders in the kitchen")
+        # The current chart: while a fragment run redraws it (its figure changed, so Streamlit mounts a new
+        # one), the old one stays in the page a moment, marked stale and out of the layout.
+        chart = page.locator('.st-key-pass-orders[data-stale="false"] .js-plotly-plot').filter(has_text="Orders in the kitchen")
         chart.wait_for(timeout=60_000)
         page.wait_for_timeout(2500)  # a second reading
         ticks = chart.locator(".ytick text").evaluate_all("(els) => els.map((e) => e.textContent)")

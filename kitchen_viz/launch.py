@@ -30,7 +30,7 @@ from engine.errors import EngineError
 from lab.sweeps import LabSweeps
 from serving.app_settings import HANDOFF_FLAG, AppSettings
 from serving.caps import load_caps
-from serving.catalog import check_extra_catalogs, load_catalog
+from serving.catalog import Entry, check_extra_catalogs, load_catalog
 from serving.http.server import main as serve_main
 
 APP = Path(__file__).resolve().parent / "web" / "app.py"
@@ -183,29 +183,33 @@ def main(argv: list[str] | None = None) -> int:
               "from the class kitchen", file=sys.stderr)  # fmt: skip
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     prefetch = settings.kitchens and not args.no_fetch and os.environ.get(PREFETCH_ENV, "1") != "0"
-    if prefetch:  # what is fetched in the background is also loaded ahead of its first order (mounted.warm)
-        settings = replace(settings, warm=tuple(e.name for e in load_catalog().entries if e.kind == "fetch"))
+    fetched = fetched_entries() if prefetch else []
+    # What is fetched in the background is also loaded ahead of its first order (mounted.warm).
+    settings = replace(settings, warm=tuple(e.name for e in fetched))
     cmd = streamlit_command(passthrough, settings.write())
     if args.print_command:
         print(" ".join(cmd))
         return 0
-    if prefetch:
-        for name in fetch_in_background():
-            print(f"two-pot-kitchen: fetching the {name} model in the background (once; the sidebar shows "
-                  f"its progress)", file=sys.stderr)  # fmt: skip
+    for name in fetch_in_background(fetched):
+        print(f"two-pot-kitchen: fetching the {name} model in the background (once; the sidebar shows "
+              f"its progress)", file=sys.stderr)  # fmt: skip
     os.chdir(APP.parent)  # .streamlit/config.toml (themes) is read from the working directory
     os.execv(cmd[0], cmd)
     return 0  # not reached
 
 
-def fetch_in_background() -> list[str]:
-    """Start fetching every catalog model that is fetched on first use (the assistant) and not yet
-    cached, each in a process of its own that outlives this one (which execs Streamlit): by the time
-    a teacher picks it, it is ready. Returns the names started."""
+def fetched_entries() -> list[Entry]:
+    """The catalog's models fetched on first use (the assistant)."""
+    return [e for e in load_catalog().entries if e.kind == "fetch"]
+
+
+def fetch_in_background(entries: list[Entry]) -> list[str]:
+    """Start fetching each of these catalog entries (fetched on first use: the assistant) that is not
+    yet cached, each in a process of its own that outlives this one (which execs Streamlit): by the
+    time a teacher picks it, it is ready. Returns the names started."""
     from engine import model_store  # lazy: only a launch that opens the app's own kitchens fetches
 
-    names = [e.source for e in load_catalog().entries if e.kind == "fetch"]
-    return [n for n in names if model_store.fetch_in_background(n)]
+    return [e.source for e in entries if model_store.fetch_in_background(e.source)]
 
 
 # -- for tests and benchmarks: the app as a background server -----------------------------------

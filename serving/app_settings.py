@@ -63,7 +63,7 @@ class AppSettings:
     def read(cls, path: str | Path) -> AppSettings:
         """What `write` wrote."""
         values = json.loads(Path(path).read_text(encoding="utf-8"))
-        return cls(**(values | {"catalogs": tuple(values.get("catalogs", ())), "warm": tuple(values.get("warm", ()))}))
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})  # JSON has no tuples
 
     def write(self, path: str | Path | None = None) -> Path:
         """These settings as a file only this user can read (a new one when `path` is None)."""

@@ -57,7 +57,7 @@ def test_the_launcher_fetches_the_assistant_in_the_background(empty_cache, monke
     with pytest.raises(SystemExit):
         launch.main(["--no-class-kitchen"])
     assert model_store.fetching("assistant") or model_store.cached("assistant")
-    assert launch.fetch_in_background() == []  # one fetch at a time
+    assert launch.fetch_in_background(launch.fetched_entries()) == []  # one fetch at a time
     folder = wait_for(lambda: model_store.cached("assistant"), 300, "the background fetch")
     assert model_store.status("assistant").stage == "ready" and (folder / "model.safetensors").is_file()
 

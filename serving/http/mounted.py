@@ -168,8 +168,8 @@ def warm(rooms: HostRooms, names: tuple[str, ...], first: EngineHost | None = No
     """Open the float32 CPU kitchen of each catalog model in `names` before anyone orders from it, so
     that choosing it finds its weights already loaded; returns the names opened.
 
-    Why: after a restart, choosing the assistant otherwise waits 2-4 s here for its engine process to
-    load 538 MB of weights, most of a first answer's time. The launcher names the models it fetches
+    Why: after a restart, choosing the assistant would otherwise wait for its engine process to load
+    538 MB of weights, most of a first answer's time (docs/models.md measures both). The launcher names the models it fetches
     in the background (the assistant); one still being fetched is opened when its fetch lands, one
     neither cached nor being fetched (offline, a failed fetch) is left to the page, which says why.
     `first` (the class kitchen, the chef) is waited for, so the page a teacher opens first is not
@@ -179,8 +179,8 @@ def warm(rooms: HostRooms, names: tuple[str, ...], first: EngineHost | None = No
     """
     from engine import model_store  # lazy: only a launch that fetches warms
 
-    while first is not None and not (first.ready or first.failed or first.closed):
-        time.sleep(poll_s)
+    if first is not None:
+        first.wait_ready()  # loaded, failed or closed
     opened = []
     for name in names:
         if kitchen_path(name, CLASS_DEVICE, CLASS_DTYPE) == PREFIX:

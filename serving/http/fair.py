@@ -93,12 +93,15 @@ class FairLine:
         self.over = 0  # requests refused for their client's cap
 
     @property
-    def cooking(self) -> int:
-        return sum(c.released + len(c.keys) for c in self._clients.values())
-
-    @property
     def waiting(self) -> int:
-        return sum(sum(t.tables for t in c.line) for c in self._clients.values())
+        """Seats asked for by tickets still in line. Under the lock: the reader thread's `ended`
+        pops tickets off the lines while the event loop counts them."""
+        with self._lock:
+            return sum(sum(t.tables for t in c.line) for c in self._clients.values())
+
+    def _cooking(self) -> int:
+        """Under the lock: seats given out (released, or held by requests in the engine)."""
+        return sum(c.released + len(c.keys) for c in self._clients.values())
 
     def enter(self, who: str, tables: int) -> Ticket:
         """A place in `who`'s line (a seat at once when nobody waits and one is free); OverCap past the cap."""
@@ -111,7 +114,7 @@ class FairLine:
                               f"limit is {self.cap:,} per client (max_client_orders); retry in {self.retry_after()} s",
                               self.retry_after())  # fmt: skip
             ticket = Ticket(who, tables)
-            if not self._turns and self.cooking + tables <= max(self.seats, tables):
+            if not self._turns and self._cooking() + tables <= max(self.seats, tables):
                 ticket.state = "released"
                 client.released += tables
                 return ticket
@@ -165,7 +168,8 @@ class FairLine:
             who = next(iter(self._turns))
             client = self._clients[who]
             ticket = client.line[0]
-            if self.cooking and self.cooking + ticket.tables > self.seats:
+            cooking = self._cooking()
+            if cooking and cooking + ticket.tables > self.seats:
                 return
             client.line.popleft()
             del self._turns[who]

@@ -39,6 +39,24 @@ def test_roofs_follow_from_their_own_timings(roof):
     assert roof.details["threads"] == torch.get_num_threads()
 
 
+def test_the_dram_roof_is_the_faster_of_one_thread_and_all_threads():
+    """Beside a neighbour on one core an even split waits for its slowest thread; one thread alone
+    does not, so the roof is the faster reading, and the engine's thread count is left as it was."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        roof = measure_roofline("cpu", "float32", quick=True, caches=False, **SMALL)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    bw = roof.details["bandwidth"]
+    assert set(bw["by_threads"]) == {"1", "2"}
+    speeds = {t: r["bytes_per_s"] for t, r in bw["by_threads"].items()}
+    for t, r in bw["by_threads"].items():
+        assert speeds[t] == pytest.approx(SMALL["buffer_bytes"] / min(r["times_s"]))
+    assert roof.bandwidth_bytes_per_s == max(speeds.values()) == speeds[str(bw["threads"])]
+
+
 def test_ridge_and_attainable_bend_where_the_roofs_meet(roof):
     assert roof.ridge == pytest.approx(roof.flops_per_s / roof.bandwidth_bytes_per_s)
     assert roof.attainable(0.0) == 0.0

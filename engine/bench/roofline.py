@@ -134,18 +134,32 @@ def measure_read_bandwidth(device: torch.device, buffer_bytes: int, repeats: int
 
     fp32 on purpose, whatever the model's dtype: bytes are bytes to DRAM, and the fp32 reduction
     is the fastest (bf16/fp16 sums convert each element and can become compute-bound on CPU).
+    On CPU it is read with one thread and with all the engine's threads, and the faster is the roof:
+    the sum splits the buffer evenly, so when a neighbour holds one core the split waits for the
+    thread sharing it, while one thread alone still reads at full speed (docs/benchmarks/decisions.md,
+    "The roofs").
     """
     n = max(buffer_bytes // 4, 1)
     x = torch.ones(n, dtype=torch.float32, device=device)  # written, so every page is real
-    times = time_runs(lambda: x.sum(), device, repeats)
     nbytes = x.numel() * x.element_size()
+    everyone = torch.get_num_threads()
+    counts = sorted({1, everyone}) if device.type == "cpu" else [everyone]
+    by_threads = {}
+    try:
+        for threads in counts:
+            torch.set_num_threads(threads)
+            times = time_runs(lambda: x.sum(), device, repeats)
+            by_threads[str(threads)] = {"times_s": times, "median_s": statistics.median(times), "best_s": min(times),
+                                        "bytes_per_s": nbytes / min(times)}  # fmt: skip
+    finally:
+        torch.set_num_threads(everyone)
+    fastest = max(by_threads, key=lambda t: by_threads[t]["bytes_per_s"])
     return {
-        "method": "x.sum() over a filled fp32 buffer, fastest repeat",
+        "method": "x.sum() over a filled fp32 buffer, fastest repeat of one thread and of all threads",
         "buffer_bytes": nbytes,
-        "times_s": times,
-        "median_s": statistics.median(times),
-        "best_s": min(times),
-        "bytes_per_s": nbytes / min(times),
+        "threads": int(fastest),
+        "by_threads": by_threads,
+        **by_threads[fastest],
     }
 
 

@@ -52,7 +52,7 @@ def fed_order(kitchen, new_tokens: int, **kw):
 
 
 def test_the_feed_follows_the_order_step_by_step_then_says_done(kitchen, client):
-    job, url = fed_order(kitchen, new_tokens=160)
+    job, url = fed_order(kitchen, new_tokens=480)  # about 0.2 s at the native step's pace: several looks land mid-cook
     assert url.startswith(live_feed.FEED_PATH) and len(url) > len(live_feed.FEED_PATH) + 16
     seen = []
     deadline = time.monotonic() + WAIT_S
@@ -76,10 +76,14 @@ def test_the_feed_follows_the_order_step_by_step_then_says_done(kitchen, client)
     assert last["panels"]["ttft"].endswith("ms") and last["panels"]["steps"] == len(last["steps"])
 
 
-def test_the_stream_sends_each_change_once_then_done(kitchen, client):
+def test_the_stream_sends_each_change_once_then_done(kitchen, client, monkeypatch):
     """The scene follows one stream: every event is the order's state, none repeats the one before
-    (nothing is sent while nothing changed), the decode steps only grow, and the last event says done."""
-    job, url = fed_order(kitchen, new_tokens=480)  # long enough to be seen mid-cook at the native step's pace
+    (nothing is sent while nothing changed), the decode steps only grow, and the last event says done.
+    The stream looks every 20 ms here, not twice a second: at the native step's pace the whole order
+    can finish between two looks 0.5 s apart, and then no mid-cook state is ever sent."""
+    monkeypatch.setattr(live_feed, "STREAM_S", 0.02)
+    monkeypatch.setattr(live_feed, "DONE_LOOK_S", 0.01)
+    job, url = fed_order(kitchen, new_tokens=480)
     events = []
     with client.stream("GET", live_feed.stream_url(url)) as reply:
         assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/event-stream")

@@ -20,7 +20,8 @@ How it is read: `engine/bench/cache_probe.c`, a plain summing loop in C (one sli
 per call), built once with the machine's C compiler (-O3 -march=native, else plain -O3) into the
 engine's build cache. Per-call overhead is why not torch: a 1 MB buffer reads in microseconds.
 Worked example on this machine kind (2 threads, L2 1 MB per core, L3 32 MB shared): the L2 buffer
-is 2 x 512 KB, the L3 buffer 16 MB; each timed call reads at least 256 MB in all.
+is 2 x 512 KB for both threads and 512 KB for one, the L3 buffer 16 MB; each timed call reads at
+least 256 MB in all.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -62,12 +63,14 @@ class CacheRead:
 
     level: int
     name: str  # "L2", "L3"
-    capacity_bytes: int  # what these threads can keep there: per-core size x threads, or the shared size
-    buffer_bytes: int  # what was read, again and again
+    capacity_bytes: int  # what all the threads can keep there: per-core size x threads, or the shared size
+    buffer_bytes: int  # what the faster thread count read, again and again: half of what those threads hold
     bandwidth_bytes_per_s: float
     times_s: list[float]
     bytes_per_call: int
     method: str
+    threads: int = 1  # the thread count whose read was faster (see measure_cache_reads)
+    by_threads: dict = field(default_factory=dict)  # bytes/s by thread count, as str
 
 
 def _size(text: str) -> int | None:
@@ -198,44 +201,55 @@ def read_rate(buffer_bytes: int, threads: int, repeats: int) -> tuple[float, lis
 
 
 def measure_cache_reads(threads: int, repeats: int) -> tuple[list[CacheRead], list[str]]:
-    """Each cache level's read bandwidth for `threads` threads, fastest level first, and one line per
-    level that could not be measured (no size reported, no compiler, no buffer that isolates it)."""
+    """Each cache level's read bandwidth for up to `threads` threads, fastest level first, and one line
+    per level that could not be measured (no size reported, no compiler, no buffer that isolates it).
+
+    Each level is read by one thread and by all `threads`, and the faster is its roof, as for DRAM
+    (engine/bench/roofline.py): the probe splits its buffer evenly, so a neighbour on one core holds
+    the whole split back, while one thread alone reads its own core's share at full speed. A level's
+    capacity is what all the threads can keep there (the engine's passes run on all of them)."""
     levels, missing = cache_levels(), []
     if not levels:
         return [], ["this machine reports no cache sizes (sysfs, sysconf, sysctl): only the DRAM roof is drawn"]
     lib = probe_library()
     if isinstance(lib, str):
         return [], [f"{lib}: only the DRAM roof is drawn"]
+    counts = sorted({1, threads})
     chosen, below = [], 0  # below: what the faster levels hold, which a slower level's buffer must exceed
     for c in levels:
         capacity = c.size_bytes if c.shared else c.size_bytes * threads
-        buffer = capacity // 2
-        if buffer <= 2 * below:
-            missing.append(f"L{c.level} not measured: half of it ({buffer / 2**20:.1f} MB) is not clearly more "
+        if capacity // 2 <= 2 * below:
+            missing.append(f"L{c.level} not measured: half of it ({capacity / 2**21:.1f} MB) is not clearly more "
                            f"than the faster caches hold ({below / 2**20:.1f} MB)")  # fmt: skip
             continue
         try:
-            reader = Reader.make(buffer, threads)
-            reader.call()  # warm-up: brings the buffer into its level (and proves the probe's sum)
+            readers = {t: Reader.make((c.size_bytes if c.shared else c.size_bytes * t) // 2, t) for t in counts}
+            for reader in readers.values():
+                reader.call()  # warm-up: brings the buffer into its level (and proves the probe's sum)
         except RuntimeError as err:
             missing.append(f"L{c.level} not measured: {err}")
             continue
-        chosen.append((c, capacity, reader))
+        chosen.append((c, capacity, readers))
         below = capacity
-    # The levels' calls take turns (L2, L3, L2, L3, ...): a neighbour that takes a core for a while
-    # then slows every level alike, so their order is measured at the same moments. Each call starts
-    # by bringing its buffer back into its level: one pass of the many it reads.
-    times: list[list[float]] = [[] for _ in chosen]
+    # The calls take turns (L2 by one thread, by all, L3 by one, by all, ...): a neighbour that takes a
+    # core for a while then slows every level alike, so their order is measured at the same moments.
+    # Each call starts by bringing its buffer back into its level: one pass of the many it reads.
+    times = [{t: [] for t in counts} for _ in chosen]
     for _ in range(repeats):
-        for i, (_, _, reader) in enumerate(chosen):
-            times[i].append(reader.call())
+        for i, (_, _, readers) in enumerate(chosen):
+            for t, reader in readers.items():
+                times[i][t].append(reader.call())
     reads = []
-    for (c, capacity, reader), t in zip(chosen, times, strict=True):
-        buffer = reader.words.nbytes
+    for (c, capacity, readers), by_count in zip(chosen, times, strict=True):
+        rates = {t: readers[t].bytes_per_call / min(by_count[t]) for t in counts}
+        best = max(counts, key=rates.__getitem__)
+        reader, buffer = readers[best], readers[best].words.nbytes
         reads.append(CacheRead(
             level=c.level, name=f"L{c.level}", capacity_bytes=capacity, buffer_bytes=buffer,
-            bandwidth_bytes_per_s=reader.bytes_per_call / min(t), times_s=t, bytes_per_call=reader.bytes_per_call,
-            method=f"C probe: {threads} thread(s) sum a filled {buffer / 2**20:.1f} MB buffer, half the "
-                   f"L{c.level}'s {capacity / 2**20:.1f} MB ({c.source}), again and again, in turns with the other levels",
+            bandwidth_bytes_per_s=rates[best], times_s=by_count[best], bytes_per_call=reader.bytes_per_call,
+            method=f"C probe: {best} thread(s) sum a filled {buffer / 2**20:.1f} MB buffer, half the L{c.level} "
+                   f"those threads hold ({c.source}), again and again, in turns with the other levels; the "
+                   f"faster of 1 and {threads} thread(s)",
+            threads=best, by_threads={str(t): r for t, r in rates.items()},
         ))  # fmt: skip
     return reads, missing

@@ -21,7 +21,7 @@ SYSFS = Path("/sys/devices/system/cpu/cpu0/cache")
 needs_sizes = pytest.mark.skipif(not cache_levels(), reason="this machine reports no cache sizes")
 # Shared cores slow any one measurement; these margins are what the order must survive.
 L2_OVER_L3_AT_LEAST = 0.7  # on Zen 4 a core reads L2 about 1.5x as fast as L3; noise may eat that
-L3_OVER_DRAM_AT_LEAST = 1.5  # a cache is several times DRAM (about 3x here)
+L3_OVER_DRAM_AT_LEAST = 1.2  # L3 is about twice DRAM here (both read by the C probe); a buffer past L3 reads about 1x
 
 
 MEASURE = dict(quick=False, buffer_bytes=256 * 2**20, gemm_sizes=(128,))  # 256 MiB: eight times a 32 MB L3

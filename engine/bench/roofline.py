@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from engine.bench.cache_probe import measure_cache_reads
+from engine.bench.cache_probe import Reader, measure_cache_reads, probe_library
 from engine.errors import EngineError
 from engine.loader import CANONICAL_DTYPE, parse_device, parse_dtype
 
@@ -130,37 +130,45 @@ def time_runs(fn: Callable[[], object], device: torch.device, repeats: int, warm
 
 
 def measure_read_bandwidth(device: torch.device, buffer_bytes: int, repeats: int) -> dict:
-    """Bytes/s of `x.sum()` over a filled fp32 buffer: one streaming read of every byte.
+    """Bytes/s of one streaming read of every byte of a filled buffer, the fastest repeat.
 
-    fp32 on purpose, whatever the model's dtype: bytes are bytes to DRAM, and the fp32 reduction
-    is the fastest (bf16/fp16 sums convert each element and can become compute-bound on CPU).
-    On CPU it is read with one thread and with all the engine's threads, and the faster is the roof:
-    the sum splits the buffer evenly, so when a neighbour holds one core the split waits for the
-    thread sharing it, while one thread alone still reads at full speed (docs/benchmarks/decisions.md,
-    "The roofs").
+    On CPU the reader is the caches' C probe (engine/bench/cache_probe.c: a plain summing loop, one
+    slice per thread), the same loop that measures L2 and L3, so every level is read alike. Not
+    torch's `x.sum()`: its float reduction costs arithmetic per element, and one thread of it read
+    DRAM a quarter slower than the probe and than the engine's own decode step, which then sat above
+    the "roof". The sum stays the reader on GPUs and where no C compiler builds the probe (fp32: the
+    fastest reduction; bf16/fp16 sums convert each element).
+    On CPU the buffer is read by one thread and by all the engine's threads, and the faster is the
+    roof: the split is even, so when a neighbour holds one core it waits for the thread sharing it,
+    while one thread alone still reads at full speed (docs/benchmarks/decisions.md, "The roofs").
     """
-    n = max(buffer_bytes // 4, 1)
-    x = torch.ones(n, dtype=torch.float32, device=device)  # written, so every page is real
-    nbytes = x.numel() * x.element_size()
     everyone = torch.get_num_threads()
-    counts = sorted({1, everyone}) if device.type == "cpu" else [everyone]
+    lib = probe_library() if device.type == "cpu" else "a GPU is read by torch"
     by_threads = {}
-    try:
-        for threads in counts:
-            torch.set_num_threads(threads)
-            times = time_runs(lambda: x.sum(), device, repeats)
-            by_threads[str(threads)] = {"times_s": times, "median_s": statistics.median(times), "best_s": min(times),
-                                        "bytes_per_s": nbytes / min(times)}  # fmt: skip
-    finally:
-        torch.set_num_threads(everyone)
-    fastest = max(by_threads, key=lambda t: by_threads[t]["bytes_per_s"])
-    return {
-        "method": "x.sum() over a filled fp32 buffer, fastest repeat of one thread and of all threads",
-        "buffer_bytes": nbytes,
-        "threads": int(fastest),
-        "by_threads": by_threads,
-        **by_threads[fastest],
-    }
+    if isinstance(lib, str):
+        x = torch.ones(max(buffer_bytes // 4, 1), dtype=torch.float32, device=device)  # written: every page is real
+        nbytes = per_call = x.numel() * x.element_size()  # one read of the buffer per call
+        method = "x.sum() over a filled fp32 buffer" + (f" ({lib})" if device.type == "cpu" else "")
+        try:
+            for threads in sorted({1, everyone}) if device.type == "cpu" else [everyone]:
+                torch.set_num_threads(threads)
+                by_threads[str(threads)] = (time_runs(lambda: x.sum(), device, repeats), nbytes, per_call)
+        finally:
+            torch.set_num_threads(everyone)
+    else:
+        method = "the C probe (engine/bench/cache_probe.c) summing a filled buffer"
+        for threads in sorted({1, everyone}):
+            reader = Reader.make(buffer_bytes, threads)  # written: every page is real
+            reader.call()  # warm-up
+            by_threads[str(threads)] = ([reader.call() for _ in range(repeats)], reader.words.nbytes,
+                                        reader.bytes_per_call)  # the buffer, read `passes` times per call
+    reads = {t: {"times_s": times, "median_s": statistics.median(times), "best_s": min(times), "buffer_bytes": nbytes,
+                 "bytes_per_call": per_call, "bytes_per_s": per_call / min(times)}
+             for t, (times, nbytes, per_call) in by_threads.items()}  # fmt: skip
+    fastest = max(reads, key=lambda t: reads[t]["bytes_per_s"])
+    counts = ", fastest repeat of one thread and of all threads" if device.type == "cpu" else ", fastest repeat"
+    return {"method": method + counts, "threads": int(fastest),
+            "by_threads": reads, **reads[fastest]}
 
 
 def measure_gemm_flops(

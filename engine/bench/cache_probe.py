@@ -56,6 +56,10 @@ class CacheLevel:
     shared: bool  # one instance serves several cores (an L3), else one per core (an L2)
     source: str  # where the size came from: "sysfs", "sysconf", "sysctl"
 
+    def held_by(self, threads: int) -> int:
+        """What `threads` threads can keep in this level: the shared size, or one core's size each."""
+        return self.size_bytes if self.shared else self.size_bytes * threads
+
 
 @dataclass(frozen=True)
 class CacheRead:
@@ -217,13 +221,13 @@ def measure_cache_reads(threads: int, repeats: int) -> tuple[list[CacheRead], li
     counts = sorted({1, threads})
     chosen, below = [], 0  # below: what the faster levels hold, which a slower level's buffer must exceed
     for c in levels:
-        capacity = c.size_bytes if c.shared else c.size_bytes * threads
+        capacity = c.held_by(threads)
         if capacity // 2 <= 2 * below:
             missing.append(f"L{c.level} not measured: half of it ({capacity / 2**21:.1f} MB) is not clearly more "
                            f"than the faster caches hold ({below / 2**20:.1f} MB)")  # fmt: skip
             continue
         try:
-            readers = {t: Reader.make((c.size_bytes if c.shared else c.size_bytes * t) // 2, t) for t in counts}
+            readers = {t: Reader.make(c.held_by(t) // 2, t) for t in counts}
             for reader in readers.values():
                 reader.call()  # warm-up: brings the buffer into its level (and proves the probe's sum)
         except RuntimeError as err:

@@ -144,7 +144,9 @@ def render(d: dict) -> list[str]:
     out += ["## A decode step: serving path against the fixed-batch path", "",
             "`python -m engine serve-bench --model M --policy none --decode-step 1,32 --decode-repeats 15`: wall-clock "
             "per decode step, the same prompts and new tokens, fixed / serving / order / fixed again in each round, "
-            "median of 15. The last "
+            "median of 15, each side timing its own decode steps. All three run the torch forward op by op, "
+            "the one forward the fixed path has: the question is the serving path's bookkeeping, and the "
+            "native step's speed is `python -m engine bench`'s. The last "
             "column is the fixed path against itself: the noise of this measurement.", "",
             "The order column is the same order through `generate()`, which now cooks it on seats "
             "(engine/request_group.py): the Kitchen's and the lab's path.", "",

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import random
+import time
 
 import pytest
 
+from engine import Engine
+from engine.bench import decode_step
 from engine.bench.cli import main as cli
+from engine.model import prefill
 from engine.workload import Dist, make_requests, percentiles
 
 
@@ -32,6 +36,28 @@ def test_every_policy_serves_the_same_seeded_stream(tiny_llama, capsys):
     assert [t["batch"] for t in out["decode_step"]] == [1, 2]
     assert all(t["fixed_ms"] > 0 and t["serving_ms"] > 0 and t["order_ms"] > 0 and t["aa_ratio"] > 0
                for t in out["decode_step"])  # fmt: skip
+
+
+def test_a_stall_outside_the_decode_steps_stays_out_of_a_steps_time(tiny_llama, monkeypatch):
+    """Each side times its own decode steps: a 200 ms stall in every other prefill (a busy neighbour
+    taking the core) neither enters a step's time nor, subtracted, drives it to zero or below."""
+    calls = []
+
+    def stalling_prefill(*args, **kwargs):
+        calls.append(1)
+        if len(calls) % 2:
+            time.sleep(0.2)
+        return prefill(*args, **kwargs)
+
+    monkeypatch.setattr(decode_step, "prefill", stalling_prefill)
+    engine = Engine.load(str(tiny_llama.path), policy="static", max_seqs=2)
+    t = decode_step.time_decode_step(engine, 2, new_tokens=8, repeats=3)
+    assert len(calls) == 1 + 2 * 3  # the fixed path's prefills: the warm-up, then twice a round
+    assert 0 < t.fixed_ms < 200 / 7 and 0 < t.fixed_again_ms < 200 / 7  # a stall inside would be >= 28.6 ms
+    assert t.serving_ms > 0 and t.order_ms > 0
+    assert t.forward == "op by op: the model's forward"  # the fixed path's forward, not the native step
+    with pytest.raises(ValueError, match="at least 2 new tokens"):
+        decode_step.time_decode_step(engine, 2, new_tokens=1)
 
 
 def test_the_request_list_is_seeded_and_poisson():

@@ -239,28 +239,34 @@ def stall_figures(result: StallResult, guess: float | None = None) -> list[go.Fi
         spreads = [getattr(r, which) for r in runs]
         return error_bars(spreads, 1e3) if all(spreads) else None
 
+    # Each point is named in the legend, not labelled on the plot: the points land where the
+    # measurement puts them, and a budget near the whole banquet's size lands beside continuous's,
+    # where two labels drawn on the plot covered each other.
     chunks = [r for r in result.runs if r.policy == "chunked"]
     conts = [r for r in result.runs if r.policy == "continuous"]
-    trade.add_trace(go.Scatter(
-        x=chunked.banquet_ttft_s * 1e3, y=chunked.itl_max_s * 1e3, mode="lines+markers+text",
-        name=f"chunked, median ({SPREAD_LEGEND})", text=[f"budget {b}" for b in chunked.token_budget],
-        textposition="top right", line=dict(color=POT), error_x=bars(chunks, "ttft"), error_y=bars(chunks, "worst"),
-    ))  # fmt: skip
+    trade.add_trace(go.Scatter(x=chunked.banquet_ttft_s * 1e3, y=chunked.itl_max_s * 1e3, mode="lines",
+                               name=f"chunked, median ({SPREAD_LEGEND})", line=dict(color=POT)))  # fmt: skip
+    for i, run in enumerate(chunks):
+        trade.add_trace(go.Scatter(
+            x=[run.banquet_ttft_s * 1e3], y=[run.itl_max_s * 1e3], mode="markers", name=f"chunked, budget {run.token_budget}",
+            marker=dict(color=POT, size=11, symbol=BUDGET_SYMBOLS[i % len(BUDGET_SYMBOLS)]),
+            error_x=bars([run], "ttft"), error_y=bars([run], "worst"),
+        ))  # fmt: skip
     cont = df[df.policy == "continuous"]
-    trade.add_trace(go.Scatter(x=cont.banquet_ttft_s * 1e3, y=cont.itl_max_s * 1e3, mode="markers+text",
-                               name="continuous (whole banquet)", text=["continuous"], textposition="bottom right",
-                               marker=dict(color=WOK, size=12), error_x=bars(conts, "ttft"),
-                               error_y=bars(conts, "worst")))  # fmt: skip
+    trade.add_trace(go.Scatter(x=cont.banquet_ttft_s * 1e3, y=cont.itl_max_s * 1e3, mode="markers",
+                               name="continuous (whole banquet)", marker=dict(color=WOK, size=12),
+                               error_x=bars(conts, "ttft"), error_y=bars(conts, "worst")))  # fmt: skip
     usual = df.itl_p50_s.median() * 1e3
     reference_line(trade, usual, f"the usual gap, {usual:.1f} ms")
-    trade.update_xaxes(
-        title="the banquet's TTFT (ms)", range=[0, df.banquet_ttft_s.max() * 1e3 * 1.2]
-    )  # labels fit
+    trade.update_xaxes(title="the banquet's TTFT (ms)", range=[0, df.banquet_ttft_s.max() * 1e3 * 1.2])
     trade.update_yaxes(title="the tables' worst gap (ms)", rangemode="tozero")
     return [
         timeline,
         finish(trade, "The trade-off, measured: the banquet's first dish vs the tables' worst gap"),
     ]
+
+
+BUDGET_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "cross")  # a chunked point per budget, told apart
 
 
 # -- the experiment -------------------------------------------------------------------------------

@@ -84,7 +84,12 @@ def test_a_banquet_stalls_the_pot_under_continuous_and_chunks_flatten_it(chef_on
         "banquet_passes",
         "stall_tokens",
     ]
-    assert len(stall_figures(r, 5.0)) == 2
+    timeline, trade = stall_figures(r, 5.0)
+    # The trade-off's points are named in the legend, never labelled on the plot, where a budget
+    # measured beside continuous's point printed its label over continuous's.
+    named = [t.name for t in trade.data if t.mode == "markers"]
+    assert named == ["chunked, budget 16", "chunked, budget 128", "continuous (whole banquet)"]
+    assert not any("text" in (t.mode or "") for t in trade.data)
     assert "continuous" in stall_verdict(r).evidence[0]
 
 

@@ -17,10 +17,12 @@ WAIT_S = 120
 
 
 @contextmanager
-def kitchen(caps: Caps | None = None, api_key: str | None = None, model: str = "chef"):
+def kitchen(caps: Caps | None = None, api_key: str | None = None, model: str = "chef", native: bool = True):
     """The chef behind `two-pot-kitchen serve`'s app on a free loopback port; yields (url, process):
-    the engine process of the `EngineHost` the routes adapt (`process.host`, `process.app`)."""
-    settings = LoopSettings(model, EngineSettings(policy="chunked", token_budget=64, prefix_cache=True), threads=1)
+    the engine process of the `EngineHost` the routes adapt (`process.host`, `process.app`).
+    `native=False`: the torch forward op by op, for a test that needs an order slower than a limit."""
+    engine = EngineSettings(policy="chunked", token_budget=64, prefix_cache=True, native=native)
+    settings = LoopSettings(model, engine, threads=1)
     host = open_host(model, settings, caps or Caps(), LabSweeps())
     try:
         assert host.wait_ready(WAIT_S), host.status

@@ -116,7 +116,7 @@ def test_the_instructors_time_cap_is_the_hosts(host, monkeypatch):
     svc = HostClient(host, "chef")
     try:
         assert svc.wait_ready(30)
-        long = Order(batch=2, max_new_tokens=480, temperature=0.0, seed=0, prompt_tokens=20)
+        long = Order(batch=16, max_new_tokens=480, temperature=0.0, seed=0, prompt_tokens=20)  # ~2 s: 6x the cap
         job = svc.submit(svc.check(long.form()), long.label)
         assert job.wait(30) and job.status == "cancelled"
         assert job.error == "cancelled after 0.3 s: the instructor's limit per order is 0.3 s"

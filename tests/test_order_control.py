@@ -34,7 +34,9 @@ from serving.job import PAGE_GONE
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 WAIT_S = 120
-LONG = Order(batch=4, max_new_tokens=480, temperature=0.0, seed=0, prompt_tokens=16)  # a second or more
+# About 2 s at the native step's pace (3.9 ms a step at batch 16, docs/benchmarks/native-cpu.md):
+# several times the 0.5 s time cap and a Cancel's round trip, on a CPU faster than this one too
+LONG = Order(batch=16, max_new_tokens=480, temperature=0.0, seed=0, prompt_tokens=16)
 LONGER = Order(batch=64, max_new_tokens=500, temperature=0.0, seed=0, prompt_tokens=8)  # several seconds
 
 

@@ -219,7 +219,9 @@ def test_counting_the_line_while_the_reader_thread_frees_seats_never_fails():
     the engine's reader thread frees seats and moves tickets out of the lines: the count is taken
     under the line's lock, so it never iterates a line another thread is changing. Here another
     thread takes 2,000 tickets out of the lines (by `leave`, which changes them as `ended` does)
-    while it counts, with thread switches forced every microsecond; unlocked, the count failed with
+    while it counts, with thread switches forced every microsecond, and waits for a count every 50
+    tickets: beside a busy neighbour the counting thread may not get a core for milliseconds, and the
+    other had once left all 2,000 before the first count. Unlocked, the count failed with
     "deque mutated during iteration" dozens of times in this test."""
 
     async def run() -> list[str]:
@@ -229,7 +231,16 @@ def test_counting_the_line_while_the_reader_thread_frees_seats_never_fails():
         random.Random(7).shuffle(tickets)
         errors: list[str] = []
         counts: list[int] = []
-        leaver = threading.Thread(target=lambda: [line.leave(t) for t in tickets])
+        counted = threading.Event()
+
+        def leave_all() -> None:  # waits for a count every 50 leaves: the two threads always overlap
+            for i, ticket in enumerate(tickets):
+                if i % 50 == 0:
+                    counted.clear()
+                    counted.wait(10)
+                line.leave(ticket)
+
+        leaver = threading.Thread(target=leave_all)
         before = sys.getswitchinterval()
         sys.setswitchinterval(1e-6)
         try:
@@ -239,10 +250,11 @@ def test_counting_the_line_while_the_reader_thread_frees_seats_never_fails():
                     counts.append(line.waiting)
                 except RuntimeError as err:
                     errors.append(str(err))
+                counted.set()
             leaver.join()
         finally:
             sys.setswitchinterval(before)
-        assert len(counts) > 10, "the count ran too few times to have met the other thread"
+        assert len(counts) >= len(tickets) // 50, "the count ran too few times to have met the other thread"
         assert counts == sorted(counts, reverse=True) and line.waiting == 0
         return errors
 

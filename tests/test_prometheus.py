@@ -56,8 +56,10 @@ def until(check, timeout_s: float, what: str):
 @pytest.fixture
 def prometheus(tmp_path):
     """Yields (prometheus base URL, kitchen URL): Prometheus started with docs/prometheus.yml aimed at
-    a fresh kitchen, scraping every second instead of five (the only changes to the file)."""
-    with kitchen(Caps(max_new_tokens=480)) as (url, client):
+    a fresh kitchen, scraping every second instead of five (the only changes to the file). The
+    kitchen runs the torch forward: at the native step's pace the 4 held streams of 480 tokens end
+    in about 1 s, one scrape, and Prometheus could miss them; op by op they cook for about 3.5 s."""
+    with kitchen(Caps(max_new_tokens=480), native=False) as (url, client):
         text = CONFIG.read_text()
         for old, new in (("127.0.0.1:8000", url.removeprefix("http://")), ("scrape_interval: 5s", "scrape_interval: 1s")):
             assert old in text, f"docs/prometheus.yml no longer has {old!r}"

@@ -234,17 +234,16 @@ def stall_figures(result: StallResult, guess: float | None = None) -> list[go.Fi
 
     df = result.to_frame()
     trade = go.Figure()
-    chunked = df[df.policy == "chunked"]
     def bars(runs, which):  # each point's range over the repeats, when it was kept
         spreads = [getattr(r, which) for r in runs]
         return error_bars(spreads, 1e3) if all(spreads) else None
 
     # Each point is named in the legend, not labelled on the plot: the points land where the
     # measurement puts them, and a budget near the whole banquet's size lands beside continuous's,
-    # where two labels drawn on the plot covered each other.
+    # where two labels drawn on the plot would cover each other.
     chunks = [r for r in result.runs if r.policy == "chunked"]
     conts = [r for r in result.runs if r.policy == "continuous"]
-    trade.add_trace(go.Scatter(x=chunked.banquet_ttft_s * 1e3, y=chunked.itl_max_s * 1e3, mode="lines",
+    trade.add_trace(go.Scatter(x=[r.banquet_ttft_s * 1e3 for r in chunks], y=[r.itl_max_s * 1e3 for r in chunks], mode="lines",
                                name=f"chunked, median ({SPREAD_LEGEND})", line=dict(color=POT)))  # fmt: skip
     for i, run in enumerate(chunks):
         trade.add_trace(go.Scatter(
@@ -252,8 +251,7 @@ def stall_figures(result: StallResult, guess: float | None = None) -> list[go.Fi
             marker=dict(color=POT, size=11, symbol=BUDGET_SYMBOLS[i % len(BUDGET_SYMBOLS)]),
             error_x=bars([run], "ttft"), error_y=bars([run], "worst"),
         ))  # fmt: skip
-    cont = df[df.policy == "continuous"]
-    trade.add_trace(go.Scatter(x=cont.banquet_ttft_s * 1e3, y=cont.itl_max_s * 1e3, mode="markers",
+    trade.add_trace(go.Scatter(x=[r.banquet_ttft_s * 1e3 for r in conts], y=[r.itl_max_s * 1e3 for r in conts], mode="markers",
                                name="continuous (whole banquet)", marker=dict(color=WOK, size=12),
                                error_x=bars(conts, "ttft"), error_y=bars(conts, "worst")))  # fmt: skip
     usual = df.itl_p50_s.median() * 1e3
